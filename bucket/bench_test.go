@@ -1,0 +1,46 @@
+package bucket
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchConcurrency is the number of goroutines deciding at once in the benchmarks.
+const benchConcurrency = 64
+
+// benchDecide measures decisions per second at concurrency 64 over 1000 tenants of a two-limit
+// plan that admits everything (the common case), each decision carrying a job id.
+func benchDecide(b *testing.B, l limiter) {
+	p := mustPlan(b, "gold", lim("burst", 1_000_000, time.Microsecond), lim("daily", 1_000_000_000, time.Microsecond))
+	tenants := make([]string, 1000)
+	for i := range tenants {
+		tenants[i] = uniqueTenant("bench")
+	}
+	var seq atomic.Int64
+	b.SetParallelism(max(1, benchConcurrency/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			n := seq.Add(1)
+			req := Request{Tenant: tenants[n%1000], Plan: p, Weight: 1, JobID: strconv.FormatInt(n, 10)}
+			if _, err := l.Decide(ctx, req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+}
+
+func BenchmarkDecideMemory(b *testing.B) { benchDecide(b, NewMemory(Options{}, nil)) }
+
+func BenchmarkDecideRedis(b *testing.B) {
+	benchDecide(b, NewRedis(redisClient(b), "", Options{MarkerTTL: 5 * time.Second}))
+}

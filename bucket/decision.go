@@ -1,0 +1,143 @@
+package bucket
+
+import (
+	"fmt"
+	"time"
+)
+
+// Outcome says how a decision was reached.
+type Outcome uint8
+
+const (
+	// Admitted: the job fit every limit now and its weight was taken.
+	Admitted Outcome = iota
+	// AdmittedAtSlot: the job came back at or after the slot it had booked; it was charged when
+	// it booked, so nothing is taken now.
+	AdmittedAtSlot
+	// Duplicate: the job was already admitted (a lost ack, a retried call); nothing is taken.
+	Duplicate
+	// Delayed: the job does not fit now; a slot was booked for it Wait from now.
+	Delayed
+	// Throttled: the job does not fit now and nothing was booked, because its earliest slot lies
+	// beyond the horizon (Wait is the horizon) or the request has no JobID that could claim a
+	// slot (Wait is the time to the earliest slot). Nothing was taken; ask again after Wait.
+	Throttled
+	// Early: the job came back before its booked slot; the slot still stands, Wait away.
+	Early
+)
+
+var outcomeNames = [...]string{"admitted", "admitted-at-slot", "duplicate", "delayed", "throttled", "early"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", o)
+}
+
+// Allowed reports whether the outcome lets the job run now.
+func (o Outcome) Allowed() bool { return o <= Duplicate }
+
+// A Request asks whether a tenant's job may run now.
+type Request struct {
+	// Tenant names the bucket set; it must be non-empty and contain neither '{' nor '}'.
+	Tenant string
+	// Plan is the tenant's plan.
+	Plan *Plan
+	// Weight is how many tokens the job takes from every limit (≥ 1, ≤ Plan.MaxWeight()).
+	Weight int64
+	// JobID makes the decision idempotent: a job that was already admitted, or that holds a
+	// booked slot, is recognised by it. Empty means no idempotency (every call is a new job).
+	JobID string
+}
+
+// Result is the outcome of one decision.
+type Result struct {
+	// Allowed reports whether the job may run now (Outcome.Allowed()).
+	Allowed bool
+	// Outcome says how the decision was reached.
+	Outcome Outcome
+	// Remaining is the number of whole tokens left now after the decision: the minimum over the
+	// plan's limits, 0 when a limit is in debt to booked slots.
+	Remaining int64
+	// Wait is how long the job must wait before asking again: zero when Allowed, the time to the
+	// booked slot when Delayed or Early, as described for Throttled. Microsecond resolution.
+	Wait time.Duration
+	// Limit names the limit that bound the decision: for a delay, the limit whose refill sets the
+	// slot; otherwise the limit with the fewest tokens left. Its name, or its index when unnamed.
+	Limit string
+	// LimitIndex is the index of Limit in the plan.
+	LimitIndex int
+}
+
+// Options tune both backends. The zero value uses the defaults.
+type Options struct {
+	// Horizon is the furthest ahead a slot is booked (default 1 minute). A job whose earliest
+	// slot lies further is told to wait the horizon and books nothing.
+	Horizon time.Duration
+	// SlotGrace is how long a booked slot is honoured after it passes (default 1 minute). A job
+	// returning later than that is treated as new and charged again.
+	SlotGrace time.Duration
+	// MarkerTTL is how long an admitted job is remembered so that asking again is free (default
+	// 1 minute). It should exceed the time a job can take to be acknowledged after admission.
+	MarkerTTL time.Duration
+}
+
+// withDefaults fills the zero fields.
+func (o Options) withDefaults() Options {
+	if o.Horizon <= 0 {
+		o.Horizon = time.Minute
+	}
+	if o.SlotGrace <= 0 {
+		o.SlotGrace = time.Minute
+	}
+	if o.MarkerTTL <= 0 {
+		o.MarkerTTL = time.Minute
+	}
+	return o
+}
+
+// check validates a request before any state is touched.
+func (r *Request) check() error {
+	if r.Plan == nil {
+		return fmt.Errorf("bucket: tenant %q: no plan given", r.Tenant)
+	}
+	if err := checkTenant(r.Tenant); err != nil {
+		return err
+	}
+	if r.Weight < 1 {
+		return fmt.Errorf("%w: weight %d, want an integer ≥ 1", ErrInvalidWeight, r.Weight)
+	}
+	if r.Weight > r.Plan.minCapacity {
+		return fmt.Errorf("%w: weight %d exceeds capacity %d of plan %s", ErrWeightOverCapacity, r.Weight, r.Plan.minCapacity, r.Plan.Name)
+	}
+	return nil
+}
+
+func checkTenant(t string) error {
+	if t == "" {
+		return fmt.Errorf("%w: empty tenant", ErrInvalidTenant)
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] == '{' || t[i] == '}' {
+			return fmt.Errorf("%w: %q contains %q", ErrInvalidTenant, t, t[i])
+		}
+	}
+	return nil
+}
+
+// result builds a Result from the integers both backends compute.
+func (p *Plan) result(status, remaining, waitMicros, limit int64) (Result, error) {
+	if status < 0 || status > int64(Early) || limit < 0 || limit >= int64(len(p.Limits)) {
+		return Result{}, fmt.Errorf("bucket: unexpected decision status %d limit %d", status, limit)
+	}
+	o := Outcome(status)
+	return Result{
+		Allowed:    o.Allowed(),
+		Outcome:    o,
+		Remaining:  remaining,
+		Wait:       time.Duration(waitMicros) * time.Microsecond,
+		Limit:      p.labels[limit],
+		LimitIndex: int(limit),
+	}, nil
+}

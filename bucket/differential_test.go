@@ -1,0 +1,74 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestDifferential feeds the same random sequence of (time, tenant, weight, job id) to both
+// backends and requires identical decisions and identical state.
+func TestDifferential(t *testing.T) {
+	plans := []*Plan{
+		mustPlan(t, "free", lim("", 5, 500*ms)),
+		mustPlan(t, "gold", lim("burst", 20, 100*ms), lim("daily", 60, 2*time.Second)),
+		mustPlan(t, "odd", lim("a", 7, 333334*time.Microsecond), lim("b", 3, 77*ms), lim("c", 9, 41*ms)),
+	}
+	seen := map[Outcome]int{}
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 42))
+			c := newClock()
+			opts := Options{Horizon: 2 * time.Second, SlotGrace: 500 * ms, MarkerTTL: 3 * time.Second}
+			mem := NewMemory(opts, c.Now)
+			red := NewRedis(redisClient(t), "", opts)
+			red.pin(c.Now)
+			tenants := []string{uniqueTenant("t"), uniqueTenant("t"), uniqueTenant("t")}
+			ctx := context.Background()
+			for step := 0; step < 1500; step++ {
+				switch rng.IntN(4) {
+				case 0:
+					c.Advance(time.Duration(rng.IntN(1_000_000)) * time.Microsecond)
+				case 1:
+					c.Advance(time.Duration(rng.IntN(3)) * time.Millisecond)
+				}
+				ti := rng.IntN(len(tenants))
+				p := plans[ti]
+				req := Request{Tenant: tenants[ti], Plan: p, Weight: 1 + rng.Int64N(p.MaxWeight())}
+				if rng.IntN(5) > 0 {
+					req.JobID = fmt.Sprint("job-", rng.IntN(40))
+				}
+				want, err1 := mem.Decide(ctx, req)
+				got, err2 := red.Decide(ctx, req)
+				if err1 != nil || err2 != nil {
+					t.Fatalf("step %d: errors memory=%v redis=%v", step, err1, err2)
+				}
+				if got != want {
+					t.Fatalf("step %d %+v at %v:\nredis  %+v\nmemory %+v", step, req, c.Now(), got, want)
+				}
+				seen[got.Outcome]++
+				if step%50 == 0 {
+					for i, tn := range tenants {
+						a, _ := mem.Inspect(ctx, tn, plans[i])
+						b, err := red.Inspect(ctx, tn, plans[i])
+						if err != nil {
+							t.Fatal(err)
+						}
+						if fmt.Sprint(a) != fmt.Sprint(b) {
+							t.Fatalf("step %d tenant %s state:\nredis  %+v\nmemory %+v", step, tn, b, a)
+						}
+					}
+				}
+			}
+		})
+	}
+	// The sequence must reach every outcome, or the comparison proves little.
+	for o := Admitted; o <= Early; o++ {
+		if seen[o] == 0 {
+			t.Errorf("outcome %v never occurred: %v", o, seen)
+		}
+	}
+	t.Logf("outcomes: %v", seen)
+}

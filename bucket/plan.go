@@ -1,0 +1,77 @@
+package bucket
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// maxWindow bounds capacity × interval of one limit: the script does its arithmetic in Lua
+// doubles, exact for integers below 2^53 µs.
+const maxWindow = 1<<53 - 1
+
+// A Limit is one token bucket: it holds at most Capacity tokens and refills one token every
+// Interval. A bucket nobody has used is full.
+type Limit struct {
+	// Name identifies the limit in results and logs; empty names are reported by index.
+	Name string
+	// Capacity is the burst, in tokens (≥ 1).
+	Capacity int64
+	// Interval is the time to refill one token, a whole number of microseconds (≥ 1µs): the
+	// written rate rounded so that the limit is never faster than the plan says.
+	Interval time.Duration
+	// Rate is the rate as written in the plans file ("10/s"), for display.
+	Rate string
+}
+
+// PerSecond is the limit's effective refill rate in tokens per second.
+func (l Limit) PerSecond() float64 { return float64(time.Second) / float64(l.Interval) }
+
+// label is the limit's name, or its index in the plan when it has none.
+func (l Limit) label(i int) string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return strconv.Itoa(i)
+}
+
+// A Plan is an ordered list of limits. A job of weight w is admitted only when every limit holds
+// w tokens, and then w is taken from every limit. Plans are immutable once built.
+type Plan struct {
+	Name   string
+	Limits []Limit
+
+	minCapacity int64
+	labels      []string
+	// scriptArgs are the per-limit script arguments: capacity and interval in µs, pairwise.
+	scriptArgs []string
+}
+
+// NewPlan checks the limits and returns a plan ready for decisions.
+func NewPlan(name string, limits ...Limit) (*Plan, error) {
+	if len(limits) == 0 {
+		return nil, fmt.Errorf("bucket: plan %q has no limits", name)
+	}
+	p := &Plan{Name: name, Limits: append([]Limit(nil), limits...)}
+	for i, l := range p.Limits {
+		if l.Capacity < 1 {
+			return nil, fmt.Errorf("bucket: plan %q limit %s: capacity must be ≥ 1, got %d", name, l.label(i), l.Capacity)
+		}
+		if l.Interval < time.Microsecond || l.Interval%time.Microsecond != 0 {
+			return nil, fmt.Errorf("bucket: plan %q limit %s: interval must be a whole number of microseconds ≥ 1µs, got %v", name, l.label(i), l.Interval)
+		}
+		us := l.Interval.Microseconds()
+		if l.Capacity > maxWindow/us {
+			return nil, fmt.Errorf("bucket: plan %q limit %s: capacity %d takes longer than 285 years to refill", name, l.label(i), l.Capacity)
+		}
+		if p.minCapacity == 0 || l.Capacity < p.minCapacity {
+			p.minCapacity = l.Capacity
+		}
+		p.labels = append(p.labels, l.label(i))
+		p.scriptArgs = append(p.scriptArgs, strconv.FormatInt(l.Capacity, 10), strconv.FormatInt(us, 10))
+	}
+	return p, nil
+}
+
+// MaxWeight is the largest weight the plan can ever admit: its smallest capacity.
+func (p *Plan) MaxWeight() int64 { return p.minCapacity }

@@ -1,0 +1,164 @@
+// Package testenv starts the real servers admitter's tests and benchmarks run against: a
+// redis-server process on a free loopback port and an in-process JetStream server. It is not a
+// mock of either: both are the real thing, owned by the test that starts them.
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// TB is the part of testing.TB the starters use, so benchmarks commands can pass their own.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+	Logf(format string, args ...any)
+}
+
+// RedisServer is a redis-server child process bound to 127.0.0.1.
+type RedisServer struct {
+	Addr string
+	port int
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// RedisBinary finds redis-server on PATH or in the usual Debian location.
+func RedisBinary() (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/bin/redis-server", "/usr/local/bin/redis-server"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("redis-server not found on PATH: run `make test`, which installs it, or `apt-get install -y redis-server`")
+}
+
+// StartRedis starts a redis-server on a free loopback port, stopped when the test ends.
+func StartRedis(t TB) *RedisServer {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	s := &RedisServer{port: port, dir: t.TempDir(), Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	if err := s.Start(); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// URL is the redis:// URL of the server.
+func (s *RedisServer) URL() string { return "redis://" + s.Addr }
+
+// Start starts (or restarts, on the same port) the server and waits until it answers PING.
+func (s *RedisServer) Start() error {
+	bin, err := RedisBinary()
+	if err != nil {
+		return err
+	}
+	s.cmd = exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log"))
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	s.done = done
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(s.cmd)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := Ping(s.Addr, 500*time.Millisecond); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			s.Kill()
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s did not answer PING within 10s: %v\n%s", s.Addr, err, log)
+		}
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server exited at start:\n%s", log)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Kill stops the server with SIGKILL and waits for it to exit (bounded). Safe to call twice.
+func (s *RedisServer) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	_ = s.cmd.Process.Kill()
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+	}
+	s.cmd = nil
+}
+
+// Pause stops the process with SIGSTOP: connections stay open but nothing answers.
+func (s *RedisServer) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server.
+func (s *RedisServer) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Ping sends a PING over a fresh connection and checks the +PONG reply.
+func Ping(addr string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+var errNotReady = errors.New("nats-server not ready for connections within 10s")
+
+func portOf(addr string) (int, error) {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(p)
+}
