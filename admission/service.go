@@ -1,0 +1,358 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/subjects"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Service consumes, decides and acts. Create it with New, prepare streams and consumer with
+// Setup, then Run it. Any number of services (replicas) may share one consumer and one limiter.
+type Service struct {
+	cfg     Config
+	out     subjects.Mapping
+	dead    subjects.Mapping
+	log     *slog.Logger
+	cons    jetstream.Consumer
+	limiter struct {
+		down  atomic.Bool
+		since atomic.Int64 // unix ns when the limiter was lost
+	}
+	closed struct { // the fail-closed backoff, shared: it measures the outage, not one job
+		mu sync.Mutex
+		b  *backoff.ExponentialBackOff
+	}
+	stopped chan struct{}
+	running atomic.Bool
+}
+
+// New validates the configuration and returns a service.
+func New(cfg Config) (*Service, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	out, dead, err := Mappings(cfg.In, cfg.Out, cfg.Dead)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, out: out, dead: dead, log: cfg.Logger, stopped: make(chan struct{})}
+	s.closed.b = backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(250*time.Millisecond),
+		backoff.WithMaxInterval(5*time.Second),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMultiplier(2),
+		backoff.WithMaxElapsedTime(0),
+	)
+	return s, nil
+}
+
+// Mappings checks the three subject templates together and returns the input→output and
+// input→dead mappings: output and dead must carry the input's wildcards, and no two may
+// overlap (forwarded jobs would be consumed again, or land in the wrong stream).
+func Mappings(in, out, dead subjects.Template) (toOut, toDead subjects.Mapping, err error) {
+	if toOut, err = subjects.NewMapping(in, out); err != nil {
+		return toOut, toDead, fmt.Errorf("%w: output subject: %w", ErrConfig, err)
+	}
+	if toDead, err = subjects.NewMapping(in, dead); err != nil {
+		return toOut, toDead, fmt.Errorf("%w: dead subject: %w", ErrConfig, err)
+	}
+	for _, p := range [][2]subjects.Template{{in, out}, {in, dead}, {out, dead}} {
+		if subjects.Overlap(p[0].Filter(), p[1].Filter()) {
+			return toOut, toDead, fmt.Errorf("%w: subjects %q and %q overlap: forwarded or dead-lettered jobs would be consumed again or mixed up; use disjoint subjects",
+				ErrConfig, p[0].String(), p[1].String())
+		}
+	}
+	return toOut, toDead, nil
+}
+
+// Setup creates the streams when absent, checks them when present, and creates or updates the
+// durable consumer. A set-up that would lose jobs is an error wrapping ErrSetup.
+func (s *Service) Setup(ctx context.Context) error {
+	c := s.cfg
+	if err := s.ensureStream(ctx, jetstream.StreamConfig{
+		Name: c.StreamIn, Subjects: []string{c.In.Filter()}, Retention: jetstream.WorkQueuePolicy,
+		Storage: jetstream.FileStorage, Description: "admitter: jobs waiting for admission",
+	}, c.In.Filter()); err != nil {
+		return err
+	}
+	if err := s.ensureStream(ctx, jetstream.StreamConfig{
+		Name: c.StreamOut, Subjects: []string{c.Out.Filter()}, Retention: jetstream.LimitsPolicy,
+		Storage: jetstream.FileStorage, MaxAge: max(DefaultOutMaxAge, c.DuplicateWindow), Duplicates: c.DuplicateWindow,
+		Description: "admitter: admitted jobs, paced per tenant",
+	}, c.Out.Filter()); err != nil {
+		return err
+	}
+	if err := s.ensureStream(ctx, jetstream.StreamConfig{
+		Name: c.StreamDead, Subjects: []string{c.Dead.Filter()}, Retention: jetstream.LimitsPolicy,
+		Storage: jetstream.FileStorage, MaxAge: max(DefaultDeadMaxAge, c.DuplicateWindow), Duplicates: c.DuplicateWindow,
+		Description: "admitter: rejected jobs with Admit-Error",
+	}, c.Dead.Filter()); err != nil {
+		return err
+	}
+	cons, err := c.JetStream.CreateOrUpdateConsumer(ctx, c.StreamIn, jetstream.ConsumerConfig{
+		Durable:       c.Consumer,
+		Description:   "admitter: shared by all replicas",
+		FilterSubject: c.In.Filter(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    -1, // a delay is not a failure: never drop a job for being delivered often
+		MaxAckPending: c.MaxAckPending,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: consumer %s on stream %s: %w", ErrSetup, c.Consumer, c.StreamIn, err)
+	}
+	s.cons = cons
+	return nil
+}
+
+// ensureStream creates the stream when absent; when present it must capture filter.
+func (s *Service) ensureStream(ctx context.Context, want jetstream.StreamConfig, filter string) error {
+	st, err := s.cfg.JetStream.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := s.cfg.JetStream.CreateStream(ctx, want); err != nil {
+			return fmt.Errorf("%w: create stream %s over %q: %w", ErrSetup, want.Name, filter, err)
+		}
+		s.log.Info("created stream", "stream", want.Name, "subjects", want.Subjects, "retention", want.Retention.String())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: look up stream %s: %w", ErrSetup, want.Name, err)
+	}
+	have := st.CachedInfo().Config
+	for _, subj := range have.Subjects {
+		if subjects.Covers(subj, filter) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: stream %s exists with subjects %q, which do not capture %q: jobs would be lost; add %q to the stream's subjects or change the subject template",
+		ErrSetup, want.Name, have.Subjects, filter, filter)
+}
+
+// Run consumes until ctx ends, then stops pulling and settles the jobs in flight within
+// ShutdownTimeout. It returns nil after a clean stop. Run may be called once.
+func (s *Service) Run(ctx context.Context) error {
+	if s.cons == nil {
+		return fmt.Errorf("%w: Run before Setup", ErrConfig)
+	}
+	if !s.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: Run called twice", ErrConfig)
+	}
+	defer close(s.stopped)
+	// Jobs in flight finish on their own context, so a stop signal does not abort them midway;
+	// it is cancelled only if settling takes longer than ShutdownTimeout.
+	work, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	jobs := make(chan jetstream.Msg)
+	abandon := make(chan struct{})
+	var workers sync.WaitGroup
+	for range s.cfg.Workers {
+		workers.Go(func() {
+			for m := range jobs {
+				s.handle(work, m)
+			}
+		})
+	}
+	cc, err := s.cons.Consume(func(m jetstream.Msg) {
+		select {
+		case jobs <- m:
+		case <-abandon: // shutting down past the bound: hand it back at once
+			_ = m.Nak()
+		}
+	},
+		jetstream.PullMaxMessages(s.cfg.PullBuffer),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			s.log.Warn("consume", "err", err)
+		}))
+	if err != nil {
+		close(jobs)
+		workers.Wait()
+		return fmt.Errorf("admission: consume %s/%s: %w", s.cfg.StreamIn, s.cfg.Consumer, err)
+	}
+	s.log.Info("admitting", "stream", s.cfg.StreamIn, "consumer", s.cfg.Consumer, "in", s.cfg.In.String(),
+		"out", s.cfg.Out.String(), "dead", s.cfg.Dead.String(), "workers", s.cfg.Workers, "fail_mode", string(s.cfg.FailMode))
+	<-ctx.Done()
+
+	s.log.Info("stopping: settling jobs in flight", "bound", s.cfg.ShutdownTimeout.String())
+	bound := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer bound.Stop()
+	cc.Drain() // stop pulling; what is buffered still reaches the callback
+	select {
+	case <-cc.Closed():
+	case <-bound.C:
+		close(abandon)
+		abort()
+		<-cc.Closed()
+	}
+	close(jobs)
+	done := make(chan struct{})
+	go func() { workers.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.log.Info("stopped")
+		return nil
+	case <-bound.C:
+		abort()
+	}
+	<-done // every step of a job is bounded by the aborted context or its own timeout
+	s.log.Warn("stopped after the shutdown bound; unsettled jobs are redelivered after the ack wait")
+	return nil
+}
+
+// job is one delivery being handled.
+type job struct {
+	msg    jetstream.Msg
+	meta   *jetstream.MsgMetadata
+	tenant string
+	plan   *bucket.Plan
+}
+
+// handle decides one job and does exactly one of forward, delay or dead-letter.
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		s.log.Error("message without JetStream metadata: redelivering", "subject", m.Subject(), "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	j := job{msg: m, meta: meta}
+	tenant, outSubject, err := s.out.Map(m.Subject())
+	if err != nil {
+		// The consumer filters on the input template, so this means a broken set-up: keep the job.
+		s.log.Error("subject does not match the input template: redelivering in a minute", "subject", m.Subject(), "err", err)
+		_ = m.NakWithDelay(time.Minute)
+		return
+	}
+	j.tenant = tenant
+	weight, err := ParseWeight(m.Headers())
+	if err != nil {
+		s.deadLetter(ctx, &j, CodeInvalidWeight, err.Error())
+		return
+	}
+	j.plan, err = s.cfg.Plans.Lookup(tenant)
+	if err != nil {
+		s.deadLetter(ctx, &j, CodeUnknownTenant, fmt.Sprintf("tenant %q has no plan and the plans file sets no default_plan", tenant))
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.DecisionTimeout)
+	res, err := s.cfg.Limiter.Decide(dctx, bucket.Request{
+		Tenant: tenant, Plan: j.plan, Weight: weight,
+		JobID: meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10),
+	})
+	cancel()
+	switch {
+	case errors.Is(err, bucket.ErrWeightOverCapacity):
+		s.deadLetter(ctx, &j, CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity of plan %s: it could never be admitted", weight, j.plan.MaxWeight(), j.plan.Name))
+	case errors.Is(err, bucket.ErrInvalidTenant):
+		s.deadLetter(ctx, &j, CodeInvalidTenant, fmt.Sprintf("tenant %q cannot be used: tenant names must not contain '{' or '}'", tenant))
+	case errors.Is(err, bucket.ErrInvalidWeight):
+		s.deadLetter(ctx, &j, CodeInvalidWeight, err.Error())
+	case err != nil:
+		s.limiterFailed(err)
+		if s.cfg.FailMode == FailOpen {
+			s.forward(ctx, &j, outSubject, true)
+		} else {
+			_ = m.NakWithDelay(s.closedDelay())
+		}
+	default:
+		s.limiterOK()
+		if res.Allowed {
+			s.forward(ctx, &j, outSubject, false)
+		} else {
+			_ = m.NakWithDelay(max(res.Wait, time.Microsecond))
+		}
+	}
+}
+
+// forward publishes the admitted job, waits for the PubAck, then acks the input.
+func (s *Service) forward(ctx context.Context, j *job, subject string, degraded bool) {
+	m := j.msg
+	out := &nats.Msg{
+		Subject: subject,
+		Data:    m.Data(),
+		Header: admittedHeader(m.Headers(), msgID("a", j.meta.Stream, j.meta.Sequence.Stream), j.tenant, j.plan.Name,
+			j.meta.NumDelivered, s.cfg.Now().Sub(j.meta.Timestamp), degraded),
+	}
+	if err := s.publish(ctx, out, s.cfg.StreamOut); err != nil {
+		s.log.Warn("forward failed: redelivering the job", "subject", subject, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+// deadLetter publishes the job to the dead subject with the reason, then terminates the input.
+func (s *Service) deadLetter(ctx context.Context, j *job, code, detail string) {
+	m := j.msg
+	subject, err := s.deadSubject(m.Subject())
+	if err != nil {
+		s.log.Error("cannot map to the dead subject: redelivering in a minute", "subject", m.Subject(), "err", err)
+		_ = m.NakWithDelay(time.Minute)
+		return
+	}
+	out := &nats.Msg{Subject: subject, Data: m.Data(),
+		Header: deadHeader(m.Headers(), msgID("d", j.meta.Stream, j.meta.Sequence.Stream), code, detail)}
+	if err := s.publish(ctx, out, s.cfg.StreamDead); err != nil {
+		s.log.Warn("dead-letter failed: redelivering the job", "subject", subject, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	s.log.Info("dead-lettered", "subject", m.Subject(), "tenant", j.tenant, "code", code, "detail", detail)
+	_ = m.TermWithReason(code)
+}
+
+func (s *Service) deadSubject(subject string) (string, error) {
+	_, mapped, err := s.dead.Map(subject)
+	return mapped, err
+}
+
+// publish sends to JetStream and waits for the PubAck, retrying transient failures briefly. A
+// duplicate PubAck (the forward already happened) is success.
+func (s *Service) publish(ctx context.Context, m *nats.Msg, stream string) error {
+	b := backoff.WithContext(backoff.WithMaxRetries(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(time.Second),
+	), 4), ctx)
+	return backoff.Retry(func() error {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := s.cfg.JetStream.PublishMsg(pctx, m, jetstream.WithExpectStream(stream))
+		return err
+	}, b)
+}
+
+// limiterFailed records a failed decision, logging only the change of state.
+func (s *Service) limiterFailed(err error) {
+	if s.limiter.down.CompareAndSwap(false, true) {
+		s.limiter.since.Store(time.Now().UnixNano())
+		s.log.Error("limiter unavailable", "fail_mode", string(s.cfg.FailMode), "err", err)
+	}
+}
+
+// limiterOK records a successful decision, logging a recovery.
+func (s *Service) limiterOK() {
+	if s.limiter.down.Load() && s.limiter.down.CompareAndSwap(true, false) {
+		s.closed.mu.Lock()
+		s.closed.b.Reset()
+		s.closed.mu.Unlock()
+		s.log.Info("limiter available again", "outage", time.Since(time.Unix(0, s.limiter.since.Load())).String())
+	}
+}
+
+// closedDelay is the next fail-closed redelivery delay.
+func (s *Service) closedDelay() time.Duration {
+	s.closed.mu.Lock()
+	defer s.closed.mu.Unlock()
+	return s.closed.b.NextBackOff()
+}

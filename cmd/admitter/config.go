@@ -1,0 +1,207 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/admitter/admitter/admission"
+	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/subjects"
+	"github.com/caarlos0/env/v11"
+)
+
+// config is the service's whole configuration: environment variables only (see README).
+type config struct {
+	NATSURL         string        `env:"ADMITTER_NATS_URL,required,notEmpty"`
+	RedisURL        string        `env:"ADMITTER_REDIS_URL,required,notEmpty"`
+	PlansFile       string        `env:"ADMITTER_PLANS_FILE,required,notEmpty"`
+	SubjectIn       string        `env:"ADMITTER_SUBJECT_IN" envDefault:"jobs.submit.{tenant}.>"`
+	SubjectOut      string        `env:"ADMITTER_SUBJECT_OUT" envDefault:"jobs.admitted.{tenant}.>"`
+	SubjectDead     string        `env:"ADMITTER_SUBJECT_DEAD" envDefault:"jobs.dead.{tenant}.>"`
+	StreamIn        string        `env:"ADMITTER_STREAM_IN" envDefault:"JOBS"`
+	StreamOut       string        `env:"ADMITTER_STREAM_OUT" envDefault:"ADMITTED"`
+	StreamDead      string        `env:"ADMITTER_STREAM_DEAD" envDefault:"DEAD"`
+	Consumer        string        `env:"ADMITTER_CONSUMER" envDefault:"admitter"`
+	FailMode        string        `env:"ADMITTER_FAIL_MODE" envDefault:"open"`
+	RedisTimeout    time.Duration `env:"ADMITTER_REDIS_TIMEOUT" envDefault:"250ms"`
+	RedisPrefix     string        `env:"ADMITTER_REDIS_PREFIX" envDefault:"admitter:"`
+	AckWait         time.Duration `env:"ADMITTER_ACK_WAIT" envDefault:"30s"`
+	MaxAckPending   int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"50000"`
+	Workers         int           `env:"ADMITTER_WORKERS" envDefault:"32"`
+	Horizon         time.Duration `env:"ADMITTER_HORIZON" envDefault:"1m"`
+	ShutdownTimeout time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
+	LogFormat       string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
+	LogLevel        string        `env:"ADMITTER_LOG_LEVEL" envDefault:"info"`
+
+	// Derived by load.
+	in, out, dead subjects.Template
+	plans         *bucket.Plans
+}
+
+// errConfig marks configuration errors: the process exits with status 2.
+var errConfig = errors.New("configuration error")
+
+// loadConfig reads the environment and the plans file and validates everything; errors name the
+// variable, or the file and line.
+func loadConfig(environ map[string]string) (*config, error) {
+	var c config
+	if err := env.ParseWithOptions(&c, env.Options{Environment: environ}); err != nil {
+		return nil, fmt.Errorf("%w: %s", errConfig, envError(err))
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	plans, err := bucket.LoadPlans(c.PlansFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: ADMITTER_PLANS_FILE: %w", errConfig, err)
+	}
+	c.plans = plans
+	return &c, nil
+}
+
+// envError rewrites the env library's errors so each names the variable, not the Go field.
+func envError(err error) string {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err.Error()
+	}
+	msgs := make([]string, 0, len(agg.Errors))
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		var unset env.VarIsNotSetError
+		var empty env.EmptyVarError
+		switch {
+		case errors.As(e, &pe):
+			f, _ := reflect.TypeOf(config{}).FieldByName(pe.Name)
+			name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+			msgs = append(msgs, fmt.Sprintf("%s: %v (want %s)", name, pe.Err, kind(pe.Type)))
+		case errors.As(e, &unset):
+			msgs = append(msgs, fmt.Sprintf("%s is required but not set", unset.Key))
+		case errors.As(e, &empty):
+			msgs = append(msgs, fmt.Sprintf("%s is required but empty", empty.Key))
+		default:
+			msgs = append(msgs, e.Error())
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func kind(t reflect.Type) string {
+	switch t {
+	case reflect.TypeOf(time.Duration(0)):
+		return "a duration such as 250ms, 30s or 1m"
+	case reflect.TypeOf(0):
+		return "an integer"
+	}
+	return t.String()
+}
+
+func (c *config) validate() error {
+	var err error
+	parse := func(name, v string) subjects.Template {
+		t, perr := subjects.Parse(v)
+		if perr != nil && err == nil {
+			err = fmt.Errorf("%s: %w", name, perr)
+		}
+		return t
+	}
+	c.in = parse("ADMITTER_SUBJECT_IN", c.SubjectIn)
+	c.out = parse("ADMITTER_SUBJECT_OUT", c.SubjectOut)
+	c.dead = parse("ADMITTER_SUBJECT_DEAD", c.SubjectDead)
+	if err != nil {
+		return err
+	}
+	if _, _, err := admission.Mappings(c.in, c.out, c.dead); err != nil {
+		return fmt.Errorf("ADMITTER_SUBJECT_IN/OUT/DEAD: %w", err)
+	}
+	switch {
+	case c.FailMode != "open" && c.FailMode != "closed":
+		return fmt.Errorf("ADMITTER_FAIL_MODE must be open or closed, got %q", c.FailMode)
+	case c.RedisTimeout <= 0:
+		return fmt.Errorf("ADMITTER_REDIS_TIMEOUT must be positive, got %v", c.RedisTimeout)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("ADMITTER_ACK_WAIT must be at least 1s, got %v", c.AckWait)
+	case c.AckWait < 4*c.RedisTimeout:
+		return fmt.Errorf("ADMITTER_ACK_WAIT (%v) must be at least 4× ADMITTER_REDIS_TIMEOUT (%v)", c.AckWait, c.RedisTimeout)
+	case c.MaxAckPending == 0 || c.MaxAckPending < -1:
+		return fmt.Errorf("ADMITTER_MAX_ACK_PENDING must be ≥ 1, or -1 for unlimited, got %d", c.MaxAckPending)
+	case c.Workers < 1 || c.Workers > 4096:
+		return fmt.Errorf("ADMITTER_WORKERS must be from 1 to 4096, got %d", c.Workers)
+	case c.Horizon < time.Second:
+		return fmt.Errorf("ADMITTER_HORIZON must be at least 1s, got %v", c.Horizon)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("ADMITTER_SHUTDOWN_TIMEOUT must be positive, got %v", c.ShutdownTimeout)
+	case c.LogFormat != "json" && c.LogFormat != "text":
+		return fmt.Errorf("ADMITTER_LOG_FORMAT must be json or text, got %q", c.LogFormat)
+	}
+	if _, err := logLevel(c.LogLevel); err != nil {
+		return err
+	}
+	for _, s := range []struct{ name, v string }{{"ADMITTER_STREAM_IN", c.StreamIn}, {"ADMITTER_STREAM_OUT", c.StreamOut}, {"ADMITTER_STREAM_DEAD", c.StreamDead}, {"ADMITTER_CONSUMER", c.Consumer}} {
+		if s.v == "" || strings.ContainsAny(s.v, " \t\r\n.*>/\\") {
+			return fmt.Errorf("%s must be a non-empty name without spaces, '.', '*', '>', '/' or '\\', got %q", s.name, s.v)
+		}
+	}
+	if c.StreamIn == c.StreamOut || c.StreamIn == c.StreamDead || c.StreamOut == c.StreamDead {
+		return fmt.Errorf("ADMITTER_STREAM_IN, ADMITTER_STREAM_OUT and ADMITTER_STREAM_DEAD must differ, got %q, %q and %q", c.StreamIn, c.StreamOut, c.StreamDead)
+	}
+	for _, u := range strings.Split(c.NATSURL, ",") {
+		if _, err := url.Parse(strings.TrimSpace(u)); err != nil || strings.TrimSpace(u) == "" {
+			return fmt.Errorf("ADMITTER_NATS_URL: %q is not a URL", redact(u))
+		}
+	}
+	if _, err := bucket.RedisClientOption(c.RedisURL); err != nil {
+		return fmt.Errorf("ADMITTER_REDIS_URL: %s", strings.ReplaceAll(err.Error(), c.RedisURL, redact(c.RedisURL)))
+	}
+	return nil
+}
+
+// redact hides the password (or the token, a user without password) in each URL of a
+// comma-separated list.
+func redact(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			if strings.Contains(p, "@") {
+				parts[i] = "(unparsable URL with credentials)"
+			}
+			continue
+		}
+		if u.User != nil {
+			if _, has := u.User.Password(); has {
+				u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			} else {
+				u.User = url.User("xxxxx")
+			}
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// describe prints the effective configuration, secrets masked.
+func (c *config) describe() string {
+	var b strings.Builder
+	v := reflect.ValueOf(*c)
+	t := v.Type()
+	for i := range t.NumField() {
+		tag := t.Field(i).Tag.Get("env")
+		if tag == "" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		val := fmt.Sprint(v.Field(i).Interface())
+		if name == "ADMITTER_NATS_URL" || name == "ADMITTER_REDIS_URL" {
+			val = redact(val)
+		}
+		fmt.Fprintf(&b, "%s=%s\n", name, val)
+	}
+	b.WriteString("\n")
+	b.WriteString(c.plans.Describe())
+	return b.String()
+}

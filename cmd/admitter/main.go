@@ -1,0 +1,100 @@
+// Command admitter turns a per-tenant rate limiter into backpressure for jobs on NATS
+// JetStream. It is configured by environment variables only; see the README.
+//
+//	admitter                 run the service (also: admitter run)
+//	admitter check-config    validate the environment and plans file, print the effective config
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+const usage = `usage: admitter [run | check-config | help]
+
+  run            consume, decide and forward jobs (the default)
+  check-config   validate the environment and the plans file, print the effective configuration
+
+Configuration is read from ADMITTER_* environment variables; see README.md.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := runMain(ctx, os.Args[1:], environ(), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func environ() map[string]string {
+	m := make(map[string]string)
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// runMain runs one command and returns the exit status: 0 success, 1 failure, 2 bad usage or
+// configuration.
+func runMain(ctx context.Context, args []string, env map[string]string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 {
+		cmd = args[0]
+	}
+	if len(args) > 1 {
+		fmt.Fprintf(stderr, "admitter: %s takes no arguments, got %q\n", cmd, args[1:])
+		return 2
+	}
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "run", "check-config":
+	default:
+		fmt.Fprintf(stderr, "admitter: unknown command %q\n%s", cmd, usage)
+		return 2
+	}
+	cfg, err := loadConfig(env)
+	if err != nil {
+		fmt.Fprintf(stderr, "admitter: %v\n", err)
+		return 2
+	}
+	if cmd == "check-config" {
+		fmt.Fprintln(stdout, "configuration OK")
+		fmt.Fprint(stdout, cfg.describe())
+		return 0
+	}
+	log := newLogger(cfg, stderr)
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("admitter stopped", "err", err)
+		if errors.Is(err, errConfig) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func newLogger(c *config, w io.Writer) *slog.Logger {
+	level, _ := logLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func logLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("ADMITTER_LOG_LEVEL must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}

@@ -1,0 +1,263 @@
+// Package tests holds admitter's end-to-end tests: they build the admitter binary and run it as
+// a user would, against an in-process JetStream server and a real redis-server.
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/internal/testenv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// binary is the admitter built once for all tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "admitter-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "admitter")
+	build := exec.Command("go", "build", "-race", "-o", binary, "../cmd/admitter")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build admitter:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// world is one test's servers, plans file and client connection.
+type world struct {
+	t     *testing.T
+	nats  *testenv.NATSServer
+	redis *testenv.RedisServer
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	plans string
+}
+
+func newWorld(t *testing.T, plans string) *world {
+	t.Helper()
+	w := &world{t: t, nats: testenv.StartNATS(t), redis: testenv.StartRedis(t)}
+	w.plans = filepath.Join(t.TempDir(), "plans.yaml")
+	if err := os.WriteFile(w.plans, []byte(plans), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(w.nats.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w.nc = nc
+	if w.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// env is the admitter's environment for this world, with overrides.
+func (w *world) env(over ...string) []string {
+	e := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"ADMITTER_NATS_URL=" + w.nats.URL(),
+		"ADMITTER_REDIS_URL=" + w.redis.URL(),
+		"ADMITTER_PLANS_FILE=" + w.plans,
+		"ADMITTER_LOG_FORMAT=text",
+		"ADMITTER_ACK_WAIT=5s",
+	}
+	return append(e, over...)
+}
+
+// proc is a running admitter.
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// start runs the admitter and waits until its consumer exists.
+func (w *world) start(over ...string) *proc {
+	w.t.Helper()
+	p := &proc{t: w.t, cmd: exec.Command(binary), logs: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = w.env(over...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	w.t.Cleanup(func() {
+		p.kill()
+		if w.t.Failed() {
+			w.t.Logf("admitter logs:\n%s", p.logs.String())
+		}
+	})
+	waitFor(w.t, 20*time.Second, "the admitter to start consuming", func() bool {
+		select {
+		case <-p.done:
+			w.t.Fatalf("admitter exited at start (%v):\n%s", p.err, p.logs.String())
+		default:
+		}
+		return strings.Contains(p.logs.String(), "admitting")
+	})
+	return p
+}
+
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// signal sends sig and waits (bounded) for the exit status.
+func (p *proc) signal(sig syscall.Signal, within time.Duration) int {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		p.t.Fatalf("admitter did not exit within %v of %v:\n%s", within, sig, p.logs.String())
+	}
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode()
+	}
+	return 0
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// publish stores a job on the input stream and waits for the PubAck.
+func (w *world) publish(subject, payload string, hdr ...string) {
+	w.t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = []byte(payload)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		m.Header.Add(hdr[i], hdr[i+1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := w.js.PublishMsg(ctx, m); err != nil {
+		w.t.Fatalf("publish %s: %v", subject, err)
+	}
+}
+
+// job is a message read back from an output stream.
+type job struct {
+	subject string
+	payload string
+	header  nats.Header
+	stored  time.Time
+}
+
+// read returns every message on the stream, waiting (bounded) until there are at least n.
+func (w *world) read(stream string, n int, timeout time.Duration) []job {
+	w.t.Helper()
+	var out []job
+	waitFor(w.t, timeout, fmt.Sprintf("%d messages on %s", n, stream), func() bool {
+		out = w.readAll(stream)
+		return len(out) >= n
+	})
+	return out
+}
+
+// readAll returns every message now on the stream.
+func (w *world) readAll(stream string) []job {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := w.js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var out []job
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		out = append(out, job{subject: m.Subject, payload: string(m.Data), header: m.Header, stored: m.Time})
+	}
+	return out
+}
+
+// consumer returns the admitter consumer's info.
+func (w *world) consumer() *jetstream.ConsumerInfo {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := w.js.Consumer(ctx, "JOBS", "admitter")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return info
+}
+
+// streamMsgs is the number of messages stored on a stream.
+func (w *world) streamMsgs(stream string) uint64 {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := w.js.Stream(ctx, stream)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
