@@ -1,0 +1,199 @@
+package tests
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const onePlan = `
+plans:
+  free:
+    limits:
+      - {capacity: 5, rate: 20/s}
+  fast:
+    limits:
+      - {capacity: 20, rate: 200/s}
+tenants:
+  bob: free
+  carol: fast
+`
+
+// countDegraded counts forwarded jobs marked Admit-Degraded: fail-open.
+func countDegraded(jobs []job) int {
+	n := 0
+	for _, j := range jobs {
+		if j.header.Get("Admit-Degraded") == "fail-open" {
+			n++
+		}
+	}
+	return n
+}
+
+// uniquePayloads fails the test if a payload was forwarded twice and returns the count.
+func uniquePayloads(t *testing.T, jobs []job) int {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		if seen[j.payload] {
+			t.Fatalf("job %s forwarded twice", j.payload)
+		}
+		seen[j.payload] = true
+	}
+	return len(seen)
+}
+
+func TestFailOpenWhileRedisIsDown(t *testing.T) {
+	w := newWorld(t, onePlan)
+	p := w.start() // ADMITTER_FAIL_MODE defaults to open
+	w.publish("jobs.submit.bob.x", "before")
+	w.read("ADMITTED", 1, 10*time.Second)
+
+	w.redis.Kill()
+	for i := range 3 {
+		w.publish("jobs.submit.bob.x", fmt.Sprint("during-", i))
+	}
+	got := w.read("ADMITTED", 4, 10*time.Second)
+	if n := countDegraded(got); n != 3 {
+		t.Fatalf("%d jobs forwarded fail-open, want the 3 published while Redis was down", n)
+	}
+
+	if err := w.redis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Probe until a job passes with a real decision again.
+	probes := 0
+	waitFor(t, 20*time.Second, "a decided forward after Redis came back", func() bool {
+		w.publish("jobs.submit.carol.x", fmt.Sprint("after-", probes))
+		probes++
+		time.Sleep(100 * time.Millisecond)
+		got = w.readAll("ADMITTED")
+		for _, j := range got {
+			if strings.HasPrefix(j.payload, "after-") && j.header.Get("Admit-Degraded") == "" {
+				return true
+			}
+		}
+		return false
+	})
+	logs := p.logs.String()
+	if n := strings.Count(logs, "limiter unavailable"); n != 1 {
+		t.Errorf("'limiter unavailable' logged %d times, want once for the outage", n)
+	}
+	if n := strings.Count(logs, "limiter available again"); n != 1 {
+		t.Errorf("'limiter available again' logged %d times, want once", n)
+	}
+	uniquePayloads(t, w.read("ADMITTED", 4+probes, 10*time.Second))
+}
+
+func TestFailClosedWhileRedisIsDown(t *testing.T) {
+	w := newWorld(t, onePlan)
+	p := w.start("ADMITTER_FAIL_MODE=closed")
+	w.redis.Kill()
+	for i := range 3 {
+		w.publish("jobs.submit.carol.x", fmt.Sprint("job-", i))
+	}
+	// Each job is delivered, refused a decision and redelivered, more than once.
+	waitFor(t, 20*time.Second, "the jobs to be redelivered while Redis is down", func() bool {
+		return w.consumer().NumRedelivered >= 3 && w.consumer().NumPending == 0
+	})
+	if got := w.readAll("ADMITTED"); len(got) != 0 {
+		t.Fatalf("fail-closed forwarded %d jobs while Redis was down", len(got))
+	}
+	if err := w.redis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	got := w.read("ADMITTED", 3, 30*time.Second)
+	if countDegraded(got) != 0 || uniquePayloads(t, got) != 3 {
+		t.Fatalf("after Redis came back: %d forwarded, %d degraded", len(got), countDegraded(got))
+	}
+	for _, j := range got {
+		if j.header.Get("Admit-Attempts") == "1" {
+			t.Errorf("job %s admitted on its first delivery, but Redis was down then", j.payload)
+		}
+	}
+	if n := strings.Count(p.logs.String(), "limiter unavailable"); n != 1 {
+		t.Errorf("'limiter unavailable' logged %d times, want once", n)
+	}
+}
+
+// TestCrashMidStreamForwardsEveryJobOnce kills the admitter with SIGKILL while it paces a
+// backlog, restarts it, and checks every job is forwarded exactly once.
+func TestCrashMidStreamForwardsEveryJobOnce(t *testing.T) {
+	w := newWorld(t, onePlan)
+	p := w.start("ADMITTER_ACK_WAIT=2s")
+	const n = 300
+	for i := range n {
+		w.publish("jobs.submit.carol.work", fmt.Sprint("job-", i))
+	}
+	w.read("ADMITTED", 60, 20*time.Second)
+	p.kill()
+	before := len(w.readAll("ADMITTED"))
+	w.start("ADMITTER_ACK_WAIT=2s")
+	got := w.read("ADMITTED", n, 60*time.Second)
+	waitFor(t, 20*time.Second, "the input stream to drain", func() bool { return w.streamMsgs("JOBS") == 0 })
+	got = w.readAll("ADMITTED")
+	if uniquePayloads(t, got) != n || len(got) != n {
+		t.Fatalf("forwarded %d messages for %d jobs", len(got), n)
+	}
+	t.Logf("killed after %d of %d forwarded; after restart all %d forwarded once", before, n, n)
+}
+
+// TestTwoReplicasShareThePlan runs two admitters on one consumer: together they must not
+// exceed the tenant's plan.
+func TestTwoReplicasShareThePlan(t *testing.T) {
+	w := newWorld(t, onePlan)
+	a := w.start()
+	b := w.start()
+	const n, capacity, rate = 65, 5, 20.0
+	start := time.Now()
+	for i := range n {
+		w.publish("jobs.submit.bob.x", fmt.Sprint("job-", i))
+	}
+	got := w.read("ADMITTED", n, 30*time.Second)
+	if uniquePayloads(t, got) != n {
+		t.Fatalf("forwarded %d, want %d", len(got), n)
+	}
+	times := make([]time.Time, len(got))
+	for i, j := range got {
+		times[i] = j.stored
+	}
+	slices.SortFunc(times, func(x, y time.Time) int { return x.Compare(y) })
+	for k, at := range times {
+		if bound := capacity + rate*at.Sub(start).Seconds() + 1; float64(k+1) > bound {
+			t.Fatalf("two replicas forwarded %d jobs %v after the burst; the plan allows %.1f", k+1, at.Sub(start), bound)
+		}
+	}
+	rate2 := float64(n-capacity) / times[n-1].Sub(times[capacity-1]).Seconds()
+	t.Logf("two replicas: %d jobs, %.2f jobs/s after the burst (plan %v/s)", n, rate2, rate)
+	for _, p := range []*proc{a, b} {
+		if p.signal(syscall.SIGTERM, 15*time.Second) != 0 {
+			t.Errorf("replica exited non-zero:\n%s", p.logs.String())
+		}
+	}
+}
+
+// TestSIGTERMSettlesAndExits stops the admitter while jobs are delayed and in flight: it exits 0
+// within the bound, and a restarted admitter forwards every job once.
+func TestSIGTERMSettlesAndExits(t *testing.T) {
+	w := newWorld(t, onePlan)
+	p := w.start()
+	const n = 40
+	for i := range n {
+		w.publish("jobs.submit.bob.x", fmt.Sprint("job-", i))
+	}
+	w.read("ADMITTED", 8, 10*time.Second)
+	if code := p.signal(syscall.SIGTERM, 15*time.Second); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, p.logs.String())
+	}
+	if !strings.Contains(p.logs.String(), "stopped") {
+		t.Fatalf("no 'stopped' line:\n%s", p.logs.String())
+	}
+	w.start()
+	got := w.read("ADMITTED", n, 30*time.Second)
+	if uniquePayloads(t, got) != n {
+		t.Fatalf("forwarded %d, want %d", len(got), n)
+	}
+}
