@@ -3,7 +3,6 @@ package bucket
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -64,17 +63,14 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err := checkTenant(tenant); err != nil {
 		return Snapshot{}, err
 	}
-	now := "0"
-	if r.clock != nil {
-		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
-	}
-	vals, err := r.inspect.Exec(ctx, r.client, []string{r.stateKey(tenant)},
-		[]string{now, strconv.Itoa(len(plan.Limits))}).AsIntSlice()
+	reply, err := r.inspect.Exec(ctx, r.client, []string{r.stateKey(tenant)},
+		[]string{string(packInts(nil, r.now(), int64(len(plan.Limits))))}).AsBytes()
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	if len(vals) != len(plan.Limits)+1 {
-		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: reply has %d values, want %d", tenant, len(vals), len(plan.Limits)+1)
+	vals := make([]int64, len(plan.Limits)+1)
+	if err := unpackInts(reply, vals); err != nil {
+		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
 	return plan.snapshot(vals[0], vals[1:]), nil
 }

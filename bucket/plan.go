@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"time"
@@ -43,8 +44,9 @@ type Plan struct {
 
 	minCapacity int64
 	labels      []string
-	// scriptArgs are the per-limit script arguments: capacity and interval in µs, pairwise.
-	scriptArgs []string
+	// packed is the plan's part of the script argument: capacity and interval (µs) per limit,
+	// little-endian int64s (see lua/decide.lua).
+	packed []byte
 }
 
 // NewPlan checks the limits and returns a plan ready for decisions.
@@ -68,7 +70,8 @@ func NewPlan(name string, limits ...Limit) (*Plan, error) {
 			p.minCapacity = l.Capacity
 		}
 		p.labels = append(p.labels, l.label(i))
-		p.scriptArgs = append(p.scriptArgs, strconv.FormatInt(l.Capacity, 10), strconv.FormatInt(us, 10))
+		p.packed = binary.LittleEndian.AppendUint64(p.packed, uint64(l.Capacity))
+		p.packed = binary.LittleEndian.AppendUint64(p.packed, uint64(us))
 	}
 	return p, nil
 }

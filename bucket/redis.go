@@ -2,9 +2,10 @@ package bucket
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
-	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/admitter/admitter/lua"
 	"github.com/redis/rueidis"
@@ -22,8 +23,9 @@ type Redis struct {
 	script  *rueidis.Lua
 	inspect *rueidis.Lua
 	prefix  string
-	// fixed are the script arguments after weight: horizon, grace, marker life, key pad.
-	fixed [4]string
+	// fixed is the part of the script argument after the weight: horizon, grace, marker life
+	// and key pad, packed (see lua/decide.lua).
+	fixed []byte
 	// clock pins the script's clock (tests only); nil reads the server's TIME.
 	clock func() time.Time
 }
@@ -40,13 +42,28 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		script:  rueidis.NewLuaScript(lua.Decide),
 		inspect: rueidis.NewLuaScriptReadOnly(lua.Inspect),
 		prefix:  prefix,
-		fixed: [4]string{
-			strconv.FormatInt(opts.Horizon.Microseconds(), 10),
-			strconv.FormatInt(opts.SlotGrace.Microseconds(), 10),
-			strconv.FormatInt(opts.MarkerTTL.Microseconds(), 10),
-			"0",
-		},
+		fixed:   packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0),
 	}
+}
+
+// packInts appends little-endian int64s, the encoding of every value crossing the script
+// boundary.
+func packInts(b []byte, vs ...int64) []byte {
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	return b
+}
+
+// unpackInts decodes a reply of len(into) packed int64s.
+func unpackInts(b []byte, into []int64) error {
+	if len(b) != 8*len(into) {
+		return fmt.Errorf("reply has %d bytes, want %d", len(b), 8*len(into))
+	}
+	for i := range into {
+		into[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return nil
 }
 
 // Decide decides a request. A call that fails or times out (ctx) may still have run on the
@@ -60,28 +77,26 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 	if req.JobID != "" {
 		keys = append(keys, state+":"+req.JobID)
 	}
-	now := "0"
-	if r.clock != nil {
-		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
-	}
-	args := make([]string, 0, 6+len(req.Plan.scriptArgs))
-	args = append(args, now, strconv.FormatInt(req.Weight, 10))
-	args = append(args, r.fixed[:]...)
-	args = append(args, req.Plan.scriptArgs...)
-	vals, err := r.script.Exec(ctx, r.client, keys, args).ToArray()
+	arg := make([]byte, 0, 16+len(r.fixed)+len(req.Plan.packed))
+	arg = packInts(arg, r.now(), req.Weight)
+	arg = append(append(arg, r.fixed...), req.Plan.packed...)
+	reply, err := r.script.Exec(ctx, r.client, keys, []string{unsafe.String(&arg[0], len(arg))}).AsBytes()
 	if err != nil {
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
-	if len(vals) != 4 {
-		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: reply has %d values, want 4", req.Tenant, len(vals))
-	}
 	var n [4]int64
-	for i := range vals {
-		if n[i], err = vals[i].AsInt64(); err != nil {
-			return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: reply value %d: %w", req.Tenant, i, err)
-		}
+	if err := unpackInts(reply, n[:]); err != nil {
+		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
 	return req.Plan.result(n[0], n[1], n[2], n[3])
+}
+
+// now is the time argument of the scripts: 0 (the server reads its own clock) unless pinned.
+func (r *Redis) now() int64 {
+	if r.clock == nil {
+		return 0
+	}
+	return r.clock().UnixMicro()
 }
 
 // stateKey is the key of a tenant's bucket state; its job keys extend it with ":" + job id.
@@ -110,5 +125,5 @@ func RedisClientOption(url string) (rueidis.ClientOption, error) {
 // clock still considers alive.
 func (r *Redis) pin(clock func() time.Time) {
 	r.clock = clock
-	r.fixed[3] = "60000"
+	binary.LittleEndian.PutUint64(r.fixed[24:], 60000)
 }

@@ -7,44 +7,57 @@
 -- limit; taking it moves each limit's tat to max(tat, s) + w*I. A slot in the future is a
 -- reservation: later jobs queue behind it, spaced at the plan's rate.
 --
--- KEYS[1]  the tenant's state: a hash of limit index -> tat (µs), absent fields mean "full".
--- KEYS[2]  optional: the job's key. Its value is the booked slot (µs, > 0) while the job waits,
---          or -(expiry µs) once it is admitted; either way it carries its own logical expiry so
---          decisions do not depend on when Redis evicts it.
--- ARGV[1]  now in µs, or 0 to read the Redis server's clock (TIME)
--- ARGV[2]  weight (integer >= 1)
--- ARGV[3]  horizon (µs): a slot further ahead than this is not booked
--- ARGV[4]  grace (µs): how long a booked slot is honoured after it passes
--- ARGV[5]  marker life (µs): how long an admitted job is remembered
--- ARGV[6]  extra key life (ms) added to every PEXPIRE (0 in production)
--- ARGV[7..] per limit: capacity, interval (µs)
+-- Everything crossing the boundary is a little-endian int64 packed with struct ('<l'): exact,
+-- and one argument and one reply string cost far less than many (measured: 13 arguments and a
+-- 4-integer reply table take ~5µs of a call; packed, ~1µs).
 --
--- Reply: {status, remaining, wait (µs), binding limit (0-based)}; all integers.
+-- KEYS[1]  the tenant's state: one packed int64 tat per limit, in plan order. Absent, or packed
+--          for a plan with another number of limits, means every limit is full.
+-- KEYS[2]  optional: the job's key, one packed int64: the booked slot (µs, > 0) while the job
+--          waits, or -(expiry µs) once it is admitted. Either way it carries its own logical
+--          expiry, so decisions do not depend on when Redis evicts it.
+-- ARGV[1]  packed int64s: now (µs, 0 = read the Redis server's clock with TIME), weight (>= 1),
+--          horizon (µs: a slot further ahead is not booked), grace (µs: how long a booked slot
+--          is honoured after it passes), marker life (µs: how long an admitted job is
+--          remembered), extra key life (ms added to every PX; 0 in production), then per
+--          limit: capacity, interval (µs).
+--
+-- Reply: packed int64s {status, remaining, wait (µs), binding limit (0-based)}.
 -- status: 0 admitted and charged, 1 admitted at its booked slot (charged when booked),
 --         2 already admitted (duplicate), 3 delayed with a slot booked, 4 throttled: nothing
 --         booked, because the slot lies beyond the horizon or there is no job key to hold it
 --         (wait is the time to the slot, at most the horizon), 5 returned before its booked slot.
+--
+-- Redis commands: TIME, one GET or MGET, and at most two SET ... PX.
 
-local now = tonumber(ARGV[1])
+local a = {struct.unpack('<' .. string.rep('l', #ARGV[1] / 8), ARGV[1])}
+local now, w, horizon, grace, life, pad = a[1], a[2], a[3], a[4], a[5], a[6]
+local n = (#ARGV[1] / 8 - 6) / 2
 if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local w = tonumber(ARGV[2])
-local horizon = tonumber(ARGV[3])
-local pad = tonumber(ARGV[6])
-local n = (#ARGV - 6) / 2
+local fmt = '<' .. string.rep('l', n)
+local job = KEYS[2]
 
-local fields = {}
-for i = 1, n do fields[i] = tostring(i - 1) end
-local tats = redis.call('HMGET', KEYS[1], unpack(fields))
+local state, jobval
+if job then
+  local v = redis.call('MGET', KEYS[1], job)
+  state, jobval = v[1], v[2]
+else
+  state = redis.call('GET', KEYS[1])
+end
+
+local tats = {}
+if state and #state == 8 * n then
+  tats = {struct.unpack(fmt, state)}
+end
 local cap, iv = {}, {}
 for i = 1, n do
-  cap[i] = tonumber(ARGV[5 + 2 * i]) * tonumber(ARGV[6 + 2 * i])
-  iv[i] = tonumber(ARGV[6 + 2 * i])
-  local t = tonumber(tats[i])
-  if t == nil or t < now then t = now end
-  tats[i] = t
+  iv[i] = a[6 + 2 * i]
+  cap[i] = a[5 + 2 * i] * iv[i]
+  local t = tats[i]
+  if t == nil or t < now then tats[i] = now end
 end
 
 -- remaining: whole tokens every limit holds now; binding: the limit holding the fewest.
@@ -58,23 +71,17 @@ local function remaining()
   return best, bi
 end
 
-local function int(x) return string.format('%d', x) end
-
-local job = KEYS[2]
-if job then
-  local v = tonumber(redis.call('GET', job))
-  if v ~= nil then
-    if v < 0 and -v > now then
-      local r, b = remaining()
-      return {2, r, 0, b}
-    end
-    if v > 0 and v + tonumber(ARGV[4]) > now then
-      local r, b = remaining()
-      if now < v then return {5, r, v - now, b} end
-      local life = tonumber(ARGV[5])
-      redis.call('SET', job, int(-(now + life)), 'PX', int(math.ceil(life / 1000) + pad))
-      return {1, r, 0, b}
-    end
+if jobval and #jobval == 8 then
+  local v = struct.unpack('<l', jobval)
+  if v < 0 and -v > now then
+    local r, b = remaining()
+    return struct.pack('<llll', 2, r, 0, b)
+  end
+  if v > 0 and v + grace > now then
+    local r, b = remaining()
+    if now < v then return struct.pack('<llll', 5, r, v - now, b) end
+    redis.call('SET', job, struct.pack('<l', -(now + life)), 'PX', math.ceil(life / 1000) + pad)
+    return struct.pack('<llll', 1, r, 0, b)
   end
 end
 
@@ -85,31 +92,25 @@ for i = 1, n do
 end
 if slot - now > horizon or (slot > now and not job) then
   local r = remaining()
-  return {4, r, math.min(slot - now, horizon), bind}
+  return struct.pack('<llll', 4, r, math.min(slot - now, horizon), bind)
 end
 
-local hset, last = {}, now
+local last = now
 for i = 1, n do
   local t = tats[i]
   if t < slot then t = slot end
   t = t + w * iv[i]
   tats[i] = t
   if t > last then last = t end
-  hset[2 * i - 1] = fields[i]
-  hset[2 * i] = int(t)
 end
-redis.call('HSET', KEYS[1], unpack(hset))
-redis.call('PEXPIRE', KEYS[1], int(math.ceil((last - now) / 1000) + pad))
+redis.call('SET', KEYS[1], struct.pack(fmt, unpack(tats, 1, n)), 'PX', math.ceil((last - now) / 1000) + pad)
 
 local r, b = remaining()
 if slot == now then
   if job then
-    local life = tonumber(ARGV[5])
-    redis.call('SET', job, int(-(now + life)), 'PX', int(math.ceil(life / 1000) + pad))
+    redis.call('SET', job, struct.pack('<l', -(now + life)), 'PX', math.ceil(life / 1000) + pad)
   end
-  return {0, r, 0, b}
+  return struct.pack('<llll', 0, r, 0, b)
 end
-if job then
-  redis.call('SET', job, int(slot), 'PX', int(math.ceil((slot - now + tonumber(ARGV[4])) / 1000) + pad))
-end
-return {3, r, slot - now, bind}
+redis.call('SET', job, struct.pack('<l', slot), 'PX', math.ceil((slot - now + grace) / 1000) + pad)
+return struct.pack('<llll', 3, r, slot - now, bind)
