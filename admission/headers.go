@@ -28,8 +28,12 @@ const (
 	HeaderError = "Admit-Error"
 	// HeaderErrorDetail, on dead-lettered jobs: a sentence saying what was wrong.
 	HeaderErrorDetail = "Admit-Error-Detail"
-	// HeaderOriginalMsgID keeps the producer's own Nats-Msg-Id, which the forward replaces.
+	// HeaderOriginalMsgID keeps the producer's own Nats-Msg-Id, which the forward replaces. Every
+	// other Nats-* header of the input is kept the same way, as Admit-Original-*: they are
+	// directives to the server about the input's publish (Nats-Expected-Last-Sequence,
+	// Nats-TTL, ...) and would be enforced, wrongly, on the forward.
 	HeaderOriginalMsgID = "Admit-Original-Msg-Id"
+	originalPrefix      = "Admit-Original-"
 )
 
 // Dead-letter codes, the value of HeaderError.
@@ -38,14 +42,16 @@ const (
 	CodeWeightOverCapacity = "weight-over-capacity"
 	CodeUnknownTenant      = "unknown-tenant"
 	CodeInvalidTenant      = "invalid-tenant"
-	CodeInvalidSubject     = "invalid-subject"
+	// CodeForwardRejected: the output stream refused the admitted job for good (a JetStream API
+	// error such as a message larger than the stream allows); the detail quotes the server.
+	CodeForwardRejected = "forward-rejected"
 )
 
 // maxWeight bounds Admit-Weight so that weight × interval arithmetic cannot overflow.
 const maxWeight = 1 << 40
 
 // ParseWeight reads the job's weight from its headers: absent means 1; otherwise exactly one
-// value, a decimal integer from 1 to 2^40 without sign or spaces. The header name is matched
+// value, a decimal integer from 1 to 2^40 without sign or spaces (leading zeros allowed). The header name is matched
 // without regard to case (NATS keeps header case as the producer wrote it). The error is a
 // sentence naming the header and the value.
 func ParseWeight(h nats.Header) (int64, error) {
@@ -63,7 +69,7 @@ func ParseWeight(h nats.Header) (int64, error) {
 		return 0, fmt.Errorf("header %s appears %d times (%q), want one value", HeaderWeight, len(vals), vals)
 	}
 	v := vals[0]
-	if v == "" || len(v) > 13 {
+	if v == "" {
 		return 0, fmt.Errorf("header %s is %q, want an integer from 1 to %d", HeaderWeight, v, int64(maxWeight))
 	}
 	for i := 0; i < len(v); i++ {
@@ -84,16 +90,17 @@ func msgID(kind, stream string, seq uint64) string {
 	return "admitter:" + kind + ":" + stream + ":" + strconv.FormatUint(seq, 10)
 }
 
-// copyHeader copies every input header to a new header, keeping a producer's Nats-Msg-Id under
-// HeaderOriginalMsgID since the output uses its own.
+// copyHeader copies every input header to a new header. Headers starting with "Nats-" are
+// server directives for the input's own publish: they are kept as Admit-Original-<rest>
+// (Nats-Msg-Id becomes Admit-Original-Msg-Id) so that they are neither lost nor applied to the
+// forward.
 func copyHeader(in nats.Header, extra int) nats.Header {
 	out := make(nats.Header, len(in)+extra)
 	for k, v := range in {
-		if k == nats.MsgIdHdr {
-			out[HeaderOriginalMsgID] = append([]string(nil), v...)
-			continue
+		if len(k) > 5 && strings.EqualFold(k[:5], "Nats-") {
+			k = originalPrefix + k[5:]
 		}
-		out[k] = append([]string(nil), v...)
+		out[k] = append(out[k], v...)
 	}
 	return out
 }

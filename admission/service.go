@@ -284,12 +284,17 @@ func (s *Service) forward(ctx context.Context, j *job, subject string, degraded 
 		Header: admittedHeader(m.Headers(), msgID("a", j.meta.Stream, j.meta.Sequence.Stream), j.tenant, j.plan.Name,
 			j.meta.NumDelivered, s.cfg.Now().Sub(j.meta.Timestamp), degraded),
 	}
-	if err := s.publish(ctx, out, s.cfg.StreamOut); err != nil {
+	err := s.publish(ctx, out, s.cfg.StreamOut)
+	var api *jetstream.APIError
+	switch {
+	case err == nil:
+		_ = m.Ack()
+	case errors.As(err, &api):
+		s.deadLetter(ctx, j, CodeForwardRejected, fmt.Sprintf("stream %s refused the admitted job: %v", s.cfg.StreamOut, api))
+	default:
 		s.log.Warn("forward failed: redelivering the job", "subject", subject, "err", err)
 		_ = m.NakWithDelay(time.Second)
-		return
 	}
-	_ = m.Ack()
 }
 
 // deadLetter publishes the job to the dead subject with the reason, then terminates the input.
@@ -304,8 +309,12 @@ func (s *Service) deadLetter(ctx context.Context, j *job, code, detail string) {
 	out := &nats.Msg{Subject: subject, Data: m.Data(),
 		Header: deadHeader(m.Headers(), msgID("d", j.meta.Stream, j.meta.Sequence.Stream), code, detail)}
 	if err := s.publish(ctx, out, s.cfg.StreamDead); err != nil {
-		s.log.Warn("dead-letter failed: redelivering the job", "subject", subject, "err", err)
-		_ = m.NakWithDelay(time.Second)
+		delay := time.Second
+		if errors.As(err, new(*jetstream.APIError)) {
+			delay = time.Minute // refused for good: keep the job, retry rarely, say so loudly
+		}
+		s.log.Error("dead-letter failed: redelivering the job", "subject", subject, "code", code, "err", err, "retry_in", delay.String())
+		_ = m.NakWithDelay(delay)
 		return
 	}
 	s.log.Info("dead-lettered", "subject", m.Subject(), "tenant", j.tenant, "code", code, "detail", detail)
@@ -318,7 +327,8 @@ func (s *Service) deadSubject(subject string) (string, error) {
 }
 
 // publish sends to JetStream and waits for the PubAck, retrying transient failures briefly. A
-// duplicate PubAck (the forward already happened) is success.
+// duplicate PubAck (the forward already happened) is success. A JetStream API error (the stream
+// refused the message) is not retried: it is returned as a *jetstream.APIError.
 func (s *Service) publish(ctx context.Context, m *nats.Msg, stream string) error {
 	b := backoff.WithContext(backoff.WithMaxRetries(backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(50*time.Millisecond),
@@ -328,6 +338,9 @@ func (s *Service) publish(ctx context.Context, m *nats.Msg, stream string) error
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err := s.cfg.JetStream.PublishMsg(pctx, m, jetstream.WithExpectStream(stream))
+		if errors.As(err, new(*jetstream.APIError)) {
+			return backoff.Permanent(err)
+		}
 		return err
 	}, b)
 }
