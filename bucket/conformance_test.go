@@ -74,6 +74,23 @@ func (h *harness) expectTokens(p *Plan, want ...int64) {
 	}
 }
 
+// expectReservations checks the outstanding booked slots and the latest one, as an offset from
+// the clock's start.
+func (h *harness) expectReservations(p *Plan, n int, latest time.Duration) {
+	h.t.Helper()
+	s, err := h.l.Inspect(context.Background(), h.tenant, p)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var got time.Duration
+	if !s.LatestSlot.IsZero() {
+		got = s.LatestSlot.Sub(newClock().Now())
+	}
+	if s.Reservations != n || got != latest {
+		h.t.Fatalf("reservations = %d, latest slot +%v; want %d, +%v", s.Reservations, got, n, latest)
+	}
+}
+
 const ms = time.Millisecond
 
 var conformanceCases = []struct {
@@ -137,10 +154,12 @@ var conformanceCases = []struct {
 			h.expect(p, 1, fmt.Sprintf("j%d", i), Delayed, time.Duration(i)*100*ms, 0)
 		}
 		h.expectTokens(p, -5)
+		h.expectReservations(p, 5, 500*ms)
 		// j1 comes back at its slot: admitted, not charged again.
 		h.c.Advance(100 * ms)
 		h.expect(p, 1, "j1", AdmittedAtSlot, 0, 0)
 		h.expectTokens(p, -4)
+		h.expectReservations(p, 4, 500*ms)
 		// j3 comes back early: its slot stands.
 		h.expect(p, 1, "j3", Early, 200*ms, 0)
 		// a newcomer queues behind everything already booked.
@@ -150,6 +169,7 @@ var conformanceCases = []struct {
 		for i := 2; i <= 6; i++ {
 			h.expect(p, 1, fmt.Sprintf("j%d", i), AdmittedAtSlot, 0, 2)
 		}
+		h.expectReservations(p, 0, 0)
 		h.expect(p, 1, "j7", Admitted, 0, 1)
 	}},
 	{"weighted reservations", Options{}, func(t *testing.T, h *harness) {

@@ -2,7 +2,11 @@ package bucket
 
 import (
 	"context"
+	"encoding/binary"
+	"strings"
+
 	"fmt"
+	"github.com/redis/rueidis"
 	"time"
 )
 
@@ -12,6 +16,11 @@ type Snapshot struct {
 	At time.Time
 	// Limits holds one entry per limit of the plan, in plan order.
 	Limits []LimitState
+	// Reservations counts the slots booked by waiting jobs and not yet claimed (within their
+	// grace). Their weight is already taken from the limits.
+	Reservations int
+	// LatestSlot is the latest slot booked, zero when there is none.
+	LatestSlot time.Time
 }
 
 // LimitState is one limit's state in a Snapshot.
@@ -55,7 +64,25 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 	if st := sh.tenants[tenant]; st != nil && st.expiry > now {
 		copy(tats, st.tats)
 	}
-	return plan.snapshot(now, tats), nil
+	snap := plan.snapshot(now, tats)
+	grace := m.opts.SlotGrace.Microseconds()
+	for k, v := range sh.jobs {
+		if k.tenant == tenant {
+			snap.addReservation(v, now, grace)
+		}
+	}
+	return snap, nil
+}
+
+// addReservation counts a job value (see lua/decide.lua) if it is a live booked slot.
+func (s *Snapshot) addReservation(v, now, grace int64) {
+	if v <= 0 || v+grace <= now {
+		return
+	}
+	s.Reservations++
+	if t := time.UnixMicro(v); t.After(s.LatestSlot) {
+		s.LatestSlot = t
+	}
 }
 
 // Inspect reads the tenant's state under plan from Redis without changing it.
@@ -72,5 +99,57 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err := unpackInts(reply, vals); err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	return plan.snapshot(vals[0], vals[1:]), nil
+	snap := plan.snapshot(vals[0], vals[1:])
+	if err := r.scanReservations(ctx, tenant, &snap, vals[0]); err != nil {
+		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
+	}
+	return snap, nil
+}
+
+// scanReservations counts the tenant's booked slots: SCAN for its job keys on every node (they
+// share the tenant's hash tag, so one node holds them all), then read them.
+func (r *Redis) scanReservations(ctx context.Context, tenant string, snap *Snapshot, now int64) error {
+	pattern := globEscape(r.stateKey(tenant)) + ":*"
+	for _, node := range r.client.Nodes() {
+		for cursor := uint64(0); ; {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return fmt.Errorf("scan: %w", err)
+			}
+			if len(e.Elements) > 0 {
+				cmds := make(rueidis.Commands, len(e.Elements))
+				for i, k := range e.Elements {
+					cmds[i] = node.B().Get().Key(k).Build()
+				}
+				for _, res := range node.DoMulti(ctx, cmds...) {
+					b, err := res.AsBytes()
+					if rueidis.IsRedisNil(err) {
+						continue // expired between SCAN and GET
+					}
+					if err != nil {
+						return fmt.Errorf("read job key: %w", err)
+					}
+					if len(b) == 8 {
+						snap.addReservation(int64(binary.LittleEndian.Uint64(b)), now, r.grace)
+					}
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// globEscape quotes the characters SCAN's MATCH treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

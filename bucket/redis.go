@@ -23,6 +23,7 @@ type Redis struct {
 	script  *rueidis.Lua
 	inspect *rueidis.Lua
 	prefix  string
+	grace   int64 // SlotGrace in µs, for Inspect
 	// fixed is the part of the script argument after the weight: horizon, grace, marker life
 	// and key pad, packed (see lua/decide.lua).
 	fixed []byte
@@ -42,6 +43,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		script:  rueidis.NewLuaScript(lua.Decide),
 		inspect: rueidis.NewLuaScriptReadOnly(lua.Inspect),
 		prefix:  prefix,
+		grace:   opts.SlotGrace.Microseconds(),
 		fixed:   packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0),
 	}
 }
@@ -89,6 +91,14 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
 	return req.Plan.result(n[0], n[1], n[2], n[3])
+}
+
+// Ping checks that Redis answers.
+func (r *Redis) Ping(ctx context.Context) error {
+	if err := r.client.Do(ctx, r.client.B().Ping().Build()).Error(); err != nil {
+		return fmt.Errorf("bucket: redis ping: %w", err)
+	}
+	return nil
 }
 
 // now is the time argument of the scripts: 0 (the server reads its own clock) unless pinned.
