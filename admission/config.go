@@ -9,6 +9,11 @@ import (
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/subjects"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // Limiter decides whether a job may run now; *bucket.Redis and *bucket.Memory implement it.
@@ -85,6 +90,17 @@ type Config struct {
 	Logger *slog.Logger
 	// Now reads the clock for Admit-Delay-Ms (default time.Now).
 	Now func() time.Time
+	// TracerProvider traces every decision (default: none). The service never reads the global
+	// provider.
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives the service's metrics (default: none).
+	MeterProvider metric.MeterProvider
+	// Propagator reads trace context from input headers and writes it into forwarded ones
+	// (default: W3C trace context and baggage).
+	Propagator propagation.TextMapPropagator
+	// TenantMetrics adds a tenant label to the decision and wait metrics. Off by default: one
+	// series per tenant can be a lot.
+	TenantMetrics bool
 }
 
 // withDefaults returns the config with zero fields set to their defaults.
@@ -127,6 +143,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = tracenoop.NewTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = metricnoop.NewMeterProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	}
 	return c
 }

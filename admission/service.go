@@ -15,6 +15,11 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Service consumes, decides and acts. Create it with New, prepare streams and consumer with
@@ -33,8 +38,10 @@ type Service struct {
 		mu sync.Mutex
 		b  *backoff.ExponentialBackOff
 	}
+	tel     *telemetry
 	stopped chan struct{}
 	running atomic.Bool
+	gauges  metric.Registration
 }
 
 // New validates the configuration and returns a service.
@@ -47,7 +54,11 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, out: out, dead: dead, log: cfg.Logger, stopped: make(chan struct{})}
+	tel, err := newTelemetry(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("admission: metrics: %w", err)
+	}
+	s := &Service{cfg: cfg, out: out, dead: dead, log: cfg.Logger, tel: tel, stopped: make(chan struct{})}
 	s.closed.b = backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(250*time.Millisecond),
 		backoff.WithMaxInterval(5*time.Second),
@@ -114,6 +125,65 @@ func (s *Service) Setup(ctx context.Context) error {
 		return fmt.Errorf("%w: consumer %s on stream %s: %w", ErrSetup, c.Consumer, c.StreamIn, err)
 	}
 	s.cons = cons
+	if s.gauges == nil {
+		if err := s.registerGauges(); err != nil {
+			return fmt.Errorf("admission: metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// registerGauges reports the consumer's backlog on every collection.
+func (s *Service) registerGauges() error {
+	m := s.cfg.MeterProvider.Meter(instrumentationName)
+	pending, err1 := m.Int64ObservableGauge("admitter.consumer.pending", metric.WithDescription("Jobs stored but not yet delivered to the consumer."))
+	ackPending, err2 := m.Int64ObservableGauge("admitter.consumer.ack_pending", metric.WithDescription("Jobs delivered and not yet acknowledged, delayed ones included (bounded by MaxAckPending)."))
+	redelivered, err3 := m.Int64ObservableGauge("admitter.consumer.redelivered", metric.WithDescription("Jobs delivered more than once and not yet acknowledged."))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return err
+	}
+	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		info, err := s.cons.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("consumer info: %w", err)
+		}
+		o.ObserveInt64(pending, int64(info.NumPending))
+		o.ObserveInt64(ackPending, int64(info.NumAckPending))
+		o.ObserveInt64(redelivered, int64(info.NumRedelivered))
+		return nil
+	}, pending, ackPending, redelivered)
+	s.gauges = reg
+	return err
+}
+
+// Pinger is implemented by limiters that can be checked without deciding (*bucket.Redis).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Ready reports whether the service can admit jobs now: consuming, NATS connected, and the
+// limiter reachable — or the fail mode forwards without it. The error says what is missing.
+func (s *Service) Ready(ctx context.Context) error {
+	select {
+	case <-s.stopped:
+		return errors.New("stopped")
+	default:
+	}
+	if !s.running.Load() || s.cons == nil {
+		return errors.New("not consuming yet")
+	}
+	if st := s.cfg.JetStream.Conn().Status(); st != nats.CONNECTED {
+		return fmt.Errorf("nats %s", st)
+	}
+	if p, ok := s.cfg.Limiter.(Pinger); ok {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.DecisionTimeout)
+		defer cancel()
+		if err := p.Ping(ctx); err != nil && s.cfg.FailMode == FailClosed {
+			return fmt.Errorf("limiter unreachable and the fail mode is closed: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -216,17 +286,36 @@ type job struct {
 	meta   *jetstream.MsgMetadata
 	tenant string
 	plan   *bucket.Plan
+	span   trace.Span
+	// concluded is set once the decision is recorded: a forward the stream refuses is
+	// dead-lettered after it was counted as admitted, and is counted once.
+	concluded bool
 }
 
-// handle decides one job and does exactly one of forward, delay or dead-letter.
+// handle decides one job and does exactly one of forward, delay or dead-letter. Its span
+// continues the producer's trace (read from the input headers), so every delivery of a job,
+// delays included, shows in the producer's trace.
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
+	s.tel.inFlight.Add(ctx, 1)
+	defer s.tel.inFlight.Add(ctx, -1)
 	meta, err := m.Metadata()
 	if err != nil {
 		s.log.Error("message without JetStream metadata: redelivering", "subject", m.Subject(), "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
-	j := job{msg: m, meta: meta}
+	ctx = s.tel.propagator.Extract(ctx, headerCarrier(m.Headers()))
+	ctx, span := s.tel.tracer.Start(ctx, "process "+meta.Stream, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(messagingAttrs(semconv.MessagingOperationTypeProcess, m.Subject(),
+			meta.Stream+":"+strconv.FormatUint(meta.Sequence.Stream, 10))...),
+		trace.WithAttributes(
+			semconv.MessagingDestinationTemplateKey.String(s.cfg.In.String()),
+			semconv.MessagingConsumerGroupNameKey.String(s.cfg.Consumer),
+			AttrSequence.Int64(int64(meta.Sequence.Stream)),
+			AttrAttempt.Int64(int64(meta.NumDelivered)),
+		))
+	defer span.End()
+	j := job{msg: m, meta: meta, span: span}
 	tenant, outSubject, err := s.out.Map(m.Subject())
 	if err != nil {
 		// The consumer filters on the input template, so this means a broken set-up: keep the job.
@@ -235,22 +324,20 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	j.tenant = tenant
-	weight, err := ParseWeight(m.Headers())
-	if err != nil {
-		s.deadLetter(ctx, &j, CodeInvalidWeight, err.Error())
-		return
-	}
+	span.SetAttributes(AttrTenant.String(tenant))
 	j.plan, err = s.cfg.Plans.Lookup(tenant)
 	if err != nil {
 		s.deadLetter(ctx, &j, CodeUnknownTenant, fmt.Sprintf("tenant %q has no plan and the plans file sets no default_plan", tenant))
 		return
 	}
-	dctx, cancel := context.WithTimeout(ctx, s.cfg.DecisionTimeout)
-	res, err := s.cfg.Limiter.Decide(dctx, bucket.Request{
-		Tenant: tenant, Plan: j.plan, Weight: weight,
-		JobID: meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10),
-	})
-	cancel()
+	span.SetAttributes(AttrPlan.String(j.plan.Name))
+	weight, err := ParseWeight(m.Headers())
+	if err != nil {
+		s.deadLetter(ctx, &j, CodeInvalidWeight, err.Error())
+		return
+	}
+	span.SetAttributes(AttrWeight.Int64(weight))
+	res, err := s.decide(ctx, &j, weight)
 	switch {
 	case errors.Is(err, bucket.ErrWeightOverCapacity):
 		s.deadLetter(ctx, &j, CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity of plan %s: it could never be admitted", weight, j.plan.MaxWeight(), j.plan.Name))
@@ -260,19 +347,64 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		s.deadLetter(ctx, &j, CodeInvalidWeight, err.Error())
 	case err != nil:
 		s.limiterFailed(err)
+		s.tel.failEvents.Add(ctx, 1, metric.WithAttributes(attribute.String("mode", string(s.cfg.FailMode))))
 		if s.cfg.FailMode == FailOpen {
+			s.conclude(ctx, &j, DecisionDegraded, 0)
 			s.forward(ctx, &j, outSubject, true)
 		} else {
-			_ = m.NakWithDelay(s.closedDelay())
+			wait := s.closedDelay()
+			s.conclude(ctx, &j, DecisionHeld, wait)
+			_ = m.NakWithDelay(wait)
 		}
 	default:
 		s.limiterOK()
 		if res.Allowed {
+			s.conclude(ctx, &j, DecisionAdmitted, 0)
 			s.forward(ctx, &j, outSubject, false)
 		} else {
-			_ = m.NakWithDelay(max(res.Wait, time.Microsecond))
+			wait := max(res.Wait, time.Microsecond)
+			s.conclude(ctx, &j, DecisionDelayed, wait)
+			_ = m.NakWithDelay(wait)
 		}
 	}
+}
+
+// decide asks the limiter, bounded by DecisionTimeout, in a child span.
+func (s *Service) decide(ctx context.Context, j *job, weight int64) (bucket.Result, error) {
+	ctx, span := s.tel.tracer.Start(ctx, "limiter decide", trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	if _, ok := s.cfg.Limiter.(*bucket.Redis); ok {
+		span.SetAttributes(semconv.DBSystemNameRedis)
+	}
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.DecisionTimeout)
+	defer cancel()
+	begin := time.Now()
+	res, err := s.cfg.Limiter.Decide(dctx, bucket.Request{
+		Tenant: j.tenant, Plan: j.plan, Weight: weight,
+		JobID: j.meta.Stream + ":" + strconv.FormatUint(j.meta.Sequence.Stream, 10),
+	})
+	s.tel.latency.Record(ctx, time.Since(begin).Seconds())
+	if err != nil {
+		span.RecordError(err)
+		if !errors.Is(err, bucket.ErrWeightOverCapacity) && !errors.Is(err, bucket.ErrInvalidTenant) && !errors.Is(err, bucket.ErrInvalidWeight) {
+			span.SetStatus(codes.Error, "limiter failed")
+			s.tel.limiterErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", errorKind(err))))
+		}
+		return res, err
+	}
+	span.SetAttributes(decisionAttrs(res)...)
+	j.span.SetAttributes(AttrLimit.String(res.Limit), AttrOutcome.String(res.Outcome.String()))
+	return res, nil
+}
+
+// conclude records the decision on the job's span and in the metrics.
+func (s *Service) conclude(ctx context.Context, j *job, decision string, wait time.Duration) {
+	if j.concluded {
+		return
+	}
+	j.concluded = true
+	j.span.SetAttributes(AttrDecision.String(decision), AttrWaitMs.Float64(float64(wait)/float64(time.Millisecond)))
+	s.tel.record(ctx, j, decision, wait)
 }
 
 // forward publishes the admitted job, waits for the PubAck, then acks the input.
@@ -284,7 +416,7 @@ func (s *Service) forward(ctx context.Context, j *job, subject string, degraded 
 		Header: admittedHeader(m.Headers(), msgID("a", j.meta.Stream, j.meta.Sequence.Stream), j.tenant, j.plan.Name,
 			j.meta.NumDelivered, s.cfg.Now().Sub(j.meta.Timestamp), degraded),
 	}
-	err := s.publish(ctx, out, s.cfg.StreamOut)
+	err := s.send(ctx, out, s.cfg.StreamOut)
 	var api *jetstream.APIError
 	switch {
 	case err == nil:
@@ -306,9 +438,11 @@ func (s *Service) deadLetter(ctx context.Context, j *job, code, detail string) {
 		_ = m.NakWithDelay(time.Minute)
 		return
 	}
+	s.conclude(ctx, j, DecisionDead, 0)
+	j.span.SetAttributes(AttrError.String(code))
 	out := &nats.Msg{Subject: subject, Data: m.Data(),
 		Header: deadHeader(m.Headers(), msgID("d", j.meta.Stream, j.meta.Sequence.Stream), code, detail)}
-	if err := s.publish(ctx, out, s.cfg.StreamDead); err != nil {
+	if err := s.send(ctx, out, s.cfg.StreamDead); err != nil {
 		delay := time.Second
 		if errors.As(err, new(*jetstream.APIError)) {
 			delay = time.Minute // refused for good: keep the job, retry rarely, say so loudly
@@ -324,6 +458,21 @@ func (s *Service) deadLetter(ctx context.Context, j *job, code, detail string) {
 func (s *Service) deadSubject(subject string) (string, error) {
 	_, mapped, err := s.dead.Map(subject)
 	return mapped, err
+}
+
+// send publishes in a producer span whose context it writes into the message's headers, so the
+// consumer of the output continues the trace.
+func (s *Service) send(ctx context.Context, m *nats.Msg, stream string) error {
+	ctx, span := s.tel.tracer.Start(ctx, "send "+stream, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(messagingAttrs(semconv.MessagingOperationTypeSend, m.Subject, m.Header.Get(nats.MsgIdHdr))...))
+	defer span.End()
+	s.tel.propagator.Inject(ctx, headerCarrier(m.Header))
+	err := s.publish(ctx, m, stream)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "publish failed")
+	}
+	return err
 }
 
 // publish sends to JetStream and waits for the PubAck, retrying transient failures briefly. A
@@ -348,7 +497,7 @@ func (s *Service) publish(ctx context.Context, m *nats.Msg, stream string) error
 // limiterFailed records a failed decision, logging only the change of state.
 func (s *Service) limiterFailed(err error) {
 	if s.limiter.down.CompareAndSwap(false, true) {
-		s.limiter.since.Store(time.Now().UnixNano())
+		s.limiter.since.Store(s.cfg.Now().UnixNano())
 		s.log.Error("limiter unavailable", "fail_mode", string(s.cfg.FailMode), "err", err)
 	}
 }
@@ -359,7 +508,7 @@ func (s *Service) limiterOK() {
 		s.closed.mu.Lock()
 		s.closed.b.Reset()
 		s.closed.mu.Unlock()
-		s.log.Info("limiter available again", "outage", time.Since(time.Unix(0, s.limiter.since.Load())).String())
+		s.log.Info("limiter available again", "outage", s.cfg.Now().Sub(time.Unix(0, s.limiter.since.Load())).String())
 	}
 }
 
