@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: all build test test-short vet fmt-check deps bench fuzz run clean
+.PHONY: all build test vet fmt-check deps bench fuzz run demo clean
 
 all: build
 
@@ -21,7 +21,7 @@ deps:
 	@command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || { echo "make: could not install redis-server"; exit 1; }
 
 fmt-check:
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 vet:
@@ -42,6 +42,15 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test $$pkg -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
 	  done; \
 	done
+
+# demo runs admitter with three demo tenants and shows it pacing them (see `admitter demo -h`).
+.PHONY: demo
+demo:
+	$(GO) run ./cmd/admitter demo
+
+# run: the service on its embedded defaults (see README); ADMITTER_* variables override them.
+run:
+	$(GO) run ./cmd/admitter
 
 clean:
 	rm -rf bin

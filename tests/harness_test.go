@@ -80,8 +80,16 @@ func (w *world) env(over ...string) []string {
 		"ADMITTER_PLANS_FILE=" + w.plans,
 		"ADMITTER_LOG_FORMAT=text",
 		"ADMITTER_ACK_WAIT=5s",
+		"ADMITTER_HTTP_ADDR=off", // tests that want it pick a free port
 	}
 	return append(e, over...)
+}
+
+// command prepares an admitter subcommand with this world's environment.
+func (w *world) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = w.env()
+	return cmd
 }
 
 // proc is a running admitter.

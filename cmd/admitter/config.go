@@ -16,30 +16,35 @@ import (
 
 // config is the service's whole configuration: environment variables only (see README).
 type config struct {
-	NATSURL         string        `env:"ADMITTER_NATS_URL,required,notEmpty"`
-	RedisURL        string        `env:"ADMITTER_REDIS_URL,required,notEmpty"`
-	PlansFile       string        `env:"ADMITTER_PLANS_FILE,required,notEmpty"`
-	SubjectIn       string        `env:"ADMITTER_SUBJECT_IN" envDefault:"jobs.submit.{tenant}.>"`
-	SubjectOut      string        `env:"ADMITTER_SUBJECT_OUT" envDefault:"jobs.admitted.{tenant}.>"`
-	SubjectDead     string        `env:"ADMITTER_SUBJECT_DEAD" envDefault:"jobs.dead.{tenant}.>"`
-	StreamIn        string        `env:"ADMITTER_STREAM_IN" envDefault:"JOBS"`
-	StreamOut       string        `env:"ADMITTER_STREAM_OUT" envDefault:"ADMITTED"`
-	StreamDead      string        `env:"ADMITTER_STREAM_DEAD" envDefault:"DEAD"`
-	Consumer        string        `env:"ADMITTER_CONSUMER" envDefault:"admitter"`
-	FailMode        string        `env:"ADMITTER_FAIL_MODE" envDefault:"open"`
-	RedisTimeout    time.Duration `env:"ADMITTER_REDIS_TIMEOUT" envDefault:"250ms"`
-	RedisPrefix     string        `env:"ADMITTER_REDIS_PREFIX" envDefault:"admitter:"`
-	AckWait         time.Duration `env:"ADMITTER_ACK_WAIT" envDefault:"30s"`
-	MaxAckPending   int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"50000"`
-	Workers         int           `env:"ADMITTER_WORKERS" envDefault:"32"`
-	Horizon         time.Duration `env:"ADMITTER_HORIZON" envDefault:"1m"`
-	ShutdownTimeout time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
-	LogFormat       string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
-	LogLevel        string        `env:"ADMITTER_LOG_LEVEL" envDefault:"info"`
+	NATSURL          string        `env:"ADMITTER_NATS_URL"`   // unset: an embedded JetStream server
+	RedisURL         string        `env:"ADMITTER_REDIS_URL"`  // unset: in-process buckets (one replica only)
+	PlansFile        string        `env:"ADMITTER_PLANS_FILE"` // unset: the built-in example plans
+	DataDir          string        `env:"ADMITTER_DATA_DIR"`   // embedded server's store; default under the user cache dir
+	EmbeddedNATSPort int           `env:"ADMITTER_EMBEDDED_NATS_PORT" envDefault:"4222"`
+	SubjectIn        string        `env:"ADMITTER_SUBJECT_IN" envDefault:"jobs.submit.{tenant}.>"`
+	SubjectOut       string        `env:"ADMITTER_SUBJECT_OUT" envDefault:"jobs.admitted.{tenant}.>"`
+	SubjectDead      string        `env:"ADMITTER_SUBJECT_DEAD" envDefault:"jobs.dead.{tenant}.>"`
+	StreamIn         string        `env:"ADMITTER_STREAM_IN" envDefault:"JOBS"`
+	StreamOut        string        `env:"ADMITTER_STREAM_OUT" envDefault:"ADMITTED"`
+	StreamDead       string        `env:"ADMITTER_STREAM_DEAD" envDefault:"DEAD"`
+	Consumer         string        `env:"ADMITTER_CONSUMER" envDefault:"admitter"`
+	FailMode         string        `env:"ADMITTER_FAIL_MODE" envDefault:"open"`
+	RedisTimeout     time.Duration `env:"ADMITTER_REDIS_TIMEOUT" envDefault:"250ms"`
+	RedisPrefix      string        `env:"ADMITTER_REDIS_PREFIX" envDefault:"admitter:"`
+	AckWait          time.Duration `env:"ADMITTER_ACK_WAIT" envDefault:"30s"`
+	MaxAckPending    int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"50000"`
+	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"32"`
+	Horizon          time.Duration `env:"ADMITTER_HORIZON" envDefault:"1m"`
+	ShutdownTimeout  time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
+	LogFormat        string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
+	LogLevel         string        `env:"ADMITTER_LOG_LEVEL" envDefault:"info"`
+	HTTPAddr         string        `env:"ADMITTER_HTTP_ADDR" envDefault:"127.0.0.1:9090"` // "off": no HTTP server
+	TenantMetrics    bool          `env:"ADMITTER_METRICS_TENANT_LABEL" envDefault:"false"`
 
 	// Derived by load.
 	in, out, dead subjects.Template
 	plans         *bucket.Plans
+	environ       map[string]string // for the OTEL_* variables
 }
 
 // errConfig marks configuration errors: the process exits with status 2.
@@ -55,7 +60,17 @@ func loadConfig(environ map[string]string) (*config, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
-	plans, err := bucket.LoadPlans(c.PlansFile)
+	c.environ = environ
+	if c.DataDir == "" {
+		c.DataDir = defaultDataDir()
+	}
+	var plans *bucket.Plans
+	var err error
+	if c.PlansFile == "" {
+		plans, err = bucket.ParsePlans("built-in example plans", examplePlans)
+	} else {
+		plans, err = bucket.LoadPlans(c.PlansFile)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: ADMITTER_PLANS_FILE: %w", errConfig, err)
 	}
@@ -149,13 +164,20 @@ func (c *config) validate() error {
 	if c.StreamIn == c.StreamOut || c.StreamIn == c.StreamDead || c.StreamOut == c.StreamDead {
 		return fmt.Errorf("ADMITTER_STREAM_IN, ADMITTER_STREAM_OUT and ADMITTER_STREAM_DEAD must differ, got %q, %q and %q", c.StreamIn, c.StreamOut, c.StreamDead)
 	}
-	for _, u := range strings.Split(c.NATSURL, ",") {
-		if _, err := url.Parse(strings.TrimSpace(u)); err != nil || strings.TrimSpace(u) == "" {
-			return fmt.Errorf("ADMITTER_NATS_URL: %q is not a URL", redact(u))
+	if c.EmbeddedNATSPort < 0 || c.EmbeddedNATSPort > 65535 {
+		return fmt.Errorf("ADMITTER_EMBEDDED_NATS_PORT must be a port from 0 (any) to 65535, got %d", c.EmbeddedNATSPort)
+	}
+	if c.NATSURL != "" {
+		for _, u := range strings.Split(c.NATSURL, ",") {
+			if _, err := url.Parse(strings.TrimSpace(u)); err != nil || strings.TrimSpace(u) == "" {
+				return fmt.Errorf("ADMITTER_NATS_URL: %q is not a URL", redact(u))
+			}
 		}
 	}
-	if _, err := bucket.RedisClientOption(c.RedisURL); err != nil {
-		return fmt.Errorf("ADMITTER_REDIS_URL: %s", strings.ReplaceAll(err.Error(), c.RedisURL, redact(c.RedisURL)))
+	if c.RedisURL != "" {
+		if _, err := bucket.RedisClientOption(c.RedisURL); err != nil {
+			return fmt.Errorf("ADMITTER_REDIS_URL: %s", strings.ReplaceAll(err.Error(), c.RedisURL, redact(c.RedisURL)))
+		}
 	}
 	return nil
 }
@@ -196,7 +218,14 @@ func (c *config) describe() string {
 		}
 		name, _, _ := strings.Cut(tag, ",")
 		val := fmt.Sprint(v.Field(i).Interface())
-		if name == "ADMITTER_NATS_URL" || name == "ADMITTER_REDIS_URL" {
+		switch {
+		case name == "ADMITTER_NATS_URL" && val == "":
+			val = "(unset: embedded JetStream server on 127.0.0.1)"
+		case name == "ADMITTER_REDIS_URL" && val == "":
+			val = "(unset: in-process buckets, not shared: run one replica only)"
+		case name == "ADMITTER_PLANS_FILE" && val == "":
+			val = "(unset: the built-in example plans)"
+		case name == "ADMITTER_NATS_URL" || name == "ADMITTER_REDIS_URL":
 			val = redact(val)
 		}
 		fmt.Fprintf(&b, "%s=%s\n", name, val)
@@ -204,4 +233,21 @@ func (c *config) describe() string {
 	b.WriteString("\n")
 	b.WriteString(c.plans.Describe())
 	return b.String()
+}
+
+// configWithPlans builds a configuration from environ exactly as loadConfig does, except that
+// the plans are the given ones (ADMITTER_PLANS_FILE is ignored). The demo uses it.
+func configWithPlans(environ map[string]string, plans *bucket.Plans) (*config, error) {
+	e := make(map[string]string, len(environ))
+	for k, v := range environ {
+		if k != "ADMITTER_PLANS_FILE" {
+			e[k] = v
+		}
+	}
+	c, err := loadConfig(e)
+	if err != nil {
+		return nil, err
+	}
+	c.plans = plans
+	return c, nil
 }

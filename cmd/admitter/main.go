@@ -3,6 +3,8 @@
 //
 //	admitter                 run the service (also: admitter run)
 //	admitter check-config    validate the environment and plans file, print the effective config
+//	admitter demo            run admitter with three demo tenants and watch it pace them
+//	admitter inspect TENANT  show a tenant's buckets now: tokens, reservations, why jobs wait
 package main
 
 import (
@@ -17,10 +19,13 @@ import (
 	"syscall"
 )
 
-const usage = `usage: admitter [run | check-config | help]
+const usage = `usage: admitter [run | check-config | demo | inspect TENANT | help]
 
   run            consume, decide and forward jobs (the default)
   check-config   validate the environment and the plans file, print the effective configuration
+  demo           run admitter with three demo tenants and watch it pace them (admitter demo -h)
+  inspect TENANT show the tenant's plan, each limit's tokens now and time to full, and the
+                 reservations booked: from Redis, or from the running admitter's /inspect
 
 Configuration is read from ADMITTER_* environment variables; see README.md.
 `
@@ -47,6 +52,25 @@ func runMain(ctx context.Context, args []string, env map[string]string, stdout, 
 	cmd := "run"
 	if len(args) > 0 {
 		cmd = args[0]
+	}
+	if cmd == "demo" {
+		return runDemo(ctx, args[1:], env, stdout, stderr)
+	}
+	if cmd == "inspect" {
+		if len(args) != 2 || args[1] == "" {
+			fmt.Fprintf(stderr, "admitter: inspect takes one tenant name, got %q\n%s", args[1:], usage)
+			return 2
+		}
+		cfg, err := loadConfig(env)
+		if err != nil {
+			fmt.Fprintf(stderr, "admitter: %v\n", err)
+			return 2
+		}
+		if err := runInspect(ctx, cfg, args[1], stdout); err != nil {
+			fmt.Fprintf(stderr, "admitter inspect: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if len(args) > 1 {
 		fmt.Fprintf(stderr, "admitter: %s takes no arguments, got %q\n", cmd, args[1:])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/admitter/admitter/admission"
@@ -15,26 +16,143 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// serve connects, prepares the streams and runs the service until ctx ends.
+// stack is a connected, set-up admitter: what serve runs and the demo runs beside its load.
+type stack struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	svc     *admission.Service
+	limiter admission.Limiter
+	tel     *telemetry
+	natsURL string
+	closers []func() // run in reverse order by close
+}
+
+// close releases everything start acquired, in reverse order.
+func (s *stack) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// serve starts the stack and its HTTP server and runs the service until ctx ends.
 func serve(ctx context.Context, c *config, log *slog.Logger) error {
-	nc, err := nats.Connect(c.NATSURL,
+	st, err := start(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	if c.HTTPAddr != "off" {
+		stop, err := startHTTP(c.HTTPAddr, st.tel.registry, st.svc.Ready, map[string]http.Handler{
+			"GET /inspect": inspectHandler(st.limiter, c.plans),
+		}, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	return st.svc.Run(ctx)
+}
+
+// start connects (starting the embedded server and buckets where the configuration leaves them
+// unset) and prepares the streams and consumer. On error it releases what it acquired.
+func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err error) {
+	st := &stack{}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	tel, err := newTelemetry(ctx, c.environ)
+	if err != nil {
+		return nil, err
+	}
+	st.tel = tel
+	st.closers = append(st.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.shutdown(ctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	})
+	if c.PlansFile == "" {
+		log.Info("ADMITTER_PLANS_FILE is unset: using the built-in example plans (see README)", "plans", c.plans.Names())
+	}
+	st.natsURL = c.NATSURL
+	if st.natsURL == "" {
+		srv, err := startEmbeddedNATS(c.DataDir, c.EmbeddedNATSPort, log)
+		if err != nil {
+			return nil, err
+		}
+		st.closers = append(st.closers, func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			log.Info("embedded NATS server stopped")
+		})
+		st.natsURL = srv.ClientURL()
+	}
+	st.nc, err = nats.Connect(st.natsURL,
 		nats.Name("admitter"),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", redact(nc.ConnectedUrl())) }),
 	)
 	if err != nil {
-		return fmt.Errorf("%w: ADMITTER_NATS_URL: %w", errConfig, err)
+		return nil, fmt.Errorf("%w: ADMITTER_NATS_URL: %w", errConfig, err)
 	}
-	defer closeNATS(nc, log)
-	js, err := jetstream.New(nc)
+	st.closers = append(st.closers, func() { closeNATS(st.nc, log) })
+	if st.js, err = jetstream.New(st.nc); err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	limiter, closeLimiter, err := newLimiter(ctx, c, log)
 	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+		return nil, err
 	}
+	st.closers = append(st.closers, closeLimiter)
+	st.limiter = limiter
 
-	redisClient, err := retry(ctx, log, "connect to redis", func() (rueidis.Client, error) {
+	st.svc, err = admission.New(admission.Config{
+		JetStream: st.js, Limiter: limiter, Plans: c.plans,
+		In: c.in, Out: c.out, Dead: c.dead,
+		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, Consumer: c.Consumer,
+		FailMode: admission.FailMode(c.FailMode), DecisionTimeout: c.RedisTimeout,
+		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, Workers: c.Workers,
+		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
+		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	if _, err := retry(ctx, log, "set up streams and consumer", func() (struct{}, error) {
+		err := st.svc.Setup(ctx)
+		var api *jetstream.APIError
+		if errors.As(err, &api) || (err != nil && !isTransient(err)) {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		return struct{}{}, err
+	}); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// newLimiter returns the Redis limiter, or the in-process one when ADMITTER_REDIS_URL is unset.
+func newLimiter(ctx context.Context, c *config, log *slog.Logger) (admission.Limiter, func(), error) {
+	opts := bucket.Options{
+		Horizon: c.Horizon,
+		// remember admitted jobs past a redelivery after a lost ack
+		MarkerTTL: max(2*c.AckWait, time.Minute),
+	}
+	if c.RedisURL == "" {
+		log.Warn("ADMITTER_REDIS_URL is unset: using in-process buckets, which are not shared between processes: run only one replica")
+		return bucket.NewMemory(opts, nil), func() {}, nil
+	}
+	client, err := retry(ctx, log, "connect to redis", func() (rueidis.Client, error) {
 		opt, err := bucket.RedisClientOption(c.RedisURL)
 		if err != nil {
 			return nil, backoff.Permanent(err)
@@ -42,37 +160,9 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		return rueidis.NewClient(opt)
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer redisClient.Close()
-	limiter := bucket.NewRedis(redisClient, c.RedisPrefix, bucket.Options{
-		Horizon: c.Horizon,
-		// remember admitted jobs past a redelivery after a lost ack
-		MarkerTTL: max(2*c.AckWait, time.Minute),
-	})
-
-	svc, err := admission.New(admission.Config{
-		JetStream: js, Limiter: limiter, Plans: c.plans,
-		In: c.in, Out: c.out, Dead: c.dead,
-		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, Consumer: c.Consumer,
-		FailMode: admission.FailMode(c.FailMode), DecisionTimeout: c.RedisTimeout,
-		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, Workers: c.Workers,
-		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
-	})
-	if err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	if _, err := retry(ctx, log, "set up streams and consumer", func() (struct{}, error) {
-		err := svc.Setup(ctx)
-		var api *jetstream.APIError
-		if errors.As(err, &api) || (err != nil && !isTransient(err)) {
-			return struct{}{}, backoff.Permanent(err)
-		}
-		return struct{}{}, err
-	}); err != nil {
-		return err
-	}
-	return svc.Run(ctx)
+	return bucket.NewRedis(client, c.RedisPrefix, opts), client.Close, nil
 }
 
 // isTransient reports whether a set-up error may go away by itself (NATS not reachable yet).

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+)
+
+// telemetry is the process's tracer and meter providers and the Prometheus registry they feed.
+type telemetry struct {
+	tracer   trace.TracerProvider
+	meter    metric.MeterProvider
+	registry *prometheus.Registry
+	shutdown func(context.Context) error
+}
+
+// tracingConfigured reports whether the standard OTEL_* variables ask for traces to be exported.
+// Nothing is exported when none of them is set (autoexport alone would default to OTLP on
+// localhost).
+func tracingConfigured(env map[string]string) bool {
+	if v := env["OTEL_TRACES_EXPORTER"]; v != "" {
+		return v != "none"
+	}
+	return env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "" || env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != ""
+}
+
+// newTelemetry builds the providers: traces exported as the OTEL_* variables say (none when
+// unset), metrics exposed for Prometheus.
+func newTelemetry(ctx context.Context, env map[string]string) (*telemetry, error) {
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName("admitter")),
+		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+	t := &telemetry{registry: prometheus.NewRegistry(), tracer: tracenoop.NewTracerProvider()}
+	exporter, err := otelprom.New(otelprom.WithRegisterer(t.registry))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithResource(res))
+	t.meter = mp
+	shutdowns := []func(context.Context) error{mp.Shutdown}
+	if tracingConfigured(env) {
+		exp, err := autoexport.NewSpanExporter(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: OTEL_* trace exporter settings: %w", errConfig, err)
+		}
+		// The sampler follows OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG.
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		t.tracer = tp
+		shutdowns = append(shutdowns, tp.Shutdown)
+	}
+	t.shutdown = func(ctx context.Context) error {
+		var errs []error
+		for _, f := range shutdowns {
+			errs = append(errs, f(ctx))
+		}
+		return errors.Join(errs...)
+	}
+	return t, nil
+}
+
+// startHTTP serves /metrics, /healthz and /readyz on addr until ctx ends. It returns once the
+// listener is bound, and a function that stops the server (bounded) and waits for it.
+func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context) error, extra map[string]http.Handler, log *slog.Logger) (stop func(), err error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	for pattern, h := range extra {
+		mux.Handle(pattern, h)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: ADMITTER_HTTP_ADDR: %w", errConfig, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	log.Info("serving /metrics, /healthz and /readyz", "addr", l.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
