@@ -74,15 +74,31 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 	if err := req.check(); err != nil {
 		return Result{}, err
 	}
-	state := r.stateKey(req.Tenant)
-	keys := []string{state}
+	// Two allocations per decision: one buffer holding both keys and the packed argument, seen
+	// as strings without copying (nothing writes to it afterwards), and one array backing the
+	// keys and args slices.
+	state := len(r.prefix) + len(req.Tenant) + 2
+	job := 0
 	if req.JobID != "" {
-		keys = append(keys, state+":"+req.JobID)
+		job = state + 1 + len(req.JobID)
 	}
-	arg := make([]byte, 0, 16+len(r.fixed)+len(req.Plan.packed))
-	arg = packInts(arg, r.now(), req.Weight)
-	arg = append(append(arg, r.fixed...), req.Plan.packed...)
-	reply, err := r.script.Exec(ctx, r.client, keys, []string{unsafe.String(&arg[0], len(arg))}).AsBytes()
+	buf := make([]byte, 0, max(state, job)+16+len(r.fixed)+len(req.Plan.packed))
+	buf = append(append(append(append(buf, r.prefix...), '{'), req.Tenant...), '}')
+	if job > 0 {
+		buf = append(append(buf, ':'), req.JobID...)
+	}
+	keyEnd := len(buf)
+	buf = packInts(buf, r.now(), req.Weight)
+	buf = append(append(buf, r.fixed...), req.Plan.packed...)
+	strs := new([3]string)
+	strs[0] = unsafe.String(&buf[0], state)
+	nkeys := 1
+	if job > 0 {
+		strs[1] = unsafe.String(&buf[0], job)
+		nkeys = 2
+	}
+	strs[2] = unsafe.String(&buf[keyEnd], len(buf)-keyEnd)
+	reply, err := r.script.Exec(ctx, r.client, strs[:nkeys], strs[2:3]).AsBytes()
 	if err != nil {
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
