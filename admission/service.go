@@ -38,7 +38,10 @@ type Service struct {
 		mu sync.Mutex
 		b  *backoff.ExponentialBackOff
 	}
-	tel     *telemetry
+	tel *telemetry
+	// acks carries forwards published asynchronously to the goroutines that wait for their
+	// PubAcks and then ack the inputs: workers never wait for the output stream.
+	acks    chan pendingForward
 	stopped chan struct{}
 	running atomic.Bool
 	gauges  metric.Registration
@@ -58,7 +61,8 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: metrics: %w", err)
 	}
-	s := &Service{cfg: cfg, out: out, dead: dead, log: cfg.Logger, tel: tel, stopped: make(chan struct{})}
+	s := &Service{cfg: cfg, out: out, dead: dead, log: cfg.Logger, tel: tel, stopped: make(chan struct{}),
+		acks: make(chan pendingForward, 4*cfg.Workers)}
 	s.closed.b = backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(250*time.Millisecond),
 		backoff.WithMaxInterval(5*time.Second),
@@ -226,7 +230,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer abort()
 	jobs := make(chan jetstream.Msg)
 	abandon := make(chan struct{})
-	var workers sync.WaitGroup
+	var workers, ackers sync.WaitGroup
 	for range s.cfg.Workers {
 		workers.Go(func() {
 			for m := range jobs {
@@ -234,6 +238,18 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		})
 	}
+	for range ackerCount {
+		ackers.Go(func() {
+			for p := range s.acks {
+				s.settle(work, p)
+			}
+		})
+	}
+	// Workers stop first, then the ackers settle what the workers published.
+	defer func() {
+		close(s.acks)
+		ackers.Wait()
+	}()
 	cc, err := s.cons.Consume(func(m jetstream.Msg) {
 		select {
 		case jobs <- m:
@@ -407,7 +423,22 @@ func (s *Service) conclude(ctx context.Context, j *job, decision string, wait ti
 	s.tel.record(ctx, j, decision, wait)
 }
 
-// forward publishes the admitted job, waits for the PubAck, then acks the input.
+// ackerCount is how many goroutines wait for PubAcks; they take futures in publish order, which
+// is the order the acks come back in, so a few suffice.
+const ackerCount = 4
+
+// pubAckTimeout bounds the wait for one forward's PubAck before it is retried synchronously.
+const pubAckTimeout = 5 * time.Second
+
+// pendingForward is a forward published asynchronously and not yet acknowledged by JetStream.
+type pendingForward struct {
+	job    job
+	out    *nats.Msg
+	future jetstream.PubAckFuture
+	span   trace.Span
+}
+
+// forward publishes the admitted job without waiting; settle acks the input on the PubAck.
 func (s *Service) forward(ctx context.Context, j *job, subject string, degraded bool) {
 	m := j.msg
 	out := &nats.Msg{
@@ -416,18 +447,55 @@ func (s *Service) forward(ctx context.Context, j *job, subject string, degraded 
 		Header: admittedHeader(m.Headers(), msgID("a", j.meta.Stream, j.meta.Sequence.Stream), j.tenant, j.plan.Name,
 			j.meta.NumDelivered, s.cfg.Now().Sub(j.meta.Timestamp), degraded),
 	}
-	err := s.send(ctx, out, s.cfg.StreamOut)
+	_, span := s.sendSpan(ctx, out, s.cfg.StreamOut)
+	f, err := s.cfg.JetStream.PublishMsgAsync(out, jetstream.WithExpectStream(s.cfg.StreamOut))
+	if err != nil {
+		// Not even sent (too many in flight, disconnected): take the synchronous path.
+		s.settle(ctx, pendingForward{job: *j, out: out, span: span})
+		return
+	}
+	s.acks <- pendingForward{job: *j, out: out, future: f, span: span}
+}
+
+// settle waits for a forward's PubAck and acks the input. A forward without a PubAck in time, or
+// never sent, is published again synchronously (its Nats-Msg-Id makes a repeat harmless); one
+// the stream refuses for good is dead-lettered.
+func (s *Service) settle(ctx context.Context, p pendingForward) {
+	defer p.span.End()
+	err := errNotSent
+	if p.future != nil {
+		timer := time.NewTimer(pubAckTimeout)
+		select {
+		case <-p.future.Ok():
+			err = nil
+		case err = <-p.future.Err():
+		case <-timer.C:
+			err = errors.New("no PubAck within " + pubAckTimeout.String())
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		timer.Stop()
+	}
 	var api *jetstream.APIError
+	if err != nil && !errors.As(err, &api) && ctx.Err() == nil {
+		err = s.publish(ctx, p.out, s.cfg.StreamOut)
+	}
+	m := p.job.msg
 	switch {
 	case err == nil:
 		_ = m.Ack()
 	case errors.As(err, &api):
-		s.deadLetter(ctx, j, CodeForwardRejected, fmt.Sprintf("stream %s refused the admitted job: %v", s.cfg.StreamOut, api))
+		p.span.RecordError(err)
+		s.deadLetter(ctx, &p.job, CodeForwardRejected, fmt.Sprintf("stream %s refused the admitted job: %v", s.cfg.StreamOut, api))
 	default:
-		s.log.Warn("forward failed: redelivering the job", "subject", subject, "err", err)
+		p.span.RecordError(err)
+		p.span.SetStatus(codes.Error, "publish failed")
+		s.log.Warn("forward failed: redelivering the job", "subject", p.out.Subject, "err", err)
 		_ = m.NakWithDelay(time.Second)
 	}
 }
+
+var errNotSent = errors.New("not sent")
 
 // deadLetter publishes the job to the dead subject with the reason, then terminates the input.
 func (s *Service) deadLetter(ctx context.Context, j *job, code, detail string) {
@@ -460,13 +528,19 @@ func (s *Service) deadSubject(subject string) (string, error) {
 	return mapped, err
 }
 
-// send publishes in a producer span whose context it writes into the message's headers, so the
-// consumer of the output continues the trace.
-func (s *Service) send(ctx context.Context, m *nats.Msg, stream string) error {
+// sendSpan starts the producer span of a publish and writes its context into the message's
+// headers, so the consumer of the output continues the trace. The caller ends the span.
+func (s *Service) sendSpan(ctx context.Context, m *nats.Msg, stream string) (context.Context, trace.Span) {
 	ctx, span := s.tel.tracer.Start(ctx, "send "+stream, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(messagingAttrs(semconv.MessagingOperationTypeSend, m.Subject, m.Header.Get(nats.MsgIdHdr))...))
-	defer span.End()
 	s.tel.propagator.Inject(ctx, headerCarrier(m.Header))
+	return ctx, span
+}
+
+// send publishes synchronously in a producer span.
+func (s *Service) send(ctx context.Context, m *nats.Msg, stream string) error {
+	ctx, span := s.sendSpan(ctx, m, stream)
+	defer span.End()
 	err := s.publish(ctx, m, stream)
 	if err != nil {
 		span.RecordError(err)

@@ -75,16 +75,7 @@ func startRig(t *testing.T, plansYAML string, cfg Config) *rig {
 }
 
 // waitFor polls cond until it holds, failing after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var waitFor = testenv.WaitFor
 
 // TestTraceRunsThroughTheQueue publishes two jobs in one producer trace; the second is delayed
 // once. Every delivery's span, the limiter call, the forward and the downstream consumer's

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
@@ -63,6 +64,9 @@ type telemetry struct {
 	failEvents  metric.Int64Counter
 	inFlight    metric.Int64UpDownCounter
 	tenantLabel bool
+	// sets caches the attribute set of each (plan, outcome[, tenant]): building one sorts and
+	// allocates, once per job otherwise.
+	sets sync.Map // string -> metric.MeasurementOption
 }
 
 func newTelemetry(c Config) (*telemetry, error) {
@@ -113,17 +117,23 @@ func errorKind(err error) string {
 
 // record counts one finished decision.
 func (t *telemetry) record(ctx context.Context, j *job, decision string, wait time.Duration) {
-	attrs := make([]attribute.KeyValue, 0, 3)
-	attrs = append(attrs, attribute.String("outcome", decision))
+	plan := ""
 	if j.plan != nil {
-		attrs = append(attrs, attribute.String("plan", j.plan.Name))
-	} else {
-		attrs = append(attrs, attribute.String("plan", ""))
+		plan = j.plan.Name
 	}
+	key := plan + "\x00" + decision
 	if t.tenantLabel {
-		attrs = append(attrs, attribute.String("tenant", j.tenant))
+		key += "\x00" + j.tenant
 	}
-	set := metric.WithAttributes(attrs...)
+	opt, ok := t.sets.Load(key)
+	if !ok {
+		attrs := []attribute.KeyValue{attribute.String("outcome", decision), attribute.String("plan", plan)}
+		if t.tenantLabel {
+			attrs = append(attrs, attribute.String("tenant", j.tenant))
+		}
+		opt, _ = t.sets.LoadOrStore(key, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	}
+	set := opt.(metric.MeasurementOption)
 	t.decisions.Add(ctx, 1, set)
 	if decision == DecisionDelayed {
 		t.waits.Record(ctx, wait.Seconds(), set)

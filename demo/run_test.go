@@ -58,21 +58,21 @@ func startPipeline(t *testing.T) (*nats.Conn, *bucket.Plans) {
 			t.Error("the admission service did not stop within 10s")
 		}
 	})
-	// Wait until it pulls, so that its goroutines are all running.
-	cons, err := js.Consumer(ctx, "JOBS", "admitter")
+	// Wait until it has forwarded a job, so that its goroutines are all running (the JetStream
+	// client starts its async-publish reply handler on first use). Run tails the output stream
+	// from its next message, so this job is not the demo's.
+	if _, err := js.Publish(ctx, "jobs.submit.acme.warmup", nil); err != nil {
+		t.Fatal(err)
+	}
+	out, err := js.Stream(ctx, "ADMITTED")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		info, err := cons.Info(ctx)
-		if err != nil {
-			t.Fatalf("the admission service is not pulling: %v", err)
-		}
-		if info.NumWaiting > 0 {
-			return nc, plans
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, "the warm-up job to be forwarded", func() bool {
+		info, err := out.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	})
+	return nc, plans
 }
 
 // settledGoroutines waits (bounded) until no more than n goroutines run, and returns how many

@@ -166,17 +166,8 @@ func (p *proc) signal(sig syscall.Signal, within time.Duration) int {
 	return 0
 }
 
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds, failing after timeout.
+var waitFor = testenv.WaitFor
 
 // publish stores a job on the input stream and waits for the PubAck.
 func (w *world) publish(subject, payload string, hdr ...string) {
