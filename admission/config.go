@@ -98,6 +98,10 @@ type Config struct {
 	// Propagator reads trace context from input headers and writes it into forwarded ones
 	// (default: W3C trace context and baggage).
 	Propagator propagation.TextMapPropagator
+	// ParkMax is the longest wait for which a delayed job is kept in process until its slot
+	// instead of being NAK'd with the wait (see parking); 0 NAKs every delay. Set it at least to
+	// the limiter's horizon to park every delay.
+	ParkMax time.Duration
 	// TenantMetrics adds a tenant label to the decision and wait metrics. Off by default: one
 	// series per tenant can be a lot.
 	TenantMetrics bool
@@ -173,6 +177,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max ack pending must be -1 (unlimited) or ≥ 1, got %d", ErrConfig, c.MaxAckPending)
 	case c.AckWait < time.Second:
 		return fmt.Errorf("%w: ack wait must be at least 1s, got %v", ErrConfig, c.AckWait)
+	case c.ParkMax < 0:
+		return fmt.Errorf("%w: park max must be ≥ 0, got %v", ErrConfig, c.ParkMax)
 	case c.AckWait < 4*c.DecisionTimeout:
 		return fmt.Errorf("%w: ack wait %v leaves too little room for a decision timeout of %v (want ack wait ≥ 4× the timeout)", ErrConfig, c.AckWait, c.DecisionTimeout)
 	}

@@ -42,6 +42,7 @@ type Service struct {
 	// acks carries forwards published asynchronously to the goroutines that wait for their
 	// PubAcks and then ack the inputs: workers never wait for the output stream.
 	acks    chan pendingForward
+	parking *parking
 	stopped chan struct{}
 	running atomic.Bool
 	gauges  metric.Registration
@@ -62,7 +63,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("admission: metrics: %w", err)
 	}
 	s := &Service{cfg: cfg, out: out, dead: dead, log: cfg.Logger, tel: tel, stopped: make(chan struct{}),
-		acks: make(chan pendingForward, 4*cfg.Workers)}
+		acks: make(chan pendingForward, 4*cfg.Workers), parking: newParking(cfg.ParkMax, cfg.AckWait)}
 	s.closed.b = backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(250*time.Millisecond),
 		backoff.WithMaxInterval(5*time.Second),
@@ -143,10 +144,12 @@ func (s *Service) registerGauges() error {
 	pending, err1 := m.Int64ObservableGauge("admitter.consumer.pending", metric.WithDescription("Jobs stored but not yet delivered to the consumer."))
 	ackPending, err2 := m.Int64ObservableGauge("admitter.consumer.ack_pending", metric.WithDescription("Jobs delivered and not yet acknowledged, delayed ones included (bounded by MaxAckPending)."))
 	redelivered, err3 := m.Int64ObservableGauge("admitter.consumer.redelivered", metric.WithDescription("Jobs delivered more than once and not yet acknowledged."))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	parked, err4 := m.Int64ObservableGauge("admitter.jobs.parked", metric.WithDescription("Delayed jobs kept in this process until their slot."))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return err
 	}
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		o.ObserveInt64(parked, int64(s.parking.len()))
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		info, err := s.cons.Info(ctx)
@@ -157,7 +160,7 @@ func (s *Service) registerGauges() error {
 		o.ObserveInt64(ackPending, int64(info.NumAckPending))
 		o.ObserveInt64(redelivered, int64(info.NumRedelivered))
 		return nil
-	}, pending, ackPending, redelivered)
+	}, pending, ackPending, redelivered, parked)
 	s.gauges = reg
 	return err
 }
@@ -233,8 +236,16 @@ func (s *Service) Run(ctx context.Context) error {
 	var workers, ackers sync.WaitGroup
 	for range s.cfg.Workers {
 		workers.Go(func() {
-			for m := range jobs {
-				s.handle(work, m)
+			for {
+				select {
+				case m, ok := <-jobs:
+					if !ok {
+						return
+					}
+					s.handle(work, m)
+				case m := <-s.parking.due:
+					s.handle(work, m)
+				}
 			}
 		})
 	}
@@ -262,6 +273,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Warn("consume", "err", err)
 		}))
 	if err != nil {
+		s.parking.close()
 		close(jobs)
 		workers.Wait()
 		return fmt.Errorf("admission: consume %s/%s: %w", s.cfg.StreamIn, s.cfg.Consumer, err)
@@ -281,6 +293,7 @@ func (s *Service) Run(ctx context.Context) error {
 		abort()
 		<-cc.Closed()
 	}
+	s.parking.close() // parked jobs go back to JetStream with the rest of their wait
 	close(jobs)
 	done := make(chan struct{})
 	go func() { workers.Wait(); close(done) }()
@@ -370,7 +383,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		} else {
 			wait := s.closedDelay()
 			s.conclude(ctx, &j, DecisionHeld, wait)
-			_ = m.NakWithDelay(wait)
+			s.delay(span, m, wait)
 		}
 	default:
 		s.limiterOK()
@@ -380,9 +393,19 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		} else {
 			wait := max(res.Wait, time.Microsecond)
 			s.conclude(ctx, &j, DecisionDelayed, wait)
-			_ = m.NakWithDelay(wait)
+			s.delay(span, m, wait)
 		}
 	}
+}
+
+// delay holds the job back for wait: parked in process when it can be, NAK'd with the wait
+// otherwise.
+func (s *Service) delay(span trace.Span, m jetstream.Msg, wait time.Duration) {
+	if s.parking.park(m, wait) {
+		span.SetAttributes(AttrParked.Bool(true))
+		return
+	}
+	_ = m.NakWithDelay(wait)
 }
 
 // decide asks the limiter, bounded by DecisionTimeout, in a child span.

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -28,6 +29,7 @@ type rig struct {
 	svc   *Service
 	spans *tracetest.InMemoryExporter
 	tp    *sdktrace.TracerProvider
+	stop  func() // stops the service and waits for Run to return; safe to call twice
 }
 
 func startRig(t *testing.T, plansYAML string, cfg Config) *rig {
@@ -70,8 +72,9 @@ func startRig(t *testing.T, plansYAML string, cfg Config) *rig {
 			t.Error(err)
 		}
 	})
-	t.Cleanup(func() { stop(); wg.Wait() })
-	return &rig{t: t, js: js, nc: nc, svc: svc, spans: spans, tp: tp}
+	stopAndWait := func() { stop(); wg.Wait() }
+	t.Cleanup(stopAndWait)
+	return &rig{t: t, js: js, nc: nc, svc: svc, spans: spans, tp: tp, stop: stopAndWait}
 }
 
 // waitFor polls cond until it holds, failing after timeout.
@@ -188,4 +191,112 @@ func names(spans tracetest.SpanStubs) []string {
 		out = append(out, s.Name)
 	}
 	return out
+}
+
+// forwardedAttempts reads every forwarded job's Admit-Attempts, waiting (bounded) for n of them.
+func (r *rig) forwardedAttempts(n int) []string {
+	r.t.Helper()
+	cons, err := r.js.OrderedConsumer(context.Background(), "ADMITTED", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var attempts []string
+	waitFor(r.t, 20*time.Second, fmt.Sprintf("%d forwarded jobs", n), func() bool {
+		batch, err := cons.FetchNoWait(100)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			attempts = append(attempts, m.Headers().Get(HeaderAttempts))
+		}
+		return len(attempts) >= n
+	})
+	return attempts
+}
+
+func (r *rig) publish(n int, subject string) {
+	r.t.Helper()
+	for i := range n {
+		if _, err := r.js.Publish(context.Background(), subject, []byte(fmt.Sprint(i))); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+func (r *rig) consumerInfo() *jetstream.ConsumerInfo {
+	r.t.Helper()
+	c, err := r.js.Consumer(context.Background(), "JOBS", "admitter")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return info
+}
+
+// TestParkedJobsAreDeliveredOnce: delayed jobs wait in process for their slot, so each is
+// delivered once and JetStream redelivers nothing; with parking off each delayed job is
+// delivered twice (the delay, then the admission).
+func TestParkedJobsAreDeliveredOnce(t *testing.T) {
+	const plans = "plans: {p: {limits: [{capacity: 2, rate: 50/s}]}}\ndefault_plan: p\n"
+	for _, tc := range []struct {
+		name    string
+		parkMax time.Duration
+		twice   int
+	}{{"parked", time.Minute, 0}, {"nak", 0, 4}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startRig(t, plans, Config{ParkMax: tc.parkMax})
+			r.publish(6, "jobs.submit.acme.x")
+			attempts := r.forwardedAttempts(6)
+			twice := 0
+			for _, a := range attempts {
+				if a == "2" {
+					twice++
+				} else if a != "1" {
+					t.Fatalf("Admit-Attempts %q", a)
+				}
+			}
+			if twice != tc.twice {
+				t.Fatalf("%d of 6 jobs delivered twice, want %d (attempts %v)", twice, tc.twice, attempts)
+			}
+			if got := r.consumerInfo().NumRedelivered; tc.twice == 0 && got != 0 {
+				t.Fatalf("%d jobs redelivered while parked", got)
+			}
+		})
+	}
+}
+
+// TestParkedJobOutlivesTheAckWait parks a job for three ack-wait halves: progress acks keep
+// JetStream from redelivering it, and it is forwarded once, at its slot.
+func TestParkedJobOutlivesTheAckWait(t *testing.T) {
+	r := startRig(t, "plans: {p: {limits: [{capacity: 1, rate: 24/m}]}}\ndefault_plan: p\n", // 2.5s a token
+		Config{ParkMax: time.Minute, AckWait: time.Second})
+	r.publish(2, "jobs.submit.acme.x")
+	attempts := r.forwardedAttempts(2)
+	if attempts[0] != "1" || attempts[1] != "1" {
+		t.Fatalf("attempts %v, want both delivered once", attempts)
+	}
+	// Every delivery is a process span carrying its delivery count: none may be a redelivery.
+	// (The consumer's NumRedelivered cannot tell: it forgets a job once it is acked.)
+	for _, s := range r.spans.GetSpans() {
+		if a, ok := attrs(s.Attributes)[AttrAttempt]; ok && a.AsInt64() != 1 {
+			t.Fatalf("a %s span of delivery %d: the parked job was redelivered", s.Name, a.AsInt64())
+		}
+	}
+}
+
+// TestStopHandsParkedJobsBack stops the service with a job parked: it goes back to JetStream
+// with the rest of its wait, not dropped, not forwarded early.
+func TestStopHandsParkedJobsBack(t *testing.T) {
+	r := startRig(t, "plans: {p: {limits: [{capacity: 1, rate: 1/m}]}}\ndefault_plan: p\n", Config{ParkMax: time.Minute})
+	r.publish(2, "jobs.submit.acme.x")
+	r.forwardedAttempts(1)
+	waitFor(t, 10*time.Second, "the second job to be parked", func() bool { return r.svc.parking.len() == 1 })
+	r.stop()
+	info := r.consumerInfo()
+	if info.NumAckPending != 1 || info.NumRedelivered != 0 {
+		t.Fatalf("after stop: ack pending %d, redelivered %d; want the parked job pending with its delay", info.NumAckPending, info.NumRedelivered)
+	}
 }

@@ -43,6 +43,8 @@ const (
 	AttrOutcome  = attribute.Key("admitter.outcome")
 	AttrError    = attribute.Key("admitter.error")
 	AttrSequence = attribute.Key("messaging.nats.stream.sequence")
+	// AttrParked marks a delayed job kept in process until its slot rather than NAK'd.
+	AttrParked = attribute.Key("admitter.parked")
 )
 
 // Bucket boundaries of the histograms, in seconds.

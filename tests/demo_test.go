@@ -153,8 +153,10 @@ func TestDemo(t *testing.T) {
 			if got := float64(ten.WindowTokens); math.Abs(got-allowance) > 0.1*allowance {
 				t.Errorf("%s: admitted %v tokens while publishing, want its allowance %.1f ± 10%%", ten.Tenant, got, allowance)
 			}
-			if ten.Waiting == 0 || ten.MeanAttempts <= 1 {
-				t.Errorf("%s: over its plan but waiting %d, mean attempts %.2f", ten.Tenant, ten.Waiting, ten.MeanAttempts)
+			// Held back: jobs still waiting, and admitted ones waited (delayed jobs are parked in
+			// the admitter until their slot, so they are delivered once: attempts stay 1).
+			if ten.Waiting == 0 || ten.WaitP99Ms <= 0 {
+				t.Errorf("%s: over its plan but waiting %d, p99 wait %dms", ten.Tenant, ten.Waiting, ten.WaitP99Ms)
 			}
 			continue
 		}

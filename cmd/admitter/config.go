@@ -35,6 +35,7 @@ type config struct {
 	MaxAckPending    int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"50000"`
 	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"32"`
 	Horizon          time.Duration `env:"ADMITTER_HORIZON" envDefault:"1m"`
+	ParkMax          time.Duration `env:"ADMITTER_PARK_MAX" envDefault:"1m"`
 	ShutdownTimeout  time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
 	LogFormat        string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
 	LogLevel         string        `env:"ADMITTER_LOG_LEVEL" envDefault:"info"`
@@ -146,6 +147,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("ADMITTER_MAX_ACK_PENDING must be ≥ 1, or -1 for unlimited, got %d", c.MaxAckPending)
 	case c.Workers < 1 || c.Workers > 4096:
 		return fmt.Errorf("ADMITTER_WORKERS must be from 1 to 4096, got %d", c.Workers)
+	case c.ParkMax < 0:
+		return fmt.Errorf("ADMITTER_PARK_MAX must be ≥ 0 (0 NAKs every delay), got %v", c.ParkMax)
 	case c.Horizon < time.Second:
 		return fmt.Errorf("ADMITTER_HORIZON must be at least 1s, got %v", c.Horizon)
 	case c.ShutdownTimeout <= 0:

@@ -124,6 +124,7 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, Workers: c.Workers,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
+		ParkMax: c.ParkMax,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
