@@ -31,9 +31,15 @@ vet:
 # race detector.
 test: deps fmt-check vet
 	PATH="$$PATH:/usr/bin" $(GO) test -race -count=1 -timeout 8m $(PKGS)
+	# allocation budgets hold in a plain build only (the race detector changes escape analysis)
+	PATH="$$PATH:/usr/bin" $(GO) test -count=1 -run 'Allocations' ./bucket
 
+# bench: admitter side by side with redis_rate, a minimal-script ceiling and a plain JetStream
+# relay, on servers it starts itself on 127.0.0.1 (about two minutes): progress, then a table
+# against the goals; the same figures in bench-results.json. Extra flags in BENCHFLAGS, e.g.
+# BENCHFLAGS=-quick, or BENCHFLAGS='-scenarios e2e -cpuprofile admitter.pprof' (see -h).
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./bucket/...
+	PATH="$$PATH:/usr/bin" $(GO) run ./cmd/admitter-bench -json bench-results.json $(BENCHFLAGS)
 
 # fuzz runs every fuzz target for FUZZTIME each (seeds alone run in `make test`).
 fuzz:

@@ -1,0 +1,133 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/internal/bench"
+)
+
+// TestQuickRun runs the whole command in -quick mode against real servers it starts itself (a
+// redis-server child, in-process nats-servers) and checks that the JSON holds every figure with
+// sane values. Timing goals are not checked: met or not, they are results. Phases are shortened
+// further and the paced rates kept low so that it stays fast under the race detector on a busy
+// 2-core machine.
+func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers and runs for seconds")
+	}
+	path := filepath.Join(t.TempDir(), "results.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	begin := time.Now()
+	code := bench.Main(ctx, []string{"-quick", "-json", path,
+		"-duration", "300ms", "-warmup", "100ms", "-jobs", "1000", "-latency-duration", "1s", "-latency-rate", "300",
+		"-overload-duration", "1500ms", "-overload-tail", "500ms"}, &out, &errOut, t)
+	t.Logf("exit %d after %v\n%s%s", code, time.Since(begin).Round(time.Millisecond), out.String(), errOut.String())
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	for _, want := range []string{"start redis-server", "decisions: ours", "decisions: redis_rate", "decisions: ceiling",
+		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "overload:",
+		"scenario", "peer/ceiling", "figures written to " + path} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output has no %q", want)
+		}
+	}
+
+	r, err := bench.ReadJSON(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := r.Meta
+	if _, err := time.Parse(time.RFC3339, m.Timestamp); err != nil || !strings.HasPrefix(m.GoVersion, "go") ||
+		m.NumCPU < 1 || m.GOMAXPROCS < 1 || m.RedisVersion == "" || m.NATSServerVersion == "" || !m.Quick || m.ElapsedS <= 0 {
+		t.Errorf("meta: %+v", m)
+	}
+	latency := func(what string, l bench.Latency) {
+		t.Helper()
+		if l.Samples < 1 || l.P50Ms <= 0 || l.P50Ms > l.P99Ms || l.P99Ms > l.MaxMs {
+			t.Errorf("%s latency not sane: %+v", what, l)
+		}
+	}
+
+	d := r.Decisions
+	if d == nil {
+		t.Fatal("no decisions section")
+	}
+	for _, run := range []bench.DecisionRun{d.Ours, d.RedisRate, d.Ceiling} {
+		if run.Calls < 1 || run.PerSecond <= 0 || run.Seconds <= 0 || run.Denied != 0 {
+			t.Errorf("decisions %s: %+v", run.Name, run)
+		}
+		latency("decisions "+run.Name, run.Latency)
+	}
+	if d.Concurrency != 64 || d.Tenants != 1000 || d.VsRedisRate <= 0 || d.VsCeiling <= 0 {
+		t.Errorf("decisions: %+v", d)
+	}
+
+	e := r.EndToEnd
+	if e == nil {
+		t.Fatal("no end-to-end section")
+	}
+	for name, tp := range map[string]bench.Throughput{"relay": e.Relay, "admitter": e.Admitter} {
+		if tp.Jobs != 1000 || tp.PerSecond <= 0 || tp.Seconds <= 0 {
+			t.Errorf("end to end %s: %+v", name, tp)
+		}
+	}
+	if e.Ratio <= 0 || e.Latency.RatePerSecond != 300 {
+		t.Errorf("end to end: ratio %g, paced at %g/s", e.Ratio, e.Latency.RatePerSecond)
+	}
+	latency("relay", e.Latency.Relay)
+	latency("admitter", e.Latency.Admitter)
+	if got := e.Latency.Admitter.P99Ms - e.Latency.Relay.P99Ms; abs(got-e.Latency.AddedP99Ms) > 0.002 {
+		t.Errorf("added p99 %g, want admitter p99 − relay p99 = %g", e.Latency.AddedP99Ms, got)
+	}
+
+	o := r.Overload
+	if o == nil {
+		t.Fatal("no overload section")
+	}
+	if o.Published != 3000 || o.PublishRate != 2000 || o.Capacity != 100 || o.RatePerSecond != 200 || o.Dead != 0 {
+		t.Errorf("overload set-up: %+v", o)
+	}
+	// The first capacity's worth is admitted at once; nothing can pass faster than the plan.
+	if o.AdmittedAtEnd < o.Capacity || o.AdmittedTotal < o.AdmittedAtEnd || o.Expected < float64(o.Capacity) ||
+		float64(o.AdmittedTotal) > float64(o.Capacity)+o.RatePerSecond*(o.DurationS+o.TailS)*1.05+5 {
+		t.Errorf("overload admissions: %+v", o)
+	}
+	if o.AttemptsMean < 1 || o.AttemptsMax < 1 || float64(o.AttemptsMax) < o.AttemptsMean {
+		t.Errorf("overload deliveries: mean %g max %d", o.AttemptsMean, o.AttemptsMax)
+	}
+	var sum int64
+	for _, n := range o.AdmittedPerSecond {
+		sum += n
+	}
+	if len(o.AdmittedPerSecond) < 2 || sum != o.AdmittedTotal || o.WorstLagJobs < 0 || o.WorstAheadJobs < 0 {
+		t.Errorf("overload pacing figures: per second %v (total %d), worst lag %g, worst ahead %g",
+			o.AdmittedPerSecond, o.AdmittedTotal, o.WorstLagJobs, o.WorstAheadJobs)
+	}
+	if o.DelayMs.Samples != int(o.AdmittedTotal) || o.DelayMs.P50Ms > o.DelayMs.P99Ms || o.DelayMs.P99Ms > o.DelayMs.MaxMs {
+		t.Errorf("overload Admit-Delay-Ms: %+v", o.DelayMs)
+	}
+
+	if len(r.Goals) != 6 {
+		t.Errorf("%d goals, want 6: %+v", len(r.Goals), r.Goals)
+	}
+	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalEndToEnd, bench.GoalAddedP99, bench.GoalOverloadErr, bench.GoalAttempts} {
+		if _, ok := r.Goal(name); !ok {
+			t.Errorf("no goal %q", name)
+		}
+	}
+}
+
+func abs(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}

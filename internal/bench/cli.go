@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/admitter/admitter/internal/testenv"
+)
+
+// ParseArgs reads the command line of admitter-bench: the options and the JSON path ("" for
+// none). -h prints the usage to stderr and returns flag.ErrHelp; any other problem is an error
+// saying which flag is wrong.
+func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
+	def := Defaults()
+	fs := flag.NewFlagSet("admitter-bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported by run, the usage only on -h
+	o := def
+	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, e2e, overload (or all)")
+	quick := fs.Bool("quick", false, "shorten every phase for a smoke run of seconds (flags given explicitly still apply)")
+	jsonPath := fs.String("json", "bench-results.json", "write the figures as JSON to this `path` (empty: don't)")
+	fs.DurationVar(&o.Duration, "duration", def.Duration, "decisions: measured time per contender")
+	fs.DurationVar(&o.Warmup, "warmup", def.Warmup, "decisions: warm-up before each measurement")
+	fs.IntVar(&o.Concurrency, "concurrency", def.Concurrency, "decisions: goroutines deciding at once")
+	fs.IntVar(&o.Tenants, "tenants", def.Tenants, "decisions and end to end: number of tenants")
+	fs.IntVar(&o.Jobs, "jobs", def.Jobs, "end to end: jobs pre-published and drained by the relay and by admitter")
+	fs.DurationVar(&o.LatencyDuration, "latency-duration", def.LatencyDuration, "end to end: paced publishing time of each latency run")
+	fs.Float64Var(&o.LatencyRate, "latency-rate", def.LatencyRate, "end to end: paced rate in jobs/s (0: half the relay's measured rate; -quick: 2000)")
+	fs.IntVar(&o.RelayPipelines, "relay-pipelines", def.RelayPipelines, "end to end: the relay's consume→publish→ack pipelines")
+	fs.IntVar(&o.Workers, "workers", def.Workers, "admitter's Workers (0: admission's default)")
+	fs.DurationVar(&o.ParkMax, "park-max", def.ParkMax, "admitter's ParkMax: longest delay parked in process (0: NAK every delay)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of admitter's end-to-end throughput run to this `path`")
+	fs.DurationVar(&o.OverloadDuration, "overload-duration", def.OverloadDuration, "overload: how long the tenant is published at the overload factor")
+	fs.DurationVar(&o.OverloadTail, "overload-tail", def.OverloadTail, "overload: how long to keep watching after the load ends")
+	fs.Int64Var(&o.OverloadCapacity, "overload-capacity", def.OverloadCapacity, "overload: the tenant's plan capacity")
+	fs.Int64Var(&o.OverloadRate, "overload-rate", def.OverloadRate, "overload: the tenant's plan rate per second")
+	fs.Float64Var(&o.OverloadFactor, "overload-factor", def.OverloadFactor, "overload: published rate as a multiple of the plan's rate")
+	usage := func() {
+		fs.SetOutput(stderr)
+		fmt.Fprintf(stderr, "usage: admitter-bench [flags]\n\n"+
+			"Measures admitter against redis_rate, a minimal-script ceiling and a plain JetStream relay,\n"+
+			"on servers it starts itself on 127.0.0.1, and prints a table against the goals.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		usage()
+		return o, "", err
+	} else if err != nil {
+		return o, "", fmt.Errorf("%w (see -h for the flags)", err)
+	}
+	if fs.NArg() > 0 {
+		return o, "", fmt.Errorf("unexpected argument %q (every option is a flag; see -h)", fs.Arg(0))
+	}
+	var err error
+	if o.Scenarios, err = ParseScenarios(*scenarios); err != nil {
+		return o, "", fmt.Errorf("-scenarios: %w", err)
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		q := o.Shortened()
+		for name, field := range map[string]func(){
+			"latency-rate":      func() { q.LatencyRate = o.LatencyRate },
+			"duration":          func() { q.Duration = o.Duration },
+			"warmup":            func() { q.Warmup = o.Warmup },
+			"jobs":              func() { q.Jobs = o.Jobs },
+			"latency-duration":  func() { q.LatencyDuration = o.LatencyDuration },
+			"overload-duration": func() { q.OverloadDuration = o.OverloadDuration },
+			"overload-tail":     func() { q.OverloadTail = o.OverloadTail },
+		} {
+			if set[name] {
+				field()
+			}
+		}
+		o = q
+	}
+	if err := o.Validate(); err != nil {
+		return o, "", err
+	}
+	return o, *jsonPath, nil
+}
+
+// Main is admitter-bench: it parses args, runs the scenarios on servers started through tb,
+// prints progress and the table to stdout, writes the JSON, and returns the exit status: 0 when
+// everything was measured (goals met or not), 1 on an error, 2 for bad flags, 130 when ctx ended
+// first (Ctrl-C). tb owns the servers: its clean-up stops them.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, tb testenv.TB) int {
+	o, jsonPath, err := ParseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "admitter-bench: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nadmitter-bench: "))
+		return 2
+	}
+	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	fmt.Fprintf(stdout, "admitter-bench: scenarios %s%s; servers on 127.0.0.1\n", strings.Join(o.Scenarios, ", "), map[bool]string{true: " (quick)"}[o.Quick])
+	rep, err := Run(ctx, tb, o, stdout)
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "admitter-bench: interrupted: stopping the servers, nothing written")
+		return 130
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "admitter-bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout)
+	if err := rep.WriteTable(stdout); err != nil {
+		fmt.Fprintf(stderr, "admitter-bench: %v\n", err)
+		return 1
+	}
+	if jsonPath != "" {
+		if err := rep.WriteJSON(jsonPath); err != nil {
+			fmt.Fprintf(stderr, "admitter-bench: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nfigures written to %s\n", jsonPath)
+	}
+	return 0
+}

@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseArgsDefaults(t *testing.T) {
+	o, path, err := ParseArgs(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != "bench-results.json" || o.Quick || o.Duration != 5*time.Second || o.Warmup != time.Second ||
+		o.Concurrency != 64 || o.Tenants != 1000 || o.Jobs != 50_000 || o.OverloadDuration != 30*time.Second ||
+		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 3 || o.LatencyRate != 0 {
+		t.Errorf("defaults: %+v, json %q", o, path)
+	}
+}
+
+func TestParseArgsQuick(t *testing.T) {
+	o, _, err := ParseArgs([]string{"-quick", "-jobs", "777", "-scenarios", "overload,decisions"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := Defaults().Shortened()
+	if !o.Quick || o.Duration != q.Duration || o.OverloadDuration != q.OverloadDuration || o.LatencyRate != q.LatencyRate {
+		t.Errorf("-quick did not shorten: %+v", o)
+	}
+	if o.Jobs != 777 {
+		t.Errorf("-jobs given with -quick: %d, want 777", o.Jobs)
+	}
+	if !o.Has(ScenarioOverload) || !o.Has(ScenarioDecisions) || o.Has(ScenarioEndToEnd) {
+		t.Errorf("scenarios %v", o.Scenarios)
+	}
+}
+
+func TestParseArgsErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-nope"}, "flag provided but not defined: -nope"},
+		{[]string{"-duration", "soon"}, `invalid value "soon" for flag -duration`},
+		{[]string{"-duration", "0s"}, "-duration must be positive"},
+		{[]string{"-concurrency", "0"}, "-concurrency must be from 1"},
+		{[]string{"-jobs", "-5"}, "-jobs must be from 1"},
+		{[]string{"-scenarios", "decisions,speed"}, `unknown scenario "speed"`},
+		{[]string{"-overload-factor", "0"}, "overload factor must be positive"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		_, _, err := ParseArgs(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one containing %q", c.args, err, c.want)
+		}
+	}
+	var usage bytes.Buffer
+	if _, _, err := ParseArgs([]string{"-h"}, &usage); !errors.Is(err, flag.ErrHelp) || !strings.Contains(usage.String(), "-cpuprofile") {
+		t.Errorf("-h: %v\n%s", err, usage.String())
+	}
+}
+
+func TestMainBadFlagsExit2(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := Main(t.Context(), []string{"-tenants", "0"}, &out, &errOut, t); code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	if !strings.HasPrefix(errOut.String(), "admitter-bench: -tenants must be") || out.Len() != 0 {
+		t.Errorf("stderr %q, stdout %q", errOut.String(), out.String())
+	}
+	if code := Main(t.Context(), []string{"-h"}, &out, io.Discard, t); code != 0 {
+		t.Errorf("-h: exit %d, want 0", code)
+	}
+}

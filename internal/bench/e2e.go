@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"time"
+
+	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/internal/testenv"
+	"github.com/nats-io/nats.go"
+)
+
+// env is what the scenarios share: the servers' starter, Redis, the plans and the options.
+type env struct {
+	tb       testenv.TB
+	redisURL string
+	flush    func(context.Context) error // empties Redis between runs
+	plans    *bucket.Plans
+	o        Options
+}
+
+// prepare starts the forwarder of the given kind against a NATS server.
+func (e *env) prepare(ctx context.Context, kind, url string) (*forwarder, error) {
+	if kind == "relay" {
+		return prepareRelay(ctx, url, e.o.RelayPipelines)
+	}
+	if err := e.flush(ctx); err != nil {
+		return nil, err
+	}
+	return prepareAdmitter(ctx, url, e.redisURL, e.plans, e.o)
+}
+
+// freshNATS starts a new JetStream server (an empty store) with admitter's three streams.
+func (e *env) freshNATS(ctx context.Context) (*testenv.NATSServer, error) {
+	srv := testenv.StartNATS(e.tb)
+	nc, js, err := connect(srv.URL(), "bench-setup")
+	if err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	defer nc.Close()
+	if err := createStreams(ctx, js); err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	return srv, nil
+}
+
+// throughput pre-publishes Jobs jobs over Tenants tenants, then measures how fast the forwarder
+// of the given kind moves them to ADMITTED: from the moment it starts consuming until the
+// output stream stores the last one (the stream's own timestamp of its last message). With
+// profile set, the process is CPU-profiled for the duration.
+func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput, error) {
+	srv, err := e.freshNATS(ctx)
+	if err != nil {
+		return Throughput{}, err
+	}
+	defer srv.Stop()
+	if err := prepublish(ctx, srv.URL(), e.o.Jobs, e.o.Tenants); err != nil {
+		return Throughput{}, err
+	}
+	nc, js, err := connect(srv.URL(), "bench-watch")
+	if err != nil {
+		return Throughput{}, err
+	}
+	defer nc.Close()
+	fw, err := e.prepare(ctx, kind, srv.URL())
+	if err != nil {
+		return Throughput{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	defer fw.stop()
+	runtime.GC()
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return Throughput{}, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return Throughput{}, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	if err := fw.start(); err != nil {
+		return Throughput{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	bound := time.Minute + time.Duration(e.o.Jobs)*time.Millisecond // at least 1000 jobs/s
+	last, err := waitForMessages(ctx, js, streamOut, e.o.Jobs, bound, fw.failed)
+	if err != nil {
+		return Throughput{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	if profile != "" {
+		pprof.StopCPUProfile()
+	}
+	// Not timed, but checked: a forwarder that does not acknowledge what it forwarded would be
+	// measured unfairly fast.
+	if err := waitForEmpty(ctx, js, streamIn, 10*time.Second+time.Duration(e.o.Jobs)*100*time.Microsecond); err != nil {
+		return Throughput{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	d := last.Sub(start)
+	return Throughput{Jobs: e.o.Jobs, Seconds: round(d.Seconds(), 4), PerSecond: round(PerSecond(int64(e.o.Jobs), d), 1)}, nil
+}
+
+// latency publishes at rate jobs/s for LatencyDuration through the forwarder of the given kind,
+// each job stamped with its publish time, and measures publish → forwarded message received by
+// a core subscriber on jobs.admitted.>. Jobs published in the first fifth of the run (at most
+// 1s) warm up and are not counted.
+func (e *env) latency(ctx context.Context, kind string, rate float64) (Latency, error) {
+	srv, err := e.freshNATS(ctx)
+	if err != nil {
+		return Latency{}, err
+	}
+	defer srv.Stop()
+	fw, err := e.prepare(ctx, kind, srv.URL())
+	if err != nil {
+		return Latency{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	defer fw.stop()
+	if err := fw.start(); err != nil {
+		return Latency{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	subNC, _, err := connect(srv.URL(), "bench-downstream")
+	if err != nil {
+		return Latency{}, err
+	}
+	defer subNC.Close()
+	cut := time.Now().Add(min(time.Second, e.o.LatencyDuration/5))
+	col, err := collect(subNC, prefixOut+">", func(m *nats.Msg, now time.Time) (time.Duration, bool) {
+		sent, ok := sentAt(m)
+		if !ok || sent.Before(cut) {
+			return 0, false
+		}
+		return now.Sub(sent), true
+	})
+	if err != nil {
+		return Latency{}, err
+	}
+	defer col.stop()
+	pub, err := newAsyncPublisher(srv.URL(), "bench-producer")
+	if err != nil {
+		return Latency{}, err
+	}
+	defer pub.close()
+	subj := make([]string, e.o.Tenants)
+	for i := range subj {
+		subj[i] = prefixIn + tenantName(i) + ".work"
+	}
+	runtime.GC()
+	sent, _, err := pace(ctx, pub, rate, e.o.LatencyDuration, func(i int64) *nats.Msg {
+		h := nats.Header{}
+		h.Set(headerSent, strconv.FormatInt(time.Now().UnixNano(), 10))
+		return &nats.Msg{Subject: subj[int(i%int64(len(subj)))], Data: payload, Header: h}
+	})
+	if err != nil {
+		return Latency{}, err
+	}
+	if err := pub.complete(ctx); err != nil {
+		return Latency{}, err
+	}
+	// Bounded, but long enough for a forwarder slower than the paced rate to drain its backlog
+	// at 1000 jobs/s.
+	if err := col.waitCount(ctx, sent, 30*time.Second+time.Duration(sent)*time.Millisecond); err != nil {
+		return Latency{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	return Summarize(col.stop()), nil
+}
+
+// endToEnd is scenario 2.
+func (e *env) endToEnd(ctx context.Context, p *progress) (*EndToEnd, error) {
+	r := &EndToEnd{Tenants: e.o.Tenants}
+	var err error
+	if err = p.phase(fmt.Sprintf("end to end: relay drains %s jobs", count(float64(e.o.Jobs))), func() (string, error) {
+		r.Relay, err = e.throughput(ctx, "relay", "")
+		return fmt.Sprintf("%s jobs/s", count(r.Relay.PerSecond)), err
+	}); err != nil {
+		return nil, err
+	}
+	if err = p.phase(fmt.Sprintf("end to end: admitter drains %s jobs", count(float64(e.o.Jobs))), func() (string, error) {
+		r.Admitter, err = e.throughput(ctx, "admitter", e.o.CPUProfile)
+		s := fmt.Sprintf("%s jobs/s", count(r.Admitter.PerSecond))
+		if e.o.CPUProfile != "" {
+			s += ", CPU profile in " + e.o.CPUProfile
+		}
+		return s, err
+	}); err != nil {
+		return nil, err
+	}
+	r.Ratio = round(Ratio(r.Admitter.PerSecond, r.Relay.PerSecond), 4)
+	rate := e.o.LatencyRate
+	if rate == 0 {
+		rate = max(1, r.Relay.PerSecond/2)
+	}
+	r.Latency.RatePerSecond = round(rate, 1)
+	r.Latency.DurationS = e.o.LatencyDuration.Seconds()
+	for _, kind := range []string{"relay", "admitter"} {
+		var l Latency
+		if err = p.phase(fmt.Sprintf("end to end: latency through %s at %s jobs/s for %v", kind, count(rate), e.o.LatencyDuration), func() (string, error) {
+			l, err = e.latency(ctx, kind, rate)
+			return fmt.Sprintf("p50 %.2fms p99 %.2fms over %s jobs", l.P50Ms, l.P99Ms, count(float64(l.Samples))), err
+		}); err != nil {
+			return nil, err
+		}
+		if kind == "relay" {
+			r.Latency.Relay = l
+		} else {
+			r.Latency.Admitter = l
+		}
+	}
+	if rate > r.Admitter.PerSecond {
+		r.Notes = append(r.Notes, fmt.Sprintf("the paced rate (%s/s) is above admitter's measured throughput (%s/s): a backlog builds, and its latency is mostly time queued in JOBS",
+			count(rate), count(r.Admitter.PerSecond)))
+	}
+	r.Latency.AddedP99Ms = round(r.Latency.Admitter.P99Ms-r.Latency.Relay.P99Ms, 3)
+	r.Latency.AddedP50Ms = round(r.Latency.Admitter.P50Ms-r.Latency.Relay.P50Ms, 3)
+	return r, nil
+}

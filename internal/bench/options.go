@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Scenario names, as accepted by Options.Scenarios.
+const (
+	ScenarioDecisions = "decisions"
+	ScenarioEndToEnd  = "e2e"
+	ScenarioOverload  = "overload"
+)
+
+// AllScenarios lists every scenario in the order they run.
+var AllScenarios = []string{ScenarioDecisions, ScenarioEndToEnd, ScenarioOverload}
+
+// Options say what to run and for how long. Start from Defaults or Quick.
+type Options struct {
+	// Scenarios to run, a subset of AllScenarios (run in that order whatever the order here).
+	Scenarios []string
+	// Quick is recorded in the report: the phases were shortened for a smoke run.
+	Quick bool
+
+	// Decisions: Duration per contender after Warmup, at Concurrency goroutines over Tenants.
+	Duration    time.Duration
+	Warmup      time.Duration
+	Concurrency int
+	Tenants     int
+
+	// End to end: Jobs pre-published over Tenants, forwarded by the relay and by admitter; then
+	// LatencyDuration of paced publishing at LatencyRate jobs/s (0: half the relay's rate).
+	Jobs            int
+	LatencyDuration time.Duration
+	LatencyRate     float64
+	// RelayPipelines is how many consume→publish→ack pipelines the relay runs.
+	RelayPipelines int
+	// Workers is admitter's Workers setting (0: admission's default).
+	Workers int
+	// ParkMax is admitter's ParkMax: the longest delay kept in process rather than NAK'd (the
+	// service's default, ADMITTER_PARK_MAX, is 1m; 0 NAKs every delay).
+	ParkMax time.Duration
+	// CPUProfile, when set, receives a CPU profile of the process during admitter's end-to-end
+	// throughput run (the in-process nats-server included; redis-server is another process).
+	CPUProfile string
+
+	// Overload: one tenant on a plan of OverloadCapacity at OverloadRate/s, published at
+	// OverloadFactor × its rate for OverloadDuration, measured until OverloadTail after.
+	OverloadDuration time.Duration
+	OverloadTail     time.Duration
+	OverloadCapacity int64
+	OverloadRate     int64
+	OverloadFactor   float64
+
+	// Logger receives admitter's own log (warnings and errors are enough); nil discards it.
+	Logger *slog.Logger
+}
+
+// Defaults are the options of a full run.
+func Defaults() Options {
+	return Options{
+		Scenarios:        append([]string(nil), AllScenarios...),
+		Duration:         5 * time.Second,
+		Warmup:           time.Second,
+		Concurrency:      64,
+		Tenants:          1000,
+		Jobs:             50_000,
+		LatencyDuration:  10 * time.Second,
+		RelayPipelines:   2,
+		OverloadDuration: 30 * time.Second,
+		OverloadTail:     5 * time.Second,
+		OverloadCapacity: 100,
+		OverloadRate:     200,
+		OverloadFactor:   10,
+		ParkMax:          time.Minute,
+	}
+}
+
+// Shortened shortens every phase of o for a smoke run (seconds in all, not minutes).
+func (o Options) Shortened() Options {
+	o.Quick = true
+	o.Duration = 500 * time.Millisecond
+	o.Warmup = 200 * time.Millisecond
+	o.Jobs = 3000
+	o.LatencyDuration = 1500 * time.Millisecond
+	o.LatencyRate = 2000 // the relay's rate over a few thousand jobs says little
+	o.OverloadDuration = 2 * time.Second
+	o.OverloadTail = time.Second
+	return o
+}
+
+// Has reports whether scenario is selected.
+func (o Options) Has(scenario string) bool {
+	for _, s := range o.Scenarios {
+		if s == scenario {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseScenarios reads a comma-separated list of scenario names ("all" for every one).
+func ParseScenarios(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "all" {
+		return append([]string(nil), AllScenarios...), nil
+	}
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		known := false
+		for _, a := range AllScenarios {
+			known = known || f == a
+		}
+		if !known {
+			return nil, fmt.Errorf("unknown scenario %q (want a comma-separated list of %s, or all)", f, strings.Join(AllScenarios, ", "))
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// Validate says what is wrong with o, naming the flag.
+func (o Options) Validate() error {
+	var errs []error
+	pos := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("-%s must be positive, got %v", name, d))
+		}
+	}
+	pos("duration", o.Duration)
+	pos("latency-duration", o.LatencyDuration)
+	pos("overload-duration", o.OverloadDuration)
+	if o.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("-warmup must not be negative, got %v", o.Warmup))
+	}
+	if o.OverloadTail < 0 {
+		errs = append(errs, fmt.Errorf("-overload-tail must not be negative, got %v", o.OverloadTail))
+	}
+	if o.Concurrency < 1 || o.Concurrency > 10_000 {
+		errs = append(errs, fmt.Errorf("-concurrency must be from 1 to 10000, got %d", o.Concurrency))
+	}
+	if o.Tenants < 1 || o.Tenants > 1_000_000 {
+		errs = append(errs, fmt.Errorf("-tenants must be from 1 to 1000000, got %d", o.Tenants))
+	}
+	if o.Jobs < 1 || o.Jobs > 10_000_000 {
+		errs = append(errs, fmt.Errorf("-jobs must be from 1 to 10000000, got %d", o.Jobs))
+	}
+	if o.LatencyRate < 0 || o.LatencyRate > 1_000_000 {
+		errs = append(errs, fmt.Errorf("-latency-rate must be from 0 (half the relay's rate) to 1000000, got %g", o.LatencyRate))
+	}
+	if o.RelayPipelines < 1 || o.RelayPipelines > 64 {
+		errs = append(errs, fmt.Errorf("-relay-pipelines must be from 1 to 64, got %d", o.RelayPipelines))
+	}
+	if o.Workers < 0 || o.Workers > 100_000 {
+		errs = append(errs, fmt.Errorf("-workers must be from 0 (admitter's default) to 100000, got %d", o.Workers))
+	}
+	if o.OverloadCapacity < 1 {
+		errs = append(errs, fmt.Errorf("overload capacity must be ≥ 1, got %d", o.OverloadCapacity))
+	}
+	if o.OverloadRate < 1 || o.OverloadRate > 100_000 {
+		errs = append(errs, fmt.Errorf("overload rate must be from 1 to 100000/s, got %d", o.OverloadRate))
+	}
+	if o.OverloadFactor <= 0 || o.OverloadFactor*float64(o.OverloadRate) > 200_000 {
+		errs = append(errs, fmt.Errorf("overload factor must be positive and publish at most 200000/s, got %g", o.OverloadFactor))
+	}
+	if len(o.Scenarios) == 0 {
+		errs = append(errs, errors.New("no scenario selected"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,358 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is everything one run measured. It is written as JSON so runs can be compared over
+// time; sections of scenarios that did not run are absent.
+type Report struct {
+	Meta      Meta        `json:"meta"`
+	Decisions *Decisions  `json:"decisions,omitempty"`
+	EndToEnd  *EndToEnd   `json:"end_to_end,omitempty"`
+	Overload  *Overload   `json:"overload,omitempty"`
+	Goals     []Goal      `json:"goals"`
+	Notes     []string    `json:"notes,omitempty"`
+	Options   OptionsJSON `json:"options"`
+}
+
+// Meta says when, where and on what the run happened.
+type Meta struct {
+	Timestamp         string  `json:"timestamp"` // RFC 3339, UTC
+	GoVersion         string  `json:"go_version"`
+	GOOS              string  `json:"goos"`
+	GOARCH            string  `json:"goarch"`
+	NumCPU            int     `json:"num_cpu"`
+	GOMAXPROCS        int     `json:"gomaxprocs"`
+	GitCommit         string  `json:"git_commit,omitempty"`
+	GitDirty          bool    `json:"git_dirty,omitempty"`
+	RedisVersion      string  `json:"redis_version,omitempty"`
+	NATSServerVersion string  `json:"nats_server_version,omitempty"`
+	Quick             bool    `json:"quick"`
+	ElapsedS          float64 `json:"elapsed_s"`
+}
+
+// OptionsJSON records the options that shaped the figures.
+type OptionsJSON struct {
+	Scenarios         []string `json:"scenarios"`
+	DurationS         float64  `json:"duration_s"`
+	WarmupS           float64  `json:"warmup_s"`
+	Concurrency       int      `json:"concurrency"`
+	Tenants           int      `json:"tenants"`
+	Jobs              int      `json:"jobs"`
+	LatencyDurationS  float64  `json:"latency_duration_s"`
+	RelayPipelines    int      `json:"relay_pipelines"`
+	OverloadDurationS float64  `json:"overload_duration_s"`
+	OverloadTailS     float64  `json:"overload_tail_s"`
+}
+
+func optionsJSON(o Options) OptionsJSON {
+	return OptionsJSON{
+		Scenarios: o.Scenarios, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(),
+		Concurrency: o.Concurrency, Tenants: o.Tenants, Jobs: o.Jobs,
+		LatencyDurationS: o.LatencyDuration.Seconds(), RelayPipelines: o.RelayPipelines,
+		OverloadDurationS: o.OverloadDuration.Seconds(), OverloadTailS: o.OverloadTail.Seconds(),
+	}
+}
+
+// DecisionRun is one contender of the decisions scenario.
+type DecisionRun struct {
+	Name      string  `json:"name"`
+	Calls     int64   `json:"calls"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_second"`
+	Latency   Latency `json:"latency"`
+	// Denied counts calls that were not admitted (the plans admit everything: expect 0).
+	Denied int64 `json:"denied"`
+}
+
+// Decisions is scenario 1: limiter decisions per second at a fixed concurrency.
+type Decisions struct {
+	Concurrency int         `json:"concurrency"`
+	Tenants     int         `json:"tenants"`
+	Ours        DecisionRun `json:"ours"`
+	RedisRate   DecisionRun `json:"redis_rate"`
+	Ceiling     DecisionRun `json:"ceiling"`
+	VsRedisRate float64     `json:"ours_vs_redis_rate"`
+	VsCeiling   float64     `json:"ours_vs_ceiling"`
+}
+
+// Throughput is one forwarder draining a pre-published backlog.
+type Throughput struct {
+	Jobs      int     `json:"jobs"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_second"`
+}
+
+// PacedLatency is publish → forwarded-message-received latency at a paced rate.
+type PacedLatency struct {
+	RatePerSecond float64 `json:"rate_per_second"`
+	DurationS     float64 `json:"duration_s"`
+	Relay         Latency `json:"relay"`
+	Admitter      Latency `json:"admitter"`
+	// AddedP99Ms is admitter's p99 minus the relay's p99 (a difference of percentiles, not the
+	// percentile of per-job differences); AddedP50Ms likewise.
+	AddedP99Ms float64 `json:"added_p99_ms"`
+	AddedP50Ms float64 `json:"added_p50_ms"`
+}
+
+// EndToEnd is scenario 2: JetStream in, JetStream out, 1000 tenants under their limits.
+type EndToEnd struct {
+	Tenants  int          `json:"tenants"`
+	Relay    Throughput   `json:"relay"`
+	Admitter Throughput   `json:"admitter"`
+	Ratio    float64      `json:"admitter_vs_relay"`
+	Latency  PacedLatency `json:"latency"`
+	Notes    []string     `json:"-"`
+}
+
+// Overload is scenario 3: one tenant published at a multiple of its plan's rate.
+type Overload struct {
+	Capacity        int64   `json:"capacity"`
+	RatePerSecond   float64 `json:"rate_per_second"`
+	PublishRate     float64 `json:"publish_rate_per_second"`
+	DurationS       float64 `json:"duration_s"`
+	TailS           float64 `json:"tail_s"`
+	Published       int64   `json:"published"`
+	AdmittedAtEnd   int64   `json:"admitted_at_load_end"`
+	SinceFirstS     float64 `json:"t_s"` // from the first admission to the end of the load window
+	Expected        float64 `json:"expected"`
+	ErrorPct        float64 `json:"error_pct"`
+	AdmittedTotal   int64   `json:"admitted_total"`
+	TailPerSecond   float64 `json:"tail_admitted_per_second"`
+	AttemptsMean    float64 `json:"attempts_mean"`
+	AttemptsMax     int64   `json:"attempts_max"`
+	DelayMs         Latency `json:"admit_delay_ms"`
+	Dead            int64   `json:"dead"`
+	FirstAdmissionS float64 `json:"first_admission_s"` // after the first publish
+	// WorstLagJobs is how far, at worst, the admitted count fell behind capacity + rate·t at
+	// 100 ms checkpoints through the load window (WorstLagAtS after the first admission), and
+	// WorstAheadJobs how far it ran ahead: the count at the end alone can hide a stall that a
+	// burst made up for.
+	WorstLagJobs   float64 `json:"worst_lag_jobs"`
+	WorstLagAtS    float64 `json:"worst_lag_at_s"`
+	WorstAheadJobs float64 `json:"worst_ahead_jobs"`
+	// AdmittedPerSecond counts admissions in each second from the first publish to the end of
+	// the tail.
+	AdmittedPerSecond []int64 `json:"admitted_per_second"`
+}
+
+// Goal is one target and whether the run met it.
+type Goal struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Op     string  `json:"op"` // ">=", "<=" or "abs<=" (|value| ≤ target)
+	Target float64 `json:"target"`
+	Met    bool    `json:"met"`
+}
+
+// Goal names.
+const (
+	GoalVsRedisRate = "decisions ours/redis_rate"
+	GoalVsCeiling   = "decisions ours/ceiling"
+	GoalEndToEnd    = "end-to-end admitter/relay"
+	GoalAddedP99    = "added p99 latency ms"
+	GoalOverloadErr = "overload admitted error %"
+	GoalAttempts    = "overload mean deliveries"
+)
+
+func goal(name string, value float64, op string, target float64) Goal {
+	g := Goal{Name: name, Value: value, Op: op, Target: target}
+	switch op {
+	case ">=":
+		g.Met = value >= target
+	case "<=":
+		g.Met = value <= target
+	case "abs<=":
+		g.Met = math.Abs(value) <= target
+	}
+	return g
+}
+
+// EvaluateGoals fills r.Goals from the sections present.
+func (r *Report) EvaluateGoals() {
+	r.Goals = r.Goals[:0]
+	if d := r.Decisions; d != nil {
+		r.Goals = append(r.Goals, goal(GoalVsRedisRate, d.VsRedisRate, ">=", 2.0), goal(GoalVsCeiling, d.VsCeiling, ">=", 0.8))
+	}
+	if e := r.EndToEnd; e != nil {
+		r.Goals = append(r.Goals, goal(GoalEndToEnd, e.Ratio, ">=", 0.85), goal(GoalAddedP99, e.Latency.AddedP99Ms, "<=", 2))
+	}
+	if o := r.Overload; o != nil {
+		r.Goals = append(r.Goals, goal(GoalOverloadErr, o.ErrorPct, "abs<=", 2), goal(GoalAttempts, o.AttemptsMean, "<=", 1.5))
+	}
+}
+
+// Goal returns the goal named name.
+func (r *Report) Goal(name string) (Goal, bool) {
+	for _, g := range r.Goals {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	return Goal{}, false
+}
+
+// WriteTable prints the side-by-side table: ours, the peer or ceiling, the ratio and the goal.
+func (r *Report) WriteTable(w io.Writer) error {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	met := func(name string) (string, string) {
+		g, ok := r.Goal(name)
+		if !ok {
+			return "", ""
+		}
+		t := target(g.Target)
+		switch g.Op {
+		case "abs<=":
+			t = "±" + t + "%"
+		case "<=":
+			if name == GoalAddedP99 {
+				t += "ms"
+			}
+			t = "<=" + t
+		default:
+			t = g.Op + t
+		}
+		return t, yesNo(g.Met)
+	}
+	row("scenario", "ours", "peer/ceiling", "ratio", "goal", "met")
+	if d := r.Decisions; d != nil {
+		c := strconv.Itoa(d.Concurrency)
+		t, m := met(GoalVsRedisRate)
+		row("decisions/s (c="+c+")", count(d.Ours.PerSecond), "redis_rate "+count(d.RedisRate.PerSecond), fixed(d.VsRedisRate, 2), t, m)
+		t, m = met(GoalVsCeiling)
+		row("decisions/s (c="+c+")", count(d.Ours.PerSecond), "ceiling "+count(d.Ceiling.PerSecond), fixed(d.VsCeiling, 2), t, m)
+		row("decision p50/p99 ms", pair(d.Ours.Latency), "redis_rate "+pair(d.RedisRate.Latency), "", "", "")
+		row("", "", "ceiling "+pair(d.Ceiling.Latency), "", "", "")
+	}
+	if e := r.EndToEnd; e != nil {
+		t, m := met(GoalEndToEnd)
+		row(fmt.Sprintf("end-to-end jobs/s (%s tenants)", count(float64(e.Tenants))), count(e.Admitter.PerSecond), "relay "+count(e.Relay.PerSecond), fixed(e.Ratio, 2), t, m)
+		t, m = met(GoalAddedP99)
+		l := e.Latency
+		row(fmt.Sprintf("latency p99 ms (%s/s paced)", count(l.RatePerSecond)), fixed(l.Admitter.P99Ms, 2), "relay "+fixed(l.Relay.P99Ms, 2), signed(l.AddedP99Ms, 2)+"ms", t, m)
+		row("latency p50 ms", fixed(l.Admitter.P50Ms, 2), "relay "+fixed(l.Relay.P50Ms, 2), signed(l.AddedP50Ms, 2)+"ms", "", "")
+	}
+	if o := r.Overload; o != nil {
+		t, m := met(GoalOverloadErr)
+		row(fmt.Sprintf("overload admitted (%gs at %s/s)", o.DurationS, count(o.PublishRate)), count(float64(o.AdmittedAtEnd)), "expected "+fixed(o.Expected, 1), signed(o.ErrorPct, 2)+"%", t, m)
+		t, m = met(GoalAttempts)
+		row("overload deliveries/admitted job", fixed(o.AttemptsMean, 2), "max "+strconv.FormatInt(o.AttemptsMax, 10), "", t, m)
+		row("overload Admit-Delay-Ms p50/p99", trimFloat(o.DelayMs.P50Ms)+"/"+trimFloat(o.DelayMs.P99Ms), "", "", "", "")
+		row("overload worst lag behind plan", count(o.WorstLagJobs)+" jobs", fmt.Sprintf("at t=%.1fs", o.WorstLagAtS), "", "", "")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	lines := strings.Split(b.String(), "\n")
+	b.Reset()
+	for i, l := range lines {
+		b.WriteString(strings.TrimRight(l, " "))
+		if i < len(lines)-1 {
+			b.WriteByte('\n')
+		}
+	}
+	if e := r.EndToEnd; e != nil {
+		fmt.Fprintf(&b, "\nlatency: publish (stamped in a header) → forwarded message received by a subscriber on jobs.admitted.>;\n"+
+			"added = admitter's p99 − relay's p99 (difference of the two percentiles), p50 likewise.\n")
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// WriteJSON writes the report, indented, to path.
+func (r *Report) WriteJSON(path string) error {
+	b, err := r.MarshalIndent()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// MarshalIndent is the report's JSON.
+func (r *Report) MarshalIndent() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // keep ">=" readable
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return nil, fmt.Errorf("bench: encode report: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// ReadJSON reads a report written by WriteJSON.
+func ReadJSON(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("bench: decode %s: %w", path, err)
+	}
+	return &r, nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// count formats v rounded to an integer with thousands separators: 12,345.
+func count(v float64) string {
+	n := int64(math.Round(v))
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+func fixed(v float64, digits int) string { return strconv.FormatFloat(v, 'f', digits, 64) }
+
+func signed(v float64, digits int) string {
+	s := fixed(v, digits)
+	if !strings.HasPrefix(s, "-") {
+		s = "+" + s
+	}
+	return s
+}
+
+func trimFloat(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// target prints a goal's number with at least one decimal: 2.0, 0.85.
+func target(v float64) string {
+	if v == math.Trunc(v) {
+		return fixed(v, 1)
+	}
+	return trimFloat(v)
+}
+
+func pair(l Latency) string { return fixed(l.P50Ms, 2) + "/" + fixed(l.P99Ms, 2) }

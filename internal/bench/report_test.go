@@ -1,0 +1,188 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// sample is a report with every section, made up.
+func sample() *Report {
+	r := &Report{
+		Meta: Meta{Timestamp: "2026-11-21T21:00:00Z", GoVersion: "go1.26.8", GOOS: "linux", GOARCH: "amd64", NumCPU: 2,
+			GOMAXPROCS: 2, GitCommit: "abc123", GitDirty: true, RedisVersion: "7.0.15", NATSServerVersion: "2.15.2", ElapsedS: 101.5},
+		Decisions: &Decisions{Concurrency: 64, Tenants: 1000,
+			Ours:        DecisionRun{Name: "ours", Calls: 400000, Seconds: 5.001, PerSecond: 79984.3, Latency: Latency{Samples: 400000, P50Ms: 0.8, P99Ms: 2.1, MaxMs: 9}},
+			RedisRate:   DecisionRun{Name: "redis_rate", Calls: 300000, Seconds: 5, PerSecond: 60000, Latency: Latency{Samples: 300000, P50Ms: 0.9, P99Ms: 2.5, MaxMs: 12}},
+			Ceiling:     DecisionRun{Name: "ceiling", Calls: 800000, Seconds: 5, PerSecond: 160000, Latency: Latency{Samples: 800000, P50Ms: 0.4, P99Ms: 0.9, MaxMs: 3}},
+			VsRedisRate: 1.3331, VsCeiling: 0.4999},
+		EndToEnd: &EndToEnd{Tenants: 1000,
+			Relay:    Throughput{Jobs: 50000, Seconds: 0.6, PerSecond: 83333.3},
+			Admitter: Throughput{Jobs: 50000, Seconds: 2.2, PerSecond: 22727.3},
+			Ratio:    0.2727,
+			Latency: PacedLatency{RatePerSecond: 41666.7, DurationS: 10,
+				Relay:      Latency{Samples: 400000, P50Ms: 2.1, P99Ms: 10.5, MaxMs: 30},
+				Admitter:   Latency{Samples: 400000, P50Ms: 2.9, P99Ms: 11.5, MaxMs: 40},
+				AddedP99Ms: 1, AddedP50Ms: 0.8}},
+		Overload: &Overload{Capacity: 100, RatePerSecond: 200, PublishRate: 2000, DurationS: 30, TailS: 5, Published: 60000,
+			AdmittedAtEnd: 6090, SinceFirstS: 29.99, Expected: 6098, ErrorPct: -0.131, AdmittedTotal: 7090, TailPerSecond: 200,
+			AttemptsMean: 1.98, AttemptsMax: 3, DelayMs: Latency{Samples: 7090, P50Ms: 15000, P99Ms: 29000, MaxMs: 29800}},
+		Notes:   []string{"a note"},
+		Options: optionsJSON(Defaults()),
+	}
+	r.EvaluateGoals()
+	return r
+}
+
+func TestEvaluateGoals(t *testing.T) {
+	r := sample()
+	want := map[string]bool{
+		GoalVsRedisRate: false, // 1.33 < 2
+		GoalVsCeiling:   false, // 0.50 < 0.8
+		GoalEndToEnd:    false, // 0.27 < 0.85
+		GoalAddedP99:    true,  // 1ms ≤ 2ms
+		GoalOverloadErr: true,  // |−0.13%| ≤ 2%
+		GoalAttempts:    false, // 1.98 > 1.5
+	}
+	if len(r.Goals) != len(want) {
+		t.Fatalf("%d goals, want %d: %+v", len(r.Goals), len(want), r.Goals)
+	}
+	for name, met := range want {
+		g, ok := r.Goal(name)
+		if !ok || g.Met != met {
+			t.Errorf("goal %q: %+v, want met=%v", name, g, met)
+		}
+	}
+	// boundaries count as met; the ±2% goal is symmetric
+	for _, c := range []struct {
+		value float64
+		op    string
+		tgt   float64
+		met   bool
+	}{{2, ">=", 2, true}, {1.999, ">=", 2, false}, {2, "<=", 2, true}, {-2, "abs<=", 2, true}, {-2.01, "abs<=", 2, false}, {2.01, "abs<=", 2, false}} {
+		if g := goal("x", c.value, c.op, c.tgt); g.Met != c.met {
+			t.Errorf("%g %s %g: met=%v, want %v", c.value, c.op, c.tgt, g.Met, c.met)
+		}
+	}
+	r.Decisions, r.EndToEnd = nil, nil
+	r.EvaluateGoals()
+	if len(r.Goals) != 2 {
+		t.Errorf("only overload: %d goals, want 2", len(r.Goals))
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	var b bytes.Buffer
+	if err := sample().WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Log("\n" + out)
+	lines := strings.Split(out, "\n")
+	if !strings.HasPrefix(lines[0], "scenario") || !strings.Contains(lines[0], "peer/ceiling") || !strings.Contains(lines[0], "met") {
+		t.Errorf("header: %q", lines[0])
+	}
+	for _, want := range [][]string{
+		{"decisions/s (c=64)", "79,984", "redis_rate 60,000", "1.33", ">=2.0", "no"},
+		{"decisions/s (c=64)", "79,984", "ceiling 160,000", "0.50", ">=0.8", "no"},
+		{"end-to-end jobs/s (1,000 tenants)", "22,727", "relay 83,333", "0.27", ">=0.85", "no"},
+		{"latency p99 ms", "11.50", "relay 10.50", "+1.00ms", "<=2.0ms", "yes"},
+		{"overload admitted (30s at 2,000/s)", "6,090", "expected 6098.0", "-0.13%", "±2.0%", "yes"},
+		{"overload deliveries/admitted job", "1.98", "max 3", "<=1.5", "no"},
+		{"overload Admit-Delay-Ms p50/p99", "15000/29000"},
+	} {
+		found := false
+		for _, l := range lines {
+			ok := true
+			at := 0
+			for _, cell := range want { // cells in order on one line
+				i := strings.Index(l[at:], cell)
+				if i < 0 {
+					ok = false
+					break
+				}
+				at += i + len(cell)
+			}
+			found = found || ok
+		}
+		if !found {
+			t.Errorf("no line with %q", want)
+		}
+	}
+	if !strings.Contains(out, "admitter's p99 − relay's p99") || !strings.Contains(out, "note: a note") {
+		t.Errorf("the latency definition or the notes are missing")
+	}
+	// columns line up: every "ratio" cell starts where the header's does
+	col := strings.Index(lines[0], "ratio")
+	for _, l := range lines[1:3] {
+		if len(l) <= col || l[col-1] != ' ' || l[col] == ' ' {
+			t.Errorf("ratio column not aligned at %d in %q", col, l)
+		}
+	}
+}
+
+func TestWriteTablePartial(t *testing.T) {
+	r := sample()
+	r.Decisions, r.Overload, r.Notes = nil, nil, nil
+	r.EvaluateGoals()
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); strings.Contains(out, "decisions/s") || strings.Contains(out, "overload") || !strings.Contains(out, "end-to-end") {
+		t.Errorf("partial table:\n%s", out)
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	r := sample()
+	path := filepath.Join(t.TempDir(), "bench-results.json")
+	if err := r.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSON(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, r) {
+		a, _ := json.Marshal(r)
+		b, _ := json.Marshal(back)
+		t.Errorf("round trip differs:\n%s\n%s", a, b)
+	}
+	raw, _ := os.ReadFile(path)
+	for _, key := range []string{`"timestamp"`, `"go_version"`, `"num_cpu"`, `"git_commit"`, `"ours_vs_redis_rate"`, `"admitter_vs_relay"`, `"added_p99_ms"`, `"error_pct"`, `"attempts_mean"`, `"p99_ms"`, `"goals"`} {
+		if !bytes.Contains(raw, []byte(key)) {
+			t.Errorf("JSON has no %s", key)
+		}
+	}
+	// absent sections stay absent
+	r.Decisions = nil
+	b, err := r.MarshalIndent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte(`"decisions": {`)) || !bytes.Contains(b, []byte(`"op": ">="`)) {
+		t.Errorf("a skipped scenario is written: %s", b)
+	}
+	// unknown fields are refused: a file from another program is not mistaken for a report
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	_ = os.WriteFile(bad, []byte(`{"meta":{},"surprise":1}`), 0o644)
+	if _, err := ReadJSON(bad); err == nil {
+		t.Errorf("ReadJSON accepted an unknown field")
+	}
+}
+
+func TestCount(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 12345.6: "12,346", 1234567: "1,234,567", -1234: "-1,234"} {
+		if got := count(v); got != want {
+			t.Errorf("count(%g) = %q, want %q", v, got, want)
+		}
+	}
+	if target(2) != "2.0" || target(0.85) != "0.85" || target(1.5) != "1.5" {
+		t.Errorf("target: %q %q %q", target(2), target(0.85), target(1.5))
+	}
+}

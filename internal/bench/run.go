@@ -1,0 +1,189 @@
+// Package bench measures admitter side by side with what it is compared to, on one machine in
+// one run: limiter decisions per second against github.com/go-redis/redis_rate and a minimal
+// script (the ceiling), end-to-end JetStream throughput and latency against a plain relay, and
+// pacing accuracy under overload. cmd/admitter-bench runs it; the figures come back as a Report.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/internal/testenv"
+	"github.com/redis/rueidis"
+)
+
+// logger is o.Logger, or one that discards.
+func (o Options) logger() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// Plans are the plans every scenario uses: the default plan (two limits, 1,000,000 burst at
+// 1,000,000/s and 1,000,000,000 a day) admits everything a run can publish; the overload
+// tenant has its own small plan.
+func Plans(o Options) (*bucket.Plans, error) {
+	src := fmt.Sprintf(`plans:
+  bench:
+    limits:
+      - {name: burst, capacity: 1000000, rate: 1000000/s}
+      - {name: daily, capacity: 1000000000, rate: 1000000000/d}
+  overload:
+    limits:
+      - {capacity: %d, rate: %d/s}
+tenants:
+  %s: overload
+default_plan: bench
+`, o.OverloadCapacity, o.OverloadRate, overloadTenant)
+	return bucket.ParsePlans("bench-plans.yaml", []byte(src))
+}
+
+// progress prints one line per phase: elapsed time since the start, what runs, and once it is
+// done, the result and how long it took.
+type progress struct {
+	w     io.Writer
+	start time.Time
+}
+
+func (p *progress) phase(what string, f func() (string, error)) error {
+	begin := time.Now()
+	fmt.Fprintf(p.w, "[%6.1fs] %s ... ", begin.Sub(p.start).Seconds(), what)
+	res, err := f()
+	took := time.Since(begin).Seconds()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintf(p.w, "interrupted after %.1fs\n", took)
+		} else {
+			fmt.Fprintf(p.w, "failed after %.1fs\n", took)
+		}
+		return err
+	}
+	fmt.Fprintf(p.w, "%s (%.1fs)\n", res, took)
+	return nil
+}
+
+// Run starts a redis-server (testenv.StartRedis) and, per run, a fresh in-process JetStream
+// server (testenv.StartNATS), both through tb, which also owns their clean-up; runs the
+// selected scenarios, printing progress to w; and returns the report with its goals evaluated.
+// It stops early, with ctx's error, when ctx ends.
+func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	plans, err := Plans(o)
+	if err != nil {
+		return nil, err
+	}
+	p := &progress{w: w, start: time.Now()}
+	rep := &Report{Meta: newMeta(ctx, p.start, o.Quick), Options: optionsJSON(o)}
+	e := &env{tb: tb, plans: plans, o: o}
+	var admin rueidis.Client
+	if err := p.phase("start redis-server", func() (string, error) {
+		srv := testenv.StartRedis(tb)
+		e.redisURL = srv.URL()
+		admin, err = newRueidis(e.redisURL)
+		if err != nil {
+			return "", err
+		}
+		info, err := admin.Do(ctx, admin.B().Info().Section("server").Build()).ToString()
+		if err != nil {
+			return "", fmt.Errorf("redis INFO: %w", err)
+		}
+		rep.Meta.RedisVersion = infoField(info, "redis_version")
+		return fmt.Sprintf("redis %s on %s", rep.Meta.RedisVersion, srv.Addr), nil
+	}); err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	e.flush = func(ctx context.Context) error {
+		if err := admin.Do(ctx, admin.B().Flushall().Build()).Error(); err != nil {
+			return fmt.Errorf("redis FLUSHALL: %w", err)
+		}
+		return nil
+	}
+
+	if o.Has(ScenarioDecisions) {
+		if rep.Decisions, err = e.decisions(ctx, p); err != nil {
+			return nil, fmt.Errorf("decisions: %w", err)
+		}
+		if d := rep.Decisions; d.Ours.Denied+d.RedisRate.Denied+d.Ceiling.Denied > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("decisions denied (expected none): ours %d, redis_rate %d", d.Ours.Denied, d.RedisRate.Denied))
+		}
+	}
+	if o.Has(ScenarioEndToEnd) {
+		if rep.EndToEnd, err = e.endToEnd(ctx, p); err != nil {
+			return nil, fmt.Errorf("end to end: %w", err)
+		}
+		rep.Notes = append(rep.Notes, rep.EndToEnd.Notes...)
+	}
+	if o.Has(ScenarioOverload) {
+		what := fmt.Sprintf("overload: tenant %s (%d at %d/s) at %g× for %v, watched %v more", overloadTenant,
+			o.OverloadCapacity, o.OverloadRate, o.OverloadFactor, o.OverloadDuration, o.OverloadTail)
+		if err := p.phase(what, func() (string, error) {
+			rep.Overload, err = e.overload(ctx)
+			if err != nil {
+				return "", err
+			}
+			ov := rep.Overload
+			return fmt.Sprintf("%d admitted at load end vs %.1f expected (%+.2f%%), worst lag %s jobs at t=%.1fs, %.2f deliveries/job",
+				ov.AdmittedAtEnd, ov.Expected, ov.ErrorPct, count(ov.WorstLagJobs), ov.WorstLagAtS, ov.AttemptsMean), nil
+		}); err != nil {
+			return nil, fmt.Errorf("overload: %w", err)
+		}
+	}
+	rep.Meta.ElapsedS = round(time.Since(p.start).Seconds(), 1)
+	rep.EvaluateGoals()
+	return rep, nil
+}
+
+// decisions is scenario 1.
+func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
+	tenants := tenantNames(e.o.Tenants)
+	plan, _ := e.plans.Plan("bench")
+	d := &Decisions{Concurrency: e.o.Concurrency, Tenants: e.o.Tenants}
+	for _, mk := range []struct {
+		into *DecisionRun
+		new  func() (contender, error)
+	}{
+		{&d.Ours, func() (contender, error) { return oursContender(e.redisURL, plan, tenants) }},
+		{&d.RedisRate, func() (contender, error) { return redisRateContender(e.redisURL, e.o.Concurrency, tenants) }},
+		{&d.Ceiling, func() (contender, error) { return ceilingContender(e.redisURL, tenants) }},
+	} {
+		if err := e.flush(ctx); err != nil {
+			return nil, err
+		}
+		c, err := mk.new()
+		if err != nil {
+			return nil, err
+		}
+		err = p.phase(fmt.Sprintf("decisions: %s, %d goroutines, %v warm-up + %v", c.name, e.o.Concurrency, e.o.Warmup, e.o.Duration), func() (string, error) {
+			r, err := measureDecisions(ctx, c, e.o.Concurrency, e.o.Warmup, e.o.Duration)
+			*mk.into = r
+			return fmt.Sprintf("%s/s, p50 %.2fms p99 %.2fms", count(r.PerSecond), r.Latency.P50Ms, r.Latency.P99Ms), err
+		})
+		c.close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	d.VsRedisRate = round(Ratio(d.Ours.PerSecond, d.RedisRate.PerSecond), 4)
+	d.VsCeiling = round(Ratio(d.Ours.PerSecond, d.Ceiling.PerSecond), 4)
+	return d, e.flush(ctx)
+}
+
+// infoField reads one field of a Redis INFO reply.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
