@@ -334,16 +334,18 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	ctx = s.tel.propagator.Extract(ctx, headerCarrier(m.Headers()))
-	ctx, span := s.tel.tracer.Start(ctx, "process "+meta.Stream, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(messagingAttrs(semconv.MessagingOperationTypeProcess, m.Subject(),
-			meta.Stream+":"+strconv.FormatUint(meta.Sequence.Stream, 10))...),
-		trace.WithAttributes(
+	ctx, span := s.tel.tracer.Start(ctx, s.tel.processName, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	if span.IsRecording() { // attributes cost allocations: only for spans that are kept
+		span.SetAttributes(messagingAttrs(semconv.MessagingOperationTypeProcess, m.Subject(),
+			meta.Stream+":"+strconv.FormatUint(meta.Sequence.Stream, 10))...)
+		span.SetAttributes(
 			semconv.MessagingDestinationTemplateKey.String(s.cfg.In.String()),
 			semconv.MessagingConsumerGroupNameKey.String(s.cfg.Consumer),
 			AttrSequence.Int64(int64(meta.Sequence.Stream)),
 			AttrAttempt.Int64(int64(meta.NumDelivered)),
-		))
-	defer span.End()
+		)
+	}
 	j := job{msg: m, meta: meta, span: span}
 	tenant, outSubject, err := s.out.Map(m.Subject())
 	if err != nil {
@@ -431,8 +433,10 @@ func (s *Service) decide(ctx context.Context, j *job, weight int64) (bucket.Resu
 		}
 		return res, err
 	}
-	span.SetAttributes(decisionAttrs(res)...)
-	j.span.SetAttributes(AttrLimit.String(res.Limit), AttrOutcome.String(res.Outcome.String()))
+	if span.IsRecording() {
+		span.SetAttributes(decisionAttrs(res)...)
+		j.span.SetAttributes(AttrLimit.String(res.Limit), AttrOutcome.String(res.Outcome.String()))
+	}
 	return res, nil
 }
 
@@ -554,8 +558,14 @@ func (s *Service) deadSubject(subject string) (string, error) {
 // sendSpan starts the producer span of a publish and writes its context into the message's
 // headers, so the consumer of the output continues the trace. The caller ends the span.
 func (s *Service) sendSpan(ctx context.Context, m *nats.Msg, stream string) (context.Context, trace.Span) {
-	ctx, span := s.tel.tracer.Start(ctx, "send "+stream, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(messagingAttrs(semconv.MessagingOperationTypeSend, m.Subject, m.Header.Get(nats.MsgIdHdr))...))
+	name := s.tel.sendOutName
+	if stream != s.cfg.StreamOut {
+		name = "send " + stream
+	}
+	ctx, span := s.tel.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(messagingAttrs(semconv.MessagingOperationTypeSend, m.Subject, m.Header.Get(nats.MsgIdHdr))...)
+	}
 	s.tel.propagator.Inject(ctx, headerCarrier(m.Header))
 	return ctx, span
 }

@@ -59,6 +59,8 @@ var (
 type telemetry struct {
 	tracer      trace.Tracer
 	propagator  propagation.TextMapPropagator
+	processName string // span names, built once: "process JOBS", "send ADMITTED"
+	sendOutName string
 	decisions   metric.Int64Counter
 	waits       metric.Float64Histogram
 	latency     metric.Float64Histogram
@@ -73,7 +75,8 @@ type telemetry struct {
 
 func newTelemetry(c Config) (*telemetry, error) {
 	m := c.MeterProvider.Meter(instrumentationName)
-	t := &telemetry{tracer: c.TracerProvider.Tracer(instrumentationName), propagator: c.Propagator, tenantLabel: c.TenantMetrics}
+	t := &telemetry{tracer: c.TracerProvider.Tracer(instrumentationName), propagator: c.Propagator, tenantLabel: c.TenantMetrics,
+		processName: "process " + c.StreamIn, sendOutName: "send " + c.StreamOut}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error

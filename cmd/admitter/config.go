@@ -33,7 +33,7 @@ type config struct {
 	RedisPrefix      string        `env:"ADMITTER_REDIS_PREFIX" envDefault:"admitter:"`
 	AckWait          time.Duration `env:"ADMITTER_ACK_WAIT" envDefault:"30s"`
 	MaxAckPending    int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"50000"`
-	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"32"`
+	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"128"`
 	Horizon          time.Duration `env:"ADMITTER_HORIZON" envDefault:"1m"`
 	ParkMax          time.Duration `env:"ADMITTER_PARK_MAX" envDefault:"1m"`
 	ShutdownTimeout  time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
