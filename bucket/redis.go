@@ -74,9 +74,18 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 	if err := req.check(); err != nil {
 		return Result{}, err
 	}
-	// Two allocations per decision: one buffer holding both keys and the packed argument, seen
-	// as strings without copying (nothing writes to it afterwards), and one array backing the
-	// keys and args slices.
+	keys, args := r.call(&req)
+	reply, err := r.script.Exec(ctx, r.client, keys, args).AsBytes()
+	if err != nil {
+		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
+	}
+	return decodeReply(&req, reply)
+}
+
+// call builds the script call's keys and argument in two allocations: one buffer holding both
+// keys and the packed argument, seen as strings without copying (nothing writes to it
+// afterwards), and one array backing the keys and args slices.
+func (r *Redis) call(req *Request) (keys, args []string) {
 	state := len(r.prefix) + len(req.Tenant) + 2
 	job := 0
 	if req.JobID != "" {
@@ -98,10 +107,11 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 		nkeys = 2
 	}
 	strs[2] = unsafe.String(&buf[keyEnd], len(buf)-keyEnd)
-	reply, err := r.script.Exec(ctx, r.client, strs[:nkeys], strs[2:3]).AsBytes()
-	if err != nil {
-		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
-	}
+	return strs[:nkeys], strs[2:3]
+}
+
+// decodeReply turns the script's packed reply into a Result.
+func decodeReply(req *Request, reply []byte) (Result, error) {
 	var n [4]int64
 	if err := unpackInts(reply, n[:]); err != nil {
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
