@@ -55,12 +55,12 @@ func TestFailOpenWhileRedisIsDown(t *testing.T) {
 	w.read("ADMITTED", 1, 10*time.Second)
 
 	w.redis.Kill()
-	for i := range 3 {
+	for i := range 10 {
 		w.publish("jobs.submit.bob.x", fmt.Sprint("during-", i))
 	}
-	got := w.read("ADMITTED", 4, 10*time.Second)
-	if n := countDegraded(got); n != 3 {
-		t.Fatalf("%d jobs forwarded fail-open, want the 3 published while Redis was down", n)
+	got := w.read("ADMITTED", 11, 10*time.Second)
+	if n := countDegraded(got); n != 10 {
+		t.Fatalf("%d jobs forwarded fail-open, want the 10 published while Redis was down", n)
 	}
 
 	if err := w.redis.Start(); err != nil {
@@ -80,14 +80,16 @@ func TestFailOpenWhileRedisIsDown(t *testing.T) {
 		}
 		return false
 	})
+	// State changes are logged, not jobs: one outage, ten jobs, at most a flap of the
+	// reconnection (rueidis has more than one connection) beside it.
 	logs := p.logs.String()
-	if n := strings.Count(logs, "limiter unavailable"); n != 1 {
-		t.Errorf("'limiter unavailable' logged %d times, want once for the outage", n)
+	if n := strings.Count(logs, "limiter unavailable"); n < 1 || n > 2 {
+		t.Errorf("'limiter unavailable' logged %d times for one outage and 10 jobs, want 1 (2 at most)", n)
 	}
-	if n := strings.Count(logs, "limiter available again"); n != 1 {
-		t.Errorf("'limiter available again' logged %d times, want once", n)
+	if n := strings.Count(logs, "limiter available again"); n < 1 || n > 2 {
+		t.Errorf("'limiter available again' logged %d times, want 1 (2 at most)", n)
 	}
-	uniquePayloads(t, w.read("ADMITTED", 4+probes, 10*time.Second))
+	uniquePayloads(t, w.read("ADMITTED", 11+probes, 10*time.Second))
 }
 
 func TestFailClosedWhileRedisIsDown(t *testing.T) {
@@ -117,8 +119,8 @@ func TestFailClosedWhileRedisIsDown(t *testing.T) {
 	if countDegraded(got) != 0 || uniquePayloads(t, got) != 3 {
 		t.Fatalf("after Redis came back: %d forwarded, %d degraded", len(got), countDegraded(got))
 	}
-	if n := strings.Count(p.logs.String(), "limiter unavailable"); n != 1 {
-		t.Errorf("'limiter unavailable' logged %d times, want once", n)
+	if n := strings.Count(p.logs.String(), "limiter unavailable"); n < 1 || n > 2 {
+		t.Errorf("'limiter unavailable' logged %d times for one outage and 6+ held decisions, want 1 (2 at most)", n)
 	}
 }
 
