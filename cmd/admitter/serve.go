@@ -74,6 +74,10 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	})
+	if c.ParkMax < c.Horizon {
+		log.Warn("ADMITTER_PARK_MAX is below ADMITTER_HORIZON: delays between them are NAK'd, and nats-server stops redelivering delayed jobs while NAKs arrive less than 10ms apart (see README)",
+			"park_max", c.ParkMax.String(), "horizon", c.Horizon.String())
+	}
 	if c.PlansFile == "" {
 		log.Info("ADMITTER_PLANS_FILE is unset: using the built-in example plans (see README)", "plans", c.plans.Names())
 	}
