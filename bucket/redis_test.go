@@ -171,3 +171,31 @@ func TestRedisStallDoesNotBlockCallers(t *testing.T) {
 	}
 	t.Fatalf("decisions still fail 5s after Redis resumed: %v", lastErr)
 }
+
+// TestClusterSpreadsTenants checks the cluster runs are more than one node in disguise: tenants
+// land on different masters, and each decision still works there.
+func TestClusterSpreadsTenants(t *testing.T) {
+	c := clusterClient(t)
+	r := NewRedis(c, "", Options{})
+	p := mustPlan(t, "p", lim("", 10, time.Second))
+	ctx := context.Background()
+	for i := 0; i < 30; i++ {
+		if _, err := r.Decide(ctx, Request{Tenant: uniqueTenant("spread"), Plan: p, Weight: 1, JobID: "j"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holding := 0
+	for addr, node := range c.Nodes() {
+		n, err := node.Do(ctx, node.B().Dbsize().Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("node %s holds %d keys", addr, n)
+		if n > 0 {
+			holding++
+		}
+	}
+	if holding < 2 {
+		t.Fatalf("keys on %d node(s): the tenants did not spread over the cluster", holding)
+	}
+}

@@ -47,6 +47,35 @@ var tenantSeq atomic.Int64
 
 func uniqueTenant(name string) string { return fmt.Sprintf("%s-%d", name, tenantSeq.Add(1)) }
 
+// sharedCluster is one three-master Redis Cluster for the package's tests.
+var sharedCluster struct {
+	once   sync.Once
+	client rueidis.Client
+	err    error
+}
+
+// clusterClient returns a cluster client of the package's Redis Cluster, starting it on first
+// use.
+func clusterClient(t testing.TB) rueidis.Client {
+	t.Helper()
+	sharedCluster.once.Do(func() {
+		url, _ := testenv.StartRedisCluster(packageTB{}, 3)
+		opt, err := RedisClientOption(url)
+		if err != nil {
+			sharedCluster.err = err
+			return
+		}
+		sharedCluster.client, sharedCluster.err = rueidis.NewClient(opt)
+		if sharedCluster.err == nil && sharedCluster.client.Mode() != rueidis.ClientModeCluster {
+			sharedCluster.err = fmt.Errorf("client mode %v, want cluster", sharedCluster.client.Mode())
+		}
+	})
+	if sharedCluster.err != nil {
+		t.Fatalf("redis cluster: %v", sharedCluster.err)
+	}
+	return sharedCluster.client
+}
+
 // redisClient returns a client of the package's redis-server, starting it on first use.
 func redisClient(t testing.TB) rueidis.Client {
 	t.Helper()
@@ -88,6 +117,9 @@ func TestMain(m *testing.M) {
 	if sharedRedis.client != nil {
 		sharedRedis.client.Close()
 	}
+	if sharedCluster.client != nil {
+		sharedCluster.client.Close()
+	}
 	for i := len(packageCleanups) - 1; i >= 0; i-- {
 		packageCleanups[i]()
 	}
@@ -106,6 +138,13 @@ func backends() []struct {
 		{"memory", func(t testing.TB, c *clock, o Options) limiter { return NewMemory(o, c.Now) }},
 		{"redis", func(t testing.TB, c *clock, o Options) limiter {
 			r := NewRedis(redisClient(t), "", o)
+			r.pin(c.Now)
+			return r
+		}},
+		// Every key of a tenant shares its hash tag, so each decision is one script call on
+		// one node of a cluster, and Inspect finds the job keys on whichever node holds them.
+		{"redis-cluster", func(t testing.TB, c *clock, o Options) limiter {
+			r := NewRedis(clusterClient(t), "", o)
 			r.pin(c.Now)
 			return r
 		}},

@@ -28,11 +28,12 @@ type TB interface {
 
 // RedisServer is a redis-server child process bound to 127.0.0.1.
 type RedisServer struct {
-	Addr string
-	port int
-	dir  string
-	cmd  *exec.Cmd
-	done chan struct{}
+	Addr  string
+	port  int
+	dir   string
+	extra []string // more redis-server arguments (cluster mode)
+	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
 // RedisBinary finds redis-server on PATH or in the usual Debian location.
@@ -72,9 +73,10 @@ func (s *RedisServer) Start() error {
 	if err != nil {
 		return err
 	}
-	s.cmd = exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no",
-		"--logfile", filepath.Join(s.dir, "redis.log"))
+		"--logfile", filepath.Join(s.dir, "redis.log")}, s.extra...)
+	s.cmd = exec.Command(bin, args...)
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
