@@ -46,6 +46,7 @@ var composeMetrics = map[string][]string{
 	"admitter_redis_errors_total":               {"kind"},
 	"admitter_fail_mode_events_total":           {"mode"},
 	"admitter_jobs_in_flight":                   {},
+	"admitter_jobs_parked":                      {},
 	"admitter_consumer_pending":                 {},
 	"admitter_consumer_ack_pending":             {},
 	"admitter_consumer_redelivered":             {},
@@ -1660,6 +1661,7 @@ var dashboardRequirements = []dashboardRequirement{
 	{"consumer pending", dashShows("admitter_consumer_pending")},
 	{"consumer ack pending", dashShows("admitter_consumer_ack_pending")},
 	{"jobs in flight", dashShows("admitter_jobs_in_flight")},
+	{"jobs parked", dashShows("admitter_jobs_parked")},
 	{"dead letters per second", dashPerSecond("admitter_decisions_total", "outcome", "dead")},
 }
 

@@ -82,7 +82,7 @@ func TestMetricsMoveAndReadiness(t *testing.T) {
 			t.Errorf("%s%v moved by %v, want at least %v", c.name, c.labels, got, c.min)
 		}
 	}
-	for _, g := range []string{"admitter_consumer_pending", "admitter_consumer_ack_pending", "admitter_jobs_in_flight"} {
+	for _, g := range []string{"admitter_consumer_pending", "admitter_consumer_ack_pending", "admitter_jobs_in_flight", "admitter_jobs_parked"} {
 		if !strings.Contains(after, g) {
 			t.Errorf("/metrics lacks %s", g)
 		}
