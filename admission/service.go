@@ -227,6 +227,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: Run called twice", ErrConfig)
 	}
 	defer close(s.stopped)
+	defer func() {
+		if s.gauges != nil { // the consumer is not asked about once the service has stopped
+			_ = s.gauges.Unregister()
+		}
+	}()
 	// Jobs in flight finish on their own context, so a stop signal does not abort them midway;
 	// it is cancelled only if settling takes longer than ShutdownTimeout.
 	work, abort := context.WithCancel(context.WithoutCancel(ctx))
