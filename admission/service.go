@@ -532,7 +532,7 @@ var errNotSent = errors.New("not sent")
 // deadLetter publishes the job to the dead subject with the reason, then terminates the input.
 func (s *Service) deadLetter(ctx context.Context, j *job, code, detail string) {
 	m := j.msg
-	subject, err := s.deadSubject(m.Subject())
+	_, subject, err := s.dead.Map(m.Subject())
 	if err != nil {
 		s.log.Error("cannot map to the dead subject: redelivering in a minute", "subject", m.Subject(), "err", err)
 		_ = m.NakWithDelay(time.Minute)
@@ -553,11 +553,6 @@ func (s *Service) deadLetter(ctx context.Context, j *job, code, detail string) {
 	}
 	s.log.Info("dead-lettered", "subject", m.Subject(), "tenant", j.tenant, "code", code, "detail", detail)
 	_ = m.TermWithReason(code)
-}
-
-func (s *Service) deadSubject(subject string) (string, error) {
-	_, mapped, err := s.dead.Map(subject)
-	return mapped, err
 }
 
 // sendSpan starts the producer span of a publish and writes its context into the message's

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -41,6 +42,8 @@ func (s *NATSServer) start(port int) error {
 	return nil
 }
 
+var errNotReady = errors.New("nats-server not ready for connections within 10s")
+
 // URL is the server's client URL.
 func (s *NATSServer) URL() string { return s.ClientURL() }
 
@@ -52,15 +55,4 @@ func (s *NATSServer) Stop() {
 	}
 	s.Shutdown()
 	s.WaitForShutdown()
-}
-
-// Restart stops the server and starts it again on the same port with the same store.
-func (s *NATSServer) Restart() error {
-	addr := s.Server.Addr().String()
-	s.Stop()
-	p, err := portOf(addr)
-	if err != nil {
-		return err
-	}
-	return s.start(p)
 }

@@ -154,13 +154,3 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
-
-var errNotReady = errors.New("nats-server not ready for connections within 10s")
-
-func portOf(addr string) (int, error) {
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(p)
-}
