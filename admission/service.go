@@ -256,8 +256,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	for range ackerCount {
 		ackers.Go(func() {
+			timer := time.NewTimer(pubAckTimeout) // one per acker, not one per forward
+			defer timer.Stop()
 			for p := range s.acks {
-				s.settle(work, p)
+				timer.Reset(pubAckTimeout) // Go ≥ 1.23: no stale tick survives a Reset
+				s.settle(work, p, awaitPubAck(work, p.future, timer))
 			}
 		})
 	}
@@ -483,31 +486,31 @@ func (s *Service) forward(ctx context.Context, j *job, subject string, degraded 
 	f, err := s.cfg.JetStream.PublishMsgAsync(out, jetstream.WithExpectStream(s.cfg.StreamOut))
 	if err != nil {
 		// Not even sent (too many in flight, disconnected): take the synchronous path.
-		s.settle(ctx, pendingForward{job: *j, out: out, span: span})
+		s.settle(ctx, pendingForward{job: *j, out: out, span: span}, err)
 		return
 	}
 	s.acks <- pendingForward{job: *j, out: out, future: f, span: span}
 }
 
-// settle waits for a forward's PubAck and acks the input. A forward without a PubAck in time, or
-// never sent, is published again synchronously (its Nats-Msg-Id makes a repeat harmless); one
-// the stream refuses for good is dead-lettered.
-func (s *Service) settle(ctx context.Context, p pendingForward) {
-	defer p.span.End()
-	err := errNotSent
-	if p.future != nil {
-		timer := time.NewTimer(pubAckTimeout)
-		select {
-		case <-p.future.Ok():
-			err = nil
-		case err = <-p.future.Err():
-		case <-timer.C:
-			err = errors.New("no PubAck within " + pubAckTimeout.String())
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		timer.Stop()
+// awaitPubAck waits for a forward's PubAck until timer fires or ctx ends.
+func awaitPubAck(ctx context.Context, f jetstream.PubAckFuture, timer *time.Timer) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-timer.C:
+		return errors.New("no PubAck within " + pubAckTimeout.String())
+	case <-ctx.Done():
+		return ctx.Err()
 	}
+}
+
+// settle acks the input of a forward that was acknowledged by JetStream (err nil). A forward
+// without a PubAck in time, or never sent, is published again synchronously (its Nats-Msg-Id
+// makes a repeat harmless); one the stream refuses for good is dead-lettered.
+func (s *Service) settle(ctx context.Context, p pendingForward, err error) {
+	defer p.span.End()
 	var api *jetstream.APIError
 	if err != nil && !errors.As(err, &api) && ctx.Err() == nil {
 		err = s.publish(ctx, p.out, s.cfg.StreamOut)
@@ -526,8 +529,6 @@ func (s *Service) settle(ctx context.Context, p pendingForward) {
 		_ = m.NakWithDelay(time.Second)
 	}
 }
-
-var errNotSent = errors.New("not sent")
 
 // deadLetter publishes the job to the dead subject with the reason, then terminates the input.
 func (s *Service) deadLetter(ctx context.Context, j *job, code, detail string) {

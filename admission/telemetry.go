@@ -69,14 +69,17 @@ type telemetry struct {
 	inFlight    metric.Int64UpDownCounter
 	tenantLabel bool
 	// sets caches the attribute set of each (plan, outcome[, tenant]): building one sorts and
-	// allocates, once per job otherwise.
-	sets sync.Map // string -> metric.MeasurementOption
+	// allocates, once per job otherwise. A struct key is looked up without allocating.
+	mu   sync.RWMutex
+	sets map[setKey]metric.MeasurementOption
 }
+
+type setKey struct{ plan, outcome, tenant string }
 
 func newTelemetry(c Config) (*telemetry, error) {
 	m := c.MeterProvider.Meter(instrumentationName)
 	t := &telemetry{tracer: c.TracerProvider.Tracer(instrumentationName), propagator: c.Propagator, tenantLabel: c.TenantMetrics,
-		processName: "process " + c.StreamIn, sendOutName: "send " + c.StreamOut}
+		processName: "process " + c.StreamIn, sendOutName: "send " + c.StreamOut, sets: make(map[setKey]metric.MeasurementOption)}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -126,19 +129,23 @@ func (t *telemetry) record(ctx context.Context, j *job, decision string, wait ti
 	if j.plan != nil {
 		plan = j.plan.Name
 	}
-	key := plan + "\x00" + decision
+	key := setKey{plan: plan, outcome: decision}
 	if t.tenantLabel {
-		key += "\x00" + j.tenant
+		key.tenant = j.tenant
 	}
-	opt, ok := t.sets.Load(key)
+	t.mu.RLock()
+	set, ok := t.sets[key]
+	t.mu.RUnlock()
 	if !ok {
 		attrs := []attribute.KeyValue{attribute.String("outcome", decision), attribute.String("plan", plan)}
 		if t.tenantLabel {
 			attrs = append(attrs, attribute.String("tenant", j.tenant))
 		}
-		opt, _ = t.sets.LoadOrStore(key, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+		set = metric.WithAttributeSet(attribute.NewSet(attrs...))
+		t.mu.Lock()
+		t.sets[key] = set
+		t.mu.Unlock()
 	}
-	set := opt.(metric.MeasurementOption)
 	t.decisions.Add(ctx, 1, set)
 	if decision == DecisionDelayed {
 		t.waits.Record(ctx, wait.Seconds(), set)
