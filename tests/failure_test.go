@@ -150,8 +150,17 @@ func TestCrashMidStreamForwardsEveryJobOnce(t *testing.T) {
 // exceed the tenant's plan.
 func TestTwoReplicasShareThePlan(t *testing.T) {
 	w := newWorld(t, onePlan)
-	a := w.start()
-	b := w.start()
+	// Small pull windows, so that both replicas get jobs, and a metrics port each, to see it.
+	var replicas []*proc
+	var metrics []string
+	for range 2 {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, w.start("ADMITTER_WORKERS=4", fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port)))
+		metrics = append(metrics, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	}
 	const n, capacity, rate = 65, 5, 20.0
 	start := time.Now()
 	for i := range n {
@@ -173,7 +182,16 @@ func TestTwoReplicasShareThePlan(t *testing.T) {
 	}
 	rate2 := float64(n-capacity) / times[n-1].Sub(times[capacity-1]).Seconds()
 	t.Logf("two replicas: %d jobs, %.2f jobs/s after the burst (plan %v/s)", n, rate2, rate)
-	for _, p := range []*proc{a, b} {
+	// Both replicas admitted jobs: the combined pace above is two deciders sharing one plan.
+	for i, url := range metrics {
+		_, body := httpGet(t, url)
+		admitted := metricValue(body, "admitter_decisions_total", `outcome="admitted"`)
+		t.Logf("replica %d admitted %v jobs", i, admitted)
+		if admitted == 0 {
+			t.Errorf("replica %d admitted no job: the test did not exercise two replicas", i)
+		}
+	}
+	for _, p := range replicas {
 		if p.signal(syscall.SIGTERM, 15*time.Second) != 0 {
 			t.Errorf("replica exited non-zero:\n%s", p.logs.String())
 		}
