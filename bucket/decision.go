@@ -78,9 +78,18 @@ type Options struct {
 	// SlotGrace is how long a booked slot is honoured after it passes (default 1 minute). A job
 	// returning later than that is treated as new and charged again.
 	SlotGrace time.Duration
-	// MarkerTTL is how long an admitted job is remembered so that asking again is free (default
-	// 1 minute). It should exceed the time a job can take to be acknowledged after admission.
+	// MarkerTTL is how long a request admitted by Decide with a JobID is remembered so that
+	// asking again is free (default 1 minute).
 	MarkerTTL time.Duration
+	// Redeem is how long a queued job decided by Admit is remembered (default 2 seconds): asked
+	// about again within it (a retried call, two replicas on one lane), it gets the same answer
+	// and is not charged twice; asked later, it is decided afresh and charged again. A job
+	// admitted by a replica that died before forwarding it is therefore paid for twice rather
+	// than forwarded in a burst after the slot it was given has passed.
+	Redeem time.Duration
+	// LaneSettle bounds how long after a job was moved to a tenant's lane its arrival there is
+	// waited for before the lane may be closed anyway (default 30 seconds; see Redis.CloseLane).
+	LaneSettle time.Duration
 }
 
 // withDefaults fills the zero fields.
@@ -93,6 +102,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MarkerTTL <= 0 {
 		o.MarkerTTL = time.Minute
+	}
+	if o.Redeem <= 0 {
+		o.Redeem = 2 * time.Second
+	}
+	if o.LaneSettle <= 0 {
+		o.LaneSettle = 30 * time.Second
 	}
 	return o
 }

@@ -72,3 +72,98 @@ func TestDifferential(t *testing.T) {
 	}
 	t.Logf("outcomes: %v", seen)
 }
+
+// TestDifferentialAdmit feeds the same random mix of Admit (ingest and lane), CloseLane and
+// Decide calls to both backends, with clock steps around the redeem window, and requires
+// identical answers and identical state.
+func TestDifferentialAdmit(t *testing.T) {
+	plans := []*Plan{
+		mustPlan(t, "free", lim("", 5, 500*ms)),
+		mustPlan(t, "gold", lim("burst", 20, 100*ms), lim("daily", 60, 2*time.Second)),
+		mustPlan(t, "odd", lim("a", 7, 333334*time.Microsecond), lim("b", 3, 77*ms), lim("c", 9, 41*ms)),
+	}
+	seen := map[JobOutcome]int{}
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			c := newClock()
+			opts := Options{Horizon: 2 * time.Second, SlotGrace: 500 * ms, MarkerTTL: 3 * time.Second, Redeem: 700 * ms, LaneSettle: 2 * time.Second}
+			mem := NewMemory(opts, c.Now)
+			red := NewRedis(redisClient(t), "", opts)
+			red.pin(c.Now)
+			tenants := []string{uniqueTenant("a"), uniqueTenant("a"), uniqueTenant("a")}
+			next := []int64{1, 1, 1}
+			ctx := context.Background()
+			for step := 0; step < 1500; step++ {
+				switch rng.IntN(4) {
+				case 0:
+					c.Advance(time.Duration(rng.IntN(1_000_000)) * time.Microsecond)
+				case 1:
+					c.Advance(time.Duration(rng.IntN(3)) * time.Millisecond)
+				}
+				ti := rng.IntN(len(tenants))
+				p := plans[ti]
+				var want, got string
+				switch op := rng.IntN(10); {
+				case op < 7:
+					b := Batch{Tenant: tenants[ti], Plan: p, Mode: Mode(rng.IntN(2))}
+					for range 1 + rng.IntN(6) {
+						id := next[ti]
+						if rng.IntN(4) == 0 && id > 5 {
+							id -= 1 + rng.Int64N(5) // asked again: redeemed or charged anew
+						} else {
+							next[ti]++
+						}
+						b.Jobs = append(b.Jobs, Job{ID: id, Weight: 1 + rng.Int64N(p.MaxWeight())})
+					}
+					a, err1 := mem.Admit(ctx, b)
+					r, err2 := red.Admit(ctx, b)
+					if err1 != nil || err2 != nil {
+						t.Fatalf("step %d: errors memory=%v redis=%v", step, err1, err2)
+					}
+					for _, o := range r.Outcomes {
+						seen[o]++
+					}
+					want, got = fmt.Sprintf("%v %+v", b.Mode, a), fmt.Sprintf("%v %+v", b.Mode, r)
+				case op < 9:
+					through := next[ti] - 1 - rng.Int64N(3)
+					a, err1 := mem.CloseLane(ctx, tenants[ti], p, through)
+					r, err2 := red.CloseLane(ctx, tenants[ti], p, through)
+					if err1 != nil || err2 != nil {
+						t.Fatalf("step %d: errors memory=%v redis=%v", step, err1, err2)
+					}
+					want, got = fmt.Sprint("close ", a), fmt.Sprint("close ", r)
+				default:
+					req := Request{Tenant: tenants[ti], Plan: p, Weight: 1 + rng.Int64N(p.MaxWeight()), JobID: fmt.Sprint("r-", rng.IntN(5))}
+					a, err1 := mem.Decide(ctx, req)
+					r, err2 := red.Decide(ctx, req)
+					if err1 != nil || err2 != nil {
+						t.Fatalf("step %d: errors memory=%v redis=%v", step, err1, err2)
+					}
+					want, got = fmt.Sprintf("decide %+v", a), fmt.Sprintf("decide %+v", r)
+				}
+				if got != want {
+					t.Fatalf("step %d at %v:\nredis  %s\nmemory %s", step, c.Now(), got, want)
+				}
+				if step%25 == 0 {
+					for i, tn := range tenants {
+						a, _ := mem.Inspect(ctx, tn, plans[i])
+						b, err := red.Inspect(ctx, tn, plans[i])
+						if err != nil {
+							t.Fatal(err)
+						}
+						if fmt.Sprint(a) != fmt.Sprint(b) {
+							t.Fatalf("step %d tenant %s state:\nredis  %+v\nmemory %+v", step, tn, b, a)
+						}
+					}
+				}
+			}
+		})
+	}
+	for o := JobAdmitted; o <= JobNotYet; o++ {
+		if seen[o] == 0 {
+			t.Errorf("outcome %v never occurred: %v", o, seen)
+		}
+	}
+	t.Logf("outcomes: %v", seen)
+}

@@ -21,6 +21,9 @@ type Snapshot struct {
 	Reservations int
 	// LatestSlot is the latest slot booked, zero when there is none.
 	LatestSlot time.Time
+	// LaneOpen reports whether the tenant's lane is open: jobs of its wait there, in order, and
+	// its new jobs join them.
+	LaneOpen bool
 }
 
 // LimitState is one limit's state in a Snapshot.
@@ -56,15 +59,12 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 	if err := checkTenant(tenant); err != nil {
 		return Snapshot{}, err
 	}
-	sh := &m.shards[m.shard(tenant)]
-	sh.mu.Lock()
+	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	now := m.now().UnixMicro()
 	tats := make([]int64, len(plan.Limits))
-	if st := sh.tenants[tenant]; st != nil && st.expiry > now {
-		copy(tats, st.tats)
-	}
+	copy(tats, sh.loadTats(st, plan, now))
 	snap := plan.snapshot(now, tats)
+	snap.LaneOpen = st != nil && st.enq > st.done
 	grace := m.opts.SlotGrace.Microseconds()
 	for k, v := range sh.jobs {
 		if k.tenant == tenant {
@@ -91,15 +91,16 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 		return Snapshot{}, err
 	}
 	reply, err := r.inspect.Exec(ctx, r.client, []string{r.stateKey(tenant)},
-		[]string{string(packInts(nil, r.now(), int64(len(plan.Limits))))}).AsBytes()
+		[]string{string(packInts(packInts(nil, r.now(), int64(len(plan.Limits))), plan.ids...))}).AsBytes()
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	vals := make([]int64, len(plan.Limits)+1)
+	vals := make([]int64, len(plan.Limits)+4)
 	if err := unpackInts(reply, vals); err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	snap := plan.snapshot(vals[0], vals[1:])
+	snap := plan.snapshot(vals[0], vals[4:])
+	snap.LaneOpen = vals[1] == 1
 	if err := r.scanReservations(ctx, tenant, &snap, vals[0]); err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}

@@ -21,21 +21,31 @@ type Memory struct {
 
 type memShard struct {
 	mu        sync.Mutex
-	tenants   map[string]*memTenant
-	jobs      map[jobKey]int64 // booked slot (> 0) or -(expiry) once admitted, as in the script
+	tenants   map[string]*memState
+	jobs      map[jobKey]int64 // Decide's job keys: booked slot (> 0) or -(expiry) once admitted
 	nextSweep int64
 	tats      []int64 // scratch, guarded by mu
 }
 
-type memTenant struct {
-	tats   []int64 // per limit; values ≤ now mean "full"
-	expiry int64   // µs; the state is gone (full) from then on
+// memState mirrors a tenant's state in lua/state.lua.
+type memState struct {
+	enq, enqAt, done int64
+	marks            []mark // oldest first
+	limits           []memLimit
+	expiry           int64 // µs; the state is gone (everything full, lane closed) from then on
 }
+
+type mark struct{ job, at int64 } // at > 0 admitted at, < 0 sent to the lane at -at
+
+type memLimit struct{ id, tat int64 }
 
 type jobKey struct{ tenant, id string }
 
 // sweepEvery is how often (in clock time) a shard drops expired entries.
 const sweepEvery = int64(time.Second / time.Microsecond)
+
+// maxMarks is MAX_MARKS of lua/state.lua.
+const maxMarks = 64
 
 // NewMemory returns an in-process limiter reading time from now (time.Now when nil).
 func NewMemory(opts Options, now func() time.Time) *Memory {
@@ -44,10 +54,114 @@ func NewMemory(opts Options, now func() time.Time) *Memory {
 	}
 	m := &Memory{opts: opts.withDefaults(), now: now, seed: maphash.MakeSeed()}
 	for i := range m.shards {
-		m.shards[i].tenants = make(map[string]*memTenant)
+		m.shards[i].tenants = make(map[string]*memState)
 		m.shards[i].jobs = make(map[jobKey]int64)
 	}
 	return m
+}
+
+func (m *Memory) shard(tenant string) uint64 { return maphash.String(m.seed, tenant) % memShards }
+
+// lock takes the tenant's shard at the backend's current time, sweeping it now and then, and
+// returns the shard (locked), the tenant's live state (nil when none) and the time in µs.
+func (m *Memory) lock(tenant string) (*memShard, *memState, int64) {
+	sh := &m.shards[m.shard(tenant)]
+	sh.mu.Lock()
+	now := m.now().UnixMicro()
+	if now >= sh.nextSweep {
+		sh.sweep(now, m.opts.SlotGrace.Microseconds())
+		sh.nextSweep = now + sweepEvery
+	}
+	st := sh.tenants[tenant]
+	if st != nil && st.expiry <= now {
+		delete(sh.tenants, tenant)
+		st = nil
+	}
+	return sh, st, now
+}
+
+// loadTats fills sh.tats with the plan's limits' tats at now, full (now) where the state has
+// none: read_state and clamp_tats of lua/state.lua.
+func (sh *memShard) loadTats(st *memState, p *Plan, now int64) []int64 {
+	tats := sh.tats[:0]
+	for _, id := range p.ids {
+		t := now
+		if st != nil {
+			for _, l := range st.limits {
+				if l.id == id && l.tat > now {
+					t = l.tat
+				}
+			}
+		}
+		tats = append(tats, t)
+	}
+	sh.tats = tats
+	return tats
+}
+
+// store writes the tenant's state back: write_state of lua/state.lua.
+func (sh *memShard) store(tenant string, st *memState, p *Plan, tats []int64, now int64, o Options) {
+	cut := now - o.Redeem.Microseconds()
+	first := 0
+	for first < len(st.marks) && abs(st.marks[first].at) < cut {
+		first++
+	}
+	if len(st.marks)-first > maxMarks {
+		first = len(st.marks) - maxMarks
+	}
+	st.marks = append(st.marks[:0], st.marks[first:]...)
+	life := int64(0)
+	for _, t := range tats {
+		life = max(life, t-now)
+	}
+	if len(st.marks) > 0 {
+		life = max(life, o.Redeem.Microseconds())
+	}
+	if st.enq > st.done {
+		life = max(life, 2*o.LaneSettle.Microseconds())
+	}
+	if life <= 0 {
+		delete(sh.tenants, tenant)
+		return
+	}
+	st.limits = st.limits[:0]
+	for i, id := range p.ids {
+		st.limits = append(st.limits, memLimit{id: id, tat: tats[i]})
+	}
+	st.expiry = now + life
+	sh.tenants[tenant] = st
+}
+
+func abs(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// slot is the earliest time ≥ now at which weight w fits every limit, and the binding limit.
+func slot(p *Plan, tats []int64, now, w int64) (s, bind int64) {
+	s = now
+	for i, l := range p.Limits {
+		iv := l.Interval.Microseconds()
+		if si := tats[i] + w*iv - l.Capacity*iv; si > s {
+			s, bind = si, int64(i)
+		}
+	}
+	return s, bind
+}
+
+// remaining is the whole tokens every limit holds now (the minimum) and the limit holding it.
+func remaining(p *Plan, tats []int64, now int64) (int64, int64) {
+	best, bi := int64(-1), int64(0)
+	for i, l := range p.Limits {
+		iv := l.Interval.Microseconds()
+		r := max((l.Capacity*iv-(tats[i]-now))/iv, 0)
+		if best < 0 || r < best {
+			best, bi = r, int64(i)
+		}
+	}
+	return best, bi
 }
 
 // Decide decides a request at the backend's current time. The context is unused: an
@@ -56,63 +170,27 @@ func (m *Memory) Decide(_ context.Context, req Request) (Result, error) {
 	if err := req.check(); err != nil {
 		return Result{}, err
 	}
-	sh := &m.shards[m.shard(req.Tenant)]
-	sh.mu.Lock()
+	sh, st, now := m.lock(req.Tenant)
 	defer sh.mu.Unlock()
-	now := m.now().UnixMicro()
-	if now >= sh.nextSweep {
-		sh.sweep(now, m.opts.SlotGrace.Microseconds())
-		sh.nextSweep = now + sweepEvery
-	}
-	status, rem, wait, lim := sh.decide(now, &req, m.opts)
+	status, rem, wait, lim := sh.decide(now, st, &req, m.opts)
 	return req.Plan.result(status, rem, wait, lim)
 }
 
-func (m *Memory) shard(tenant string) uint64 { return maphash.String(m.seed, tenant) % memShards }
-
 // decide mirrors lua/decide.lua step by step; the differential test holds them together.
-func (sh *memShard) decide(now int64, req *Request, o Options) (status, rem, wait, lim int64) {
+func (sh *memShard) decide(now int64, st *memState, req *Request, o Options) (status, rem, wait, lim int64) {
 	p, w := req.Plan, req.Weight
-	n := len(p.Limits)
-	st := sh.tenants[req.Tenant]
-	if st != nil && st.expiry <= now {
-		delete(sh.tenants, req.Tenant)
-		st = nil
-	}
-	tats := sh.tats[:0]
-	for i := 0; i < n; i++ {
-		t := now
-		if st != nil && i < len(st.tats) && st.tats[i] > now {
-			t = st.tats[i]
-		}
-		tats = append(tats, t)
-	}
-	sh.tats = tats
-	remaining := func() (int64, int64) {
-		best, bi := int64(-1), int64(0)
-		for i, l := range p.Limits {
-			iv := l.Interval.Microseconds()
-			r := (l.Capacity*iv - (tats[i] - now)) / iv
-			if r < 0 {
-				r = 0
-			}
-			if best < 0 || r < best {
-				best, bi = r, int64(i)
-			}
-		}
-		return best, bi
-	}
+	tats := sh.loadTats(st, p, now)
 	life := o.MarkerTTL.Microseconds()
 	var jk jobKey
 	if req.JobID != "" {
 		jk = jobKey{req.Tenant, req.JobID}
 		if v, ok := sh.jobs[jk]; ok {
 			if v < 0 && -v > now {
-				r, b := remaining()
+				r, b := remaining(p, tats, now)
 				return int64(Duplicate), r, 0, b
 			}
 			if v > 0 && v+o.SlotGrace.Microseconds() > now {
-				r, b := remaining()
+				r, b := remaining(p, tats, now)
 				if now < v {
 					return int64(Early), r, v - now, b
 				}
@@ -121,41 +199,128 @@ func (sh *memShard) decide(now int64, req *Request, o Options) (status, rem, wai
 			}
 		}
 	}
-	slot, bind := now, int64(0)
-	for i, l := range p.Limits {
-		iv := l.Interval.Microseconds()
-		if s := tats[i] + w*iv - l.Capacity*iv; s > slot {
-			slot, bind = s, int64(i)
-		}
+	s, bind := slot(p, tats, now, w)
+	if horizon := o.Horizon.Microseconds(); s-now > horizon || (s > now && req.JobID == "") {
+		r, _ := remaining(p, tats, now)
+		return int64(Throttled), r, min(s-now, horizon), bind
 	}
-	if horizon := o.Horizon.Microseconds(); slot-now > horizon || (slot > now && req.JobID == "") {
-		r, _ := remaining()
-		return int64(Throttled), r, min(slot-now, horizon), bind
+	for i, l := range p.Limits {
+		tats[i] = max(tats[i], s) + w*l.Interval.Microseconds()
 	}
 	if st == nil {
-		st = &memTenant{}
-		sh.tenants[req.Tenant] = st
+		st = &memState{}
 	}
-	st.tats = st.tats[:0]
-	last := now
-	for i, l := range p.Limits {
-		t := max(tats[i], slot) + w*l.Interval.Microseconds()
-		tats[i] = t
-		st.tats = append(st.tats, t)
-		last = max(last, t)
-	}
-	st.expiry = last
-	r, b := remaining()
-	if slot == now {
+	sh.store(req.Tenant, st, p, tats, now, o)
+	r, b := remaining(p, tats, now)
+	if s == now {
 		if req.JobID != "" {
 			sh.jobs[jk] = -(now + life)
 		}
 		return int64(Admitted), r, 0, b
 	}
 	if req.JobID != "" {
-		sh.jobs[jk] = slot
+		sh.jobs[jk] = s
 	}
-	return int64(Delayed), r, slot - now, bind
+	return int64(Delayed), r, s - now, bind
+}
+
+// Admit decides a batch of one tenant's queued jobs at the backend's current time (see Batch).
+func (m *Memory) Admit(_ context.Context, b Batch) (BatchResult, error) {
+	if err := b.check(); err != nil {
+		return BatchResult{}, err
+	}
+	sh, st, now := m.lock(b.Tenant)
+	defer sh.mu.Unlock()
+	outcomes := make([]int64, len(b.Jobs))
+	wait, bind, rem, open := sh.admit(now, st, &b, int64(b.Mode), 0, outcomes, m.opts)
+	return b.Plan.batchResult(wait, bind, rem, open, outcomes)
+}
+
+// CloseLane is Redis.CloseLane for this backend.
+func (m *Memory) CloseLane(_ context.Context, tenant string, plan *Plan, through int64) (open bool, err error) {
+	b := Batch{Tenant: tenant, Plan: plan}
+	if err := b.check(); err != nil {
+		return false, err
+	}
+	sh, st, now := m.lock(tenant)
+	defer sh.mu.Unlock()
+	_, _, _, o := sh.admit(now, st, &b, 2, through, nil, m.opts)
+	return o == 1, nil
+}
+
+// admit mirrors lua/admit.lua step by step; the differential test holds them together.
+func (sh *memShard) admit(now int64, st *memState, b *Batch, mode, through int64, out []int64, o Options) (wait, bind, rem, open int64) {
+	p := b.Plan
+	tats := sh.loadTats(st, p, now)
+	if st == nil {
+		st = &memState{}
+	}
+	redeem := o.Redeem.Microseconds()
+	wait = -1
+	isOpen := st.enq > st.done
+	changed := false
+	if mode == 2 {
+		if isOpen && (st.enq <= through || now-st.enqAt > o.LaneSettle.Microseconds()) {
+			st.done = st.enq
+			isOpen, changed = false, true
+		}
+	} else {
+		moving := false
+		for i, j := range b.Jobs {
+			at, found := int64(0), false
+			for k := len(st.marks) - 1; k >= 0; k-- {
+				if st.marks[k].job == j.ID {
+					at, found = st.marks[k].at, true
+					break
+				}
+			}
+			if found && abs(at)+redeem < now {
+				found = false
+			}
+			switch {
+			case found && at > 0:
+				out[i] = int64(JobRedeemed)
+			case mode == 0 && found && at < 0:
+				out[i], moving = int64(JobToLaneBefore), true
+			case mode == 0 && (isOpen || moving):
+				out[i] = int64(JobToLane)
+			default:
+				s, bi := slot(p, tats, now, j.Weight)
+				if s == now && wait < 0 {
+					for k, l := range p.Limits {
+						tats[k] += j.Weight * l.Interval.Microseconds()
+					}
+					st.marks = append(st.marks, mark{j.ID, now})
+					out[i], changed = int64(JobAdmitted), true
+				} else {
+					if wait < 0 {
+						wait, bind = s-now, bi
+					}
+					if mode == 0 {
+						out[i], moving = int64(JobToLane), true
+					} else {
+						out[i] = int64(JobNotYet)
+					}
+				}
+			}
+			if out[i] == int64(JobToLane) {
+				st.marks = append(st.marks, mark{j.ID, -now})
+				st.enq = max(st.enq, j.ID)
+				st.enqAt, isOpen, changed = now, true, true
+			}
+		}
+	}
+	r, rb := remaining(p, tats, now)
+	if wait < 0 {
+		wait, bind = 0, rb
+	}
+	if changed {
+		sh.store(b.Tenant, st, p, tats, now, o)
+	}
+	if isOpen {
+		open = 1
+	}
+	return wait, bind, r, open
 }
 
 // sweep drops state that has logically expired, as Redis would by TTL. Reservations live until

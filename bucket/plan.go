@@ -3,6 +3,7 @@ package bucket
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"time"
 )
@@ -28,6 +29,15 @@ type Limit struct {
 // PerSecond is the limit's effective refill rate in tokens per second.
 func (l Limit) PerSecond() float64 { return float64(time.Second) / float64(l.Interval) }
 
+// limitID is the stable identity of a limit's state: a 52-bit hash of its label, exact in the
+// scripts' Lua numbers. State is kept by id, so a plan that reorders, adds or removes limits
+// keeps the state of every limit it still has (by name; unnamed limits by index).
+func limitID(label string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(label))
+	return int64(h.Sum64() & (1<<52 - 1))
+}
+
 // label is the limit's name, or its index in the plan when it has none.
 func (l Limit) label(i int) string {
 	if l.Name != "" {
@@ -44,8 +54,9 @@ type Plan struct {
 
 	minCapacity int64
 	labels      []string
-	// packed is the plan's part of the script argument: capacity and interval (µs) per limit,
-	// little-endian int64s (see lua/decide.lua).
+	ids         []int64
+	// packed is the plan's part of the script argument: id, capacity and interval (µs) per
+	// limit, little-endian int64s (see lua/state.lua).
 	packed []byte
 }
 
@@ -70,6 +81,14 @@ func NewPlan(name string, limits ...Limit) (*Plan, error) {
 			p.minCapacity = l.Capacity
 		}
 		p.labels = append(p.labels, l.label(i))
+		id := limitID(l.label(i))
+		for j, other := range p.ids {
+			if other == id {
+				return nil, fmt.Errorf("bucket: plan %q limits %s and %s share a state id: rename one", name, p.labels[j], l.label(i))
+			}
+		}
+		p.ids = append(p.ids, id)
+		p.packed = binary.LittleEndian.AppendUint64(p.packed, uint64(id))
 		p.packed = binary.LittleEndian.AppendUint64(p.packed, uint64(l.Capacity))
 		p.packed = binary.LittleEndian.AppendUint64(p.packed, uint64(us))
 	}

@@ -21,11 +21,15 @@ const DefaultKeyPrefix = "admitter:"
 type Redis struct {
 	client  rueidis.Client
 	script  *rueidis.Lua
+	admit   *rueidis.Lua
 	inspect *rueidis.Lua
 	prefix  string
 	grace   int64 // SlotGrace in µs, for Inspect
-	// fixed is the part of the script argument after the weight: horizon, grace, marker life
-	// and key pad, packed (see lua/decide.lua).
+	redeem  int64 // Redeem in µs
+	settle  int64 // LaneSettle in µs
+	pad     int64 // extra key life in ms (pinned clocks in tests)
+	// fixed is the part of the decide script's argument after the weight: horizon, grace,
+	// marker life, key pad, redeem and lane life, packed (see lua/decide.lua).
 	fixed []byte
 	// clock pins the script's clock (tests only); nil reads the server's TIME.
 	clock func() time.Time
@@ -41,10 +45,14 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 	return &Redis{
 		client:  client,
 		script:  rueidis.NewLuaScript(lua.Decide),
+		admit:   rueidis.NewLuaScript(lua.Admit),
 		inspect: rueidis.NewLuaScriptReadOnly(lua.Inspect),
 		prefix:  prefix,
 		grace:   opts.SlotGrace.Microseconds(),
-		fixed:   packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0),
+		redeem:  opts.Redeem.Microseconds(),
+		settle:  opts.LaneSettle.Microseconds(),
+		fixed: packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0,
+			opts.Redeem.Microseconds(), 2*opts.LaneSettle.Microseconds()),
 	}
 }
 
@@ -110,6 +118,47 @@ func (r *Redis) call(req *Request) (keys, args []string) {
 	return strs[:nkeys], strs[2:3]
 }
 
+// Admit decides a batch of one tenant's queued jobs in one script call (see Batch and
+// lua/admit.lua). A call that fails or times out may still have run on the server: asking again
+// within Options.Redeem gets the same outcomes without a second charge.
+func (r *Redis) Admit(ctx context.Context, b Batch) (BatchResult, error) {
+	if err := b.check(); err != nil {
+		return BatchResult{}, err
+	}
+	return r.admitCall(ctx, &b, int64(b.Mode), 0)
+}
+
+// CloseLane closes the tenant's lane, now empty up to input sequence through, unless a job
+// after through was sent to it less than Options.LaneSettle ago (its move may be under way). It
+// reports whether the lane is still open.
+func (r *Redis) CloseLane(ctx context.Context, tenant string, plan *Plan, through int64) (open bool, err error) {
+	b := Batch{Tenant: tenant, Plan: plan}
+	if err := b.check(); err != nil {
+		return false, err
+	}
+	res, err := r.admitCall(ctx, &b, 2, through)
+	return res.LaneOpen, err
+}
+
+func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (BatchResult, error) {
+	p := b.Plan
+	arg := make([]byte, 0, 8*(8+2*len(b.Jobs))+len(p.packed))
+	arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad)
+	for _, j := range b.Jobs {
+		arg = packInts(arg, j.ID, j.Weight)
+	}
+	arg = append(arg, p.packed...)
+	reply, err := r.admit.Exec(ctx, r.client, []string{r.stateKey(b.Tenant)}, []string{unsafe.String(&arg[0], len(arg))}).AsBytes()
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
+	}
+	vals := make([]int64, 4+len(b.Jobs))
+	if err := unpackInts(reply, vals); err != nil {
+		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
+	}
+	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:])
+}
+
 // decodeReply turns the script's packed reply into a Result.
 func decodeReply(req *Request, reply []byte) (Result, error) {
 	var n [4]int64
@@ -161,5 +210,6 @@ func RedisClientOption(url string) (rueidis.ClientOption, error) {
 // clock still considers alive.
 func (r *Redis) pin(clock func() time.Time) {
 	r.clock = clock
-	binary.LittleEndian.PutUint64(r.fixed[24:], 60000)
+	r.pad = 60000
+	binary.LittleEndian.PutUint64(r.fixed[24:], uint64(r.pad))
 }

@@ -28,6 +28,8 @@ func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.U
 // limiter is what the conformance suite needs of a backend.
 type limiter interface {
 	Decide(ctx context.Context, req Request) (Result, error)
+	Admit(ctx context.Context, b Batch) (BatchResult, error)
+	CloseLane(ctx context.Context, tenant string, plan *Plan, through int64) (bool, error)
 	Inspect(ctx context.Context, tenant string, plan *Plan) (Snapshot, error)
 }
 

@@ -1,17 +1,18 @@
--- admitter: read a tenant's bucket state without changing it.
+-- admitter: read a tenant's state without changing it (see state.lua).
 --
--- KEYS[1]  the tenant's state (see decide.lua)
--- ARGV[1]  packed int64s (see decide.lua): now (µs, 0 = the server's TIME), number of limits
+-- KEYS[1]  the tenant's state
+-- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), n limits, then n limit ids
 --
--- Reply: packed int64s {now (µs), tat of limit 0, tat of limit 1, ...}; 0 for a full limit.
-local now, n = struct.unpack('<ll', ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local state = redis.call('GET', KEYS[1])
-local tats = {}
-if state and #state == 8 * n then tats = {struct.unpack('<' .. string.rep('l', n), state)} end
-local out = {now}
-for i = 1, n do out[i + 1] = tats[i] or 0 end
-return struct.pack('<' .. string.rep('l', n + 1), unpack(out, 1, n + 1))
+-- Reply: packed int64s {now (µs), lane open (0/1), highest sequence moved to the lane, recent
+-- decisions, then one tat per limit (0 for a full limit)}.
+local arg = ARGV[1]
+local now, n = struct.unpack('<ll', arg)
+if now == 0 then now = server_now() end
+local ids, pos = {}, 17
+for i = 1, n do ids[i], pos = struct.unpack('<l', arg, pos) end
+local st = read_state(redis.call('GET', KEYS[1]), ids, n, now)
+local open = 0
+if st.enq > st.done then open = 1 end
+local vals = {now, open, st.enq, #st.marks / 2}
+for i = 1, n do vals[4 + i] = st.tats[i] or 0 end
+return struct.pack('<' .. string.rep('l', 4 + n), unpack(vals))

@@ -1,15 +1,28 @@
 // Package lua holds admitter's Redis scripts. Each script is a .lua file whose header documents
-// its KEYS, ARGV and reply; this package only embeds them so they ship inside the binary.
+// its KEYS, ARGV and reply; state.lua is a prelude, the layout of a tenant's state and the
+// helpers every script uses to read and write it, prepended to each script here so that the
+// layout is written once. The package only embeds them so they ship inside the binary.
 package lua
 
 import _ "embed"
 
-// Decide is the limiter's decision script (see decide.lua for its contract).
-//
-//go:embed decide.lua
-var Decide string
+//go:embed state.lua
+var prelude string
 
-// Inspect reads a tenant's bucket state without changing it (see inspect.lua).
-//
+//go:embed decide.lua
+var decide string
+
+//go:embed admit.lua
+var admit string
+
 //go:embed inspect.lua
-var Inspect string
+var inspect string
+
+// Decide decides one request and books a slot when it must wait (see decide.lua).
+var Decide = prelude + decide
+
+// Admit decides a batch of a tenant's queued jobs in order, without booking (see admit.lua).
+var Admit = prelude + admit
+
+// Inspect reads a tenant's state without changing it (see inspect.lua).
+var Inspect = prelude + inspect

@@ -1,0 +1,147 @@
+package bucket
+
+import (
+	"fmt"
+	"time"
+)
+
+// Mode says which side of a tenant's queue asks Admit.
+type Mode uint8
+
+const (
+	// Ingest decides jobs as they arrive. While the tenant's lane is open (jobs of its wait in
+	// it), every job is sent to the lane behind them, so a tenant's jobs keep their order. When
+	// the lane is closed, jobs that fit now are admitted; the first that does not is sent to the
+	// lane and opens it, and so is every job after it in the batch.
+	Ingest Mode = iota
+	// Lane decides the head of the tenant's lane: admitted in order while they fit; the first
+	// that does not fits after Wait, and every later one waits for it.
+	Lane
+)
+
+func (m Mode) String() string {
+	if m == Lane {
+		return "lane"
+	}
+	return "ingest"
+}
+
+// A Job is one queued job of a batch.
+type Job struct {
+	// ID identifies the job for idempotency: its input stream sequence (1 to 2^53-1).
+	ID int64
+	// Weight is how many tokens it takes from every limit (≥ 1, ≤ Plan.MaxWeight()).
+	Weight int64
+}
+
+// JobOutcome is what Admit decided for one job of a batch.
+type JobOutcome uint8
+
+const (
+	// JobAdmitted: admitted now and charged.
+	JobAdmitted JobOutcome = iota
+	// JobRedeemed: admitted by a call less than Options.Redeem ago; charged nothing now.
+	JobRedeemed
+	// JobToLane (Ingest): send it to the tenant's lane; it is decided there, in order.
+	JobToLane
+	// JobToLaneBefore (Ingest): sent to the lane by a call less than Options.Redeem ago.
+	JobToLaneBefore
+	// JobNotYet (Lane): it does not fit yet; it or a job ahead of it fits after Wait.
+	JobNotYet
+)
+
+var jobOutcomeNames = [...]string{"admitted", "redeemed", "to-lane", "to-lane-before", "not-yet"}
+
+func (o JobOutcome) String() string {
+	if int(o) < len(jobOutcomeNames) {
+		return jobOutcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", o)
+}
+
+// Admitted reports whether the job may be forwarded now.
+func (o JobOutcome) Admitted() bool { return o <= JobRedeemed }
+
+// A Batch asks Admit about some of one tenant's queued jobs, in their order.
+type Batch struct {
+	// Tenant names the bucket set; non-empty, without '{' or '}'.
+	Tenant string
+	// Plan is the tenant's plan.
+	Plan *Plan
+	// Mode says which side asks.
+	Mode Mode
+	// Jobs in queue order; at most MaxBatch.
+	Jobs []Job
+}
+
+// MaxBatch bounds the jobs of one Admit call.
+const MaxBatch = 512
+
+// maxJobID bounds job ids: exact in the scripts' Lua numbers.
+const maxJobID = 1<<53 - 1
+
+// BatchResult is Admit's answer.
+type BatchResult struct {
+	// Outcomes holds one outcome per job of the batch, in order.
+	Outcomes []JobOutcome
+	// Wait is, for the first job not admitted that this call decided (not one answered as
+	// before), how long until its weight fits every limit (for a job sent to the lane: a hint for
+	// the lane); zero when there is none. Microsecond resolution.
+	Wait time.Duration
+	// Limit names the limit that sets Wait; when every job was admitted, the limit holding the
+	// fewest tokens. Its name, or its index when unnamed.
+	Limit string
+	// LimitIndex is Limit's index in the plan.
+	LimitIndex int
+	// Remaining is the whole tokens left now: the minimum over the plan's limits.
+	Remaining int64
+	// LaneOpen reports whether the tenant's lane is open after the call.
+	LaneOpen bool
+}
+
+// check validates a batch before any state is touched.
+func (b *Batch) check() error {
+	if b.Plan == nil {
+		return fmt.Errorf("bucket: tenant %q: no plan given", b.Tenant)
+	}
+	if err := checkTenant(b.Tenant); err != nil {
+		return err
+	}
+	if len(b.Jobs) > MaxBatch {
+		return fmt.Errorf("bucket: batch of %d jobs, at most %d", len(b.Jobs), MaxBatch)
+	}
+	for _, j := range b.Jobs {
+		if j.ID < 1 || j.ID > maxJobID {
+			return fmt.Errorf("bucket: job id %d, want 1 to 2^53-1", j.ID)
+		}
+		if j.Weight < 1 {
+			return fmt.Errorf("%w: weight %d, want an integer ≥ 1", ErrInvalidWeight, j.Weight)
+		}
+		if j.Weight > b.Plan.minCapacity {
+			return fmt.Errorf("%w: weight %d exceeds capacity %d of plan %s", ErrWeightOverCapacity, j.Weight, b.Plan.minCapacity, b.Plan.Name)
+		}
+	}
+	return nil
+}
+
+// batchResult builds a BatchResult from the integers both backends compute.
+func (p *Plan) batchResult(wait, limit, remaining, open int64, outcomes []int64) (BatchResult, error) {
+	if limit < 0 || limit >= int64(len(p.Limits)) {
+		return BatchResult{}, fmt.Errorf("bucket: unexpected binding limit %d", limit)
+	}
+	res := BatchResult{
+		Outcomes:   make([]JobOutcome, len(outcomes)),
+		Wait:       time.Duration(wait) * time.Microsecond,
+		Limit:      p.labels[limit],
+		LimitIndex: int(limit),
+		Remaining:  remaining,
+		LaneOpen:   open == 1,
+	}
+	for i, o := range outcomes {
+		if o < 0 || o > int64(JobNotYet) {
+			return BatchResult{}, fmt.Errorf("bucket: unexpected job outcome %d", o)
+		}
+		res.Outcomes[i] = JobOutcome(o)
+	}
+	return res, nil
+}

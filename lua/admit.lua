@@ -1,0 +1,97 @@
+-- admitter: decide a batch of one tenant's queued jobs, in order, in one call (see state.lua for
+-- the tenant's state).
+--
+-- Nothing is booked for the future: a job is charged when it is admitted, at the server's time,
+-- so the times at which jobs are admitted are themselves paced (in any interval of length t, at
+-- most C + r·t per limit), whatever happened before: a crash, a replica joining, a slot passed
+-- while nobody was there. A job that cannot go now is told how long until its weight fits.
+--
+-- Modes:
+--   0 ingest  jobs as they arrive. While the tenant's lane is open (jobs of its are waiting in
+--             it), every job is moved to the lane behind them (outcome 2): first in, first out.
+--             Otherwise a job is admitted if it fits now; the first that does not is moved to the
+--             lane and opens it, and so is every job after it.
+--   1 lane    the head of the lane: admitted in order while they fit; the first that does not
+--             fits after the wait in the reply (outcome 4), and so does every job after it.
+--   2 close   the lane is empty up to input sequence `through`: close it, unless a job was moved
+--             to it after that sequence and less than `quiet` ago (its move may still be under
+--             way). The reply's open flag says which.
+--
+-- Idempotency: a job decided less than `redeem` ago is answered as it was (outcomes 1 and 3) and
+-- charged nothing; a job asked about later is decided afresh. That is what makes a retried call
+-- harmless (a call that timed out may have run), and what makes a crash cost capacity rather
+-- than a burst: a job admitted by a replica that died before forwarding it is charged again when
+-- another replica forwards it later.
+--
+-- KEYS[1]  the tenant's state
+-- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode, redeem (µs), quiet (µs),
+--          through (input sequence, mode 2), k jobs, n limits, extra key life (ms, 0 in
+--          production), then k × (job id, weight), then n × (limit id, capacity, interval µs).
+--
+-- Reply: packed int64s {wait (µs), binding limit (0-based), remaining, lane open (0/1), then one
+-- outcome per job}: 0 admitted, 1 admitted before (redeemed, nothing charged), 2 moved to the
+-- lane, 3 moved to the lane before, 4 not yet (lane mode). wait and the binding limit concern the
+-- first job not admitted (0 when all were); otherwise the limit holding the fewest tokens.
+--
+-- Redis commands: TIME, GET, and one SET ... PX or DEL.
+local arg = ARGV[1]
+local now, mode, redeem, quiet, through, k, n, pad = struct.unpack('<llllllll', arg)
+if now == 0 then now = server_now() end
+local pos = 65
+local jid, jw = {}, {}
+for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
+local ids, cap, iv = read_limits(arg, pos, n)
+local st = read_state(redis.call('GET', KEYS[1]), ids, n, now)
+local tats = clamp_tats(st, n, now)
+local marks = st.marks
+
+local out = {}
+local wait, bind = -1, 0
+local open = st.enq > st.done
+local changed = false
+
+if mode == 2 then
+  if open and (st.enq <= through or now - st.enq_at > quiet) then
+    st.done = st.enq
+    open = false
+    changed = true
+  end
+else
+  local moving = false -- ingest: every job from here on goes to the lane
+  for i = 1, k do
+    local job, w = jid[i], jw[i]
+    local at = find_mark(st, job)
+    if at and math.abs(at) + redeem < now then at = nil end
+    if at and at > 0 then
+      out[i] = 1
+    elseif mode == 0 and at and at < 0 then
+      out[i], moving = 3, true
+    elseif mode == 0 and (open or moving) then
+      out[i] = 2
+    else
+      local s, b = slot(tats, cap, iv, n, now, w)
+      if s == now and wait < 0 then
+        for j = 1, n do tats[j] = tats[j] + w * iv[j] end
+        marks[#marks + 1], marks[#marks + 2] = job, now
+        out[i], changed = 0, true
+      else
+        if wait < 0 then wait, bind = s - now, b end
+        if mode == 0 then out[i], moving = 2, true else out[i] = 4 end
+      end
+    end
+    if out[i] == 2 then
+      marks[#marks + 1], marks[#marks + 2] = job, -now
+      if job > st.enq then st.enq = job end
+      st.enq_at, open, changed = now, true, true
+    end
+  end
+end
+
+local r, rb = remaining(tats, cap, iv, n, now)
+if wait < 0 then wait, bind = 0, rb end
+if changed then write_state(KEYS[1], st, ids, tats, n, now, redeem, 2 * quiet, pad) end
+local o = 0
+if open then o = 1 end
+local vals = {wait, bind, r, o}
+for i = 1, k do vals[4 + i] = out[i] end
+return struct.pack('<' .. string.rep('l', 4 + k), unpack(vals))
