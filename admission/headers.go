@@ -1,129 +1,90 @@
 package admission
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 )
 
-// Header names of the external contract (see README).
-const (
-	// HeaderWeight, on input: the job's weight, an integer ≥ 1; absent means 1.
-	HeaderWeight = "Admit-Weight"
-	// HeaderTenant, on output: the tenant the job was admitted for.
-	HeaderTenant = "Admit-Tenant"
-	// HeaderPlan, on output: the tenant's plan.
-	HeaderPlan = "Admit-Plan"
-	// HeaderAttempts, on output: how many times the input was delivered, the admitting delivery
-	// included.
-	HeaderAttempts = "Admit-Attempts"
-	// HeaderDelayMs, on output: milliseconds from the input being stored to being forwarded.
-	HeaderDelayMs = "Admit-Delay-Ms"
-	// HeaderDegraded, on output: "fail-open" when forwarded without a decision (Redis failed).
-	HeaderDegraded = "Admit-Degraded"
-	// HeaderError, on dead-lettered jobs: a code (see the Code constants).
-	HeaderError = "Admit-Error"
-	// HeaderErrorDetail, on dead-lettered jobs: a sentence saying what was wrong.
-	HeaderErrorDetail = "Admit-Error-Detail"
-	// HeaderOriginalMsgID keeps the producer's own Nats-Msg-Id, which the forward replaces. Every
-	// other Nats-* header of the input is kept the same way, as Admit-Original-*: they are
-	// directives to the server about the input's publish (Nats-Expected-Last-Sequence,
-	// Nats-TTL, ...) and would be enforced, wrongly, on the forward.
-	HeaderOriginalMsgID = "Admit-Original-Msg-Id"
-	originalPrefix      = "Admit-Original-"
-)
-
-// Dead-letter codes, the value of HeaderError.
-const (
-	CodeInvalidWeight      = "invalid-weight"
-	CodeWeightOverCapacity = "weight-over-capacity"
-	CodeUnknownTenant      = "unknown-tenant"
-	CodeInvalidTenant      = "invalid-tenant"
-	// CodeForwardRejected: the output stream refused the admitted job for good (a JetStream API
-	// error such as a message larger than the stream allows); the detail quotes the server.
-	CodeForwardRejected = "forward-rejected"
-)
-
-// maxWeight bounds Admit-Weight so that weight × interval arithmetic cannot overflow.
-const maxWeight = 1 << 40
-
-// ParseWeight reads the job's weight from its headers: absent means 1; otherwise exactly one
-// value, a decimal integer from 1 to 2^40 without sign or spaces (leading zeros allowed). The header name is matched
-// without regard to case (NATS keeps header case as the producer wrote it). The error is a
-// sentence naming the header and the value.
-func ParseWeight(h nats.Header) (int64, error) {
-	var vals []string
-	for k, v := range h {
-		if strings.EqualFold(k, HeaderWeight) {
-			vals = append(vals, v...)
-		}
-	}
-	switch len(vals) {
-	case 0:
-		return 1, nil
-	case 1:
-	default:
-		return 0, fmt.Errorf("header %s appears %d times (%q), want one value", HeaderWeight, len(vals), vals)
-	}
-	v := vals[0]
-	if v == "" {
-		return 0, fmt.Errorf("header %s is %q, want an integer from 1 to %d", HeaderWeight, v, int64(maxWeight))
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, fmt.Errorf("header %s is %q, want an integer from 1 to %d", HeaderWeight, v, int64(maxWeight))
-		}
-	}
-	w, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || w < 1 || w > maxWeight {
-		return 0, fmt.Errorf("header %s is %q, want an integer from 1 to %d", HeaderWeight, v, int64(maxWeight))
-	}
-	return w, nil
-}
-
-// msgID is the Nats-Msg-Id of the job's forward (kind "a") or dead letter (kind "d"): derived
-// from the input stream and sequence, so a forward repeated after a crash is deduplicated.
-func msgID(kind, stream string, seq uint64) string {
-	return "admitter:" + kind + ":" + stream + ":" + strconv.FormatUint(seq, 10)
-}
-
-// copyHeader copies every input header to a new header. Headers starting with "Nats-" are
-// server directives for the input's own publish: they are kept as Admit-Original-<rest>
-// (Nats-Msg-Id becomes Admit-Original-Msg-Id) so that they are neither lost nor applied to the
-// forward.
-func copyHeader(in nats.Header, extra int) nats.Header {
+// carried copies an input's headers for what the admitter publishes from it. Headers starting
+// with "Nats-" are server directives for the input's own publish: they are kept as
+// Admit-Original-<rest> (Nats-Msg-Id becomes Admit-Original-Msg-Id), neither lost nor applied
+// to the copy. extra is room for the headers the caller adds.
+func carried(in nats.Header, extra int) nats.Header {
 	out := make(nats.Header, len(in)+extra)
 	for k, v := range in {
-		if len(k) > 5 && strings.EqualFold(k[:5], "Nats-") {
-			k = originalPrefix + k[5:]
+		if isNats(k) {
+			k = wire.OriginalPrefix + k[5:]
 		}
 		out[k] = append(out[k], v...)
 	}
 	return out
 }
 
-// admittedHeader is the header of a forwarded job.
-func admittedHeader(in nats.Header, id, tenant, plan string, attempts uint64, waited time.Duration, degraded bool) nats.Header {
-	h := copyHeader(in, 6)
+// fromLane copies the headers of a job read back from its lane: what carried gave it when it
+// was moved, without the Nats-* headers (the lane copy's own Msg-Id and those Direct Get adds)
+// and without the Admit-Input-* headers that describe the input.
+func fromLane(in nats.Header, extra int) nats.Header {
+	out := make(nats.Header, len(in)+extra)
+	for k, v := range in {
+		if isNats(k) || strings.HasPrefix(k, "Admit-Input-") {
+			continue
+		}
+		out[k] = append(out[k], v...)
+	}
+	return out
+}
+
+func isNats(k string) bool { return len(k) > 5 && strings.EqualFold(k[:5], "Nats-") }
+
+// forwardHeader completes h, the headers of an admitted job, with the contract's own.
+func forwardHeader(h nats.Header, id, tenant, plan string, attempts uint64, waited time.Duration, degraded bool) nats.Header {
 	h.Set(nats.MsgIdHdr, id)
-	h.Set(HeaderTenant, tenant)
-	h.Set(HeaderPlan, plan)
-	h.Set(HeaderAttempts, strconv.FormatUint(attempts, 10))
-	h.Set(HeaderDelayMs, strconv.FormatInt(max(waited.Milliseconds(), 0), 10))
+	h.Set(wire.HeaderTenant, tenant)
+	h.Set(wire.HeaderPlan, plan)
+	h.Set(wire.HeaderAttempts, strconv.FormatUint(attempts, 10))
+	h.Set(wire.HeaderDelayMs, strconv.FormatInt(max(waited.Milliseconds(), 0), 10))
 	if degraded {
-		h.Set(HeaderDegraded, "fail-open")
+		h.Set(wire.HeaderDegraded, "fail-open")
+	} else {
+		h.Del(wire.HeaderDegraded)
 	}
 	return h
 }
 
-// deadHeader is the header of a dead-lettered job.
-func deadHeader(in nats.Header, id, code, detail string) nats.Header {
-	h := copyHeader(in, 3)
+// deadHeader completes h, the headers of a dead-lettered job, with the reason.
+func deadHeader(h nats.Header, id string, code wire.Code, detail string) nats.Header {
 	h.Set(nats.MsgIdHdr, id)
-	h.Set(HeaderError, code)
-	h.Set(HeaderErrorDetail, detail)
+	h.Set(wire.HeaderError, string(code))
+	h.Set(wire.HeaderErrorDetail, detail)
 	return h
+}
+
+// laneHeader completes h, the headers of a job moved to its tenant's lane, with its input's
+// identity: subject, sequence, store time and deliveries so far.
+func laneHeader(h nats.Header, id, subject string, seq uint64, stored time.Time, attempts uint64) nats.Header {
+	h.Set(nats.MsgIdHdr, id)
+	h.Set(wire.HeaderInputSubject, subject)
+	h.Set(wire.HeaderInputSeq, strconv.FormatUint(seq, 10))
+	h.Set(wire.HeaderInputTime, stored.UTC().Format(time.RFC3339Nano))
+	h.Set(wire.HeaderAttempts, strconv.FormatUint(attempts, 10))
+	return h
+}
+
+// headerSize is the encoded size of h on the wire ("NATS/1.0\r\n", "Key: value\r\n" per value,
+// "\r\n"), to tell before publishing whether a message can be stored at all.
+func headerSize(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
 }

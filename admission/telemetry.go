@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/policy"
+	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
@@ -19,16 +22,6 @@ import (
 
 // instrumentationName names the tracer and meter of this package.
 const instrumentationName = "github.com/admitter/admitter/admission"
-
-// Decision values: the admitter.decision span attribute and the outcome label of
-// admitter.decisions.
-const (
-	DecisionAdmitted = "admitted" // the limiter let it through: forwarded
-	DecisionDelayed  = "delayed"  // the limiter said wait: NAK'd with the wait
-	DecisionDead     = "dead"     // dead-lettered
-	DecisionDegraded = "degraded" // the limiter failed, fail mode open: forwarded unchecked
-	DecisionHeld     = "held"     // the limiter failed, fail mode closed: NAK'd with a backoff
-)
 
 // Span attribute keys of admitter's own (the messaging ones follow OpenTelemetry's semantic
 // conventions).
@@ -40,11 +33,10 @@ const (
 	AttrWaitMs   = attribute.Key("admitter.wait_ms")
 	AttrLimit    = attribute.Key("admitter.limit")
 	AttrAttempt  = attribute.Key("admitter.attempt")
-	AttrOutcome  = attribute.Key("admitter.outcome")
+	AttrAction   = attribute.Key("admitter.action")
 	AttrError    = attribute.Key("admitter.error")
+	AttrMode     = attribute.Key("admitter.mode")
 	AttrSequence = attribute.Key("messaging.nats.stream.sequence")
-	// AttrParked marks a delayed job kept in process until its slot rather than NAK'd.
-	AttrParked = attribute.Key("admitter.parked")
 )
 
 // Bucket boundaries of the histograms, in seconds.
@@ -59,8 +51,9 @@ var (
 type telemetry struct {
 	tracer      trace.Tracer
 	propagator  propagation.TextMapPropagator
-	processName string // span names, built once: "process JOBS", "send ADMITTED"
-	sendOutName string
+	processIn   string // span names, built once: "process JOBS", "process WAITING"
+	processWait string
+	sendNames   map[string]string // stream → "send <stream>"
 	decisions   metric.Int64Counter
 	waits       metric.Float64Histogram
 	latency     metric.Float64Histogram
@@ -68,6 +61,7 @@ type telemetry struct {
 	failEvents  metric.Int64Counter
 	inFlight    metric.Int64UpDownCounter
 	tenantLabel bool
+	failMode    attribute.Set
 	// sets caches the attribute set of each (plan, outcome[, tenant]): building one sorts and
 	// allocates, once per job otherwise. A struct key is looked up without allocating.
 	mu   sync.RWMutex
@@ -79,21 +73,24 @@ type setKey struct{ plan, outcome, tenant string }
 func newTelemetry(c Config) (*telemetry, error) {
 	m := c.MeterProvider.Meter(instrumentationName)
 	t := &telemetry{tracer: c.TracerProvider.Tracer(instrumentationName), propagator: c.Propagator, tenantLabel: c.TenantMetrics,
-		processName: "process " + c.StreamIn, sendOutName: "send " + c.StreamOut, sets: make(map[setKey]metric.MeasurementOption)}
+		processIn: "process " + c.StreamIn, processWait: "process " + c.StreamWait,
+		sendNames: map[string]string{c.StreamOut: "send " + c.StreamOut, c.StreamDead: "send " + c.StreamDead, c.StreamWait: "send " + c.StreamWait},
+		failMode:  attribute.NewSet(attribute.String("mode", string(c.Policy.FailMode()))),
+		sets:      make(map[setKey]metric.MeasurementOption)}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
-	t.decisions, err = m.Int64Counter("admitter.decisions", metric.WithDescription("Decisions by plan and outcome (admitted, delayed, dead, degraded, held)."))
+	t.decisions, err = m.Int64Counter(wire.MetricDecisions.Name, metric.WithDescription("Jobs decided, by plan and outcome (admitted, delayed: moved to the tenant's lane, dead, degraded, held)."))
 	add(err)
-	t.waits, err = m.Float64Histogram("admitter.wait", metric.WithUnit("s"), metric.WithDescription("Wait given to delayed jobs."), metric.WithExplicitBucketBoundaries(waitBuckets...))
+	t.waits, err = m.Float64Histogram(wire.MetricWait.Name, metric.WithUnit("s"), metric.WithDescription("Time a delayed job was told its weight would fit, when it was moved to its tenant's lane."), metric.WithExplicitBucketBoundaries(waitBuckets...))
 	add(err)
-	t.latency, err = m.Float64Histogram("admitter.decision.duration", metric.WithUnit("s"), metric.WithDescription("Time one limiter decision took."), metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	t.latency, err = m.Float64Histogram(wire.MetricDecisionTime.Name, metric.WithUnit("s"), metric.WithDescription("Time one limiter call took (a call decides a batch of one tenant's jobs)."), metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	add(err)
-	t.limiterErrs, err = m.Int64Counter("admitter.redis.errors", metric.WithDescription("Failed limiter calls by kind (timeout, connection, other)."))
+	t.limiterErrs, err = m.Int64Counter(wire.MetricRedisErrors.Name, metric.WithDescription("Failed limiter calls by kind (timeout, connection, other)."))
 	add(err)
-	t.failEvents, err = m.Int64Counter("admitter.fail_mode.events", metric.WithDescription("Jobs handled without a decision, by fail mode (open: forwarded, closed: held back)."))
+	t.failEvents, err = m.Int64Counter(wire.MetricFailEvents.Name, metric.WithDescription("Jobs handled without a decision, by fail mode (open: forwarded, closed: held back)."))
 	add(err)
-	t.inFlight, err = m.Int64UpDownCounter("admitter.jobs.in_flight", metric.WithDescription("Jobs being handled now."))
+	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
 	add(err)
 	return t, errors.Join(errs...)
 }
@@ -111,6 +108,109 @@ func (h headerCarrier) Keys() []string {
 	return keys
 }
 
+// startProcess starts a job's consumer span, continuing the trace its headers carry (the
+// producer's, or for a job read from its lane, the span that moved it there).
+func (t *telemetry) startProcess(ctx context.Context, name string, h nats.Header, subject string, seq, attempts uint64, c Config) (context.Context, trace.Span) {
+	ctx = t.propagator.Extract(ctx, headerCarrier(h))
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() { // attributes cost allocations: only for spans that are kept
+		span.SetAttributes(messagingAttrs(semconv.MessagingOperationTypeProcess, subject, spanSeq(c.StreamIn, seq))...)
+		span.SetAttributes(
+			semconv.MessagingDestinationTemplateKey.String(c.In.String()),
+			semconv.MessagingConsumerGroupNameKey.String(c.Consumer),
+			AttrSequence.Int64(int64(seq)),
+			AttrAttempt.Int64(int64(attempts)),
+		)
+	}
+	return ctx, span
+}
+
+// decide asks the policy in a "limiter decide" span, a child of the first job's span linked to
+// the others', and records what the call cost and what it decided on every job's span.
+func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, tenant string, mode bucket.Mode, pjobs []policy.Job) policy.Decision {
+	parent := ctx
+	if len(jobs) > 0 {
+		parent = jobs[0].ctx
+	}
+	var opts []trace.SpanStartOption
+	if len(jobs) > 1 && trace.SpanFromContext(parent).IsRecording() {
+		links := make([]trace.Link, 0, len(jobs)-1)
+		for _, j := range jobs[1:] {
+			links = append(links, trace.Link{SpanContext: j.span.SpanContext()})
+		}
+		opts = append(opts, trace.WithLinks(links...))
+	}
+	_, span := t.tracer.Start(parent, "limiter decide", append(opts, trace.WithSpanKind(trace.SpanKindClient))...)
+	defer span.End()
+	d := pol.Decide(ctx, tenant, mode, pjobs)
+	if d.Took > 0 {
+		t.latency.Record(ctx, d.Took.Seconds())
+	}
+	if d.Err != nil {
+		span.RecordError(d.Err)
+		span.SetStatus(codes.Error, "limiter failed")
+		t.limiterErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", errorKind(d.Err))))
+		t.failEvents.Add(ctx, int64(len(jobs)), metric.WithAttributeSet(t.failMode))
+	}
+	if span.IsRecording() {
+		span.SetAttributes(AttrTenant.String(tenant), AttrMode.String(mode.String()), AttrLimit.String(d.Limit),
+			attribute.Int64("admitter.remaining", d.Remaining), attribute.Int("admitter.batch", len(jobs)))
+	}
+	for i := range jobs {
+		if s := jobs[i].span; s.IsRecording() {
+			v := d.Verdicts[i]
+			s.SetAttributes(AttrTenant.String(tenant), AttrWeight.Int64(pjobs[i].Weight), AttrLimit.String(d.Limit),
+				AttrAction.String(v.Action.String()), AttrWaitMs.Float64(float64(v.Wait)/float64(time.Millisecond)))
+			if d.Plan != nil {
+				s.SetAttributes(AttrPlan.String(d.Plan.Name))
+			}
+			if v.Action == policy.Dead {
+				s.SetAttributes(AttrError.String(string(v.Code)))
+			}
+		}
+	}
+	return d
+}
+
+// injectSend starts the producer span of a job's publish and writes its context into the
+// message's headers, so the consumer of the output continues the trace. The span ends when
+// the job is concluded.
+func (t *telemetry) injectSend(j *job, m *nats.Msg, stream string) {
+	ctx, span := t.tracer.Start(j.ctx, t.sendNames[stream], trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(messagingAttrs(semconv.MessagingOperationTypeSend, m.Subject, m.Header.Get(nats.MsgIdHdr))...)
+	}
+	t.propagator.Inject(ctx, headerCarrier(m.Header))
+	span.End()
+}
+
+// conclude records a settled job's decision on its span and in the metrics.
+func (t *telemetry) conclude(j *job, decision string) {
+	j.span.SetAttributes(AttrDecision.String(decision))
+	key := setKey{plan: j.plan, outcome: decision}
+	if t.tenantLabel {
+		key.tenant = j.tenant
+	}
+	t.mu.RLock()
+	set, ok := t.sets[key]
+	t.mu.RUnlock()
+	if !ok {
+		attrs := []attribute.KeyValue{attribute.String("outcome", decision), attribute.String("plan", j.plan)}
+		if t.tenantLabel {
+			attrs = append(attrs, attribute.String("tenant", j.tenant))
+		}
+		set = metric.WithAttributeSet(attribute.NewSet(attrs...))
+		t.mu.Lock()
+		t.sets[key] = set
+		t.mu.Unlock()
+	}
+	ctx := context.Background()
+	t.decisions.Add(ctx, 1, set)
+	if decision == wire.DecisionDelayed {
+		t.waits.Record(ctx, j.verdict.Wait.Seconds(), set)
+	}
+}
+
 // errorKind classifies a failed limiter call for admitter.redis.errors.
 func errorKind(err error) string {
 	var ne net.Error
@@ -121,45 +221,6 @@ func errorKind(err error) string {
 		return "connection"
 	}
 	return "other"
-}
-
-// record counts one finished decision.
-func (t *telemetry) record(ctx context.Context, j *job, decision string, wait time.Duration) {
-	plan := ""
-	if j.plan != nil {
-		plan = j.plan.Name
-	}
-	key := setKey{plan: plan, outcome: decision}
-	if t.tenantLabel {
-		key.tenant = j.tenant
-	}
-	t.mu.RLock()
-	set, ok := t.sets[key]
-	t.mu.RUnlock()
-	if !ok {
-		attrs := []attribute.KeyValue{attribute.String("outcome", decision), attribute.String("plan", plan)}
-		if t.tenantLabel {
-			attrs = append(attrs, attribute.String("tenant", j.tenant))
-		}
-		set = metric.WithAttributeSet(attribute.NewSet(attrs...))
-		t.mu.Lock()
-		t.sets[key] = set
-		t.mu.Unlock()
-	}
-	t.decisions.Add(ctx, 1, set)
-	if decision == DecisionDelayed {
-		t.waits.Record(ctx, wait.Seconds(), set)
-	}
-}
-
-// decisionAttrs are the span attributes of a limiter result.
-func decisionAttrs(res bucket.Result) []attribute.KeyValue {
-	return []attribute.KeyValue{
-		AttrOutcome.String(res.Outcome.String()),
-		AttrLimit.String(res.Limit),
-		AttrWaitMs.Float64(float64(res.Wait) / float64(time.Millisecond)),
-		attribute.Int64("admitter.remaining", res.Remaining),
-	}
 }
 
 // messagingAttrs are the semantic-convention attributes of a delivery or a publish.

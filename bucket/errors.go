@@ -1,20 +1,38 @@
 package bucket
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/admitter/admitter/wire"
+)
+
+// codedError is a sentinel error that carries the machine code a caller maps to a dead-letter
+// code, an HTTP status or a NATS micro error (see wire.CodeOf), so that no caller re-derives it
+// from the error's identity.
+type codedError struct {
+	code wire.Code
+	msg  string
+}
+
+func (e *codedError) Error() string { return e.msg }
+
+// Code is the error's machine code.
+func (e *codedError) Code() wire.Code { return e.code }
 
 // Sentinel errors. Errors returned by this package wrap one of these with context; test with
-// errors.Is.
+// errors.Is, or read the code with wire.CodeOf.
 var (
 	// ErrInvalidWeight: a job's weight is not an integer ≥ 1.
-	ErrInvalidWeight = errors.New("bucket: invalid weight")
+	ErrInvalidWeight error = &codedError{wire.CodeInvalidWeight, "bucket: invalid weight"}
 	// ErrWeightOverCapacity: a job's weight exceeds the smallest capacity of its plan, so it can
 	// never be admitted, however long it waits.
-	ErrWeightOverCapacity = errors.New("bucket: weight exceeds capacity")
+	ErrWeightOverCapacity error = &codedError{wire.CodeWeightOverCapacity, "bucket: weight exceeds capacity"}
 	// ErrUnknownTenant: the tenant has no plan and the plans file names no default plan.
-	ErrUnknownTenant = errors.New("bucket: unknown tenant")
+	ErrUnknownTenant error = &codedError{wire.CodeUnknownTenant, "bucket: unknown tenant"}
 	// ErrInvalidTenant: the tenant name cannot be used as a key (empty, or containing '{' or '}',
 	// which would break the per-tenant hash tag).
-	ErrInvalidTenant = errors.New("bucket: invalid tenant")
-	// ErrPlansFile: the plans file is malformed; the wrapping error names the file, line and field.
-	ErrPlansFile = errors.New("bucket: bad plans file")
+	ErrInvalidTenant error = &codedError{wire.CodeInvalidTenant, "bucket: invalid tenant"}
 )
+
+// ErrPlansFile: the plans file is malformed; the wrapping error names the file, line and field.
+var ErrPlansFile = errors.New("bucket: bad plans file")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/subjects"
+	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -47,8 +48,9 @@ type Config struct {
 	// jobs.submit.{tenant}.>, jobs.admitted.{tenant}.> and jobs.dead.{tenant}.>). The input
 	// template must have exactly one wildcard: the job's type goes there.
 	SubjectIn, SubjectOut, SubjectDead subjects.Template
-	// StreamIn, StreamOut and StreamDead name the streams (defaults JOBS, ADMITTED, DEAD).
-	StreamIn, StreamOut, StreamDead string
+	// StreamIn, StreamOut, StreamDead and StreamWait name the streams (defaults JOBS, ADMITTED,
+	// DEAD, WAITING: the tenants' lanes, where jobs that must wait are).
+	StreamIn, StreamOut, StreamDead, StreamWait string
 	// Settle is how long the pipeline is given after the load stops, before counting (default
 	// 1s).
 	Settle time.Duration
@@ -92,6 +94,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.StreamIn, "JOBS")
 	def(&c.StreamOut, "ADMITTED")
 	def(&c.StreamDead, "DEAD")
+	def(&c.StreamWait, "WAITING")
 	if c.Clock == nil {
 		c.Clock = RealClock{}
 	}
@@ -180,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	r := &runner{cfg: cfg, tenants: tenants, js: js, stats: newStats(tenants)}
 
 	streams := map[string]jetstream.Stream{}
-	for _, name := range []string{cfg.StreamIn, cfg.StreamOut, cfg.StreamDead} {
+	for _, name := range []string{cfg.StreamIn, cfg.StreamOut, cfg.StreamDead, cfg.StreamWait} {
 		actx, cancel := context.WithTimeout(ctx, apiTimeout)
 		s, err := js.Stream(actx, name)
 		cancel()
@@ -275,14 +278,29 @@ wait2:
 	settle.Stop()
 	show("counting", false)
 
-	// Count: first look up every job not seen downstream in the input stream, then catch the
-	// downstream consumers up to the end of their streams as they are after the lookups. A job
-	// missing from the input stream was acknowledged (or terminated) there after its forward (or
-	// dead letter) was stored, so it is seen downstream by then: nothing is counted lost for
-	// being in flight.
+	// Count: first look up every job not seen downstream in the input stream, then in the
+	// tenants' lanes, then catch the downstream consumers up to the end of their streams as
+	// they are after the lookups. A job missing from the input stream was acknowledged (or
+	// terminated) there after it was stored in its lane, forwarded or dead-lettered; one missing
+	// from its lane was removed after its forward was stored: so it is seen downstream by then,
+	// and nothing is counted lost for being in flight.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), countTimeout)
 	defer cancel()
-	waiting, unchecked, lookErr := lookup(cctx, streams[cfg.StreamIn], r.stats.unresolved())
+	unresolved := r.stats.unresolved()
+	waiting, unchecked, lookErr := lookup(cctx, streams[cfg.StreamIn], unresolved)
+	inLane, laneErr := laneSeqs(cctx, streams[cfg.StreamWait])
+	for tenant, seqs := range unresolved {
+		for _, seq := range seqs {
+			switch {
+			case waiting[tenant][seq] || unchecked[tenant][seq]:
+			case laneErr != nil:
+				unchecked[tenant][seq] = true
+			case inLane[seq]:
+				waiting[tenant][seq] = true
+			}
+		}
+	}
+	lookErr = errors.Join(lookErr, laneErr)
 	catchErr := errors.Join(admitted.catchUp(cctx), dead.catchUp(cctx))
 	admitted.stop()
 	dead.stop()
@@ -453,23 +471,23 @@ func (r *runner) await(tenant string, p inflight) {
 // onAdmitted counts one message of the output stream.
 func (r *runner) onAdmitted(m jetstream.Msg) {
 	h := m.Headers()
-	seq, ok := inputSeq(h.Get(nats.MsgIdHdr), "a", r.cfg.StreamIn)
+	seq, ok := inputSeq(h.Get(nats.MsgIdHdr), wire.KindForward, r.cfg.StreamIn)
 	if !ok {
 		return // not forwarded by admitter from our input stream
 	}
-	tenant := h.Get("Admit-Tenant")
-	weight := headerInt(h, "Admit-Weight", 1)
+	tenant := h.Get(wire.HeaderTenant)
+	weight := headerInt(h, wire.HeaderWeight, 1)
 	r.stats.admittedJob(tenant, seq, arrival{
 		at:       r.cfg.Clock.Now(),
 		weight:   weight,
-		attempts: headerInt(h, "Admit-Attempts", 1),
-		delay:    time.Duration(headerInt(h, "Admit-Delay-Ms", 0)) * time.Millisecond,
+		attempts: headerInt(h, wire.HeaderAttempts, 1),
+		delay:    time.Duration(headerInt(h, wire.HeaderDelayMs, 0)) * time.Millisecond,
 	})
 }
 
 // onDead counts one message of the dead-letter stream.
 func (r *runner) onDead(m jetstream.Msg) {
-	seq, ok := inputSeq(m.Headers().Get(nats.MsgIdHdr), "d", r.cfg.StreamIn)
+	seq, ok := inputSeq(m.Headers().Get(nats.MsgIdHdr), wire.KindDead, r.cfg.StreamIn)
 	if !ok {
 		return
 	}
@@ -477,18 +495,16 @@ func (r *runner) onDead(m jetstream.Msg) {
 	if !ok {
 		return
 	}
-	r.stats.deadJob(tenant, seq, m.Headers().Get("Admit-Error"))
+	r.stats.deadJob(tenant, seq, m.Headers().Get(wire.HeaderError))
 }
 
-// inputSeq parses the input stream sequence out of admitter's Nats-Msg-Id,
-// "admitter:<kind>:<stream>:<seq>".
-func inputSeq(id, kind, stream string) (uint64, bool) {
-	rest, ok := strings.CutPrefix(id, "admitter:"+kind+":"+stream+":")
-	if !ok {
+// inputSeq is the input stream sequence named by admitter's Nats-Msg-Id of the given kind.
+func inputSeq(id string, kind wire.Kind, stream string) (uint64, bool) {
+	k, st, seq, ok := wire.ParseMsgID(id)
+	if !ok || k != kind || st != stream || seq == 0 {
 		return 0, false
 	}
-	seq, err := strconv.ParseUint(rest, 10, 64)
-	return seq, err == nil && seq > 0
+	return seq, true
 }
 
 // headerInt reads a non-negative integer header, def when absent or malformed.
@@ -575,6 +591,32 @@ func (t *tail) stop() {
 			cancel()
 		}
 	})
+}
+
+// laneSeqs reads the tenants' lanes (to their end as it is now) and returns the input
+// sequences of the jobs waiting there: each lane copy names its input's. The demo's lanes are
+// small: each message is read by its sequence.
+func laneSeqs(ctx context.Context, lanes jetstream.Stream) (map[uint64]bool, error) {
+	out := map[uint64]bool{}
+	info, err := lanes.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("demo: lanes: %w", err)
+	}
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		actx, cancel := context.WithTimeout(ctx, apiTimeout)
+		m, err := lanes.GetMsg(actx, seq)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("demo: read the lanes: %w", err)
+		default:
+			if in, err := strconv.ParseUint(m.Header.Get(wire.HeaderInputSeq), 10, 64); err == nil {
+				out[in] = true
+			}
+		}
+	}
+	return out, nil
 }
 
 // lookup looks up, in the input stream, each job not seen downstream: waiting holds those

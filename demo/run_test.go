@@ -13,6 +13,7 @@ import (
 	"github.com/admitter/admitter/admission"
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/subjects"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,11 +34,16 @@ func startPipeline(t *testing.T) (*nats.Conn, *bucket.Plans) {
 		t.Fatal(err)
 	}
 	plans := testPlansFile(t)
+	pol, err := policy.New(policy.Config{Limiter: bucket.NewMemory(bucket.Options{}, nil), Plans: plans, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	svc, err := admission.New(admission.Config{
-		JetStream: js, Limiter: bucket.NewMemory(bucket.Options{}, nil), Plans: plans,
+		JetStream: js, Policy: pol,
 		In:  subjects.MustParse("jobs.submit.{tenant}.>"),
 		Out: subjects.MustParse("jobs.admitted.{tenant}.>"), Dead: subjects.MustParse("jobs.dead.{tenant}.>"),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownTimeout: 2 * time.Second,
+		Wait:   subjects.MustParse("jobs.waiting.{tenant}"),
+		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: 2 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

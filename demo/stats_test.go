@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"github.com/admitter/admitter/wire"
 	"math"
 	"testing"
 	"time"
@@ -284,7 +285,7 @@ func TestDemoInputSeq(t *testing.T) {
 		{"admitter:a:JOBS:x1", "a", "JOBS", 0, false},
 		{"", "a", "JOBS", 0, false},
 	} {
-		seq, ok := inputSeq(c.id, c.kind, c.stream)
+		seq, ok := inputSeq(c.id, wire.Kind(c.kind), c.stream)
 		if seq != c.seq || ok != c.ok {
 			t.Errorf("inputSeq(%q, %q, %q) = %d, %v; want %d, %v", c.id, c.kind, c.stream, seq, ok, c.seq, c.ok)
 		}

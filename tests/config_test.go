@@ -124,6 +124,12 @@ func TestConfigErrors(t *testing.T) {
 		{name: "subject out drops the wildcard", over: []string{"ADMITTER_SUBJECT_OUT=jobs.admitted.{tenant}"},
 			want: []string{"ADMITTER_SUBJECT_", "OUT", "output subject"}},
 		{name: "same streams", over: []string{"ADMITTER_STREAM_DEAD=ADMITTED"}, want: []string{"ADMITTER_STREAM_DEAD"}},
+		{name: "lanes stream is the input", over: []string{"ADMITTER_STREAM_WAIT=JOBS"}, want: []string{"ADMITTER_STREAM_WAIT", "ADMITTER_STREAM_IN", "JOBS"}},
+		{name: "wait subject with a wildcard", over: []string{"ADMITTER_SUBJECT_WAIT=jobs.waiting.{tenant}.>"}, want: []string{"ADMITTER_SUBJECT_", "WAIT", "jobs.waiting.{tenant}.>", "one subject per tenant"}},
+		{name: "wait subject overlaps in", over: []string{"ADMITTER_SUBJECT_WAIT=jobs.submit.{tenant}.lane"}, want: []string{"ADMITTER_SUBJECT_", "overlap", `"jobs.submit.{tenant}.lane"`}},
+		{name: "lane workers zero", over: []string{"ADMITTER_LANE_WORKERS=0"}, want: []string{"ADMITTER_LANE_WORKERS", "0"}},
+		{name: "replica name", over: []string{"ADMITTER_REPLICA=a.b"}, want: []string{"ADMITTER_REPLICA", "a.b"}},
+		{name: "consumer name", over: []string{"ADMITTER_CONSUMER=my consumer"}, want: []string{"ADMITTER_CONSUMER", "my consumer"}},
 		{name: "log level", over: []string{"ADMITTER_LOG_LEVEL=loud"}, want: []string{"ADMITTER_LOG_LEVEL", "loud"}},
 		{name: "plans file bad rate", over: []string{"ADMITTER_PLANS_FILE=" + badRate}, want: []string{"ADMITTER_PLANS_FILE", "file.yaml:4", "rate"}},
 		{name: "plans file unknown plan", over: []string{"ADMITTER_PLANS_FILE=" + badTenant}, want: []string{"ADMITTER_PLANS_FILE", "file.yaml:7", "gold"}},
@@ -228,17 +234,19 @@ func TestConfigCheck(t *testing.T) {
 		"ADMITTER_SUBJECT_IN":       "jobs.submit.{tenant}.>",
 		"ADMITTER_SUBJECT_OUT":      "jobs.admitted.{tenant}.>",
 		"ADMITTER_SUBJECT_DEAD":     "jobs.dead.{tenant}.>",
+		"ADMITTER_SUBJECT_WAIT":     "jobs.waiting.{tenant}",
 		"ADMITTER_STREAM_IN":        "JOBS",
 		"ADMITTER_STREAM_OUT":       "OUT",
 		"ADMITTER_STREAM_DEAD":      "DEAD",
+		"ADMITTER_STREAM_WAIT":      "WAITING",
 		"ADMITTER_CONSUMER":         "admitter",
 		"ADMITTER_FAIL_MODE":        "closed",
 		"ADMITTER_REDIS_TIMEOUT":    "250ms",
 		"ADMITTER_REDIS_PREFIX":     "admitter:",
 		"ADMITTER_ACK_WAIT":         "45s",
-		"ADMITTER_MAX_ACK_PENDING":  "50000",
+		"ADMITTER_MAX_ACK_PENDING":  "10000",
 		"ADMITTER_WORKERS":          "7",
-		"ADMITTER_HORIZON":          "1m0s",
+		"ADMITTER_LANE_WORKERS":     "32",
 		"ADMITTER_SHUTDOWN_TIMEOUT": "10s",
 		"ADMITTER_LOG_FORMAT":       "json",
 		"ADMITTER_LOG_LEVEL":        "info",
@@ -272,6 +280,24 @@ func TestConfigCheck(t *testing.T) {
 	for _, s := range []string{"free", "gold", "burst", "acme", "default plan: free"} {
 		if !strings.Contains(stdout, s) {
 			t.Errorf("the output lacks the plans summary (%q):\n%s", s, stdout)
+		}
+	}
+	if strings.Contains(stdout, "no longer used") {
+		t.Errorf("a note on an obsolete variable none of which is set:\n%s", stdout)
+	}
+}
+
+// TestConfigObsoleteVariables: variables an earlier version read are not silently ignored:
+// check-config notes each, and the service warns at start.
+func TestConfigObsoleteVariables(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runBinary(t, configEnv(t, "ADMITTER_PARK_MAX=1m", "ADMITTER_HORIZON=2m"), "check-config")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit status %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+	for _, name := range []string{"ADMITTER_PARK_MAX", "ADMITTER_HORIZON"} {
+		if !strings.Contains(stdout, "note: "+name+" is no longer used") {
+			t.Errorf("check-config does not note that %s is no longer used:\n%s", name, stdout)
 		}
 	}
 }

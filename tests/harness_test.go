@@ -21,8 +21,31 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// binary is the admitter built once for all tests.
+// binary is the admitter built once for all tests, with the race detector.
 var binary string
+
+// plain is the admitter built without the race detector (which multiplies memory use), for the
+// tests that measure memory; built on first use.
+var plain struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func plainBinary(t *testing.T) string {
+	t.Helper()
+	plain.once.Do(func() {
+		plain.path = filepath.Join(filepath.Dir(binary), "admitter-plain")
+		out, err := exec.Command("go", "build", "-o", plain.path, "../cmd/admitter").CombinedOutput()
+		if err != nil {
+			plain.err = fmt.Errorf("build admitter without -race: %v\n%s", err, out)
+		}
+	})
+	if plain.err != nil {
+		t.Fatal(plain.err)
+	}
+	return plain.path
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "admitter-e2e-")
@@ -113,10 +136,16 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// start runs the admitter and waits until its consumer exists.
+// start runs the admitter and waits until it admits.
 func (w *world) start(over ...string) *proc {
 	w.t.Helper()
-	p := &proc{t: w.t, cmd: exec.Command(binary), logs: &syncBuffer{}, done: make(chan struct{})}
+	return w.startBinary(binary, over...)
+}
+
+// startBinary runs the given admitter build and waits until it admits.
+func (w *world) startBinary(bin string, over ...string) *proc {
+	w.t.Helper()
+	p := &proc{t: w.t, cmd: exec.Command(bin), logs: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = w.env(over...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {

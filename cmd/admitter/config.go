@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -24,18 +25,20 @@ type config struct {
 	SubjectIn        string        `env:"ADMITTER_SUBJECT_IN" envDefault:"jobs.submit.{tenant}.>"`
 	SubjectOut       string        `env:"ADMITTER_SUBJECT_OUT" envDefault:"jobs.admitted.{tenant}.>"`
 	SubjectDead      string        `env:"ADMITTER_SUBJECT_DEAD" envDefault:"jobs.dead.{tenant}.>"`
+	SubjectWait      string        `env:"ADMITTER_SUBJECT_WAIT" envDefault:"jobs.waiting.{tenant}"`
 	StreamIn         string        `env:"ADMITTER_STREAM_IN" envDefault:"JOBS"`
 	StreamOut        string        `env:"ADMITTER_STREAM_OUT" envDefault:"ADMITTED"`
 	StreamDead       string        `env:"ADMITTER_STREAM_DEAD" envDefault:"DEAD"`
+	StreamWait       string        `env:"ADMITTER_STREAM_WAIT" envDefault:"WAITING"`
 	Consumer         string        `env:"ADMITTER_CONSUMER" envDefault:"admitter"`
+	Replica          string        `env:"ADMITTER_REPLICA"` // unset: a random id per process
 	FailMode         string        `env:"ADMITTER_FAIL_MODE" envDefault:"open"`
 	RedisTimeout     time.Duration `env:"ADMITTER_REDIS_TIMEOUT" envDefault:"250ms"`
 	RedisPrefix      string        `env:"ADMITTER_REDIS_PREFIX" envDefault:"admitter:"`
 	AckWait          time.Duration `env:"ADMITTER_ACK_WAIT" envDefault:"30s"`
-	MaxAckPending    int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"50000"`
+	MaxAckPending    int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"10000"`
 	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"128"`
-	Horizon          time.Duration `env:"ADMITTER_HORIZON" envDefault:"1m"`
-	ParkMax          time.Duration `env:"ADMITTER_PARK_MAX" envDefault:"1m"`
+	LaneWorkers      int           `env:"ADMITTER_LANE_WORKERS" envDefault:"32"`
 	ShutdownTimeout  time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
 	LogFormat        string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
 	LogLevel         string        `env:"ADMITTER_LOG_LEVEL" envDefault:"info"`
@@ -43,9 +46,9 @@ type config struct {
 	TenantMetrics    bool          `env:"ADMITTER_METRICS_TENANT_LABEL" envDefault:"false"`
 
 	// Derived by load.
-	in, out, dead subjects.Template
-	plans         *bucket.Plans
-	environ       map[string]string // for the OTEL_* variables
+	in, out, dead, wait subjects.Template
+	plans               *bucket.Plans
+	environ             map[string]string // for the OTEL_* variables
 }
 
 // errConfig marks configuration errors: the process exits with status 2.
@@ -128,11 +131,12 @@ func (c *config) validate() error {
 	c.in = parse("ADMITTER_SUBJECT_IN", c.SubjectIn)
 	c.out = parse("ADMITTER_SUBJECT_OUT", c.SubjectOut)
 	c.dead = parse("ADMITTER_SUBJECT_DEAD", c.SubjectDead)
+	c.wait = parse("ADMITTER_SUBJECT_WAIT", c.SubjectWait)
 	if err != nil {
 		return err
 	}
-	if _, _, err := admission.Mappings(c.in, c.out, c.dead); err != nil {
-		return fmt.Errorf("ADMITTER_SUBJECT_IN/OUT/DEAD: %w", err)
+	if _, _, err := admission.Mappings(c.in, c.out, c.dead, c.wait); err != nil {
+		return fmt.Errorf("ADMITTER_SUBJECT_IN/OUT/DEAD/WAIT: %w", err)
 	}
 	switch {
 	case c.FailMode != "open" && c.FailMode != "closed":
@@ -147,10 +151,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("ADMITTER_MAX_ACK_PENDING must be ≥ 1, or -1 for unlimited, got %d", c.MaxAckPending)
 	case c.Workers < 1 || c.Workers > 4096:
 		return fmt.Errorf("ADMITTER_WORKERS must be from 1 to 4096, got %d", c.Workers)
-	case c.ParkMax < 0:
-		return fmt.Errorf("ADMITTER_PARK_MAX must be ≥ 0 (0 NAKs every delay), got %v", c.ParkMax)
-	case c.Horizon < time.Second:
-		return fmt.Errorf("ADMITTER_HORIZON must be at least 1s, got %v", c.Horizon)
+	case c.LaneWorkers < 1 || c.LaneWorkers > 4096:
+		return fmt.Errorf("ADMITTER_LANE_WORKERS must be from 1 to 4096, got %d", c.LaneWorkers)
+	case c.Replica != "" && !replicaName.MatchString(c.Replica):
+		return fmt.Errorf("ADMITTER_REPLICA must be letters, digits, '-' or '_', got %q", c.Replica)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("ADMITTER_SHUTDOWN_TIMEOUT must be positive, got %v", c.ShutdownTimeout)
 	case c.LogFormat != "json" && c.LogFormat != "text":
@@ -159,13 +163,20 @@ func (c *config) validate() error {
 	if _, err := logLevel(c.LogLevel); err != nil {
 		return err
 	}
-	for _, s := range []struct{ name, v string }{{"ADMITTER_STREAM_IN", c.StreamIn}, {"ADMITTER_STREAM_OUT", c.StreamOut}, {"ADMITTER_STREAM_DEAD", c.StreamDead}, {"ADMITTER_CONSUMER", c.Consumer}} {
+	for _, s := range []struct{ name, v string }{{"ADMITTER_STREAM_IN", c.StreamIn}, {"ADMITTER_STREAM_OUT", c.StreamOut}, {"ADMITTER_STREAM_DEAD", c.StreamDead}, {"ADMITTER_STREAM_WAIT", c.StreamWait}} {
 		if s.v == "" || strings.ContainsAny(s.v, " \t\r\n.*>/\\") {
 			return fmt.Errorf("%s must be a non-empty name without spaces, '.', '*', '>', '/' or '\\', got %q", s.name, s.v)
 		}
 	}
-	if c.StreamIn == c.StreamOut || c.StreamIn == c.StreamDead || c.StreamOut == c.StreamDead {
-		return fmt.Errorf("ADMITTER_STREAM_IN, ADMITTER_STREAM_OUT and ADMITTER_STREAM_DEAD must differ, got %q, %q and %q", c.StreamIn, c.StreamOut, c.StreamDead)
+	if !replicaName.MatchString(c.Consumer) {
+		return fmt.Errorf("ADMITTER_CONSUMER must be letters, digits, '-' or '_' (it also names the replicas' bucket), got %q", c.Consumer)
+	}
+	names := map[string]string{}
+	for _, s := range []struct{ name, v string }{{"ADMITTER_STREAM_IN", c.StreamIn}, {"ADMITTER_STREAM_OUT", c.StreamOut}, {"ADMITTER_STREAM_DEAD", c.StreamDead}, {"ADMITTER_STREAM_WAIT", c.StreamWait}} {
+		if other, dup := names[s.v]; dup {
+			return fmt.Errorf("%s and %s must differ, both are %q", other, s.name, s.v)
+		}
+		names[s.v] = s.name
 	}
 	if c.EmbeddedNATSPort < 0 || c.EmbeddedNATSPort > 65535 {
 		return fmt.Errorf("ADMITTER_EMBEDDED_NATS_PORT must be a port from 0 (any) to 65535, got %d", c.EmbeddedNATSPort)
@@ -183,6 +194,25 @@ func (c *config) validate() error {
 		}
 	}
 	return nil
+}
+
+// replicaName is what ADMITTER_REPLICA and ADMITTER_CONSUMER may be: a key of the replicas'
+// bucket and a bucket name.
+var replicaName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+// obsolete lists the variables set in environ that this version no longer reads, with what
+// replaced them: a value left from an earlier version should not be silently ignored.
+func obsolete(environ map[string]string) []string {
+	var out []string
+	for _, o := range []struct{ name, why string }{
+		{"ADMITTER_PARK_MAX", "delayed jobs no longer wait in the admitter's memory but in their tenant's lane (stream ADMITTER_STREAM_WAIT)"},
+		{"ADMITTER_HORIZON", "queued jobs no longer book slots ahead: a lane asks for its head when its weight fits"},
+	} {
+		if _, set := environ[o.name]; set {
+			out = append(out, o.name+" is no longer used ("+o.why+"): remove it")
+		}
+	}
+	return out
 }
 
 // redact hides the password (or the token, a user without password) in each URL of a

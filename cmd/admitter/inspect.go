@@ -27,6 +27,7 @@ type inspection struct {
 	Plan         string       `json:"plan"`
 	At           time.Time    `json:"at"`
 	Limits       []limitState `json:"limits"`
+	LaneOpen     bool         `json:"lane_open"`
 	Reservations int          `json:"reservations"`
 	LatestSlot   *time.Time   `json:"latest_slot,omitempty"`
 }
@@ -41,8 +42,7 @@ type limitState struct {
 	IntervalMs float64 `json:"interval_ms"`
 }
 
-// nextWait is how long a new job of weight 1 would wait for this limit: until it holds one
-// token after every slot already booked.
+// nextWait is how long a job of weight 1 waits for this limit: until it holds one token.
 func (l limitState) nextWait() time.Duration {
 	ms := l.FullInMs - float64(l.Capacity-1)*l.IntervalMs
 	return time.Duration(max(ms, 0) * float64(time.Millisecond))
@@ -62,7 +62,7 @@ func inspect(ctx context.Context, l any, plans *bucket.Plans, tenant string) (*i
 	if err != nil {
 		return nil, err
 	}
-	out := &inspection{Tenant: tenant, Plan: plan.Name, At: snap.At.UTC(), Reservations: snap.Reservations}
+	out := &inspection{Tenant: tenant, Plan: plan.Name, At: snap.At.UTC(), LaneOpen: snap.LaneOpen, Reservations: snap.Reservations}
 	if !snap.LatestSlot.IsZero() {
 		t := snap.LatestSlot.UTC()
 		out.LatestSlot = &t
@@ -117,7 +117,7 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 			return fmt.Errorf("connect to redis %s: %w", redact(c.RedisURL), err)
 		}
 		defer client.Close()
-		if res, err = inspect(ctx, bucket.NewRedis(client, c.RedisPrefix, bucket.Options{Horizon: c.Horizon}), c.plans, tenant); err != nil {
+		if res, err = inspect(ctx, bucket.NewRedis(client, c.RedisPrefix, bucket.Options{}), c.plans, tenant); err != nil {
 			return err
 		}
 		source = "Redis " + redact(c.RedisURL)
@@ -149,7 +149,7 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 func printInspection(w io.Writer, r *inspection, source string) {
 	fmt.Fprintf(w, "tenant %s, plan %s, read from %s at %s\n\n", r.Tenant, r.Plan, source, r.At.Format(time.RFC3339Nano))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tCAPACITY\tRATE\tTOKENS NOW\tFULL IN\tA NEW JOB WAITS")
+	fmt.Fprintln(tw, "LIMIT\tCAPACITY\tRATE\tTOKENS NOW\tFULL IN\tA JOB OF WEIGHT 1 FITS IN")
 	var binding *limitState
 	for i := range r.Limits {
 		l := &r.Limits[i]
@@ -160,15 +160,25 @@ func printInspection(w io.Writer, r *inspection, source string) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nreservations outstanding: %d", r.Reservations)
-	if r.LatestSlot != nil {
-		fmt.Fprintf(w, " (latest slot booked %s, %v from now)", r.LatestSlot.Format(time.RFC3339Nano), r.LatestSlot.Sub(r.At).Round(time.Millisecond))
-	}
-	fmt.Fprintln(w)
-	if binding != nil && binding.nextWait() > 0 {
-		fmt.Fprintf(w, "\nwhy jobs wait: limit %s (%s) is %d tokens short of one after %d booked slots; a new job of weight 1 gets a slot in %v\n",
-			binding.Limit, binding.Rate, 1-binding.Tokens, r.Reservations, binding.nextWait().Round(time.Millisecond))
+	if r.LaneOpen {
+		fmt.Fprintf(w, "\nlane: open: jobs of %s wait in it, in order, and its new jobs join them\n", r.Tenant)
 	} else {
-		fmt.Fprintln(w, "\na new job of weight 1 would be admitted now")
+		fmt.Fprintln(w, "\nlane: closed: no job of this tenant waits")
+	}
+	if r.Reservations > 0 {
+		fmt.Fprintf(w, "reservations booked by requests: %d", r.Reservations)
+		if r.LatestSlot != nil {
+			fmt.Fprintf(w, " (latest slot %s, %v from now)", r.LatestSlot.Format(time.RFC3339Nano), r.LatestSlot.Sub(r.At).Round(time.Millisecond))
+		}
+		fmt.Fprintln(w)
+	}
+	switch {
+	case binding != nil && binding.nextWait() > 0:
+		fmt.Fprintf(w, "\nwhy jobs wait: limit %s (%s) holds %d tokens; a job of weight 1 fits in %v\n",
+			binding.Limit, binding.Rate, binding.Tokens, binding.nextWait().Round(time.Millisecond))
+	case r.LaneOpen:
+		fmt.Fprintln(w, "\nthe head of the lane goes as soon as its own weight fits")
+	default:
+		fmt.Fprintln(w, "\na job of weight 1 would be admitted now")
 	}
 }

@@ -92,6 +92,9 @@ func runMain(ctx context.Context, args []string, env map[string]string, stdout, 
 	}
 	if cmd == "check-config" {
 		fmt.Fprintln(stdout, "configuration OK")
+		for _, o := range obsolete(env) {
+			fmt.Fprintln(stdout, "note: "+o)
+		}
 		fmt.Fprint(stdout, cfg.describe())
 		return 0
 	}

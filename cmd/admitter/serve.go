@@ -10,6 +10,7 @@ import (
 
 	"github.com/admitter/admitter/admission"
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/policy"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,7 +22,8 @@ type stack struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	svc     *admission.Service
-	limiter admission.Limiter
+	policy  *policy.Policy
+	limiter policy.Limiter
 	tel     *telemetry
 	natsURL string
 	closers []func() // run in reverse order by close
@@ -74,9 +76,8 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	})
-	if c.ParkMax < c.Horizon {
-		log.Warn("ADMITTER_PARK_MAX is below ADMITTER_HORIZON: delays between them are NAK'd, and nats-server stops redelivering delayed jobs while NAKs arrive less than 10ms apart (see README)",
-			"park_max", c.ParkMax.String(), "horizon", c.Horizon.String())
+	for _, o := range obsolete(c.environ) {
+		log.Warn(o)
 	}
 	if c.PlansFile == "" {
 		log.Info("ADMITTER_PLANS_FILE is unset: using the built-in example plans (see README)", "plans", c.plans.Names())
@@ -120,20 +121,23 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 	st.closers = append(st.closers, closeLimiter)
 	st.limiter = limiter
 
+	if st.policy, err = policy.New(policy.Config{Limiter: limiter, Plans: c.plans,
+		FailMode: policy.FailMode(c.FailMode), Timeout: c.RedisTimeout, Logger: log}); err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
 	st.svc, err = admission.New(admission.Config{
-		JetStream: st.js, Limiter: limiter, Plans: c.plans,
-		In: c.in, Out: c.out, Dead: c.dead,
-		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, Consumer: c.Consumer,
-		FailMode: admission.FailMode(c.FailMode), DecisionTimeout: c.RedisTimeout,
-		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, Workers: c.Workers,
+		JetStream: st.js, Policy: st.policy,
+		In: c.in, Out: c.out, Dead: c.dead, Wait: c.wait,
+		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, StreamWait: c.StreamWait,
+		Consumer: c.Consumer, Replica: c.Replica,
+		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, Workers: c.Workers, LaneWorkers: c.LaneWorkers,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
-		ParkMax: c.ParkMax,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
-	if _, err := retry(ctx, log, "set up streams and consumer", func() (struct{}, error) {
+	if _, err := retry(ctx, log, "set up streams, consumer and replicas bucket", func() (struct{}, error) {
 		err := st.svc.Setup(ctx)
 		var api *jetstream.APIError
 		if errors.As(err, &api) || (err != nil && !isTransient(err)) {
@@ -147,12 +151,8 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 }
 
 // newLimiter returns the Redis limiter, or the in-process one when ADMITTER_REDIS_URL is unset.
-func newLimiter(ctx context.Context, c *config, log *slog.Logger) (admission.Limiter, func(), error) {
-	opts := bucket.Options{
-		Horizon: c.Horizon,
-		// remember admitted jobs past a redelivery after a lost ack
-		MarkerTTL: max(2*c.AckWait, time.Minute),
-	}
+func newLimiter(ctx context.Context, c *config, log *slog.Logger) (policy.Limiter, func(), error) {
+	opts := bucket.Options{}
 	if c.RedisURL == "" {
 		log.Warn("ADMITTER_REDIS_URL is unset: using in-process buckets, which are not shared between processes: run only one replica")
 		return bucket.NewMemory(opts, nil), func() {}, nil

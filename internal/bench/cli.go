@@ -32,7 +32,6 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.Float64Var(&o.LatencyRate, "latency-rate", def.LatencyRate, "end to end: paced rate in jobs/s (0: half the relay's measured rate; -quick: 2000)")
 	fs.IntVar(&o.RelayPipelines, "relay-pipelines", def.RelayPipelines, "end to end: the relay's consume→publish→ack pipelines")
 	fs.IntVar(&o.Workers, "workers", def.Workers, "admitter's Workers (0: admission's default)")
-	fs.DurationVar(&o.ParkMax, "park-max", def.ParkMax, "admitter's ParkMax: longest delay parked in process (0: NAK every delay)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of admitter's end-to-end throughput run to this `path`")
 	fs.DurationVar(&o.OverloadDuration, "overload-duration", def.OverloadDuration, "overload: how long the tenant is published at the overload factor")
 	fs.DurationVar(&o.OverloadTail, "overload-tail", def.OverloadTail, "overload: how long to keep watching after the load ends")

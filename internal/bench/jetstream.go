@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/admitter/admitter/admission"
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/subjects"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,14 +21,15 @@ import (
 
 // The streams and subjects every end-to-end run uses: admitter's defaults.
 const (
-	streamIn    = "JOBS"
-	streamOut   = "ADMITTED"
-	streamDead  = "DEAD"
-	templateIn  = "jobs.submit.{tenant}.>"
-	templateOut = "jobs.admitted.{tenant}.>"
-	templateDed = "jobs.dead.{tenant}.>"
-	prefixIn    = "jobs.submit."
-	prefixOut   = "jobs.admitted."
+	streamIn     = "JOBS"
+	streamOut    = "ADMITTED"
+	streamDead   = "DEAD"
+	templateIn   = "jobs.submit.{tenant}.>"
+	templateOut  = "jobs.admitted.{tenant}.>"
+	templateDed  = "jobs.dead.{tenant}.>"
+	templateWait = "jobs.waiting.{tenant}"
+	prefixIn     = "jobs.submit."
+	prefixOut    = "jobs.admitted."
 	// headerSent carries the publish time (Unix ns) of a job in the latency runs.
 	headerSent = "Bench-Sent-Ns"
 	// payloadSize is the body of every job.
@@ -55,30 +58,25 @@ func connect(url, name string, jsOpts ...jetstream.JetStreamOpt) (*nats.Conn, je
 	return nc, js, nil
 }
 
-// createStreams creates JOBS, ADMITTED and DEAD as admission.Service.Setup would (same subjects,
-// retention, storage, age and dedupe window), so that the relay and admitter use identical
-// streams; Setup then finds them and only creates its consumer.
-func createStreams(ctx context.Context, js jetstream.JetStream) error {
-	for _, cfg := range []jetstream.StreamConfig{
-		{Name: streamIn, Subjects: []string{filterIn}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage},
-		{Name: streamOut, Subjects: []string{subjects.MustParse(templateOut).Filter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
-			MaxAge: admission.DefaultOutMaxAge, Duplicates: admission.DefaultDuplicateWindow},
-		{Name: streamDead, Subjects: []string{subjects.MustParse(templateDed).Filter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
-			MaxAge: admission.DefaultDeadMaxAge, Duplicates: admission.DefaultDuplicateWindow},
-	} {
-		if _, err := js.CreateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
-		}
-	}
-	return nil
+// layout is admitter's stream layout as the bench runs it (admitter's defaults), which the relay
+// shares: same streams, same consumer settings.
+func layout() admission.Layout {
+	return admission.NewLayout(admission.Config{
+		In: subjects.MustParse(templateIn), Out: subjects.MustParse(templateOut), Dead: subjects.MustParse(templateDed), Wait: subjects.MustParse(templateWait),
+	})
 }
 
-// consumerConfig is admitter's consumer, which the relay copies.
+// createStreams creates admitter's streams as admission.Service.Setup would, so that the relay
+// and admitter use identical streams; Setup then finds them and only creates its consumer.
+func createStreams(ctx context.Context, js jetstream.JetStream) error {
+	return layout().Ensure(ctx, js, slog.New(slog.DiscardHandler))
+}
+
+// consumerConfig is admitter's ingest consumer, which the relay copies.
 func consumerConfig(name string) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable: name, FilterSubject: filterIn, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: admission.DefaultAckWait, MaxDeliver: -1, MaxAckPending: admission.DefaultMaxAckPending,
-	}
+	c := layout().Ingest
+	c.Durable, c.Description = name, ""
+	return c
 }
 
 // asyncPublisher publishes with bounded async publishes in flight and counts failed PubAcks.
@@ -333,10 +331,15 @@ func prepareAdmitter(ctx context.Context, url, redisURL string, plans *bucket.Pl
 		return nil, err
 	}
 	release := func() { client.Close(); nc.Close() }
+	pol, err := policy.New(policy.Config{Limiter: bucket.NewRedis(client, "", bucket.Options{}), Plans: plans, Logger: o.logger()})
+	if err != nil {
+		release()
+		return nil, err
+	}
 	svc, err := admission.New(admission.Config{
-		JetStream: js, Limiter: bucket.NewRedis(client, "", bucket.Options{}), Plans: plans,
-		In: subjects.MustParse(templateIn), Out: subjects.MustParse(templateOut), Dead: subjects.MustParse(templateDed),
-		Workers: o.Workers, ParkMax: o.ParkMax, ShutdownTimeout: 5 * time.Second, Logger: o.logger(),
+		JetStream: js, Policy: pol,
+		In: subjects.MustParse(templateIn), Out: subjects.MustParse(templateOut), Dead: subjects.MustParse(templateDed), Wait: subjects.MustParse(templateWait),
+		Workers: o.Workers, ShutdownTimeout: 5 * time.Second, Logger: o.logger(),
 	})
 	if err != nil {
 		release()

@@ -40,9 +40,6 @@ type Options struct {
 	RelayPipelines int
 	// Workers is admitter's Workers setting (0: admission's default).
 	Workers int
-	// ParkMax is admitter's ParkMax: the longest delay kept in process rather than NAK'd (the
-	// service's default, ADMITTER_PARK_MAX, is 1m; 0 NAKs every delay).
-	ParkMax time.Duration
 	// CPUProfile, when set, receives a CPU profile of the process during admitter's end-to-end
 	// throughput run (the in-process nats-server included; redis-server is another process).
 	CPUProfile string
@@ -75,7 +72,6 @@ func Defaults() Options {
 		OverloadCapacity: 100,
 		OverloadRate:     200,
 		OverloadFactor:   10,
-		ParkMax:          time.Minute,
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/admitter/admitter/admission"
+	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -120,8 +120,8 @@ func (e *env) overload(ctx context.Context) (*Overload, error) {
 	defer subNC.Close()
 	col, err := collect(subNC, prefixOut+overloadTenant+".>", func(m *nats.Msg, now time.Time) (forwarded, bool) {
 		f := forwarded{at: now}
-		f.attempts, _ = strconv.ParseInt(m.Header.Get(admission.HeaderAttempts), 10, 64)
-		d, _ := strconv.ParseInt(m.Header.Get(admission.HeaderDelayMs), 10, 64)
+		f.attempts, _ = strconv.ParseInt(m.Header.Get(wire.HeaderAttempts), 10, 64)
+		d, _ := strconv.ParseInt(m.Header.Get(wire.HeaderDelayMs), 10, 64)
 		f.delay = time.Duration(d) * time.Millisecond
 		return f, true
 	})

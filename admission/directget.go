@@ -1,0 +1,117 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// reader reads a lane: the first messages at or after a sequence on one subject of a stream, in
+// one batched Direct Get request ($JS.API.DIRECT.GET.<stream> with next_by_subj, batch and
+// max_bytes; nats-server ≥ 2.11). nats.go reads one message per request only. Replies of every
+// request arrive on one wildcard inbox and are routed by its last token, so a read costs one
+// request and no subscription of its own. Safe for concurrent use.
+type reader struct {
+	nc     *nats.Conn
+	api    string // "$JS.API.DIRECT.GET." or the domain's
+	inbox  string
+	sub    *nats.Subscription
+	seq    atomic.Uint64
+	mu     sync.Mutex
+	routes map[string]chan *nats.Msg
+}
+
+func newReader(js jetstream.JetStream) (*reader, error) {
+	o := js.Options()
+	api := o.APIPrefix
+	switch {
+	case o.Domain != "":
+		api = "$JS." + o.Domain + ".API."
+	case api == "":
+		api = jetstream.DefaultAPIPrefix
+	}
+	r := &reader{nc: js.Conn(), api: api + "DIRECT.GET.", inbox: nats.NewInbox(), routes: map[string]chan *nats.Msg{}}
+	sub, err := r.nc.Subscribe(r.inbox+".*", r.route)
+	if err != nil {
+		return nil, fmt.Errorf("admission: lanes reader: %w", err)
+	}
+	r.sub = sub
+	return r, nil
+}
+
+func (r *reader) route(m *nats.Msg) {
+	token := m.Subject[len(r.inbox)+1:]
+	r.mu.Lock()
+	ch := r.routes[token]
+	r.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- m:
+		default: // more than asked for: cannot happen, never block the connection
+		}
+	}
+}
+
+func (r *reader) close() { _ = r.sub.Unsubscribe() }
+
+type directRequest struct {
+	Seq      uint64 `json:"seq"`
+	NextFor  string `json:"next_by_subj"`
+	Batch    int    `json:"batch"`
+	MaxBytes int    `json:"max_bytes"`
+}
+
+// read returns up to batch messages of stream on subject at or after seq, in order, stopping
+// after maxBytes (at least one message). An empty result means there is none.
+func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, batch, maxBytes int) ([]*nats.Msg, error) {
+	token := strconv.FormatUint(r.seq.Add(1), 36)
+	ch := make(chan *nats.Msg, batch+1)
+	r.mu.Lock()
+	r.routes[token] = ch
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.routes, token)
+		r.mu.Unlock()
+	}()
+	req, err := json.Marshal(directRequest{Seq: max(seq, 1), NextFor: subject, Batch: batch, MaxBytes: maxBytes})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.nc.PublishRequest(r.api+stream, r.inbox+"."+token, req); err != nil {
+		return nil, fmt.Errorf("direct get %s %s: %w", stream, subject, err)
+	}
+	var out []*nats.Msg
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("direct get %s %s from %d: %w", stream, subject, seq, ctx.Err())
+		case m := <-ch:
+			switch m.Header.Get("Status") {
+			case "":
+				out = append(out, m)
+			case "204": // end of batch
+				return out, nil
+			case "404":
+				return out, nil
+			default:
+				return nil, fmt.Errorf("direct get %s %s from %d: %s %s", stream, subject, seq, m.Header.Get("Status"), m.Header.Get("Description"))
+			}
+		}
+	}
+}
+
+// seqOf is the stream sequence of a message read by Direct Get.
+func seqOf(m *nats.Msg) (uint64, error) {
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("direct get reply without %s: %q", jetstream.SequenceHeader, m.Header.Get(jetstream.SequenceHeader))
+	}
+	return seq, nil
+}

@@ -1,0 +1,135 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/admitter/admitter/subjects"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Layout is every JetStream resource the service uses, in one place: the four streams, the
+// ingest consumer shared by all replicas, and the key-value bucket where replicas announce
+// themselves. Setup creates what is absent from it; `make bench` uses it to create the same
+// streams for the relay it compares with.
+type Layout struct {
+	// In holds jobs as producers publish them (work queue: a job leaves it when acknowledged).
+	In jetstream.StreamConfig
+	// Out holds admitted jobs, Dead rejected ones.
+	Out, Dead jetstream.StreamConfig
+	// Wait holds the jobs that must wait, one subject per tenant: the tenants' lanes. Limits
+	// retention, read by sequence with Direct Get; a job leaves when it is forwarded.
+	Wait jetstream.StreamConfig
+	// Ingest is the durable consumer on In shared by every replica.
+	Ingest jetstream.ConsumerConfig
+	// Replicas is the bucket where each replica keeps a heartbeat (see members.go).
+	Replicas jetstream.KeyValueConfig
+}
+
+// NewLayout is the layout of a configuration (defaults applied as New applies them).
+func NewLayout(cfg Config) Layout {
+	c := cfg.withDefaults()
+	return Layout{
+		In: jetstream.StreamConfig{
+			Name: c.StreamIn, Subjects: []string{c.In.Filter()}, Retention: jetstream.WorkQueuePolicy,
+			Storage: jetstream.FileStorage, Description: "admitter: jobs as published, until decided",
+		},
+		Out: jetstream.StreamConfig{
+			Name: c.StreamOut, Subjects: []string{c.Out.Filter()}, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, MaxAge: max(DefaultOutMaxAge, c.DuplicateWindow), Duplicates: c.DuplicateWindow,
+			Description: "admitter: admitted jobs, paced per tenant",
+		},
+		Dead: jetstream.StreamConfig{
+			Name: c.StreamDead, Subjects: []string{c.Dead.Filter()}, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, MaxAge: max(DefaultDeadMaxAge, c.DuplicateWindow), Duplicates: c.DuplicateWindow,
+			Description: "admitter: rejected jobs with Admit-Error",
+		},
+		Wait: jetstream.StreamConfig{
+			Name: c.StreamWait, Subjects: []string{c.Wait.Filter()}, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, AllowDirect: true, Duplicates: c.DuplicateWindow,
+			Description: "admitter: jobs waiting for their tenant's plan, one subject per tenant",
+		},
+		Ingest: jetstream.ConsumerConfig{
+			Durable:       c.Consumer,
+			Description:   "admitter: ingest, shared by all replicas",
+			FilterSubject: c.In.Filter(),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       c.AckWait,
+			MaxDeliver:    -1, // a held job is not a failure: never drop a job for being delivered often
+			MaxAckPending: c.MaxAckPending,
+		},
+		Replicas: jetstream.KeyValueConfig{
+			Bucket:      c.Consumer + "_replicas",
+			Description: "admitter: heartbeats of the replicas sharing consumer " + c.Consumer,
+			History:     1,
+			TTL:         10 * c.Heartbeat,
+			Storage:     jetstream.MemoryStorage,
+		},
+	}
+}
+
+// bucketName is what a KV bucket name may be.
+var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+// Ensure creates the streams of the layout that are absent and checks those present: each must
+// capture the subjects the admitter publishes to or consumes from, and the lanes stream must
+// keep jobs until they are forwarded. A set-up that would lose jobs is an error wrapping
+// ErrSetup. It does not create the consumer or the bucket (see Service.Setup).
+func (l Layout) Ensure(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
+	for _, want := range []jetstream.StreamConfig{l.In, l.Out, l.Dead, l.Wait} {
+		if err := ensureStream(ctx, js, want, log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log *slog.Logger) error {
+	filter := want.Subjects[0]
+	st, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, want); err != nil {
+			return fmt.Errorf("%w: create stream %s over %q: %w", ErrSetup, want.Name, filter, err)
+		}
+		log.Info("created stream", "stream", want.Name, "subjects", want.Subjects, "retention", want.Retention.String())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: look up stream %s: %w", ErrSetup, want.Name, err)
+	}
+	have := st.CachedInfo().Config
+	captured := false
+	for _, subj := range have.Subjects {
+		captured = captured || subjects.Covers(subj, filter)
+	}
+	if !captured {
+		return fmt.Errorf("%w: stream %s exists with subjects %q, which do not capture %q: jobs would be lost; add %q to the stream's subjects or change the subject template",
+			ErrSetup, want.Name, have.Subjects, filter, filter)
+	}
+	if !want.AllowDirect { // the lanes stream is the only one with requirements of its own
+		return nil
+	}
+	switch {
+	case have.Retention != jetstream.LimitsPolicy:
+		return fmt.Errorf("%w: stream %s holds the tenants' lanes and needs limits retention, it has %s: delete it (it must be empty) and let the admitter create it",
+			ErrSetup, want.Name, have.Retention)
+	case have.MaxAge > 0 || have.MaxMsgs > 0 || have.MaxBytes > 0 || have.MaxMsgsPerSubject > 0:
+		return fmt.Errorf("%w: stream %s holds the tenants' lanes and must keep every job until it is forwarded, but has limits (max age %v, max msgs %d, max bytes %d, max msgs per subject %d) that would drop waiting jobs: remove them",
+			ErrSetup, want.Name, have.MaxAge, have.MaxMsgs, have.MaxBytes, have.MaxMsgsPerSubject)
+	case !have.AllowDirect:
+		have.AllowDirect = true
+		if _, err := js.UpdateStream(ctx, have); err != nil {
+			return fmt.Errorf("%w: stream %s: allow direct get (lanes are read with it): %w", ErrSetup, want.Name, err)
+		}
+		log.Info("allowed direct get on stream", "stream", want.Name)
+	}
+	return nil
+}
+
+// DefaultHeartbeat is how often a replica announces itself when Config.Heartbeat is zero; a
+// replica not heard from for three heartbeats is taken for dead and its lanes are taken over.
+const DefaultHeartbeat = time.Second

@@ -1,0 +1,235 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// outMsg is one message to store on one of the admitter's streams, and what became of it.
+type outMsg struct {
+	msg    *nats.Msg
+	stream string
+	// err is nil once stored (a duplicate counts: it was stored before), else an error that
+	// retrying cannot fix (errTooLarge, or the server's refusal), or the context's error.
+	err error
+}
+
+// errTooLarge: the message cannot be stored on its stream whatever happens; its job is
+// dead-lettered (too-large).
+var errTooLarge = errors.New("too large")
+
+// publisher stores messages on the admitter's streams, holding them (never dropping, never
+// dead-lettering) while a stream refuses them for a reason that passes: a stream full with
+// discard new, insufficient resources, no responders, a timeout. While any message is held
+// because a stream is full, the publisher is blocked: Ready says so, the gauge shows it, and
+// the log says it once per episode.
+type publisher struct {
+	js      jetstream.JetStream
+	log     *slog.Logger
+	limits  map[string]int // the streams' maximum message size; -1 for none
+	payload int            // the server's maximum payload
+	// held counts messages held because their stream is full. An episode of backpressure
+	// starts with the first and ends once none has been held for episodeQuiet.
+	held    atomic.Int64
+	on      atomic.Bool // episode.on, read without the lock
+	mu      sync.Mutex
+	episode struct {
+		on       bool
+		stream   string
+		reason   string
+		since    time.Time
+		released time.Time // when held last fell to zero
+	}
+}
+
+// episodeQuiet is how long no message must be held for an episode of backpressure to end.
+const episodeQuiet = time.Second
+
+func newPublisher(js jetstream.JetStream, log *slog.Logger) *publisher {
+	return &publisher{js: js, log: log, limits: map[string]int{}, payload: int(js.Conn().MaxPayload())}
+}
+
+// learn records a stream's maximum message size (Setup reads it from the stream's config).
+func (p *publisher) learn(stream string, maxMsgSize int32) { p.limits[stream] = int(maxMsgSize) }
+
+// fits says why m can never be stored on stream, or nil.
+func (p *publisher) fits(m *nats.Msg, stream string) error {
+	size := len(m.Data) + headerSize(m.Header)
+	if p.payload > 0 && size+len(m.Subject) > p.payload {
+		return fmt.Errorf("%w: %d bytes with the admitter's headers, above the server's maximum payload of %d", errTooLarge, size, p.payload)
+	}
+	if max := p.limits[stream]; max > 0 && size > max {
+		return fmt.Errorf("%w: %d bytes with the admitter's headers, above stream %s's maximum message size of %d", errTooLarge, size, stream, max)
+	}
+	return nil
+}
+
+// blocked reports whether an episode of backpressure is under way, and why.
+func (p *publisher) blocked() (bool, string) {
+	if !p.on.Load() {
+		return false, ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.episode.on {
+		return false, ""
+	}
+	if p.held.Load() == 0 && time.Since(p.episode.released) >= episodeQuiet {
+		p.endLocked()
+		return false, ""
+	}
+	return true, fmt.Sprintf("stream %s refuses new messages (%s) since %s: holding them", p.episode.stream, p.episode.reason, p.episode.since.Format(time.RFC3339))
+}
+
+// publishAll stores msgs in order, pipelined, and returns once each is stored, refused for good
+// or ctx has ended; see outMsg.err.
+func (p *publisher) publishAll(ctx context.Context, msgs []*outMsg) {
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		if m.err = p.fits(m.msg, m.stream); m.err != nil {
+			continue
+		}
+		futures[i], m.err = p.js.PublishMsgAsync(m.msg, jetstream.WithExpectStream(m.stream))
+	}
+	timer := time.NewTimer(pubAckTimeout)
+	defer timer.Stop()
+	for i, m := range msgs {
+		if futures[i] != nil {
+			timer.Reset(pubAckTimeout)
+			m.err = awaitPubAck(ctx, futures[i], timer)
+		}
+		if m.err != nil && !p.permanent(m.err) {
+			m.err = p.retry(ctx, m)
+		}
+	}
+}
+
+// pubAckTimeout bounds the wait for one PubAck before the publish is retried.
+const pubAckTimeout = 5 * time.Second
+
+func awaitPubAck(ctx context.Context, f jetstream.PubAckFuture, timer *time.Timer) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-timer.C:
+		return errors.New("no PubAck within " + pubAckTimeout.String())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retry publishes m synchronously with a backoff until it is stored, refused for good, or ctx
+// ends. A full stream holds it: counted, logged once per episode.
+func (p *publisher) retry(ctx context.Context, m *outMsg) error {
+	b := backoff.WithContext(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(0),
+	), ctx)
+	holding := false
+	defer func() {
+		if holding {
+			p.release()
+		}
+	}()
+	err := m.err
+	for ctx.Err() == nil {
+		if reason, full := fullStream(err); full && !holding {
+			holding = true
+			p.hold(m.stream, reason)
+		}
+		next := b.NextBackOff()
+		if next == backoff.Stop {
+			break
+		}
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, pubAckTimeout)
+		_, err = p.js.PublishMsg(pctx, m.msg, jetstream.WithExpectStream(m.stream))
+		cancel()
+		if err == nil || p.permanent(err) {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+func (p *publisher) hold(stream, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held.Add(1)
+	if p.episode.on && p.held.Load() == 1 && time.Since(p.episode.released) >= episodeQuiet {
+		p.endLocked()
+	}
+	if !p.episode.on {
+		p.episode.on = true
+		p.on.Store(true)
+		p.episode.stream, p.episode.reason, p.episode.since = stream, reason, time.Now()
+		p.log.Warn("output stream full: holding jobs until it takes them again (backpressure, not an error)", "stream", stream, "reason", reason)
+	}
+}
+
+func (p *publisher) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held.Add(-1) == 0 {
+		p.episode.released = time.Now()
+	}
+}
+
+func (p *publisher) endLocked() {
+	p.episode.on = false
+	p.on.Store(false)
+	p.log.Info("output stream takes jobs again", "stream", p.episode.stream, "held_for", time.Since(p.episode.since).Round(time.Millisecond).String())
+}
+
+// permanent reports whether err means the message can never be stored: too large for the
+// server or the stream. Everything else passes (a full stream, a leader election, a timeout)
+// and is retried.
+func (p *publisher) permanent(err error) bool {
+	if errors.Is(err, errTooLarge) || errors.Is(err, nats.ErrMaxPayload) {
+		return true
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case 10054, 10097: // message or header size exceeds the stream's maximum
+			return true
+		case 10077:
+			return strings.Contains(api.Description, "message too large")
+		}
+	}
+	return false
+}
+
+// fullStream reports whether err is a stream refusing messages because it is full, and how.
+func fullStream(err error) (string, bool) {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return "", false
+	}
+	switch {
+	case api.ErrorCode == 10077 && strings.Contains(api.Description, "maximum"):
+		return api.Description, true
+	case api.ErrorCode == 10023:
+		return api.Description, true
+	}
+	return "", false
+}
