@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/admitter/admitter/internal/testenv"
 )
 
 // TestAdmitConformance runs Admit's contract against every backend.
@@ -182,4 +184,89 @@ var admitCases = []struct {
 		}
 		h.admit(p, Ingest, jobs("1:3"), "A", 0, false)
 	}},
+}
+
+// forget makes a backend behave as one whose memory began at t (a restarted process, a Redis
+// restarted without its data).
+func forget(l limiter, t time.Time) {
+	switch b := l.(type) {
+	case *Memory:
+		b.Forgot(t)
+	case *Redis:
+		b.born.at.Store(t.UnixMicro())
+	}
+}
+
+func init() {
+	admitCases = append(admitCases, struct {
+		name string
+		opts Options
+		run  func(t *testing.T, h *harness)
+	}{"a limiter that forgot starts empty and refills", Options{}, func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("burst", 4, 250*ms), lim("slow", 100, time.Hour)) // slow: one an hour
+		forget(h.l, h.c.Now().Add(-500*ms))                                         // half a second ago: burst holds 2 tokens, slow none
+		h.expectTokens(p, 2, 0)
+		r := h.admit(p, Ingest, jobs("1"), "L", time.Hour-500*ms, true)
+		if r.Limit != "slow" {
+			t.Fatalf("binding limit %q, want slow", r.Limit)
+		}
+		// State written after the restart is kept as it is: what decided since counts.
+		h.c.Advance(2 * time.Hour)
+		h.admit(p, Lane, jobs("1"), "A", 0, true)
+		h.expectTokens(p, 3, 1)
+	}})
+}
+
+// TestRedisRestartStartsEmpty: a real redis-server without an append-only file is restarted
+// (SIGKILL): the limiter notices and takes the forgotten buckets for empty since the restart,
+// so the tenant gets its rate, not a second full capacity.
+func TestRedisRestartStartsEmpty(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	r, err := DialRedis(srv.URL(), "", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var seen []bool
+	r.OnForget(func(_ time.Time, first bool) { seen = append(seen, first) })
+	p := mustPlan(t, "p", lim("", 20, time.Second)) // 20 burst, 1/s: 20 s to refill
+	ctx := context.Background()
+	count := func() int {
+		b := Batch{Tenant: "acme", Plan: p, Mode: Lane}
+		for i := range 20 {
+			b.Jobs = append(b.Jobs, Job{ID: int64(i + 1), Weight: 1})
+		}
+		res, err := r.Admit(ctx, b)
+		for tries := 0; err != nil && tries < 50; tries++ { // the call on the connection the restart broke fails
+			time.Sleep(20 * time.Millisecond)
+			res, err = r.Admit(ctx, b)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, o := range res.Outcomes {
+			if o == JobAdmitted {
+				n++
+			}
+		}
+		return n
+	}
+	// A server up for less than the refill time: buckets without state are not full yet.
+	time.Sleep(1100 * time.Millisecond)
+	if n := count(); n < 1 || n > 3 {
+		t.Fatalf("just after the server started: %d admitted, want its refill since (1-3)", n)
+	}
+	srv.Kill()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := count()
+	t.Logf("after a restart of redis: %d admitted of 20 asked; forget events %v", n, seen)
+	if n > 3 {
+		t.Fatalf("after a restart of redis, %d of 20 admitted at once: the forgotten bucket was taken for full", n)
+	}
+	if len(seen) != 2 || !seen[0] || seen[1] {
+		t.Errorf("forget events %v, want the first check, then the restart", seen)
+	}
 }

@@ -90,6 +90,12 @@ type Options struct {
 	// LaneSettle bounds how long after a job was moved to a tenant's lane its arrival there is
 	// waited for before the lane may be closed anyway (default 30 seconds; see Redis.CloseLane).
 	LaneSettle time.Duration
+	// Born, for the in-process backend, is when what it would have known began to be lost: a
+	// limit it holds no state for is taken to have been empty then and to have refilled since,
+	// so that a restarted process does not admit a full capacity at once (see Memory.Forgot).
+	// Zero takes such limits for full. The Redis backend learns this from the servers themselves
+	// (see born.go).
+	Born time.Time
 }
 
 // withDefaults fills the zero fields.

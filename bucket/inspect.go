@@ -62,7 +62,7 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
 	tats := make([]int64, len(plan.Limits))
-	copy(tats, sh.loadTats(st, plan, now))
+	copy(tats, sh.loadTats(st, plan, now, m.born()))
 	snap := plan.snapshot(now, tats)
 	snap.LaneOpen = st != nil && st.enq > st.done
 	grace := m.opts.SlotGrace.Microseconds()
@@ -90,8 +90,9 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err := checkTenant(tenant); err != nil {
 		return Snapshot{}, err
 	}
+	r.refreshBorn(ctx)
 	reply, err := r.inspect.Exec(ctx, r.client, []string{r.stateKey(tenant)},
-		[]string{string(packInts(packInts(nil, r.now(), int64(len(plan.Limits))), plan.ids...))}).AsBytes()
+		[]string{string(append(packInts(nil, r.now(), r.born.at.Load(), int64(len(plan.Limits))), plan.packed...))}).AsBytes()
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,6 +15,7 @@ const memShards = 64
 // call NewMemory.
 type Memory struct {
 	opts   Options
+	bornAt atomic.Int64 // Options.Born in µs, 0 when zero; see Forgot
 	now    func() time.Time
 	seed   maphash.Seed
 	shards [memShards]memShard
@@ -53,6 +55,7 @@ func NewMemory(opts Options, now func() time.Time) *Memory {
 		now = time.Now
 	}
 	m := &Memory{opts: opts.withDefaults(), now: now, seed: maphash.MakeSeed()}
+	m.Forgot(opts.Born)
 	for i := range m.shards {
 		m.shards[i].tenants = make(map[string]*memState)
 		m.shards[i].jobs = make(map[jobKey]int64)
@@ -80,24 +83,38 @@ func (m *Memory) lock(tenant string) (*memShard, *memState, int64) {
 	return sh, st, now
 }
 
-// loadTats fills sh.tats with the plan's limits' tats at now, full (now) where the state has
-// none: read_state and clamp_tats of lua/state.lua.
-func (sh *memShard) loadTats(st *memState, p *Plan, now int64) []int64 {
+// loadTats fills sh.tats with the plan's limits' tats at now: read_state and clamp_tats of
+// lua/state.lua (a limit without state was empty at born, µs, and has refilled since).
+func (sh *memShard) loadTats(st *memState, p *Plan, now, born int64) []int64 {
 	tats := sh.tats[:0]
-	for _, id := range p.ids {
-		t := now
+	for i, id := range p.ids {
+		l := p.Limits[i]
+		t := born + l.Capacity*l.Interval.Microseconds()
 		if st != nil {
-			for _, l := range st.limits {
-				if l.id == id && l.tat > now {
-					t = l.tat
+			for _, s := range st.limits {
+				if s.id == id {
+					t = s.tat
 				}
 			}
 		}
-		tats = append(tats, t)
+		tats = append(tats, max(t, now))
 	}
 	sh.tats = tats
 	return tats
 }
+
+// Forgot says that what this backend would have known before t is lost (Options.Born): limits
+// without state are taken for empty at t and refilled since. A process that starts after another
+// forwarded jobs until t sets it to t; the zero time takes them for full.
+func (m *Memory) Forgot(t time.Time) {
+	if t.IsZero() {
+		m.bornAt.Store(0)
+		return
+	}
+	m.bornAt.Store(t.UnixMicro())
+}
+
+func (m *Memory) born() int64 { return m.bornAt.Load() }
 
 // store writes the tenant's state back: write_state of lua/state.lua.
 func (sh *memShard) store(tenant string, st *memState, p *Plan, tats []int64, now int64, o Options) {
@@ -172,14 +189,14 @@ func (m *Memory) Decide(_ context.Context, req Request) (Result, error) {
 	}
 	sh, st, now := m.lock(req.Tenant)
 	defer sh.mu.Unlock()
-	status, rem, wait, lim := sh.decide(now, st, &req, m.opts)
+	status, rem, wait, lim := sh.decide(now, m.born(), st, &req, m.opts)
 	return req.Plan.result(status, rem, wait, lim)
 }
 
 // decide mirrors lua/decide.lua step by step; the differential test holds them together.
-func (sh *memShard) decide(now int64, st *memState, req *Request, o Options) (status, rem, wait, lim int64) {
+func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Options) (status, rem, wait, lim int64) {
 	p, w := req.Plan, req.Weight
-	tats := sh.loadTats(st, p, now)
+	tats := sh.loadTats(st, p, now, born)
 	life := o.MarkerTTL.Microseconds()
 	var jk jobKey
 	if req.JobID != "" {
@@ -232,7 +249,7 @@ func (m *Memory) Admit(_ context.Context, b Batch) (BatchResult, error) {
 	sh, st, now := m.lock(b.Tenant)
 	defer sh.mu.Unlock()
 	outcomes := make([]int64, len(b.Jobs))
-	wait, bind, rem, open := sh.admit(now, st, &b, int64(b.Mode), 0, outcomes, m.opts)
+	wait, bind, rem, open := sh.admit(now, m.born(), st, &b, int64(b.Mode), 0, outcomes, m.opts)
 	return b.Plan.batchResult(wait, bind, rem, open, outcomes)
 }
 
@@ -244,14 +261,14 @@ func (m *Memory) CloseLane(_ context.Context, tenant string, plan *Plan, through
 	}
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	_, _, _, o := sh.admit(now, st, &b, 2, through, nil, m.opts)
+	_, _, _, o := sh.admit(now, m.born(), st, &b, 2, through, nil, m.opts)
 	return o == 1, nil
 }
 
 // admit mirrors lua/admit.lua step by step; the differential test holds them together.
-func (sh *memShard) admit(now int64, st *memState, b *Batch, mode, through int64, out []int64, o Options) (wait, bind, rem, open int64) {
+func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through int64, out []int64, o Options) (wait, bind, rem, open int64) {
 	p := b.Plan
-	tats := sh.loadTats(st, p, now)
+	tats := sh.loadTats(st, p, now, born)
 	if st == nil {
 		st = &memState{}
 	}

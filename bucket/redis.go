@@ -33,6 +33,10 @@ type Redis struct {
 	fixed []byte
 	// clock pins the script's clock (tests only); nil reads the server's TIME.
 	clock func() time.Time
+	owned bool // the client is ours to close (DialRedis)
+	// born is when the servers' memory began (µs of server time; 0: nothing known lost), see
+	// lua/state.lua clamp_tats; refreshed by refreshBorn.
+	born born
 }
 
 // NewRedis returns a backend deciding through client, with keys under prefix
@@ -82,9 +86,11 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 	if err := req.check(); err != nil {
 		return Result{}, err
 	}
+	r.refreshBorn(ctx)
 	keys, args := r.call(&req)
 	reply, err := r.script.Exec(ctx, r.client, keys, args).AsBytes()
 	if err != nil {
+		r.born.stale()
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
 	return decodeReply(&req, reply)
@@ -99,14 +105,14 @@ func (r *Redis) call(req *Request) (keys, args []string) {
 	if req.JobID != "" {
 		job = state + 1 + len(req.JobID)
 	}
-	buf := make([]byte, 0, max(state, job)+16+len(r.fixed)+len(req.Plan.packed))
+	buf := make([]byte, 0, max(state, job)+24+len(r.fixed)+len(req.Plan.packed))
 	buf = append(append(append(append(buf, r.prefix...), '{'), req.Tenant...), '}')
 	if job > 0 {
 		buf = append(append(buf, ':'), req.JobID...)
 	}
 	keyEnd := len(buf)
 	buf = packInts(buf, r.now(), req.Weight)
-	buf = append(append(buf, r.fixed...), req.Plan.packed...)
+	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load()), req.Plan.packed...)
 	strs := new([3]string)
 	strs[0] = unsafe.String(&buf[0], state)
 	nkeys := 1
@@ -142,14 +148,16 @@ func (r *Redis) CloseLane(ctx context.Context, tenant string, plan *Plan, throug
 
 func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (BatchResult, error) {
 	p := b.Plan
-	arg := make([]byte, 0, 8*(8+2*len(b.Jobs))+len(p.packed))
-	arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad)
+	r.refreshBorn(ctx)
+	arg := make([]byte, 0, 8*(9+2*len(b.Jobs))+len(p.packed))
+	arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad, r.born.at.Load())
 	for _, j := range b.Jobs {
 		arg = packInts(arg, j.ID, j.Weight)
 	}
 	arg = append(arg, p.packed...)
 	reply, err := r.admit.Exec(ctx, r.client, []string{r.stateKey(b.Tenant)}, []string{unsafe.String(&arg[0], len(arg))}).AsBytes()
 	if err != nil {
+		r.born.stale()
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	vals := make([]int64, 4+len(b.Jobs))
@@ -210,6 +218,7 @@ func RedisClientOption(url string) (rueidis.ClientOption, error) {
 // clock still considers alive.
 func (r *Redis) pin(clock func() time.Time) {
 	r.clock = clock
+	r.born.off = true
 	r.pad = 60000
 	binary.LittleEndian.PutUint64(r.fixed[24:], uint64(r.pad))
 }

@@ -26,7 +26,8 @@
 -- KEYS[1]  the tenant's state
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode, redeem (µs), quiet (µs),
 --          through (input sequence, mode 2), k jobs, n limits, extra key life (ms, 0 in
---          production), then k × (job id, weight), then n × (limit id, capacity, interval µs).
+--          production), born (µs, see clamp_tats), then k × (job id, weight), then n × (limit
+--          id, capacity, interval µs).
 --
 -- Reply: packed int64s {wait (µs), binding limit (0-based), remaining, lane open (0/1), then one
 -- outcome per job}: 0 admitted, 1 admitted before (redeemed, nothing charged), 2 moved to the
@@ -35,14 +36,14 @@
 --
 -- Redis commands: TIME, GET, and one SET ... PX or DEL.
 local arg = ARGV[1]
-local now, mode, redeem, quiet, through, k, n, pad = struct.unpack('<llllllll', arg)
+local now, mode, redeem, quiet, through, k, n, pad, born = struct.unpack('<lllllllll', arg)
 if now == 0 then now = server_now() end
-local pos = 65
+local pos = 73
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 local ids, cap, iv = read_limits(arg, pos, n)
 local st = read_state(redis.call('GET', KEYS[1]), ids, n, now)
-local tats = clamp_tats(st, n, now)
+local tats = clamp_tats(st, n, now, born, cap)
 local marks = st.marks
 
 local out = {}

@@ -17,8 +17,8 @@
 --          further ahead is not booked), grace (µs: how long a booked slot is honoured after it
 --          passes), marker life (µs: how long an admitted job is remembered), extra key life (ms
 --          added to every PX; 0 in production), redeem and lane life (µs: how long the queue's
---          recent decisions and an open lane are kept, see admit.lua), then per limit: id,
---          capacity, interval (µs).
+--          recent decisions and an open lane are kept, see admit.lua), born (µs, see
+--          clamp_tats), then per limit: id, capacity, interval (µs).
 --
 -- Reply: packed int64s {status, remaining, wait (µs), binding limit (0-based)}.
 -- status: 0 admitted and charged, 1 admitted at its booked slot (charged when booked),
@@ -28,10 +28,10 @@
 --
 -- Redis commands: TIME, one GET or MGET, and at most two SET ... PX.
 local arg = ARGV[1]
-local n = (#arg / 8 - 8) / 3
-local now, w, horizon, grace, life, pad, redeem, keep_open = struct.unpack('<llllllll', arg)
+local n = (#arg / 8 - 9) / 3
+local now, w, horizon, grace, life, pad, redeem, keep_open, born = struct.unpack('<lllllllll', arg)
 if now == 0 then now = server_now() end
-local ids, cap, iv = read_limits(arg, 65, n)
+local ids, cap, iv = read_limits(arg, 73, n)
 local job = KEYS[2]
 
 local raw, jobval
@@ -42,7 +42,7 @@ else
   raw = redis.call('GET', KEYS[1])
 end
 local st = read_state(raw, ids, n, now)
-local tats = clamp_tats(st, n, now)
+local tats = clamp_tats(st, n, now, born, cap)
 
 if jobval and #jobval == 8 then
   local v = struct.unpack('<l', jobval)

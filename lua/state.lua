@@ -104,12 +104,16 @@ local function server_now()
   return t[1] * 1000000 + t[2]
 end
 
--- clamp_tats returns each limit's tat, no earlier than now (a full bucket is tat = now).
-local function clamp_tats(st, n, now)
+-- clamp_tats returns each limit's tat, no earlier than now (a full bucket is tat = now). A limit
+-- with no state was empty when the server's memory began (born, µs; 0 when it is not known to
+-- have lost anything) and has refilled since: a Redis that restarted without its data must not
+-- take every bucket for full, or a burst follows every restart.
+local function clamp_tats(st, n, now, born, cap)
   local tats = {}
   for i = 1, n do
     local t = st.tats[i]
-    if not t or t < now then t = now end
+    if not t then t = born + cap[i] end
+    if t < now then t = now end
     tats[i] = t
   end
   return tats

@@ -75,9 +75,17 @@ type world struct {
 	plans string
 }
 
+// newWorld starts a world whose Redis persists, as the README recommends: buckets survive its
+// restarts.
 func newWorld(t *testing.T, plans string) *world {
 	t.Helper()
-	w := &world{t: t, nats: testenv.StartNATS(t), redis: testenv.StartRedis(t)}
+	return newWorldWith(t, plans, testenv.StartPersistentRedis(t))
+}
+
+// newWorldWith starts a world around the given Redis.
+func newWorldWith(t *testing.T, plans string, redis *testenv.RedisServer) *world {
+	t.Helper()
+	w := &world{t: t, nats: testenv.StartNATS(t), redis: redis}
 	w.plans = filepath.Join(t.TempDir(), "plans.yaml")
 	if err := os.WriteFile(w.plans, []byte(plans), 0o644); err != nil {
 		t.Fatal(err)

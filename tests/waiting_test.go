@@ -339,3 +339,53 @@ func peakRSS(t *testing.T, p *proc) int64 {
 
 var _ = syscall.SIGTERM
 var _ = nats.MsgIdHdr
+
+// TestSurvivingReplicaTakesOverTheLanes: of two replicas, the one running a tenant's lane is
+// killed; the other continues the lane within 5s (three missed heartbeats), at the plan's pace,
+// and every job is forwarded once.
+func TestSurvivingReplicaTakesOverTheLanes(t *testing.T) {
+	const capacity, rate, n = 5, 20.0, 200
+	w := newWorld(t, "plans: {p: {limits: [{capacity: 5, rate: 20/s}]}}\ndefault_plan: p\n")
+	var replicas []*proc
+	var metrics []string
+	for range 2 {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, w.start(fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port)))
+		metrics = append(metrics, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	}
+	w.publishMany("jobs.submit.acme.work", "job", n, 0)
+	owner := -1
+	waitFor(t, 20*time.Second, "one replica to run the tenant's lane", func() bool {
+		for i, url := range metrics {
+			if _, body := httpGet(t, url); metricValue(body, wire.MetricLanes.Prom) == 1 && metricValue(body, wire.MetricReplicas.Prom) == 2 {
+				owner = i
+				return len(w.readAll("ADMITTED")) > 20
+			}
+		}
+		return false
+	})
+	replicas[owner].kill()
+	killed := time.Now()
+	got := w.read("ADMITTED", n, 60*time.Second)
+	times := arrivals(t, got, "acme")
+	if len(times) != n {
+		t.Fatalf("forwarded %d jobs, want %d", len(times), n)
+	}
+	var resumed time.Time
+	for _, at := range times {
+		if at.After(killed) {
+			resumed = at
+			break
+		}
+	}
+	t.Logf("replica %d ran the lane; after its SIGKILL the other forwarded again after %v", owner, resumed.Sub(killed))
+	if resumed.Sub(killed) > 5*time.Second {
+		t.Errorf("the lane was taken over after %v, want within 5s", resumed.Sub(killed))
+	}
+	if e, from, to := worstWindow(times, capacity, rate); e > 1 {
+		t.Fatalf("pacing bound broken by %.1f jobs in [%v, %v] around the takeover", e, from.Sub(killed), to.Sub(killed))
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/rueidis"
 )
 
 // stack is a connected, set-up admitter: what serve runs and the demo runs beside its load.
@@ -147,6 +146,19 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 	}); err != nil {
 		return nil, err
 	}
+	if m, ok := limiter.(*bucket.Memory); ok {
+		// In-process buckets forget at every start: what the output stream received last marks
+		// when the buckets may have been emptied, so they are taken for empty then (no burst
+		// after a restart). A new output stream has no such moment: they start full.
+		out, err := st.js.Stream(ctx, c.StreamOut)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", c.StreamOut, err)
+		}
+		if last := out.CachedInfo().State.LastTime; !last.IsZero() {
+			m.Forgot(last)
+			log.Info("in-process buckets start from the last forward of the previous run: empty then, refilled since", "last_forward", last.UTC().Format(time.RFC3339Nano))
+		}
+	}
 	return st, nil
 }
 
@@ -157,17 +169,24 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger) (policy.Limite
 		log.Warn("ADMITTER_REDIS_URL is unset: using in-process buckets, which are not shared between processes: run only one replica")
 		return bucket.NewMemory(opts, nil), func() {}, nil
 	}
-	client, err := retry(ctx, log, "connect to redis", func() (rueidis.Client, error) {
-		opt, err := bucket.RedisClientOption(c.RedisURL)
-		if err != nil {
-			return nil, backoff.Permanent(err)
-		}
-		return rueidis.NewClient(opt)
+	if _, err := bucket.RedisClientOption(c.RedisURL); err != nil {
+		return nil, nil, fmt.Errorf("%w: ADMITTER_REDIS_URL: %w", errConfig, err)
+	}
+	r, err := retry(ctx, log, "connect to redis", func() (*bucket.Redis, error) {
+		return bucket.DialRedis(c.RedisURL, c.RedisPrefix, opts)
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return bucket.NewRedis(client, c.RedisPrefix, opts), client.Close, nil
+	r.OnForget(func(at time.Time, first bool) {
+		if first {
+			log.Warn("redis keeps no append-only file (appendonly no): a restart of it forgets every tenant's buckets; they are then taken for empty from its start and refill, so no burst follows, but tenants lose what they had. Enable appendonly to keep them (see README)",
+				"redis_started", at.UTC().Format(time.RFC3339))
+			return
+		}
+		log.Warn("redis restarted without its data: every tenant's buckets without state are taken for empty from its start and refill", "redis_started", at.UTC().Format(time.RFC3339))
+	})
+	return r, r.Close, nil
 }
 
 // isTransient reports whether a set-up error may go away by itself (NATS not reachable yet).

@@ -31,6 +31,7 @@ type RedisServer struct {
 	Addr  string
 	port  int
 	dir   string
+	aof   bool     // persist with an append-only file
 	extra []string // more redis-server arguments (cluster mode)
 	cmd   *exec.Cmd
 	done  chan struct{}
@@ -49,14 +50,21 @@ func RedisBinary() (string, error) {
 	return "", errors.New("redis-server not found on PATH: run `make test`, which installs it, or `apt-get install -y redis-server`")
 }
 
-// StartRedis starts a redis-server on a free loopback port, stopped when the test ends.
-func StartRedis(t TB) *RedisServer {
+// StartRedis starts a redis-server on a free loopback port, stopped when the test ends. It
+// keeps nothing on disk: a restart forgets every key.
+func StartRedis(t TB) *RedisServer { return startRedis(t, false) }
+
+// StartPersistentRedis is StartRedis with an append-only file (appendonly yes, fsync every
+// second), as admitter recommends in production: its data survives a restart.
+func StartPersistentRedis(t TB) *RedisServer { return startRedis(t, true) }
+
+func startRedis(t TB, aof bool) *RedisServer {
 	t.Helper()
 	port, err := FreePort()
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	s := &RedisServer{port: port, dir: t.TempDir(), Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	s := &RedisServer{port: port, dir: t.TempDir(), aof: aof, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 	if err := s.Start(); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -73,8 +81,12 @@ func (s *RedisServer) Start() error {
 	if err != nil {
 		return err
 	}
+	aof := "no"
+	if s.aof {
+		aof = "yes"
+	}
 	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no",
+		"--save", "", "--appendonly", aof, "--appendfsync", "everysec", "--dir", s.dir, "--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log")}, s.extra...)
 	s.cmd = exec.Command(bin, args...)
 	if err := s.cmd.Start(); err != nil {

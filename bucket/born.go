@@ -1,0 +1,133 @@
+package bucket
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// born tracks when the Redis servers' memory began. A Redis that restarted without persisting
+// its data has forgotten every tenant's state; a limit without state is then taken to have been
+// empty at that moment and to have refilled since (lua/state.lua clamp_tats), instead of full:
+// otherwise every restart of Redis would be followed by a burst of a full capacity per tenant.
+// A server that persists with an append-only file (appendonly yes) is trusted to have kept its
+// state.
+type born struct {
+	at       atomic.Int64 // µs of server time; 0 when nothing is known lost
+	checked  atomic.Int64 // unix ns of the last check; 0 forces one
+	checking atomic.Bool
+	off      bool // pinned clock (tests): not refreshed
+	onChange func(at time.Time, first bool)
+}
+
+// bornCheckEvery is how often the servers are asked when they started.
+const bornCheckEvery = time.Second
+
+// stale forces a check before the next decision: a failed call may mean a restarted server.
+func (b *born) stale() { b.checked.Store(0) }
+
+// refreshBorn asks the servers when their memory began, at most once per bornCheckEvery and
+// on the call after a failure, by one caller at a time (the others use the value they have).
+func (r *Redis) refreshBorn(ctx context.Context) {
+	b := &r.born
+	if b.off || time.Now().UnixNano()-b.checked.Load() < int64(bornCheckEvery) || !b.checking.CompareAndSwap(false, true) {
+		return
+	}
+	defer b.checking.Store(false)
+	at, err := r.memoryBegan(ctx)
+	if err != nil {
+		return // asked again on the next call
+	}
+	b.checked.Store(time.Now().UnixNano())
+	if old := b.at.Swap(at); old != at && at != 0 && b.onChange != nil {
+		b.onChange(time.UnixMicro(at), old == 0)
+	}
+}
+
+// memoryBegan is the latest start, in server time, of the servers that do not persist with an
+// append-only file; 0 when every server does.
+func (r *Redis) memoryBegan(ctx context.Context) (int64, error) {
+	var latest int64
+	for addr, node := range r.client.Nodes() {
+		info, err := node.Do(ctx, node.B().Info().Section("server").Section("persistence").Build()).ToString()
+		if err != nil {
+			return 0, fmt.Errorf("bucket: redis %s: info: %w", addr, err)
+		}
+		fields := infoFields(info)
+		if fields["aof_enabled"] == "1" {
+			continue
+		}
+		now, err1 := strconv.ParseInt(fields["server_time_usec"], 10, 64)
+		up, err2 := strconv.ParseInt(fields["uptime_in_seconds"], 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0, fmt.Errorf("bucket: redis %s: info lacks server_time_usec or uptime_in_seconds", addr)
+		}
+		// uptime is whole seconds, rounded down: the start taken is at or after the real one,
+		// the safe side.
+		latest = max(latest, now-up*1_000_000)
+	}
+	return latest, nil
+}
+
+// infoFields parses the "key:value" lines of an INFO reply.
+func infoFields(info string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// OnForget calls f when the limiter learns when a Redis server that keeps no append-only file
+// began (first: at its first check) or finds that one restarted: every tenant without state is
+// then taken to have been empty at that time. Call it before the first decision.
+func (r *Redis) OnForget(f func(at time.Time, first bool)) { r.born.onChange = f }
+
+// DialRedis connects to the Redis at url (see RedisClientOption) and returns a backend that
+// owns the client (Close releases it). Every connection the client opens, a reconnection after
+// a server restart among them, makes the next decision first ask the servers when their memory
+// began: a restart is noticed before the first decision on the new connection.
+func DialRedis(url, prefix string, opts Options) (*Redis, error) {
+	opt, err := RedisClientOption(url)
+	if err != nil {
+		return nil, err
+	}
+	var r *Redis
+	opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		var conn net.Conn
+		var err error
+		if cfg != nil {
+			conn, err = (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, "tcp", dst)
+		} else {
+			conn, err = d.DialContext(ctx, "tcp", dst)
+		}
+		if err == nil && r != nil {
+			r.born.stale()
+		}
+		return conn, err
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("bucket: connect to redis: %w", err)
+	}
+	r = NewRedis(client, prefix, opts)
+	r.owned = true
+	return r, nil
+}
+
+// Close releases the client of a backend made by DialRedis; for one made by NewRedis the client
+// is the caller's and Close does nothing.
+func (r *Redis) Close() {
+	if r.owned {
+		r.client.Close()
+	}
+}
