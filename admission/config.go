@@ -55,7 +55,9 @@ type Config struct {
 	// Workers is how many tenants' batches are decided at once (default 128). A worker mostly
 	// waits for the limiter and the PubAcks.
 	Workers int
-	// PullBuffer is how many jobs are pulled ahead of the workers (default Workers).
+	// PullBuffer is how many jobs are pulled ahead of the workers (default 8 × Workers), at most
+	// half of InFlightBytes in payload per pull. A deep buffer lets the jobs of tenants within
+	// their plans get past a flood of another tenant's while it is moved to its lane.
 	PullBuffer int
 	// InFlightBytes bounds the payload bytes held at once by ingest, and by lanes (default 32
 	// MiB each): pulling stops while it is reached.
@@ -112,7 +114,7 @@ func (c Config) withDefaults() Config {
 		c.Workers = DefaultWorkers
 	}
 	if c.PullBuffer <= 0 {
-		c.PullBuffer = c.Workers
+		c.PullBuffer = 8 * c.Workers
 	}
 	if c.InFlightBytes <= 0 {
 		c.InFlightBytes = DefaultInFlightBytes

@@ -265,7 +265,9 @@ func (s *Service) Run(ctx context.Context) error {
 		workers.Go(func() { s.ingest.run(work) })
 	}
 	cc, err := s.cons.Consume(s.ingest.add,
-		jetstream.PullMaxMessages(s.cfg.PullBuffer),
+		// Bytes bound every pull too, under the server's buffer for one client (64 MiB by default):
+		// megabyte jobs must not ask for more than it can hold.
+		jetstream.PullMaxMessagesWithBytesLimit(s.cfg.PullBuffer, max(s.cfg.InFlightBytes/2, 1<<20)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			s.log.Warn("consume", "err", err)
 		}))

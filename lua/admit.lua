@@ -44,7 +44,6 @@ for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 local ids, cap, iv = read_limits(arg, pos, n)
 local st = read_state(redis.call('GET', KEYS[1]), ids, n, now)
 local tats = clamp_tats(st, n, now, born, cap)
-local marks = st.marks
 
 local out = {}
 local wait, bind = -1, 0
@@ -73,7 +72,7 @@ else
       local s, b = slot(tats, cap, iv, n, now, w)
       if s == now and wait < 0 then
         for j = 1, n do tats[j] = tats[j] + w * iv[j] end
-        marks[#marks + 1], marks[#marks + 2] = job, now
+        add_mark(st, job, now)
         out[i], changed = 0, true
       else
         if wait < 0 then wait, bind = s - now, b end
@@ -81,7 +80,7 @@ else
       end
     end
     if out[i] == 2 then
-      marks[#marks + 1], marks[#marks + 2] = job, -now
+      add_mark(st, job, -now)
       if job > st.enq then st.enq = job end
       st.enq_at, open, changed = now, true, true
     end

@@ -26,14 +26,15 @@ local MAX_MARKS = 64
 -- read_state parses raw (nil when absent) at time now for the plan's limit ids. tats[i] is nil
 -- for a limit the state does not know (a full bucket).
 local function read_state(raw, ids, n, now)
-  local st = {enq = 0, enq_at = 0, done = 0, marks = {}, tats = {}}
+  local st = {enq = 0, enq_at = 0, done = 0, marks = {}, byjob = {}, tats = {}}
   if not raw or #raw < 8 * STATE_HDR then return st end
   local tag, cnt, enq, enq_at, done, m, expiry = struct.unpack('<lllllll', raw)
   if tag ~= STATE_TAG or expiry <= now or #raw ~= 8 * (STATE_HDR + 2 * m + 2 * cnt) then return st end
   st.enq, st.enq_at, st.done = enq, enq_at, done
   local pos = 8 * STATE_HDR + 1
-  local marks = st.marks
+  local marks, byjob = st.marks, st.byjob
   for i = 1, 2 * m do marks[i], pos = struct.unpack('<l', raw, pos) end
+  for i = 1, 2 * m, 2 do byjob[marks[i]] = marks[i + 1] end
   local tats = st.tats
   for _ = 1, cnt do
     local id, tat
@@ -47,11 +48,14 @@ end
 
 -- find_mark returns the recent decision of job, or nil.
 local function find_mark(st, job)
+  return st.byjob[job]
+end
+
+-- add_mark records a decision of job at time at (see the layout above).
+local function add_mark(st, job, at)
   local marks = st.marks
-  for i = #marks - 1, 1, -2 do
-    if marks[i] == job then return marks[i + 1] end
-  end
-  return nil
+  marks[#marks + 1], marks[#marks + 2] = job, at
+  st.byjob[job] = at
 end
 
 -- write_state stores the state with tats aligned to ids, keeping only the recent decisions

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,6 +97,10 @@ func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context
 	for pattern, h := range extra {
 		mux.Handle(pattern, h)
 	}
+	// Go's profiler, for "where does the time go" on a live replica (loopback by default).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: ADMITTER_HTTP_ADDR: %w", errConfig, err)

@@ -27,13 +27,13 @@ func TestQuickRun(t *testing.T) {
 	begin := time.Now()
 	code := bench.Main(ctx, []string{"-quick", "-json", path,
 		"-duration", "300ms", "-warmup", "100ms", "-jobs", "1000", "-latency-duration", "1s", "-latency-rate", "300",
-		"-overload-duration", "1500ms", "-overload-tail", "500ms"}, &out, &errOut, t)
+		"-overload-duration", "1500ms", "-overload-tail", "500ms", "-flood-jobs", "3000", "-flood-quiet", "5", "-flood-duration", "1s"}, &out, &errOut, t)
 	t.Logf("exit %d after %v\n%s%s", code, time.Since(begin).Round(time.Millisecond), out.String(), errOut.String())
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
 	for _, want := range []string{"start redis-server", "decisions: ours", "decisions: redis_rate", "decisions: ceiling",
-		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "overload:",
+		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "overload:", "deep flood:",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
@@ -115,10 +115,22 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("overload Admit-Delay-Ms: %+v", o.DelayMs)
 	}
 
-	if len(r.Goals) != 6 {
-		t.Errorf("%d goals, want 6: %+v", len(r.Goals), r.Goals)
+	f := r.Flood
+	if f == nil {
+		t.Fatal("no deep flood section")
 	}
-	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalEndToEnd, bench.GoalAddedP99, bench.GoalOverloadErr, bench.GoalAttempts} {
+	if f.Jobs != 3000 || f.QuietTenants != 5 || f.PublishS <= 0 || f.AbsorbS < f.PublishS || f.NoisyForwarded < 1 ||
+		f.NoisyExpected <= 0 || f.Forwarded <= f.NoisyForwarded || f.AdmitterRSSMiB <= 0 || f.NATSRSSMiB <= 0 ||
+		f.RedisCallsPerJob <= 0 || f.AdmitterMsgsPerJob <= 0 || f.PeakConsumers < 1 {
+		t.Errorf("deep flood: %+v", f)
+	}
+	latency("deep flood quiet", f.Quiet)
+
+	if len(r.Goals) != 10 {
+		t.Errorf("%d goals, want 10: %+v", len(r.Goals), r.Goals)
+	}
+	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalEndToEnd, bench.GoalAddedP99, bench.GoalOverloadErr, bench.GoalAttempts,
+		bench.GoalFloodQuiet, bench.GoalFloodNoisy, bench.GoalFloodRSS, bench.GoalFloodRedis} {
 		if _, ok := r.Goal(name); !ok {
 			t.Errorf("no goal %q", name)
 		}

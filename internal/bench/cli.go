@@ -20,7 +20,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs := flag.NewFlagSet("admitter-bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported by run, the usage only on -h
 	o := def
-	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, e2e, overload (or all)")
+	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, e2e, overload, flood (or all)")
 	quick := fs.Bool("quick", false, "shorten every phase for a smoke run of seconds (flags given explicitly still apply)")
 	jsonPath := fs.String("json", "bench-results.json", "write the figures as JSON to this `path` (empty: don't)")
 	fs.DurationVar(&o.Duration, "duration", def.Duration, "decisions: measured time per contender")
@@ -38,6 +38,11 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.Int64Var(&o.OverloadCapacity, "overload-capacity", def.OverloadCapacity, "overload: the tenant's plan capacity")
 	fs.Int64Var(&o.OverloadRate, "overload-rate", def.OverloadRate, "overload: the tenant's plan rate per second")
 	fs.Float64Var(&o.OverloadFactor, "overload-factor", def.OverloadFactor, "overload: published rate as a multiple of the plan's rate")
+	fs.IntVar(&o.FloodJobs, "flood-jobs", def.FloodJobs, "deep flood: the noisy tenant's backlog")
+	fs.IntVar(&o.FloodRate, "flood-rate", def.FloodRate, "deep flood: the noisy tenant's plan rate per second (and burst)")
+	fs.IntVar(&o.FloodQuietTenants, "flood-quiet", def.FloodQuietTenants, "deep flood: quiet tenants, 5 jobs/s each, within their plan")
+	fs.StringVar(&o.FloodProfile, "flood-cpuprofile", "", "deep flood: write a 15s CPU profile of the admitter process from the start of the flood to this `path`")
+	fs.DurationVar(&o.FloodDuration, "flood-duration", def.FloodDuration, "deep flood: measured time once the backlog waits in the tenant's lane")
 	usage := func() {
 		fs.SetOutput(stderr)
 		fmt.Fprintf(stderr, "usage: admitter-bench [flags]\n\n"+
@@ -70,6 +75,9 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 			"latency-duration":  func() { q.LatencyDuration = o.LatencyDuration },
 			"overload-duration": func() { q.OverloadDuration = o.OverloadDuration },
 			"overload-tail":     func() { q.OverloadTail = o.OverloadTail },
+			"flood-jobs":        func() { q.FloodJobs = o.FloodJobs },
+			"flood-quiet":       func() { q.FloodQuietTenants = o.FloodQuietTenants },
+			"flood-duration":    func() { q.FloodDuration = o.FloodDuration },
 		} {
 			if set[name] {
 				field()

@@ -13,10 +13,11 @@ const (
 	ScenarioDecisions = "decisions"
 	ScenarioEndToEnd  = "e2e"
 	ScenarioOverload  = "overload"
+	ScenarioFlood     = "flood"
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioDecisions, ScenarioEndToEnd, ScenarioOverload}
+var AllScenarios = []string{ScenarioDecisions, ScenarioEndToEnd, ScenarioOverload, ScenarioFlood}
 
 // Options say what to run and for how long. Start from Defaults or Quick.
 type Options struct {
@@ -52,6 +53,17 @@ type Options struct {
 	OverloadRate     int64
 	OverloadFactor   float64
 
+	// Deep flood: FloodJobs of one tenant on a plan of FloodRate burst at FloodRate/s, beside
+	// FloodQuietTenants tenants publishing 5 jobs/s each, measured for FloodDuration once the
+	// backlog is in the tenant's lane.
+	FloodJobs         int
+	FloodRate         int
+	FloodQuietTenants int
+	FloodDuration     time.Duration
+	// FloodProfile, when set, receives a 15 s CPU profile of the admitter process from the
+	// start of the flood.
+	FloodProfile string
+
 	// Logger receives admitter's own log (warnings and errors are enough); nil discards it.
 	Logger *slog.Logger
 }
@@ -59,19 +71,23 @@ type Options struct {
 // Defaults are the options of a full run.
 func Defaults() Options {
 	return Options{
-		Scenarios:        append([]string(nil), AllScenarios...),
-		Duration:         5 * time.Second,
-		Warmup:           time.Second,
-		Concurrency:      64,
-		Tenants:          1000,
-		Jobs:             50_000,
-		LatencyDuration:  10 * time.Second,
-		RelayPipelines:   2,
-		OverloadDuration: 30 * time.Second,
-		OverloadTail:     5 * time.Second,
-		OverloadCapacity: 100,
-		OverloadRate:     200,
-		OverloadFactor:   10,
+		Scenarios:         append([]string(nil), AllScenarios...),
+		Duration:          5 * time.Second,
+		Warmup:            time.Second,
+		Concurrency:       64,
+		Tenants:           1000,
+		Jobs:              50_000,
+		LatencyDuration:   10 * time.Second,
+		RelayPipelines:    2,
+		OverloadDuration:  30 * time.Second,
+		OverloadTail:      5 * time.Second,
+		OverloadCapacity:  100,
+		OverloadRate:      200,
+		OverloadFactor:    10,
+		FloodJobs:         1_000_000,
+		FloodRate:         500,
+		FloodQuietTenants: 100,
+		FloodDuration:     30 * time.Second,
 	}
 }
 
@@ -85,6 +101,9 @@ func (o Options) Shortened() Options {
 	o.LatencyRate = 2000 // the relay's rate over a few thousand jobs says little
 	o.OverloadDuration = 2 * time.Second
 	o.OverloadTail = time.Second
+	o.FloodJobs = 20_000
+	o.FloodQuietTenants = 20
+	o.FloodDuration = 3 * time.Second
 	return o
 }
 
@@ -162,6 +181,16 @@ func (o Options) Validate() error {
 	if o.OverloadFactor <= 0 || o.OverloadFactor*float64(o.OverloadRate) > 200_000 {
 		errs = append(errs, fmt.Errorf("overload factor must be positive and publish at most 200000/s, got %g", o.OverloadFactor))
 	}
+	if o.FloodJobs < 1 || o.FloodJobs > 100_000_000 {
+		errs = append(errs, fmt.Errorf("-flood-jobs must be from 1 to 100000000, got %d", o.FloodJobs))
+	}
+	if o.FloodRate < 1 || o.FloodRate > 100_000 {
+		errs = append(errs, fmt.Errorf("-flood-rate must be from 1 to 100000/s, got %d", o.FloodRate))
+	}
+	if o.FloodQuietTenants < 1 || o.FloodQuietTenants > 10_000 {
+		errs = append(errs, fmt.Errorf("-flood-quiet must be from 1 to 10000, got %d", o.FloodQuietTenants))
+	}
+	pos("flood-duration", o.FloodDuration)
 	if len(o.Scenarios) == 0 {
 		errs = append(errs, errors.New("no scenario selected"))
 	}

@@ -19,6 +19,7 @@ type Report struct {
 	Decisions *Decisions  `json:"decisions,omitempty"`
 	EndToEnd  *EndToEnd   `json:"end_to_end,omitempty"`
 	Overload  *Overload   `json:"overload,omitempty"`
+	Flood     *Flood      `json:"deep_flood,omitempty"`
 	Goals     []Goal      `json:"goals"`
 	Notes     []string    `json:"notes,omitempty"`
 	Options   OptionsJSON `json:"options"`
@@ -52,6 +53,8 @@ type OptionsJSON struct {
 	RelayPipelines    int      `json:"relay_pipelines"`
 	OverloadDurationS float64  `json:"overload_duration_s"`
 	OverloadTailS     float64  `json:"overload_tail_s"`
+	FloodJobs         int      `json:"flood_jobs"`
+	FloodDurationS    float64  `json:"flood_duration_s"`
 }
 
 func optionsJSON(o Options) OptionsJSON {
@@ -60,6 +63,7 @@ func optionsJSON(o Options) OptionsJSON {
 		Concurrency: o.Concurrency, Tenants: o.Tenants, Jobs: o.Jobs,
 		LatencyDurationS: o.LatencyDuration.Seconds(), RelayPipelines: o.RelayPipelines,
 		OverloadDurationS: o.OverloadDuration.Seconds(), OverloadTailS: o.OverloadTail.Seconds(),
+		FloodJobs: o.FloodJobs, FloodDurationS: o.FloodDuration.Seconds(),
 	}
 }
 
@@ -162,6 +166,10 @@ const (
 	GoalAddedP99    = "added p99 latency ms"
 	GoalOverloadErr = "overload admitted error %"
 	GoalAttempts    = "overload mean deliveries"
+	GoalFloodQuiet  = "deep flood quiet p99 ms"
+	GoalFloodNoisy  = "deep flood noisy pacing error %"
+	GoalFloodRSS    = "deep flood admitter RSS MiB"
+	GoalFloodRedis  = "deep flood redis calls per job"
 )
 
 func goal(name string, value float64, op string, target float64) Goal {
@@ -188,6 +196,10 @@ func (r *Report) EvaluateGoals() {
 	}
 	if o := r.Overload; o != nil {
 		r.Goals = append(r.Goals, goal(GoalOverloadErr, o.ErrorPct, "abs<=", 2), goal(GoalAttempts, o.AttemptsMean, "<=", 1.5))
+	}
+	if f := r.Flood; f != nil {
+		r.Goals = append(r.Goals, goal(GoalFloodQuiet, f.Quiet.P99Ms, "<=", 1000), goal(GoalFloodNoisy, f.NoisyErrorPct, "abs<=", 2),
+			goal(GoalFloodRSS, f.AdmitterRSSMiB, "<=", 256), goal(GoalFloodRedis, f.RedisCallsPerJob, "<=", 1.5))
 	}
 }
 
@@ -216,8 +228,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		case "abs<=":
 			t = "±" + t + "%"
 		case "<=":
-			if name == GoalAddedP99 {
+			switch name {
+			case GoalAddedP99, GoalFloodQuiet:
 				t += "ms"
+			case GoalFloodRSS:
+				t += " MiB"
 			}
 			t = "<=" + t
 		default:
@@ -250,6 +265,20 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("overload deliveries/admitted job", fixed(o.AttemptsMean, 2), "max "+strconv.FormatInt(o.AttemptsMax, 10), "", t, m)
 		row("overload Admit-Delay-Ms p50/p99", trimFloat(o.DelayMs.P50Ms)+"/"+trimFloat(o.DelayMs.P99Ms), "", "", "", "")
 		row("overload worst lag behind plan", count(o.WorstLagJobs)+" jobs", fmt.Sprintf("at t=%.1fs", o.WorstLagAtS), "", "", "")
+	}
+	if f := r.Flood; f != nil {
+		jobs := count(float64(f.Jobs))
+		t, m := met(GoalFloodQuiet)
+		row("deep flood quiet p99 ms ("+jobs+" waiting)", fixed(f.Quiet.P99Ms, 2), "p50 "+fixed(f.Quiet.P50Ms, 2), "", t, m)
+		row("deep flood quiet p50/p99 ms while it arrived", pair(f.QuietWhileArriving), fmt.Sprintf("absorbed in %.1fs", f.AbsorbS), "", "", "")
+		t, m = met(GoalFloodNoisy)
+		row(fmt.Sprintf("deep flood noisy forwarded (%gs at %g/s)", f.DurationS, f.NoisyRate), count(float64(f.NoisyForwarded)), "expected "+fixed(f.NoisyExpected, 1), signed(f.NoisyErrorPct, 2)+"%", t, m)
+		t, m = met(GoalFloodRSS)
+		row("deep flood peak RSS MiB", fixed(f.AdmitterRSSMiB, 1), "nats-server "+fixed(f.NATSRSSMiB, 1), "", t, m)
+		t, m = met(GoalFloodRedis)
+		row("deep flood redis calls/forwarded job", fixed(f.RedisCallsPerJob, 3), "", "", t, m)
+		row("deep flood JetStream API calls/job", fixed(f.APICallsPerJob, 3), fmt.Sprintf("admitter msgs %s", fixed(f.AdmitterMsgsPerJob, 2)), "", "", "")
+		row("deep flood consumers at the peak", strconv.Itoa(f.PeakConsumers), "", "", "", "")
 	}
 	if err := tw.Flush(); err != nil {
 		return err

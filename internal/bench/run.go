@@ -138,6 +138,11 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 			return nil, fmt.Errorf("overload: %w", err)
 		}
 	}
+	if o.Has(ScenarioFlood) {
+		if rep.Flood, err = e.flood(ctx, p); err != nil {
+			return nil, fmt.Errorf("deep flood: %w", err)
+		}
+	}
 	rep.Meta.ElapsedS = round(time.Since(p.start).Seconds(), 1)
 	rep.EvaluateGoals()
 	return rep, nil
