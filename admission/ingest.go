@@ -337,6 +337,8 @@ func (s *Service) conclude(j *job, err error) {
 	switch {
 	case v.Action == policy.Forward && v.Degraded:
 		decision = wire.DecisionDegraded
+	case v.Paused:
+		decision = wire.DecisionPaused
 	case v.Action == policy.ToLane || v.Action == policy.Wait:
 		decision = wire.DecisionDelayed
 	case v.Action == policy.Dead:

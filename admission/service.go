@@ -207,6 +207,10 @@ func (s *Service) Ready(ctx context.Context) error {
 	return nil
 }
 
+// PlansChanged makes every lane ask again now: the plans, overrides or pauses changed, and the
+// jobs waiting follow them (a faster plan speeds them up, a resume lets them go).
+func (s *Service) PlansChanged() { s.lanes.wakeAll() }
+
 // pause waits while a stream the admitter publishes to is full: no new batch is started, so
 // pulling stops once the jobs in hand fill the window.
 func (s *Service) pause(ctx context.Context) {

@@ -17,11 +17,19 @@ const (
 	// Lane decides the head of the tenant's lane: admitted in order while they fit; the first
 	// that does not fits after Wait, and every later one waits for it.
 	Lane
+	// modeClose is CloseLane's, internal.
+	modeClose
+	// Hold is Ingest while the tenant is paused: every job is sent to the lane (which opens),
+	// none is admitted or charged.
+	Hold
 )
 
 func (m Mode) String() string {
-	if m == Lane {
+	switch m {
+	case Lane:
 		return "lane"
+	case Hold:
+		return "hold"
 	}
 	return "ingest"
 }
@@ -106,6 +114,9 @@ func (b *Batch) check() error {
 	}
 	if err := checkTenant(b.Tenant); err != nil {
 		return err
+	}
+	if b.Mode != Ingest && b.Mode != Lane && b.Mode != Hold {
+		return fmt.Errorf("bucket: batch mode %d, want Ingest, Lane or Hold", b.Mode)
 	}
 	if len(b.Jobs) > MaxBatch {
 		return fmt.Errorf("bucket: batch of %d jobs, at most %d", len(b.Jobs), MaxBatch)

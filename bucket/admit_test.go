@@ -136,6 +136,16 @@ var admitCases = []struct {
 		h.closeLane(p, 11, false)
 		h.admit(p, Ingest, jobs("13"), "A", 0, false)
 	}},
+	{"hold sends everything to the lane and charges nothing", Options{}, func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 3, 100*ms))
+		h.admit(p, Hold, jobs("1", "2"), "LL", 0, true)
+		h.expectTokens(p, 3)
+		// Once the hold is over, ingest still queues behind the lane, which drains at the pace.
+		h.admit(p, Ingest, jobs("3"), "L", 0, true)
+		h.admit(p, Lane, jobs("1", "2", "3"), "AAA", 0, true)
+		h.closeLane(p, 3, false)
+		h.admit(p, Ingest, jobs("4"), "L", 100*ms, true)
+	}},
 	{"state follows a limit by name across plan edits", Options{}, func(t *testing.T, h *harness) {
 		a := mustPlan(t, "a", lim("burst", 5, time.Second), lim("hourly", 100, time.Minute))
 		h.admit(a, Ingest, jobs("1:5"), "A", 0, false)
@@ -144,6 +154,17 @@ var admitCases = []struct {
 		b := mustPlan(t, "b", lim("daily", 50, time.Hour), lim("burst", 5, time.Second))
 		h.expectTokens(b, 50, 0)
 		h.admit(b, Ingest, jobs("2"), "L", time.Second, true)
+	}},
+	{"a plan that changes the rate keeps the tokens used", Options{}, func(t *testing.T, h *harness) {
+		slow := mustPlan(t, "slow", lim("", 2, time.Minute)) // 2 burst, one a minute
+		h.admit(slow, Ingest, jobs("1", "2", "3"), "AAL", time.Minute, true)
+		h.expectTokens(slow, 0)
+		// The same limit at 100 tokens a second: 2 tokens used, 98 left; the head goes at once.
+		fast := mustPlan(t, "fast", lim("", 100, 10*ms))
+		h.expectTokens(fast, 98)
+		h.admit(fast, Lane, jobs("3"), "A", 0, true)
+		// And back: the 3 used carry over to the slow plan as 3 minutes owed.
+		h.expectTokens(slow, -1)
 	}},
 	{"idle tenants expire", Options{Redeem: time.Second, LaneSettle: time.Second}, func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 2, 100*ms))
@@ -181,6 +202,9 @@ var admitCases = []struct {
 		}
 		if _, err := h.l.Admit(context.Background(), Batch{Tenant: h.tenant, Plan: p, Jobs: make([]Job, MaxBatch+1)}); err == nil {
 			t.Error("a batch over MaxBatch accepted")
+		}
+		if _, err := h.l.Admit(context.Background(), Batch{Tenant: h.tenant, Plan: p, Mode: modeClose, Jobs: []Job{{ID: 1, Weight: 1}}}); err == nil {
+			t.Error("an internal mode accepted")
 		}
 		h.admit(p, Ingest, jobs("1:3"), "A", 0, false)
 	}},

@@ -73,6 +73,15 @@ func TestDifferential(t *testing.T) {
 	t.Logf("outcomes: %v", seen)
 }
 
+// goldEdited is plan gold of the differential tests with other capacities and rates.
+var goldEdited = func() *Plan {
+	p, err := NewPlan("gold", lim("burst", 10, 50*ms), lim("daily", 90, time.Second))
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
 // TestDifferentialAdmit feeds the same random mix of Admit (ingest and lane), CloseLane and
 // Decide calls to both backends, with clock steps around the redeem window, and requires
 // identical answers and identical state.
@@ -107,10 +116,13 @@ func TestDifferentialAdmit(t *testing.T) {
 				}
 				ti := rng.IntN(len(tenants))
 				p := plans[ti]
+				if ti == 1 && rng.IntN(8) == 0 { // the plan edited: same limits, other rates
+					p = goldEdited
+				}
 				var want, got string
 				switch op := rng.IntN(10); {
 				case op < 7:
-					b := Batch{Tenant: tenants[ti], Plan: p, Mode: Mode(rng.IntN(2))}
+					b := Batch{Tenant: tenants[ti], Plan: p, Mode: []Mode{Ingest, Lane, Hold}[rng.IntN(3)]}
 					for range 1 + rng.IntN(6) {
 						id := next[ti]
 						if rng.IntN(4) == 0 && id > 5 {

@@ -3,6 +3,7 @@ package bucket
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +40,7 @@ type memState struct {
 
 type mark struct{ job, at int64 } // at > 0 admitted at, < 0 sent to the lane at -at
 
-type memLimit struct{ id, tat int64 }
+type memLimit struct{ id, tat, iv int64 } // iv: the interval (µs) the tat was kept under
 
 type jobKey struct{ tenant, id string }
 
@@ -89,11 +90,15 @@ func (sh *memShard) loadTats(st *memState, p *Plan, now, born int64) []int64 {
 	tats := sh.tats[:0]
 	for i, id := range p.ids {
 		l := p.Limits[i]
-		t := born + l.Capacity*l.Interval.Microseconds()
+		iv := l.Interval.Microseconds()
+		t := born + l.Capacity*iv
 		if st != nil {
 			for _, s := range st.limits {
 				if s.id == id {
 					t = s.tat
+					if s.iv != iv && t > now { // the tokens used are kept, not the time owed
+						t = now + int64(math.Ceil(float64(t-now)*float64(iv)/float64(s.iv)))
+					}
 				}
 			}
 		}
@@ -143,7 +148,7 @@ func (sh *memShard) store(tenant string, st *memState, p *Plan, tats []int64, no
 	}
 	st.limits = st.limits[:0]
 	for i, id := range p.ids {
-		st.limits = append(st.limits, memLimit{id: id, tat: tats[i]})
+		st.limits = append(st.limits, memLimit{id: id, tat: tats[i], iv: p.Limits[i].Interval.Microseconds()})
 	}
 	st.expiry = now + life
 	sh.tenants[tenant] = st
@@ -261,7 +266,7 @@ func (m *Memory) CloseLane(_ context.Context, tenant string, plan *Plan, through
 	}
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	_, _, _, o := sh.admit(now, m.born(), st, &b, 2, through, nil, m.opts)
+	_, _, _, o := sh.admit(now, m.born(), st, &b, int64(modeClose), through, nil, m.opts)
 	return o == 1, nil
 }
 
@@ -276,13 +281,16 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 	wait = -1
 	isOpen := st.enq > st.done
 	changed := false
-	if mode == 2 {
+	if mode == int64(modeClose) {
 		if isOpen && (st.enq <= through || now-st.enqAt > o.LaneSettle.Microseconds()) {
 			st.done = st.enq
 			isOpen, changed = false, true
 		}
 	} else {
-		moving := false
+		moving := mode == int64(Hold)
+		if moving {
+			mode = int64(Ingest)
+		}
 		for i, j := range b.Jobs {
 			at, found := int64(0), false
 			for k := len(st.marks) - 1; k >= 0; k-- {

@@ -142,7 +142,7 @@ func (r *Redis) CloseLane(ctx context.Context, tenant string, plan *Plan, throug
 	if err := b.check(); err != nil {
 		return false, err
 	}
-	res, err := r.admitCall(ctx, &b, 2, through)
+	res, err := r.admitCall(ctx, &b, int64(modeClose), through)
 	return res.LaneOpen, err
 }
 

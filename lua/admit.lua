@@ -13,6 +13,8 @@
 --             lane and opens it, and so is every job after it.
 --   1 lane    the head of the lane: admitted in order while they fit; the first that does not
 --             fits after the wait in the reply (outcome 4), and so does every job after it.
+--   3 hold    ingest while the tenant is paused: every job is moved to the lane (opening it),
+--             none is admitted.
 --   2 close   the lane is empty up to input sequence `through`: close it, unless a job was moved
 --             to it after that sequence and less than `quiet` ago (its move may still be under
 --             way). The reply's open flag says which.
@@ -42,7 +44,7 @@ local pos = 73
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 local ids, cap, iv = read_limits(arg, pos, n)
-local st = read_state(redis.call('GET', KEYS[1]), ids, n, now)
+local st = read_state(redis.call('GET', KEYS[1]), ids, iv, n, now)
 local tats = clamp_tats(st, n, now, born, cap)
 
 local out = {}
@@ -57,7 +59,8 @@ if mode == 2 then
     changed = true
   end
 else
-  local moving = false -- ingest: every job from here on goes to the lane
+  local moving = mode == 3 -- ingest: every job from here on goes to the lane
+  if mode == 3 then mode = 0 end
   for i = 1, k do
     local job, w = jid[i], jw[i]
     local at = find_mark(st, job)
@@ -89,7 +92,7 @@ end
 
 local r, rb = remaining(tats, cap, iv, n, now)
 if wait < 0 then wait, bind = 0, rb end
-if changed then write_state(KEYS[1], st, ids, tats, n, now, redeem, 2 * quiet, pad) end
+if changed then write_state(KEYS[1], st, ids, iv, tats, n, now, redeem, 2 * quiet, pad) end
 local o = 0
 if open then o = 1 end
 local vals = {wait, bind, r, o}

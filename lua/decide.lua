@@ -41,7 +41,7 @@ if job then
 else
   raw = redis.call('GET', KEYS[1])
 end
-local st = read_state(raw, ids, n, now)
+local st = read_state(raw, ids, iv, n, now)
 local tats = clamp_tats(st, n, now, born, cap)
 
 if jobval and #jobval == 8 then
@@ -69,7 +69,7 @@ for i = 1, n do
   if t < s then t = s end
   tats[i] = t + w * iv[i]
 end
-write_state(KEYS[1], st, ids, tats, n, now, redeem, keep_open, pad)
+write_state(KEYS[1], st, ids, iv, tats, n, now, redeem, keep_open, pad)
 
 local r, b = remaining(tats, cap, iv, n, now)
 if s == now then

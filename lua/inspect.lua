@@ -9,8 +9,8 @@
 local arg = ARGV[1]
 local now, born, n = struct.unpack('<lll', arg)
 if now == 0 then now = server_now() end
-local ids, cap = read_limits(arg, 25, n)
-local st = read_state(redis.call('GET', KEYS[1]), ids, n, now)
+local ids, cap, iv = read_limits(arg, 25, n)
+local st = read_state(redis.call('GET', KEYS[1]), ids, iv, n, now)
 local tats = clamp_tats(st, n, now, born, cap)
 local open = 0
 if st.enq > st.done then open = 1 end

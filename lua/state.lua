@@ -14,22 +14,24 @@
 --                  evicts the key, so that decisions do not depend on when it does
 --   then m pairs   (job, at): a job decided within the redeem window; at > 0 admitted at that
 --                  time, at < 0 moved to the lane at -at
---   then n pairs   (limit id, tat): a limit's GCRA state, keyed by the limit's stable id (a hash
---                  of its name), so a plan that reorders, adds or removes limits keeps the state
---                  of every limit it still has
+--   then n triples (limit id, tat, interval): a limit's GCRA state, keyed by the limit's stable
+--                  id (a hash of its name), so a plan that reorders, adds or removes limits keeps
+--                  the state of every limit it still has; the interval it was kept under lets a
+--                  plan that changes the rate keep the tokens used, not the time owed
 --
 -- Every value is an integer below 2^53 (µs, sequences, 52-bit ids), exact in Lua's doubles.
-local STATE_TAG = 1094995250 -- "ADM2"
+local STATE_TAG = 1094995251 -- "ADM3"
 local STATE_HDR = 7
 local MAX_MARKS = 64
 
--- read_state parses raw (nil when absent) at time now for the plan's limit ids. tats[i] is nil
--- for a limit the state does not know (a full bucket).
-local function read_state(raw, ids, n, now)
+-- read_state parses raw (nil when absent) at time now for the plan's limit ids and intervals.
+-- tats[i] is nil for a limit the state does not know (a full bucket). A limit kept under
+-- another interval keeps the tokens it had used: the time owed is scaled to the new interval.
+local function read_state(raw, ids, iv, n, now)
   local st = {enq = 0, enq_at = 0, done = 0, marks = {}, byjob = {}, tats = {}}
   if not raw or #raw < 8 * STATE_HDR then return st end
   local tag, cnt, enq, enq_at, done, m, expiry = struct.unpack('<lllllll', raw)
-  if tag ~= STATE_TAG or expiry <= now or #raw ~= 8 * (STATE_HDR + 2 * m + 2 * cnt) then return st end
+  if tag ~= STATE_TAG or expiry <= now or #raw ~= 8 * (STATE_HDR + 2 * m + 3 * cnt) then return st end
   st.enq, st.enq_at, st.done = enq, enq_at, done
   local pos = 8 * STATE_HDR + 1
   local marks, byjob = st.marks, st.byjob
@@ -37,10 +39,13 @@ local function read_state(raw, ids, n, now)
   for i = 1, 2 * m, 2 do byjob[marks[i]] = marks[i + 1] end
   local tats = st.tats
   for _ = 1, cnt do
-    local id, tat
-    id, tat, pos = struct.unpack('<ll', raw, pos)
+    local id, tat, was
+    id, tat, was, pos = struct.unpack('<lll', raw, pos)
     for i = 1, n do
-      if ids[i] == id then tats[i] = tat end
+      if ids[i] == id then
+        if was ~= iv[i] and tat > now then tat = now + math.ceil((tat - now) * iv[i] / was) end
+        tats[i] = tat
+      end
     end
   end
   return st
@@ -62,7 +67,7 @@ end
 -- younger than redeem (at most MAX_MARKS, the newest). The key lives as long as any of it
 -- matters: a limit not yet full, a recent decision, or an open lane (keep_open µs). When
 -- nothing matters the key is deleted. pad is extra ms on every TTL (tests with a pinned clock).
-local function write_state(key, st, ids, tats, n, now, redeem, keep_open, pad)
+local function write_state(key, st, ids, iv, tats, n, now, redeem, keep_open, pad)
   local marks = st.marks
   local kept, first = {}, 1
   local cut = now - redeem
@@ -84,8 +89,9 @@ local function write_state(key, st, ids, tats, n, now, redeem, keep_open, pad)
   for i = 1, #kept do vals[STATE_HDR + i] = kept[i] end
   local base = STATE_HDR + #kept
   for i = 1, n do
-    vals[base + 2 * i - 1] = ids[i]
-    vals[base + 2 * i] = tats[i]
+    vals[base + 3 * i - 2] = ids[i]
+    vals[base + 3 * i - 1] = tats[i]
+    vals[base + 3 * i] = iv[i]
   end
   redis.call('SET', key, struct.pack('<' .. string.rep('l', #vals), unpack(vals)), 'PX', math.ceil(life / 1000) + pad)
 end

@@ -66,6 +66,7 @@ type Config struct {
 type Policy struct {
 	limiter  Limiter
 	plans    atomic.Pointer[bucket.Plans]
+	pauses   atomic.Pointer[map[string]time.Time] // tenant → until
 	failMode FailMode
 	timeout  time.Duration
 	log      *slog.Logger
@@ -118,6 +119,24 @@ func (p *Policy) Plans() *bucket.Plans { return p.plans.Load() }
 // SetPlans replaces the plans: every decision from now on uses them.
 func (p *Policy) SetPlans(plans *bucket.Plans) { p.plans.Store(plans) }
 
+// SetPauses replaces the paused tenants (tenant → until when; the map is the policy's from now
+// on). A paused tenant's jobs wait in its lane, in order, until the pause ends, and are
+// charged nothing meanwhile.
+func (p *Policy) SetPauses(pauses map[string]time.Time) { p.pauses.Store(&pauses) }
+
+// PausedUntil reports until when tenant's jobs are held, if they are now.
+func (p *Policy) PausedUntil(tenant string) (time.Time, bool) {
+	m := p.pauses.Load()
+	if m == nil {
+		return time.Time{}, false
+	}
+	until, ok := (*m)[tenant]
+	if !ok || !until.After(time.Now()) {
+		return time.Time{}, false
+	}
+	return until, true
+}
+
 // Action is what to do with one job.
 type Action uint8
 
@@ -161,6 +180,8 @@ type Verdict struct {
 	// Redeemed: the job was admitted (or moved to the lane) by a call less than the limiter's
 	// redeem window ago; nothing was charged now.
 	Redeemed bool
+	// Paused: ToLane or Wait because the tenant is paused; Wait is the rest of the pause.
+	Paused bool
 	// Wait: for Wait and Held, when to ask again; for ToLane, when the job's weight would fit
 	// (a hint for its lane).
 	Wait time.Duration
@@ -215,6 +236,16 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 	if len(batch.Jobs) == 0 {
 		return d
 	}
+	until, paused := p.PausedUntil(tenant)
+	if paused && mode == bucket.Lane {
+		for _, i := range index { // the head waits for the end of the pause: nothing to ask
+			d.Verdicts[i] = Verdict{Action: Wait, Paused: true, Wait: time.Until(until)}
+		}
+		return d
+	}
+	if paused {
+		batch.Mode = bucket.Hold // to the lane, opening it, so that they keep their order after
+	}
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	begin := time.Now()
 	res, err := p.limiter.Admit(cctx, batch)
@@ -247,6 +278,9 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 			*v = Verdict{Action: Forward, Redeemed: o == bucket.JobRedeemed}
 		case bucket.JobToLane, bucket.JobToLaneBefore:
 			*v = Verdict{Action: ToLane, Redeemed: o == bucket.JobToLaneBefore, Wait: res.Wait}
+			if paused {
+				v.Paused, v.Wait = true, time.Until(until)
+			}
 		default:
 			*v = Verdict{Action: Wait, Wait: res.Wait}
 		}

@@ -117,6 +117,7 @@ const (
 	DecisionDead     = "dead"     // dead-lettered
 	DecisionDegraded = "degraded" // the limiter failed, fail mode open: forwarded unchecked
 	DecisionHeld     = "held"     // the limiter failed, fail mode closed: held, asked again later
+	DecisionPaused   = "paused"   // its tenant is paused: moved to (or kept in) its lane until the pause ends
 )
 
 // A Metric is one of the admitter's metrics: its OpenTelemetry instrument name and the name
@@ -135,6 +136,7 @@ var (
 	MetricLaneJobs      = Metric{"admitter.lanes.jobs", "admitter_lanes_jobs"}
 	MetricOutputBlocked = Metric{"admitter.output.blocked", "admitter_output_blocked"}
 	MetricReplicas      = Metric{"admitter.replicas", "admitter_replicas"}
+	MetricPlansReloads  = Metric{"admitter.plans.reloads", "admitter_plans_reloads_total"}
 	MetricPending       = Metric{"admitter.consumer.pending", "admitter_consumer_pending"}
 	MetricAckPending    = Metric{"admitter.consumer.ack_pending", "admitter_consumer_ack_pending"}
 	MetricRedelivered   = Metric{"admitter.consumer.redelivered", "admitter_consumer_redelivered"}

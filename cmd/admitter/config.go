@@ -20,6 +20,7 @@ type config struct {
 	NATSURL          string        `env:"ADMITTER_NATS_URL"`   // unset: an embedded JetStream server
 	RedisURL         string        `env:"ADMITTER_REDIS_URL"`  // unset: in-process buckets (one replica only)
 	PlansFile        string        `env:"ADMITTER_PLANS_FILE"` // unset: the built-in example plans
+	PlansKV          string        `env:"ADMITTER_PLANS_KV"`   // set: the plans live in this NATS key-value bucket
 	DataDir          string        `env:"ADMITTER_DATA_DIR"`   // embedded server's store; default under the user cache dir
 	EmbeddedNATSPort int           `env:"ADMITTER_EMBEDDED_NATS_PORT" envDefault:"4222"`
 	SubjectIn        string        `env:"ADMITTER_SUBJECT_IN" envDefault:"jobs.submit.{tenant}.>"`
@@ -178,6 +179,9 @@ func (c *config) validate() error {
 		}
 		names[s.v] = s.name
 	}
+	if c.PlansKV != "" && !replicaName.MatchString(c.PlansKV) {
+		return fmt.Errorf("ADMITTER_PLANS_KV must be a bucket name of letters, digits, '-' or '_', got %q", c.PlansKV)
+	}
 	if c.EmbeddedNATSPort < 0 || c.EmbeddedNATSPort > 65535 {
 		return fmt.Errorf("ADMITTER_EMBEDDED_NATS_PORT must be a port from 0 (any) to 65535, got %d", c.EmbeddedNATSPort)
 	}
@@ -258,6 +262,8 @@ func (c *config) describe() string {
 			val = "(unset: in-process buckets, not shared: run one replica only)"
 		case name == "ADMITTER_PLANS_FILE" && val == "":
 			val = "(unset: the built-in example plans)"
+		case name == "ADMITTER_PLANS_KV" && val == "":
+			val = "(unset: the plans file, watched)"
 		case name == "ADMITTER_NATS_URL" || name == "ADMITTER_REDIS_URL":
 			val = redact(val)
 		}

@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/bucket"
-	"github.com/redis/rueidis"
+	"github.com/admitter/admitter/plansource"
+	"github.com/admitter/admitter/policy"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // inspector reads a tenant's live bucket state; both bucket backends implement it.
@@ -28,6 +31,7 @@ type inspection struct {
 	At           time.Time    `json:"at"`
 	Limits       []limitState `json:"limits"`
 	LaneOpen     bool         `json:"lane_open"`
+	PausedUntil  *time.Time   `json:"paused_until,omitempty"`
 	Reservations int          `json:"reservations"`
 	LatestSlot   *time.Time   `json:"latest_slot,omitempty"`
 }
@@ -77,15 +81,20 @@ func inspect(ctx context.Context, l any, plans *bucket.Plans, tenant string) (*i
 }
 
 // inspectHandler serves GET /inspect?tenant=NAME from the running process: the only way to
-// read the in-process buckets from outside.
-func inspectHandler(l any, plans *bucket.Plans) http.Handler {
+// read the in-process buckets from outside. It uses the plans and pauses in force.
+func inspectHandler(l any, pol *policy.Policy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant := r.URL.Query().Get("tenant")
 		if tenant == "" {
 			http.Error(w, "want ?tenant=NAME", http.StatusBadRequest)
 			return
 		}
-		res, err := inspect(r.Context(), l, plans, tenant)
+		res, err := inspect(r.Context(), l, pol.Plans(), tenant)
+		if err == nil {
+			if until, paused := pol.PausedUntil(tenant); paused {
+				res.PausedUntil = &until
+			}
+		}
 		if err != nil {
 			status := http.StatusInternalServerError
 			if errors.Is(err, bucket.ErrUnknownTenant) || errors.Is(err, bucket.ErrInvalidTenant) {
@@ -108,18 +117,19 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 	var res *inspection
 	var source string
 	if c.RedisURL != "" {
-		opt, err := bucket.RedisClientOption(c.RedisURL)
-		if err != nil {
-			return err
-		}
-		client, err := rueidis.NewClient(opt)
+		r, err := bucket.DialRedis(c.RedisURL, c.RedisPrefix, bucket.Options{})
 		if err != nil {
 			return fmt.Errorf("connect to redis %s: %w", redact(c.RedisURL), err)
 		}
-		defer client.Close()
-		if res, err = inspect(ctx, bucket.NewRedis(client, c.RedisPrefix, bucket.Options{}), c.plans, tenant); err != nil {
+		defer r.Close()
+		plans, until, err := plansInForce(ctx, c, tenant)
+		if err != nil {
 			return err
 		}
+		if res, err = inspect(ctx, r, plans, tenant); err != nil {
+			return err
+		}
+		res.PausedUntil = until
 		source = "Redis " + redact(c.RedisURL)
 	} else {
 		if c.HTTPAddr == "off" {
@@ -146,6 +156,39 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 	return nil
 }
 
+// plansInForce is the plans the replicas use and the tenant's pause: from the plans bucket when
+// ADMITTER_PLANS_KV is set, else the plans file.
+func plansInForce(ctx context.Context, c *config, tenant string) (*bucket.Plans, *time.Time, error) {
+	if c.PlansKV == "" {
+		return c.plans, nil, nil
+	}
+	u := c.NATSURL
+	if u == "" {
+		u = fmt.Sprintf("nats://127.0.0.1:%d", c.EmbeddedNATSPort)
+	}
+	nc, err := nats.Connect(u, nats.Name("admitter-inspect"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the plans bucket %s: connect to NATS at %s: %w", c.PlansKV, redact(u), err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	kv, err := plansource.OpenKV(ctx, js, c.PlansKV, bucket.ParsePlans, "", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := kv.Load(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if until, paused := s.PausedUntil(tenant, time.Now()); paused {
+		return s.Plans, &until, nil
+	}
+	return s.Plans, nil, nil
+}
+
 func printInspection(w io.Writer, r *inspection, source string) {
 	fmt.Fprintf(w, "tenant %s, plan %s, read from %s at %s\n\n", r.Tenant, r.Plan, source, r.At.Format(time.RFC3339Nano))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -160,6 +203,9 @@ func printInspection(w io.Writer, r *inspection, source string) {
 		}
 	}
 	tw.Flush()
+	if r.PausedUntil != nil {
+		fmt.Fprintf(w, "\npaused until %s (%v from now): its jobs wait in its lane, in order\n", r.PausedUntil.UTC().Format(time.RFC3339), r.PausedUntil.Sub(r.At).Round(time.Second))
+	}
 	if r.LaneOpen {
 		fmt.Fprintf(w, "\nlane: open: jobs of %s wait in it, in order, and its new jobs join them\n", r.Tenant)
 	} else {

@@ -4,7 +4,8 @@
 //	admitter                 run the service (also: admitter run)
 //	admitter check-config    validate the environment and plans file, print the effective config
 //	admitter demo            run admitter with three demo tenants and watch it pace them
-//	admitter inspect TENANT  show a tenant's buckets now: tokens, reservations, why jobs wait
+//	admitter inspect TENANT  show a tenant's buckets now: tokens, lane, why jobs wait
+//	admitter plans ...       change the plans the replicas follow (ADMITTER_PLANS_KV)
 package main
 
 import (
@@ -19,13 +20,15 @@ import (
 	"syscall"
 )
 
-const usage = `usage: admitter [run | check-config | demo | inspect TENANT | help]
+const usage = `usage: admitter [run | check-config | demo | inspect TENANT | plans COMMAND | help]
 
   run            consume, decide and forward jobs (the default)
   check-config   validate the environment and the plans file, print the effective configuration
   demo           run admitter with three demo tenants and watch it pace them (admitter demo -h)
-  inspect TENANT show the tenant's plan, each limit's tokens now and time to full, and the
-                 reservations booked: from Redis, or from the running admitter's /inspect
+  inspect TENANT show the tenant's plan, each limit's tokens now and time to full, its lane and
+                 pause, and why its jobs wait: from Redis, or from the running admitter's /inspect
+  plans COMMAND  push, show, set, unset, pause, resume: the plans in ADMITTER_PLANS_KV
+                 (admitter plans help)
 
 Configuration is read from ADMITTER_* environment variables; see README.md.
 `
@@ -55,6 +58,9 @@ func runMain(ctx context.Context, args []string, env map[string]string, stdout, 
 	}
 	if cmd == "demo" {
 		return runDemo(ctx, args[1:], env, stdout, stderr)
+	}
+	if cmd == "plans" {
+		return runPlans(ctx, args[1:], env, stdout, stderr)
 	}
 	if cmd == "inspect" {
 		if len(args) != 2 || args[1] == "" {

@@ -42,9 +42,14 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	defer st.close()
+	stopPlans, err := startLivePlans(ctx, st, c, log)
+	if err != nil {
+		return err
+	}
+	defer stopPlans()
 	if c.HTTPAddr != "off" {
 		stop, err := startHTTP(c.HTTPAddr, st.tel.registry, st.svc.Ready, map[string]http.Handler{
-			"GET /inspect": inspectHandler(st.limiter, c.plans),
+			"GET /inspect": inspectHandler(st.limiter, st.policy),
 		}, log)
 		if err != nil {
 			return err

@@ -1,0 +1,254 @@
+package plansource
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/internal/testenv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const (
+	docA = "plans:\n  a: {limits: [{capacity: 1, rate: 1/s}]}\ndefault_plan: a\n"
+	docB = "plans:\n  a: {limits: [{capacity: 1, rate: 1/s}]}\n  b: {limits: [{capacity: 2, rate: 2/s}]}\ndefault_plan: b\n"
+	docC = "plans:\n  c: {limits: [{capacity: 3, rate: 3/s}]}\ndefault_plan: c\n"
+	bad  = "plans:\n  a: {limits: [{capacity: 1, rate: often}]}\n"
+)
+
+// recorder collects what a watcher delivers.
+type recorder struct {
+	mu      sync.Mutex
+	applied []*Snapshot
+	refused []error
+}
+
+func (r *recorder) apply(s *Snapshot) { r.mu.Lock(); r.applied = append(r.applied, s); r.mu.Unlock() }
+func (r *recorder) refuse(e error)    { r.mu.Lock(); r.refused = append(r.refused, e); r.mu.Unlock() }
+func (r *recorder) counts() (int, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.applied), len(r.refused)
+}
+func (r *recorder) last() *Snapshot { r.mu.Lock(); defer r.mu.Unlock(); return r.applied[len(r.applied)-1] }
+
+func watchFile(t *testing.T, path string) (*File, *recorder) {
+	t.Helper()
+	f := &File{Path: path, Interval: 20 * time.Millisecond}
+	if _, err := f.Load(); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { f.Watch(ctx, r.apply, r.refuse) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return f, r
+}
+
+func TestFileWatch(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plans.yaml")
+	if err := os.WriteFile(path, []byte(docA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, r := watchFile(t, path)
+	waitApplied := func(n int, what string) {
+		t.Helper()
+		testenv.WaitFor(t, 5*time.Second, what, func() bool { a, _ := r.counts(); return a >= n })
+	}
+	// Replaced by rename.
+	if err := os.WriteFile(path+".new", []byte(docB), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(1, "the renamed file")
+	if got := r.last().Plans.Names(); strings.Join(got, ",") != "a,b" {
+		t.Fatalf("plans %v after the rename", got)
+	}
+	// Edited in place with something that does not parse: refused once, with file:line.
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the refusal", func() bool { _, n := r.counts(); return n >= 1 })
+	time.Sleep(100 * time.Millisecond)
+	if a, n := r.counts(); a != 1 || n != 1 {
+		t.Fatalf("after a bad edit: %d applied, %d refused; want 1 and 1 (refused once)", a, n)
+	}
+	if msg := r.refused[0].Error(); !strings.Contains(msg, "plans.yaml:2") || !strings.Contains(msg, "rate") {
+		t.Errorf("refusal %q does not name file:line and field", msg)
+	}
+	// Touched without a change: nothing; Reload: applied again.
+	now := time.Now().Add(time.Second)
+	if err := os.WriteFile(path, []byte(docC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(2, "the fixed file")
+	if err := os.Chtimes(path, now, now); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if a, _ := r.counts(); a != 2 {
+		t.Fatalf("a touch without a change applied again (%d)", a)
+	}
+	f.Reload()
+	waitApplied(3, "SIGHUP")
+}
+
+func TestFileWatchFollowsSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	for v, doc := range map[string]string{"v1": docA, "v2": docC} {
+		if err := os.Mkdir(filepath.Join(dir, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, v, "plans.yaml"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "plans.yaml")
+	if err := os.Symlink("..data/plans.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	_, r := watchFile(t, path)
+	if err := os.Symlink("v2", filepath.Join(dir, "..tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the swapped version", func() bool { a, _ := r.counts(); return a >= 1 })
+	if got := r.last().Plans.Names(); strings.Join(got, ",") != "c" {
+		t.Fatalf("plans %v after the swap, want c", got)
+	}
+}
+
+func openKV(t *testing.T) (*KV, jetstream.JetStream) {
+	t.Helper()
+	srv := testenv.StartNATS(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := OpenKV(context.Background(), js, "plans", nil, "seed.yaml", []byte(docB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv, js
+}
+
+func TestKV(t *testing.T) {
+	kv, js := openKV(t)
+	ctx := context.Background()
+	s, err := kv.Load(ctx)
+	if err != nil || strings.Join(s.Plans.Names(), ",") != "a,b" {
+		t.Fatalf("seeded: %v %v", s, err)
+	}
+	// A second open does not overwrite the document.
+	if _, err := OpenKV(ctx, js, "plans", nil, "other.yaml", []byte(docC)); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { kv.Watch(wctx, r.apply, r.refuse) })
+	defer func() { cancel(); wg.Wait() }()
+	testenv.WaitFor(t, 5*time.Second, "the first view", func() bool { a, _ := r.counts(); return a >= 1 })
+
+	if err := kv.Set(ctx, "acme", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Set(ctx, "acme", "gold"); err == nil || !strings.Contains(err.Error(), `"gold"`) {
+		t.Errorf("set to an undefined plan: %v", err)
+	}
+	if err := kv.Set(ctx, "a{b", "a"); err == nil {
+		t.Error("a tenant that cannot key buckets was set")
+	}
+	until := time.Now().Add(time.Hour).Truncate(time.Second)
+	if err := kv.Pause(ctx, "bob", until); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the override and the pause", func() bool {
+		a, _ := r.counts()
+		if a < 2 {
+			return false
+		}
+		s := r.last()
+		p, _ := s.Plans.Lookup("acme")
+		u, paused := s.PausedUntil("bob", time.Now())
+		return p.Name == "a" && paused && u.Equal(until)
+	})
+	// A document that removes a plan an override uses is refused, and nothing is written.
+	if _, err := kv.Push(ctx, "c.yaml", []byte(docC)); err == nil || !strings.Contains(err.Error(), "plan a (tenants acme)") {
+		t.Errorf("push removing a used plan: %v", err)
+	}
+	if _, err := kv.Push(ctx, "bad.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "bad.yaml:2") {
+		t.Errorf("push of a bad file: %v", err)
+	}
+	if s, _ := kv.Load(ctx); strings.Join(s.Document.Names(), ",") != "a,b" {
+		t.Errorf("a refused push changed the document: %v", s.Document.Names())
+	}
+	if err := kv.Unset(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Unset(ctx, "acme"); err == nil {
+		t.Error("unset twice succeeded")
+	}
+	if err := kv.Resume(ctx, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Push(ctx, "c.yaml", []byte(docC)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the new document without override or pause", func() bool {
+		s := r.last()
+		_, paused := s.PausedUntil("bob", time.Now())
+		return strings.Join(s.Plans.Names(), ",") == "c" && !paused && len(s.Overrides) == 0
+	})
+	// Written around the checks, a bad document reaches the watchers as a refusal.
+	raw, err := js.KeyValue(ctx, "plans")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Put(ctx, KeyPlans, []byte(bad)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the refusal", func() bool { _, n := r.counts(); return n >= 1 })
+}
+
+func TestSnapshotChanges(t *testing.T) {
+	f := func(doc string) *Snapshot {
+		t.Helper()
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := (&File{Path: filepath.Join(dir, "p.yaml")}).Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, b := f(docA), f(docB)
+	got := strings.Join(b.Changes(a), "; ")
+	if got != "plans added: b; default plan: a → b" {
+		t.Errorf("changes %q", got)
+	}
+	if c := a.Changes(a); len(c) != 0 {
+		t.Errorf("changes of a snapshot with itself: %v", c)
+	}
+}
