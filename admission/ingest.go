@@ -257,33 +257,40 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 		owner = append(owner, i)
 	}
 	s.pub.publishAll(ctx, outs)
-	// What could not be stored for good is dead-lettered instead; once more if even that fails.
-	var again []*outMsg
-	var againOwner []int
-	for k, o := range outs {
-		j := &jobs[owner[k]]
-		if o.err == nil || ctx.Err() != nil {
-			continue
+	// What can never be stored is dead-lettered instead; a dead letter that cannot carry the
+	// payload is sent without it.
+	for round := 0; round < 2 && ctx.Err() == nil; round++ {
+		var again []*outMsg
+		var where []int // index in outs
+		for k, o := range outs {
+			if o.err == nil || !s.pub.permanent(o.err) {
+				continue
+			}
+			j := &jobs[owner[k]]
+			var dm *nats.Msg
+			switch {
+			case o.stream != s.cfg.StreamDead:
+				code, detail := wire.CodeForwardRejected, fmt.Sprintf("stream %s refused it: %v", o.stream, o.err)
+				if errors.Is(o.err, errTooLarge) || tooLargeAPI(o.err) {
+					code, detail = wire.CodeTooLarge, fmt.Sprintf("it can never be stored on stream %s: %v", o.stream, o.err)
+				}
+				j.verdict = policy.Verdict{Action: policy.Dead, Code: code, Detail: detail}
+				dm = s.deadMsg(j, code, detail)
+			case len(o.msg.Data) > 0:
+				dm = s.deadMsg(j, j.verdict.Code, j.verdict.Detail+fmt.Sprintf("; the payload (%d bytes) is left out: the dead letter could not carry it (%v); it was sequence %d of stream %s",
+					len(j.data), o.err, j.seq, s.cfg.StreamIn))
+				dm.Data = nil
+			default:
+				continue // even without its payload: see conclude
+			}
+			again, where = append(again, &outMsg{msg: dm, stream: s.cfg.StreamDead}), append(where, k)
 		}
-		code, detail := wire.CodeForwardRejected, fmt.Sprintf("stream %s refused it: %v", o.stream, o.err)
-		if errors.Is(o.err, errTooLarge) || s.pub.permanent(o.err) {
-			code, detail = wire.CodeTooLarge, fmt.Sprintf("it cannot be stored on stream %s: %v", o.stream, o.err)
+		if len(again) == 0 {
+			break
 		}
-		if o.stream == s.cfg.StreamDead {
-			// Even the dead letter cannot carry the payload: it carries the headers and says so.
-			dm := s.deadMsg(j, j.verdict.Code, j.verdict.Detail+fmt.Sprintf("; the payload (%d bytes) is left out: the dead letter could not carry it (%v); it stays readable as sequence %d of stream %s until the job is acknowledged",
-				len(j.data), o.err, j.seq, s.cfg.StreamIn))
-			dm.Data = nil
-			again, againOwner = append(again, &outMsg{msg: dm, stream: s.cfg.StreamDead}), append(againOwner, owner[k])
-			continue
-		}
-		j.verdict = policy.Verdict{Action: policy.Dead, Code: code, Detail: detail}
-		again, againOwner = append(again, &outMsg{msg: s.deadMsg(j, code, detail), stream: s.cfg.StreamDead}), append(againOwner, owner[k])
-	}
-	if len(again) > 0 {
 		s.pub.publishAll(ctx, again)
-		for k, o := range again {
-			outs[indexOf(owner, againOwner[k])].err = o.err
+		for i, k := range where {
+			outs[k] = again[i]
 		}
 	}
 	for k, o := range outs {
@@ -296,14 +303,6 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 	return settled
 }
 
-func indexOf(s []int, v int) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
-}
 
 // streamOf is the stream a verdict's message goes to.
 func streamOf(s *Service, a policy.Action) string {
@@ -325,6 +324,16 @@ func (s *Service) conclude(j *job, err error) {
 	}
 	if err != nil {
 		j.span.RecordError(err)
+		if s.pub.permanent(err) {
+			// Not even a dead letter without the payload can be stored (headers over the
+			// server's limits): nothing the admitter can do; it says so and asks again rarely.
+			s.log.Error("a job can be neither forwarded nor dead-lettered: it is left where it is; remove it by hand",
+				"subject", j.subject, "tenant", j.tenant, "sequence", j.seq, "err", err)
+			if j.in != nil {
+				_ = j.in.NakWithDelay(time.Minute)
+			}
+			return
+		}
 		// Not stored and not refused for good: the context ended (shutdown). The input is
 		// redelivered; a lane job stays in its lane.
 		if j.in != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/admitter/admitter/subjects"
@@ -30,9 +31,21 @@ type Layout struct {
 	Replicas jetstream.KeyValueConfig
 }
 
+// DuplicateMargin is how much longer than the ack wait the duplicate window of the streams the
+// admitter publishes to must be: a job redelivered after its ack wait, whose first publish was
+// stored, is published again and must be recognised.
+const DuplicateMargin = 30 * time.Second
+
+// InputHeadroom is what the input stream the admitter creates keeps below the server's maximum
+// payload for the headers the admitter adds to a job (its Msg-Id, tenant, plan, trace context,
+// and on the way to a lane its input's subject, sequence and time): a job too large to be
+// forwarded is refused at publish time instead.
+const InputHeadroom = 4 << 10
+
 // NewLayout is the layout of a configuration (defaults applied as New applies them).
 func NewLayout(cfg Config) Layout {
 	c := cfg.withDefaults()
+	dup := max(c.DuplicateWindow, c.AckWait+DuplicateMargin)
 	return Layout{
 		In: jetstream.StreamConfig{
 			Name: c.StreamIn, Subjects: []string{c.In.Filter()}, Retention: jetstream.WorkQueuePolicy,
@@ -40,17 +53,17 @@ func NewLayout(cfg Config) Layout {
 		},
 		Out: jetstream.StreamConfig{
 			Name: c.StreamOut, Subjects: []string{c.Out.Filter()}, Retention: jetstream.LimitsPolicy,
-			Storage: jetstream.FileStorage, MaxAge: max(DefaultOutMaxAge, c.DuplicateWindow), Duplicates: c.DuplicateWindow,
+			Storage: jetstream.FileStorage, MaxAge: max(DefaultOutMaxAge, dup), Duplicates: dup,
 			Description: "admitter: admitted jobs, paced per tenant",
 		},
 		Dead: jetstream.StreamConfig{
 			Name: c.StreamDead, Subjects: []string{c.Dead.Filter()}, Retention: jetstream.LimitsPolicy,
-			Storage: jetstream.FileStorage, MaxAge: max(DefaultDeadMaxAge, c.DuplicateWindow), Duplicates: c.DuplicateWindow,
+			Storage: jetstream.FileStorage, MaxAge: max(DefaultDeadMaxAge, dup), Duplicates: dup,
 			Description: "admitter: rejected jobs with Admit-Error",
 		},
 		Wait: jetstream.StreamConfig{
 			Name: c.StreamWait, Subjects: []string{c.Wait.Filter()}, Retention: jetstream.LimitsPolicy,
-			Storage: jetstream.FileStorage, AllowDirect: true, Duplicates: c.DuplicateWindow,
+			Storage: jetstream.FileStorage, AllowDirect: true, Duplicates: dup,
 			Description: "admitter: jobs waiting for their tenant's plan, one subject per tenant",
 		},
 		Ingest: jetstream.ConsumerConfig{
@@ -76,19 +89,21 @@ func NewLayout(cfg Config) Layout {
 var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
 // Ensure creates the streams of the layout that are absent and checks those present: each must
-// capture the subjects the admitter publishes to or consumes from, and the lanes stream must
-// keep jobs until they are forwarded. A set-up that would lose jobs is an error wrapping
-// ErrSetup. It does not create the consumer or the bucket (see Service.Setup).
+// capture the subjects the admitter publishes to or consumes from, the streams it publishes to
+// must recognise a publish repeated after the ack wait (their duplicate window is raised when
+// the admitter made them, else it is an error saying what to change), and the lanes stream must
+// keep jobs until they are forwarded. A set-up that would lose jobs or forward one twice is an
+// error wrapping ErrSetup. It does not create the consumer or the bucket (see Service.Setup).
 func (l Layout) Ensure(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
 	for _, want := range []jetstream.StreamConfig{l.In, l.Out, l.Dead, l.Wait} {
-		if err := ensureStream(ctx, js, want, log); err != nil {
+		if err := ensureStream(ctx, js, want, log, l.Ingest.AckWait); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log *slog.Logger) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log *slog.Logger, ackWait time.Duration) error {
 	filter := want.Subjects[0]
 	st, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -109,6 +124,20 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if !captured {
 		return fmt.Errorf("%w: stream %s exists with subjects %q, which do not capture %q: jobs would be lost; add %q to the stream's subjects or change the subject template",
 			ErrSetup, want.Name, have.Subjects, filter, filter)
+	}
+	if want.Duplicates > 0 && have.Duplicates < want.Duplicates { // a stream the admitter publishes to
+		if !strings.HasPrefix(have.Description, "admitter:") {
+			return fmt.Errorf("%w: stream %s has a duplicate window of %v, shorter than the ack wait (ADMITTER_ACK_WAIT %v) plus %v: a job redelivered after its ack wait would be stored twice; raise it to at least %v (nats stream edit %s --dupe-window %v) or lower ADMITTER_ACK_WAIT",
+				ErrSetup, want.Name, have.Duplicates, ackWait, DuplicateMargin, want.Duplicates, want.Name, want.Duplicates)
+		}
+		have.Duplicates = want.Duplicates
+		if have.MaxAge > 0 && have.MaxAge < want.Duplicates { // 0 keeps messages for ever
+			have.MaxAge = want.Duplicates
+		}
+		if _, err := js.UpdateStream(ctx, have); err != nil {
+			return fmt.Errorf("%w: stream %s: raise its duplicate window to %v: %w", ErrSetup, want.Name, want.Duplicates, err)
+		}
+		log.Info("raised the duplicate window of a stream the admitter made, to cover the ack wait", "stream", want.Name, "duplicates", want.Duplicates.String())
 	}
 	if !want.AllowDirect { // the lanes stream is the only one with requirements of its own
 		return nil

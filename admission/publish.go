@@ -204,19 +204,14 @@ func (p *publisher) endLocked() {
 // server or the stream. Everything else passes (a full stream, a leader election, a timeout)
 // and is retried.
 func (p *publisher) permanent(err error) bool {
-	if errors.Is(err, errTooLarge) || errors.Is(err, nats.ErrMaxPayload) {
-		return true
-	}
+	return errors.Is(err, errTooLarge) || tooLargeAPI(err)
+}
+
+// tooLargeAPI reports whether err is the server refusing a message for its size.
+func tooLargeAPI(err error) bool {
 	var api *jetstream.APIError
-	if errors.As(err, &api) {
-		switch api.ErrorCode {
-		case 10054, 10097: // message or header size exceeds the stream's maximum
-			return true
-		case 10077:
-			return strings.Contains(api.Description, "message too large")
-		}
-	}
-	return false
+	return errors.Is(err, nats.ErrMaxPayload) || (errors.As(err, &api) && (api.ErrorCode == 10054 || api.ErrorCode == 10097 ||
+		(api.ErrorCode == 10077 && strings.Contains(api.Description, "message too large"))))
 }
 
 // fullStream reports whether err is a stream refusing messages because it is full, and how.

@@ -94,6 +94,9 @@ func Mappings(in, out, dead, wait subjects.Template) (toOut, toDead subjects.Map
 // error wrapping ErrSetup.
 func (s *Service) Setup(ctx context.Context) error {
 	l := NewLayout(s.cfg)
+	if mp := s.cfg.JetStream.Conn().MaxPayload(); mp > 2*InputHeadroom {
+		l.In.MaxMsgSize = int32(mp - InputHeadroom)
+	}
 	if err := l.Ensure(ctx, s.cfg.JetStream, s.log); err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ type config struct {
 	RedisTimeout     time.Duration `env:"ADMITTER_REDIS_TIMEOUT" envDefault:"250ms"`
 	RedisPrefix      string        `env:"ADMITTER_REDIS_PREFIX" envDefault:"admitter:"`
 	AckWait          time.Duration `env:"ADMITTER_ACK_WAIT" envDefault:"30s"`
+	DuplicateWindow  time.Duration `env:"ADMITTER_DUPLICATE_WINDOW"` // unset: the larger of 2m and the ack wait plus 30s
 	MaxAckPending    int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"10000"`
 	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"128"`
 	LaneWorkers      int           `env:"ADMITTER_LANE_WORKERS" envDefault:"32"`
@@ -148,6 +149,9 @@ func (c *config) validate() error {
 		return fmt.Errorf("ADMITTER_ACK_WAIT must be at least 1s, got %v", c.AckWait)
 	case c.AckWait < 4*c.RedisTimeout:
 		return fmt.Errorf("ADMITTER_ACK_WAIT (%v) must be at least 4× ADMITTER_REDIS_TIMEOUT (%v)", c.AckWait, c.RedisTimeout)
+	case c.DuplicateWindow != 0 && c.DuplicateWindow < c.AckWait+admission.DuplicateMargin:
+		return fmt.Errorf("ADMITTER_DUPLICATE_WINDOW (%v) must be at least ADMITTER_ACK_WAIT (%v) plus %v: a job redelivered after its ack wait would be forwarded twice; raise it to %v or unset it",
+			c.DuplicateWindow, c.AckWait, admission.DuplicateMargin, c.AckWait+admission.DuplicateMargin)
 	case c.MaxAckPending == 0 || c.MaxAckPending < -1:
 		return fmt.Errorf("ADMITTER_MAX_ACK_PENDING must be ≥ 1, or -1 for unlimited, got %d", c.MaxAckPending)
 	case c.Workers < 1 || c.Workers > 4096:
@@ -264,6 +268,8 @@ func (c *config) describe() string {
 			val = "(unset: the built-in example plans)"
 		case name == "ADMITTER_PLANS_KV" && val == "":
 			val = "(unset: the plans file, watched)"
+		case name == "ADMITTER_DUPLICATE_WINDOW" && val == "0s":
+			val = "(unset: " + max(2*time.Minute, c.AckWait+admission.DuplicateMargin).String() + ")"
 		case name == "ADMITTER_NATS_URL" || name == "ADMITTER_REDIS_URL":
 			val = redact(val)
 		}

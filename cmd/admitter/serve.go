@@ -134,7 +134,7 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 		In: c.in, Out: c.out, Dead: c.dead, Wait: c.wait,
 		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, StreamWait: c.StreamWait,
 		Consumer: c.Consumer, Replica: c.Replica,
-		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, Workers: c.Workers, LaneWorkers: c.LaneWorkers,
+		AckWait: c.AckWait, DuplicateWindow: c.DuplicateWindow, MaxAckPending: c.MaxAckPending, Workers: c.Workers, LaneWorkers: c.LaneWorkers,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
 	})
