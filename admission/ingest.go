@@ -303,7 +303,6 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 	return settled
 }
 
-
 // streamOf is the stream a verdict's message goes to.
 func streamOf(s *Service, a policy.Action) string {
 	switch a {

@@ -35,7 +35,11 @@ func (r *recorder) counts() (int, int) {
 	defer r.mu.Unlock()
 	return len(r.applied), len(r.refused)
 }
-func (r *recorder) last() *Snapshot { r.mu.Lock(); defer r.mu.Unlock(); return r.applied[len(r.applied)-1] }
+func (r *recorder) last() *Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.applied[len(r.applied)-1]
+}
 
 func watchFile(t *testing.T, path string) (*File, *recorder) {
 	t.Helper()
