@@ -3,10 +3,12 @@ package tests
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -103,5 +105,34 @@ func TestDuplicateWindowCoversTheAckWait(t *testing.T) {
 	code, _, stderr = runBinary(t, append(w2.env(), "ADMITTER_ACK_WAIT=5m", "ADMITTER_DUPLICATE_WINDOW=2m"), "check-config")
 	if code != 2 || !strings.Contains(stderr, "ADMITTER_DUPLICATE_WINDOW") || !strings.Contains(stderr, "ADMITTER_ACK_WAIT") {
 		t.Errorf("check-config with a window shorter than the ack wait: exit %d, %q", code, stderr)
+	}
+}
+
+// TestRedisThatMayEvictIsNamed: a Redis whose maxmemory-policy lets it drop keys forgets
+// tenants' buckets under pressure; the admitter says so in the log, a metric and /readyz, and
+// refuses to start when ADMITTER_REDIS_REQUIRE_NOEVICTION is set.
+func TestRedisThatMayEvictIsNamed(t *testing.T) {
+	w := newWorldWith(t, "plans: {p: {limits: [{capacity: 5, rate: 5/s}]}}\ndefault_plan: p\n",
+		testenv.StartRedisWith(t, "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"))
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	p := w.start(fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port))
+	if !strings.Contains(p.logs.String(), "maxmemory-policy") || !strings.Contains(p.logs.String(), "allkeys-lru") {
+		t.Errorf("the log does not name the eviction policy:\n%s", p.logs.String())
+	}
+	code, body := httpGet(t, base+"/readyz")
+	if code != 503 || !strings.Contains(body, "allkeys-lru") {
+		t.Errorf("/readyz = %d %q, want 503 naming the policy", code, body)
+	}
+	_, metrics := httpGet(t, base+"/metrics")
+	if v := metricValue(metrics, wire.MetricRedisEvicting.Prom); v != 1 {
+		t.Errorf("%s = %v, want 1", wire.MetricRedisEvicting.Prom, v)
+	}
+	code, _, stderr := runBinary(t, append(w.env(), "ADMITTER_REDIS_REQUIRE_NOEVICTION=true"))
+	if code != 2 || !strings.Contains(stderr, "ADMITTER_REDIS_REQUIRE_NOEVICTION") || !strings.Contains(stderr, "noeviction") {
+		t.Errorf("with ADMITTER_REDIS_REQUIRE_NOEVICTION: exit %d, %q; want 2 naming the variable", code, stderr)
 	}
 }

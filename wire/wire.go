@@ -137,6 +137,7 @@ var (
 	MetricOutputBlocked = Metric{"admitter.output.blocked", "admitter_output_blocked"}
 	MetricReplicas      = Metric{"admitter.replicas", "admitter_replicas"}
 	MetricPlansReloads  = Metric{"admitter.plans.reloads", "admitter_plans_reloads_total"}
+	MetricRedisEvicting = Metric{"admitter.redis.evicting", "admitter_redis_evicting"}
 	MetricPending       = Metric{"admitter.consumer.pending", "admitter_consumer_pending"}
 	MetricAckPending    = Metric{"admitter.consumer.ack_pending", "admitter_consumer_ack_pending"}
 	MetricRedelivered   = Metric{"admitter.consumer.redelivered", "admitter_consumer_redelivered"}

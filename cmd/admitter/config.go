@@ -36,6 +36,7 @@ type config struct {
 	FailMode         string        `env:"ADMITTER_FAIL_MODE" envDefault:"open"`
 	RedisTimeout     time.Duration `env:"ADMITTER_REDIS_TIMEOUT" envDefault:"250ms"`
 	RedisPrefix      string        `env:"ADMITTER_REDIS_PREFIX" envDefault:"admitter:"`
+	RequireNoEvict   bool          `env:"ADMITTER_REDIS_REQUIRE_NOEVICTION" envDefault:"false"`
 	AckWait          time.Duration `env:"ADMITTER_ACK_WAIT" envDefault:"30s"`
 	DuplicateWindow  time.Duration `env:"ADMITTER_DUPLICATE_WINDOW"` // unset: the larger of 2m and the ack wait plus 30s
 	MaxAckPending    int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"10000"`

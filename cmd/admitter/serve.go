@@ -47,8 +47,17 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	defer stopPlans()
+	ready := st.svc.Ready
+	if r, ok := st.limiter.(*bucket.Redis); ok {
+		guard, stopGuard, err := startEvictionGuard(ctx, r, c.RequireNoEvict, st.tel.meter, log)
+		if err != nil {
+			return err
+		}
+		defer stopGuard()
+		ready = func(ctx context.Context) error { return errors.Join(guard.ready(), st.svc.Ready(ctx)) }
+	}
 	if c.HTTPAddr != "off" {
-		stop, err := startHTTP(c.HTTPAddr, st.tel.registry, st.svc.Ready, map[string]http.Handler{
+		stop, err := startHTTP(c.HTTPAddr, st.tel.registry, ready, map[string]http.Handler{
 			"GET /inspect": inspectHandler(st.limiter, st.policy),
 		}, log)
 		if err != nil {

@@ -58,13 +58,17 @@ func StartRedis(t TB) *RedisServer { return startRedis(t, false) }
 // second), as admitter recommends in production: its data survives a restart.
 func StartPersistentRedis(t TB) *RedisServer { return startRedis(t, true) }
 
-func startRedis(t TB, aof bool) *RedisServer {
+// StartRedisWith is StartPersistentRedis with more redis-server arguments, such as
+// "--maxmemory", "2mb".
+func StartRedisWith(t TB, args ...string) *RedisServer { return startRedis(t, true, args...) }
+
+func startRedis(t TB, aof bool, extra ...string) *RedisServer {
 	t.Helper()
 	port, err := FreePort()
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	s := &RedisServer{port: port, dir: t.TempDir(), aof: aof, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	s := &RedisServer{port: port, dir: t.TempDir(), aof: aof, extra: extra, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 	if err := s.Start(); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
