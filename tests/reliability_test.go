@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/wire"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -134,5 +136,52 @@ func TestRedisThatMayEvictIsNamed(t *testing.T) {
 	code, _, stderr := runBinary(t, append(w.env(), "ADMITTER_REDIS_REQUIRE_NOEVICTION=true"))
 	if code != 2 || !strings.Contains(stderr, "ADMITTER_REDIS_REQUIRE_NOEVICTION") || !strings.Contains(stderr, "noeviction") {
 		t.Errorf("with ADMITTER_REDIS_REQUIRE_NOEVICTION: exit %d, %q; want 2 naming the variable", code, stderr)
+	}
+}
+
+// TestStartupTellsTheTruth: while NATS cannot be used, /healthz answers from the first second,
+// /readyz says why, and the log gives the server's own reason once (an authorization violation
+// marked permanent); ADMITTER_CONNECT_TIMEOUT bounds the wait.
+func TestStartupTellsTheTruth(t *testing.T) {
+	w := newWorld(t, "plans: {p: {limits: [{capacity: 5, rate: 5/s}]}}\ndefault_plan: p\n")
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	p := &proc{t: t, cmd: exec.Command(binary), logs: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = w.env(fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port), fmt.Sprintf("ADMITTER_NATS_URL=nats://127.0.0.1:%d", nobody))
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	defer p.kill()
+	waitFor(t, 5*time.Second, "/healthz while NATS is unreachable", func() bool { code, _ := httpGet(t, base+"/healthz"); return code == 200 })
+	waitFor(t, 5*time.Second, "/readyz to say why", func() bool {
+		code, body := httpGet(t, base+"/readyz")
+		return code == 503 && strings.Contains(body, "connect to NATS") && strings.Contains(body, "connection refused")
+	})
+	time.Sleep(time.Second)
+	if n := strings.Count(p.logs.String(), "cannot connect to NATS"); n != 1 || !strings.Contains(p.logs.String(), "connection refused") {
+		t.Errorf("the failure logged %d times in a second of retries, want once, with the reason:\n%s", n, p.logs.String())
+	}
+
+	// A server that refuses the credentials: the reason is the server's, marked permanent, and
+	// the connect timeout ends the wait.
+	secured := testenv.StartNATSWith(t, func(o *server.Options) { o.Username, o.Password = "admitter", "right" })
+	u := strings.Replace(secured.URL(), "nats://", "nats://admitter:wrong@", 1)
+	begin := time.Now()
+	code, _, stderr := runBinary(t, append(w.env(), "ADMITTER_NATS_URL="+u, "ADMITTER_CONNECT_TIMEOUT=2s"))
+	if code != 1 || !strings.Contains(stderr, "authorization violation") || !strings.Contains(stderr, "permanent=true") ||
+		!strings.Contains(stderr, "ADMITTER_CONNECT_TIMEOUT") || strings.Contains(stderr, "wrong") {
+		t.Errorf("wrong password: exit %d after %v\n%s", code, time.Since(begin), stderr)
+	}
+	if took := time.Since(begin); took > 8*time.Second {
+		t.Errorf("ADMITTER_CONNECT_TIMEOUT=2s gave up after %v", took)
 	}
 }

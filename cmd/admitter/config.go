@@ -43,6 +43,7 @@ type config struct {
 	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"128"`
 	LaneWorkers      int           `env:"ADMITTER_LANE_WORKERS" envDefault:"32"`
 	ShutdownTimeout  time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
+	ConnectTimeout   time.Duration `env:"ADMITTER_CONNECT_TIMEOUT"` // unset: retry for ever
 	LogFormat        string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
 	LogLevel         string        `env:"ADMITTER_LOG_LEVEL" envDefault:"info"`
 	HTTPAddr         string        `env:"ADMITTER_HTTP_ADDR" envDefault:"127.0.0.1:9090"` // "off": no HTTP server
@@ -161,6 +162,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("ADMITTER_LANE_WORKERS must be from 1 to 4096, got %d", c.LaneWorkers)
 	case c.Replica != "" && !replicaName.MatchString(c.Replica):
 		return fmt.Errorf("ADMITTER_REPLICA must be letters, digits, '-' or '_', got %q", c.Replica)
+	case c.ConnectTimeout < 0:
+		return fmt.Errorf("ADMITTER_CONNECT_TIMEOUT must not be negative (unset: retry for ever), got %v", c.ConnectTimeout)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("ADMITTER_SHUTDOWN_TIMEOUT must be positive, got %v", c.ShutdownTimeout)
 	case c.LogFormat != "json" && c.LogFormat != "text":
@@ -269,6 +272,8 @@ func (c *config) describe() string {
 			val = "(unset: the built-in example plans)"
 		case name == "ADMITTER_PLANS_KV" && val == "":
 			val = "(unset: the plans file, watched)"
+		case name == "ADMITTER_CONNECT_TIMEOUT" && val == "0s":
+			val = "(unset: retry connecting for ever)"
 		case name == "ADMITTER_DUPLICATE_WINDOW" && val == "0s":
 			val = "(unset: " + max(2*time.Minute, c.AckWait+admission.DuplicateMargin).String() + ")"
 		case name == "ADMITTER_NATS_URL" || name == "ADMITTER_REDIS_URL":

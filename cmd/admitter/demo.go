@@ -114,8 +114,18 @@ func runDemo(ctx context.Context, args []string, environ map[string]string, stdo
 		human = stderr
 	}
 
+	tel, err := newTelemetry(ctx, cfg.environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "admitter demo: %v\n", err)
+		return 2
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.shutdown(sctx)
+	}()
 	sctx, cancel := context.WithTimeout(ctx, demoStartTimeout)
-	st, err := start(sctx, cfg, log)
+	st, err := start(sctx, cfg, log, tel, newBoot(log, demoStartTimeout))
 	cancel()
 	if err != nil {
 		switch {

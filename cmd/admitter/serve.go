@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/admitter/admitter/admission"
@@ -35,9 +36,39 @@ func (s *stack) close() {
 	}
 }
 
-// serve starts the stack and its HTTP server and runs the service until ctx ends.
+// serve starts its HTTP server (health from the first second), then the stack, and runs the
+// service until ctx ends.
 func serve(ctx context.Context, c *config, log *slog.Logger) error {
-	st, err := start(ctx, c, log)
+	tel, err := newTelemetry(ctx, c.environ)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.shutdown(ctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
+	b := newBoot(log, c.ConnectTimeout)
+	var running atomic.Pointer[stack]
+	if c.HTTPAddr != "off" {
+		stop, err := startHTTP(c.HTTPAddr, tel.registry, b.Ready, map[string]http.Handler{
+			"GET /inspect": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				st := running.Load()
+				if st == nil {
+					http.Error(w, "not running yet: "+b.Ready(r.Context()).Error(), http.StatusServiceUnavailable)
+					return
+				}
+				inspectHandler(st.limiter, st.policy).ServeHTTP(w, r)
+			}),
+		}, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	st, err := start(ctx, c, log, tel, b)
 	if err != nil {
 		return err
 	}
@@ -56,39 +87,21 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		defer stopGuard()
 		ready = func(ctx context.Context) error { return errors.Join(guard.ready(), st.svc.Ready(ctx)) }
 	}
-	if c.HTTPAddr != "off" {
-		stop, err := startHTTP(c.HTTPAddr, st.tel.registry, ready, map[string]http.Handler{
-			"GET /inspect": inspectHandler(st.limiter, st.policy),
-		}, log)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
+	b.running(ready)
+	running.Store(st)
 	return st.svc.Run(ctx)
 }
 
 // start connects (starting the embedded server and buckets where the configuration leaves them
-// unset) and prepares the streams and consumer. On error it releases what it acquired.
-func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err error) {
-	st := &stack{}
+// unset) and prepares the streams and consumer, saying in b what it waits for. On error it
+// releases what it acquired.
+func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *boot) (_ *stack, err error) {
+	st := &stack{tel: tel}
 	defer func() {
 		if err != nil {
 			st.close()
 		}
 	}()
-	tel, err := newTelemetry(ctx, c.environ)
-	if err != nil {
-		return nil, err
-	}
-	st.tel = tel
-	st.closers = append(st.closers, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tel.shutdown(ctx); err != nil {
-			log.Warn("telemetry shutdown", "err", err)
-		}
-	})
 	for _, o := range obsolete(c.environ) {
 		log.Warn(o)
 	}
@@ -108,26 +121,31 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 		})
 		st.natsURL = srv.ClientURL()
 	}
-	st.nc, err = nats.Connect(st.natsURL,
-		nats.Name("admitter"),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", redact(nc.ConnectedUrl())) }),
-	)
+	st.nc, err = await(ctx, b, "connect to NATS at "+redact(st.natsURL), func() (*nats.Conn, error) {
+		nc, err := nats.Connect(st.natsURL,
+			nats.Name("admitter"),
+			nats.MaxReconnects(-1),
+			nats.ReconnectWait(500*time.Millisecond),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil {
+					log.Warn("nats disconnected", "err", err)
+				}
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", redact(nc.ConnectedUrl())) }),
+		)
+		if errors.Is(err, nats.ErrNoServers) {
+			err = whyNoServers(ctx, st.natsURL, err)
+		}
+		return nc, err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: ADMITTER_NATS_URL: %w", errConfig, err)
+		return nil, err
 	}
 	st.closers = append(st.closers, func() { closeNATS(st.nc, log) })
 	if st.js, err = jetstream.New(st.nc); err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	limiter, closeLimiter, err := newLimiter(ctx, c, log)
+	limiter, closeLimiter, err := newLimiter(ctx, c, log, b)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +168,7 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
-	if _, err := retry(ctx, log, "set up streams, consumer and replicas bucket", func() (struct{}, error) {
+	if _, err := await(ctx, b, "set up streams, consumer and replicas bucket on NATS", func() (struct{}, error) {
 		err := st.svc.Setup(ctx)
 		var api *jetstream.APIError
 		if errors.As(err, &api) || (err != nil && !isTransient(err)) {
@@ -177,7 +195,7 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 }
 
 // newLimiter returns the Redis limiter, or the in-process one when ADMITTER_REDIS_URL is unset.
-func newLimiter(ctx context.Context, c *config, log *slog.Logger) (policy.Limiter, func(), error) {
+func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot) (policy.Limiter, func(), error) {
 	opts := bucket.Options{}
 	if c.RedisURL == "" {
 		log.Warn("ADMITTER_REDIS_URL is unset: using in-process buckets, which are not shared between processes: run only one replica")
@@ -186,7 +204,7 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger) (policy.Limite
 	if _, err := bucket.RedisClientOption(c.RedisURL); err != nil {
 		return nil, nil, fmt.Errorf("%w: ADMITTER_REDIS_URL: %w", errConfig, err)
 	}
-	r, err := retry(ctx, log, "connect to redis", func() (*bucket.Redis, error) {
+	r, err := await(ctx, b, "connect to Redis at "+redact(c.RedisURL), func() (*bucket.Redis, error) {
 		return bucket.DialRedis(c.RedisURL, c.RedisPrefix, opts)
 	})
 	if err != nil {
@@ -209,16 +227,6 @@ func isTransient(err error) bool {
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected) ||
 		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) || errors.Is(err, nats.ErrNoServers)
-}
-
-// retry calls f with an exponential backoff until it succeeds, fails permanently, or ctx ends,
-// logging each failure.
-func retry[T any](ctx context.Context, log *slog.Logger, what string, f func() (T, error)) (T, error) {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond),
-		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	return backoff.RetryNotifyWithData(f, backoff.WithContext(b, ctx), func(err error, next time.Duration) {
-		log.Warn("retrying: "+what, "err", err, "next_in", next.String())
-	})
 }
 
 // closeNATS flushes acks and publishes, bounded, then closes the connection.

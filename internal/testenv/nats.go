@@ -10,14 +10,18 @@ import (
 // NATSServer is an in-process nats-server with JetStream, on a random loopback port.
 type NATSServer struct {
 	*server.Server
-	dir string
+	dir  string
+	tune func(*server.Options)
 }
 
 // StartNATS starts a JetStream server storing under a temporary directory, shut down when the
 // test ends.
-func StartNATS(t TB) *NATSServer {
+func StartNATS(t TB) *NATSServer { return StartNATSWith(t, nil) }
+
+// StartNATSWith is StartNATS with options tuned by tune (users, TLS, limits).
+func StartNATSWith(t TB, tune func(*server.Options)) *NATSServer {
 	t.Helper()
-	s := &NATSServer{dir: t.TempDir()}
+	s := &NATSServer{dir: t.TempDir(), tune: tune}
 	if err := s.start(-1); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -26,10 +30,14 @@ func StartNATS(t TB) *NATSServer {
 }
 
 func (s *NATSServer) start(port int) error {
-	srv, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: s.dir,
 		NoLog: true, NoSigs: true,
-	})
+	}
+	if s.tune != nil {
+		s.tune(opts)
+	}
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return err
 	}
