@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -183,5 +185,50 @@ func TestStartupTellsTheTruth(t *testing.T) {
 	}
 	if took := time.Since(begin); took > 8*time.Second {
 		t.Errorf("ADMITTER_CONNECT_TIMEOUT=2s gave up after %v", took)
+	}
+}
+
+// TestHTTPNeverHangs: with Redis frozen, /inspect answers 503 within its bound instead of
+// hanging; with ADMITTER_HTTP_TOKEN, everything but metrics and health needs the token.
+func TestHTTPNeverHangs(t *testing.T) {
+	w := newWorld(t, "plans: {p: {limits: [{capacity: 5, rate: 5/s}]}}\ndefault_plan: p\n")
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	w.start(fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port), "ADMITTER_HTTP_TOKEN=s3cret-token")
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			return -1, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		if code, _ := get(path, ""); code != 200 {
+			t.Errorf("%s without a token: %d, want 200", path, code)
+		}
+	}
+	for _, tok := range []string{"", "wrong"} {
+		if code, _ := get("/inspect?tenant=acme", tok); code != 401 {
+			t.Errorf("/inspect with token %q: %d, want 401", tok, code)
+		}
+	}
+	if code, body := get("/inspect?tenant=acme", "s3cret-token"); code != 200 || !strings.Contains(body, `"tenant":"acme"`) {
+		t.Errorf("/inspect with the token: %d %s", code, body)
+	}
+	w.redis.Pause()
+	defer w.redis.Resume()
+	begin := time.Now()
+	code, body := get("/inspect?tenant=acme", "s3cret-token")
+	if took := time.Since(begin); code != 503 || took > 3*time.Second {
+		t.Errorf("/inspect with Redis frozen: %d %q after %v; want 503 within about a second", code, body, took)
 	}
 }

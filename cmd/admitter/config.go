@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +48,7 @@ type config struct {
 	LogFormat        string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
 	LogLevel         string        `env:"ADMITTER_LOG_LEVEL" envDefault:"info"`
 	HTTPAddr         string        `env:"ADMITTER_HTTP_ADDR" envDefault:"127.0.0.1:9090"` // "off": no HTTP server
+	HTTPToken        string        `env:"ADMITTER_HTTP_TOKEN"`                            // set: every endpoint but /metrics, /healthz, /readyz needs it as a bearer token
 	TenantMetrics    bool          `env:"ADMITTER_METRICS_TENANT_LABEL" envDefault:"false"`
 
 	// Derived by load.
@@ -278,6 +280,8 @@ func (c *config) describe() string {
 			val = "(unset: " + max(2*time.Minute, c.AckWait+admission.DuplicateMargin).String() + ")"
 		case name == "ADMITTER_NATS_URL" || name == "ADMITTER_REDIS_URL":
 			val = redact(val)
+		case name == "ADMITTER_HTTP_TOKEN" && val != "":
+			val = "(set, " + strconv.Itoa(len(val)) + " characters)"
 		}
 		fmt.Fprintf(&b, "%s=%s\n", name, val)
 	}

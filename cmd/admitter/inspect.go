@@ -80,10 +80,32 @@ func inspect(ctx context.Context, l any, plans *bucket.Plans, tenant string) (*i
 	return out, nil
 }
 
+// inspectLimit bounds the /inspect calls answered at once; inspectTimeout bounds one read of
+// Redis: a frozen or slow Redis gets a quick 503, not a hung call, and many callers cannot pile
+// up on it.
+const (
+	inspectLimit   = 4
+	inspectTimeout = time.Second
+)
+
+var inspectSlots = make(chan struct{}, inspectLimit)
+
 // inspectHandler serves GET /inspect?tenant=NAME from the running process: the only way to
-// read the in-process buckets from outside. It uses the plans and pauses in force.
+// read the in-process buckets from outside. It uses the plans and pauses in force, and reads
+// only the tenant's own key.
 func inspectHandler(l any, pol *policy.Policy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case inspectSlots <- struct{}{}:
+			defer func() { <-inspectSlots }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, fmt.Sprintf("busy: %d inspections under way, try again", inspectLimit), http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
 		tenant := r.URL.Query().Get("tenant")
 		if tenant == "" {
 			http.Error(w, "want ?tenant=NAME", http.StatusBadRequest)
@@ -96,7 +118,7 @@ func inspectHandler(l any, pol *policy.Policy) http.Handler {
 			}
 		}
 		if err != nil {
-			status := http.StatusInternalServerError
+			status := http.StatusServiceUnavailable // the limiter did not answer in time
 			if errors.Is(err, bucket.ErrUnknownTenant) || errors.Is(err, bucket.ErrInvalidTenant) {
 				status = http.StatusNotFound
 			}
@@ -137,6 +159,9 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 		}
 		u := "http://" + c.HTTPAddr + "/inspect?tenant=" + url.QueryEscape(tenant)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if c.HTTPToken != "" {
+			req.Header.Set("Authorization", "Bearer "+c.HTTPToken)
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return fmt.Errorf("ask the running admitter at %s (ADMITTER_REDIS_URL is unset, so its buckets live in that process): %w", c.HTTPAddr, err)

@@ -62,7 +62,7 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 				}
 				inspectHandler(st.limiter, st.policy).ServeHTTP(w, r)
 			}),
-		}, log)
+		}, c.HTTPToken, log)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,7 +82,7 @@ func newTelemetry(ctx context.Context, env map[string]string) (*telemetry, error
 
 // startHTTP serves /metrics, /healthz and /readyz on addr until ctx ends. It returns once the
 // listener is bound, and a function that stops the server (bounded) and waits for it.
-func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context) error, extra map[string]http.Handler, log *slog.Logger) (stop func(), err error) {
+func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context) error, extra map[string]http.Handler, token string, log *slog.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -94,18 +95,37 @@ func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	// Everything but metrics and health is for operators: behind ADMITTER_HTTP_TOKEN when set,
+	// and bounded in time (the profiler excepted: it runs for as long as asked).
+	guard := func(h http.Handler, bound time.Duration) http.Handler {
+		if bound > 0 {
+			h = http.TimeoutHandler(h, bound, "timed out\n")
+		}
+		if token == "" {
+			return h
+		}
+		want := []byte("Bearer " + token)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="admitter"`)
+				http.Error(w, "unauthorized: this endpoint needs Authorization: Bearer <ADMITTER_HTTP_TOKEN>", http.StatusUnauthorized)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
 	for pattern, h := range extra {
-		mux.Handle(pattern, h)
+		mux.Handle(pattern, guard(h, 5*time.Second))
 	}
 	// Go's profiler, for "where does the time go" on a live replica (loopback by default).
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.Handle("GET /debug/pprof/", guard(http.HandlerFunc(pprof.Index), 0))
+	mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile), 0))
+	mux.Handle("GET /debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace), 0))
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: ADMITTER_HTTP_ADDR: %w", errConfig, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
