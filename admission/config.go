@@ -73,8 +73,12 @@ type Config struct {
 	// ShutdownTimeout bounds how long Run settles jobs in flight after its context ends
 	// (default 10s).
 	ShutdownTimeout time.Duration
-	// DuplicateWindow is the dedupe window of the streams the service creates (default 2m).
+	// DuplicateWindow is the dedupe window of the streams the service creates (default 2m, at
+	// least AckWait + DuplicateMargin).
 	DuplicateWindow time.Duration
+	// Replicas is how many servers of a NATS cluster hold each stream and bucket the service
+	// creates (default 1).
+	Replicas int
 	// Logger receives state changes and dead letters (default slog.Default()).
 	Logger *slog.Logger
 	// Now reads the clock for Admit-Delay-Ms (default time.Now).
@@ -133,6 +137,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DuplicateWindow <= 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -46,7 +46,7 @@ const InputHeadroom = 4 << 10
 func NewLayout(cfg Config) Layout {
 	c := cfg.withDefaults()
 	dup := max(c.DuplicateWindow, c.AckWait+DuplicateMargin)
-	return Layout{
+	l := Layout{
 		In: jetstream.StreamConfig{
 			Name: c.StreamIn, Subjects: []string{c.In.Filter()}, Retention: jetstream.WorkQueuePolicy,
 			Storage: jetstream.FileStorage, Description: "admitter: jobs as published, until decided",
@@ -81,8 +81,13 @@ func NewLayout(cfg Config) Layout {
 			History:     1,
 			TTL:         10 * c.Heartbeat,
 			Storage:     jetstream.MemoryStorage,
+			Replicas:    c.Replicas,
 		},
 	}
+	for _, st := range []*jetstream.StreamConfig{&l.In, &l.Out, &l.Dead, &l.Wait} {
+		st.Replicas = c.Replicas
+	}
+	return l
 }
 
 // bucketName is what a KV bucket name may be.

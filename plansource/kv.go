@@ -37,7 +37,9 @@ type KV struct {
 // OpenKV opens (creating it when absent) the plans bucket. When it holds no document yet, seed
 // is parsed and written there first (the plans file, or the built-in example), so that a new
 // bucket starts from what a single replica would have used.
-func OpenKV(ctx context.Context, js jetstream.JetStream, bucketName string, parse func(string, []byte) (*bucket.Plans, error), seedName string, seed []byte) (*KV, error) {
+//
+// replicas is how many servers of a NATS cluster hold a bucket created here (0: 1).
+func OpenKV(ctx context.Context, js jetstream.JetStream, bucketName string, replicas int, parse func(string, []byte) (*bucket.Plans, error), seedName string, seed []byte) (*KV, error) {
 	if !bucketNameRE.MatchString(bucketName) {
 		return nil, fmt.Errorf("plans bucket %q: a bucket name is letters, digits, '-' and '_'", bucketName)
 	}
@@ -45,7 +47,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucketName string, pars
 		parse = bucket.ParsePlans
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bucketName, Description: "admitter: plans document, per-tenant overrides and pauses", History: 5,
+		Bucket: bucketName, Description: "admitter: plans document, per-tenant overrides and pauses", History: 5, Replicas: max(replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plans bucket %s: %w", bucketName, err)

@@ -148,7 +148,7 @@ func openKV(t *testing.T) (*KV, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := OpenKV(context.Background(), js, "plans", nil, "seed.yaml", []byte(docB))
+	kv, err := OpenKV(context.Background(), js, "plans", 1, nil, "seed.yaml", []byte(docB))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestKV(t *testing.T) {
 		t.Fatalf("seeded: %v %v", s, err)
 	}
 	// A second open does not overwrite the document.
-	if _, err := OpenKV(ctx, js, "plans", nil, "other.yaml", []byte(docC)); err != nil {
+	if _, err := OpenKV(ctx, js, "plans", 1, nil, "other.yaml", []byte(docC)); err != nil {
 		t.Fatal(err)
 	}
 	r := &recorder{}

@@ -32,6 +32,7 @@ type config struct {
 	StreamOut        string        `env:"ADMITTER_STREAM_OUT" envDefault:"ADMITTED"`
 	StreamDead       string        `env:"ADMITTER_STREAM_DEAD" envDefault:"DEAD"`
 	StreamWait       string        `env:"ADMITTER_STREAM_WAIT" envDefault:"WAITING"`
+	StreamReplicas   int           `env:"ADMITTER_STREAM_REPLICAS" envDefault:"1"`
 	Consumer         string        `env:"ADMITTER_CONSUMER" envDefault:"admitter"`
 	Replica          string        `env:"ADMITTER_REPLICA"` // unset: a random id per process
 	FailMode         string        `env:"ADMITTER_FAIL_MODE" envDefault:"open"`
@@ -160,6 +161,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("ADMITTER_MAX_ACK_PENDING must be ≥ 1, or -1 for unlimited, got %d", c.MaxAckPending)
 	case c.Workers < 1 || c.Workers > 4096:
 		return fmt.Errorf("ADMITTER_WORKERS must be from 1 to 4096, got %d", c.Workers)
+	case c.StreamReplicas < 1 || c.StreamReplicas > 5:
+		return fmt.Errorf("ADMITTER_STREAM_REPLICAS must be from 1 to 5 (servers of the NATS cluster holding each stream), got %d", c.StreamReplicas)
 	case c.LaneWorkers < 1 || c.LaneWorkers > 4096:
 		return fmt.Errorf("ADMITTER_LANE_WORKERS must be from 1 to 4096, got %d", c.LaneWorkers)
 	case c.Replica != "" && !replicaName.MatchString(c.Replica):

@@ -200,7 +200,7 @@ func plansInForce(ctx context.Context, c *config, tenant string) (*bucket.Plans,
 	if err != nil {
 		return nil, nil, err
 	}
-	kv, err := plansource.OpenKV(ctx, js, c.PlansKV, bucket.ParsePlans, "", nil)
+	kv, err := plansource.OpenKV(ctx, js, c.PlansKV, c.StreamReplicas, bucket.ParsePlans, "", nil)
 	if err != nil {
 		return nil, nil, err
 	}

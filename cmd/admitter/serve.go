@@ -160,7 +160,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		JetStream: st.js, Policy: st.policy,
 		In: c.in, Out: c.out, Dead: c.dead, Wait: c.wait,
 		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, StreamWait: c.StreamWait,
-		Consumer: c.Consumer, Replica: c.Replica,
+		Consumer: c.Consumer, Replica: c.Replica, Replicas: c.StreamReplicas,
 		AckWait: c.AckWait, DuplicateWindow: c.DuplicateWindow, MaxAckPending: c.MaxAckPending, Workers: c.Workers, LaneWorkers: c.LaneWorkers,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
