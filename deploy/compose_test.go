@@ -246,7 +246,7 @@ func TestComposeChecksCatch(t *testing.T) {
 			{"      - nats-data:/data", "      - natz-data:/data", "undefined volume natz-data"},
 			{"    ports:\n      - \"127.0.0.1:6379:6379\"", "    portz:\n      - \"127.0.0.1:6379:6379\"", "services.redis.portz false schema"},
 			{"\"127.0.0.1:6379:6379\"", "\"127.0.0.1:6379:63a79\"", "invalid containerPort: 63a79"},
-			{"      retries: 30\n    restart: unless-stopped\n\n  redis:", "      retries: [30\n    restart: unless-stopped\n\n  redis:", "line 32, column 16"},
+			{"      retries: 30\n    restart: unless-stopped\n\n  redis:", "      retries: [30\n    restart: unless-stopped\n\n  redis:", "did not find expected ',' or ']'"},
 			{"image: redis:7.4-alpine", "image: redis:${REDIS_TAG:?set REDIS_TAG}", "set REDIS_TAG"},
 		})
 	})
@@ -290,8 +290,8 @@ func TestComposeChecksCatch(t *testing.T) {
 		})
 		// A plans file admitter's parser refuses.
 		catches(t, "deploy/plans.yaml", checkAdmitter, []breakage{
-			{"rate: 2/s}", "rate: 2/fortnight}", "deploy/plans.yaml:10"},
-			{"  hooli: free", "  hooli: platinum", "platinum"},
+			{"rate: 2/s}", "rate: 2/fortnight}", "deploy/plans.yaml:{line}: plans.free.limits[0].rate"},
+			{"  hooli: free", "  hooli: platinum", `deploy/plans.yaml:{line}: tenants.hooli: no plan named "platinum"`},
 		})
 	})
 }

@@ -324,18 +324,20 @@ func TestDockerignore(t *testing.T) { report(t, checkDockerignore) }
 func TestDockerChecksCatch(t *testing.T) {
 	t.Run("dockerfile", func(t *testing.T) {
 		catches(t, "Dockerfile", checkDockerfile, []breakage{
-			{"golang:1.26-bookworm", "golang:1.25-bookworm", "Dockerfile:6: FROM golang:1.25-bookworm builds with another Go than go.mod's (go 1.26)"},
-			{"    CGO_ENABLED=0 GOOS", "    GOOS", "Dockerfile:18: go build without CGO_ENABLED=0"},
-			{"-o /admitter ./cmd/admitter", "./cmd/admitter", "Dockerfile:18: go build without -o"},
+			{"golang:1.26-bookworm", "golang:1.25-bookworm", "Dockerfile:{line}: FROM golang:1.25-bookworm builds with another Go than go.mod's (go 1.26)"},
+			{"RUN --mount=type=cache,target=/go/pkg/mod \\\n    --mount=type=cache,target=/root/.cache/go-build \\\n    CGO_ENABLED=0 GOOS",
+				"RUN --mount=type=cache,target=/go/pkg/mod \\\n    --mount=type=cache,target=/root/.cache/go-build \\\n    GOOS", "Dockerfile:{line}: go build without CGO_ENABLED=0"},
+			{"RUN --mount=type=cache,target=/go/pkg/mod \\\n    --mount=type=cache,target=/root/.cache/go-build \\\n    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \\\n    go build -trimpath -ldflags=\"-s -w\" -o /admitter ./cmd/admitter",
+				"RUN --mount=type=cache,target=/go/pkg/mod \\\n    --mount=type=cache,target=/root/.cache/go-build \\\n    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \\\n    go build -trimpath -ldflags=\"-s -w\" ./cmd/admitter", "Dockerfile:{line}: go build without -o"},
 			{"./cmd/admitter", "./cmd/admitter-bench", "Dockerfile: no golang stage runs `go build ... ./cmd/admitter`"},
-			{"COPY --from=build /admitter /admitter", "COPY --from=build /src/go.mod /go.mod", "Dockerfile:25: the last stage (the image) does not COPY --from=build /admitter"},
-			{`ENTRYPOINT ["/admitter"]`, "ENTRYPOINT /admitter", `Dockerfile:33: ENTRYPOINT in shell form`},
-			{`ENTRYPOINT ["/admitter"]`, `ENTRYPOINT ["/usr/local/bin/admitter"]`, `Dockerfile:33: ENTRYPOINT ["/usr/local/bin/admitter"] does not run the binary copied to /admitter`},
-			{"USER 65532:65532", "USER root", "Dockerfile:28: USER root is root"},
-			{"USER 65532:65532", "USER 0:0", "Dockerfile:28: USER 0:0 is root"},
-			{"AS build", "as build", "Dockerfile:6: 'as' and 'FROM' keywords' casing do not match (BuildKit lint rule FromAsCasing)"},
+			{"FROM gcr.io/distroless/static-debian12:nonroot\nCOPY --from=build /admitter /admitter", "FROM gcr.io/distroless/static-debian12:nonroot\nCOPY --from=build /src/go.mod /go.mod", "Dockerfile:{line}: the last stage (the image) does not COPY --from=build /admitter"},
+			{`ENTRYPOINT ["/admitter"]`, "ENTRYPOINT /admitter", `Dockerfile:{line}: ENTRYPOINT in shell form`},
+			{`ENTRYPOINT ["/admitter"]`, `ENTRYPOINT ["/usr/local/bin/admitter"]`, `Dockerfile:{line}: ENTRYPOINT ["/usr/local/bin/admitter"] does not run the binary copied to /admitter`},
+			{"USER 65532:65532", "USER root", "Dockerfile:{line}: USER root is root"},
+			{"USER 65532:65532", "USER 0:0", "Dockerfile:{line}: USER 0:0 is root"},
+			{"AS build", "as build", "Dockerfile:{line}: 'as' and 'FROM' keywords' casing do not match (BuildKit lint rule FromAsCasing)"},
 			{":nonroot\nCOPY --from=build /admitter /admitter\n# nonroot (65532), numeric so that Kubernetes' runAsNonRoot can verify it.\nUSER 65532:65532\n",
-				"\nCOPY --from=build /admitter /admitter\n", "Dockerfile:25: the last stage sets no USER"},
+				"\nCOPY --from=build /admitter /admitter\n", "Dockerfile:{line}: the last stage sets no USER"},
 			{"FROM --platform=$BUILDPLATFORM golang", "FROM --platform=$BUILDPLATFORM golang\nFROOM", "Dockerfile: dockerfile parse error on line 7: unknown instruction: FROOM"},
 		})
 	})
@@ -343,11 +345,11 @@ func TestDockerChecksCatch(t *testing.T) {
 		catches(t, ".dockerignore", checkDockerignore, []breakage{
 			{"\ncompose.yaml\n", "\ncompose.yaml\nlua\n", ".dockerignore leaves out lua/admit.lua, which `go build ./cmd/admitter` reads"},
 			{"\ncompose.yaml\n", "\ncompose.yaml\n**/*.yaml\n", ".dockerignore leaves out cmd/admitter/example-plans.yaml, which `go build ./cmd/admitter` reads"},
-			{"\ncompose.yaml\n", "\ncompose.yaml\ngo.sum\n", "Dockerfile:12: COPY go.sum, which .dockerignore leaves out"},
+			{"\ncompose.yaml\n", "\ncompose.yaml\ngo.sum\n", ": COPY go.sum, which .dockerignore leaves out"},
 			{"\n.git\n", "\n", ".dockerignore does not leave out .git"},
 		})
 		catches(t, "Dockerfile", checkDockerignore, []breakage{
-			{"COPY go.mod go.sum ./", "COPY go.mod go.work ./", "Dockerfile:12: COPY go.work: not in the build context"},
+			{"COPY go.mod go.sum ./", "COPY go.mod go.work ./", "Dockerfile:{line}: COPY go.work: not in the build context"},
 		})
 	})
 }

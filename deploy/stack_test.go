@@ -296,7 +296,10 @@ var exported = sync.OnceValues(func() (*exports, error) {
 					}
 				}
 				cl, ok := vs.Values[i].(*ast.CompositeLit)
-				if id, isIdent := cl.Type.(*ast.Ident); !ok || !isIdent || id.Name != "Metric" || len(cl.Elts) != 2 {
+				if !ok || len(cl.Elts) != 2 {
+					continue
+				}
+				if id, ok := cl.Type.(*ast.Ident); !ok || id.Name != "Metric" {
 					continue
 				}
 				prom, ok := str(cl.Elts[1])
@@ -398,7 +401,8 @@ func report(t *testing.T, c check) {
 }
 
 // breakage is an edit of one file that a check must notice: every old (which must occur) replaced
-// by new, and a problem containing want reported.
+// by new, and a problem containing want reported; {line} in want stands for the line old starts
+// on (its first occurrence).
 type breakage struct{ old, new, want string }
 
 // catches applies each breakage to file and requires c to report it (and not to report it on
@@ -415,6 +419,8 @@ func catches(t *testing.T, file string, c check, cases []breakage) {
 			t.Errorf("%s has no %q to break", file, b.old)
 			continue
 		}
+		at := strings.Index(string(data), b.old)
+		b.want = strings.ReplaceAll(b.want, "{line}", strconv.Itoa(1+strings.Count(string(data[:at]), "\n")))
 		if slices.ContainsFunc(clean, func(p string) bool { return strings.Contains(p, b.want) }) {
 			t.Errorf("%q is reported on the unbroken files already", b.want)
 			continue
