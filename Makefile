@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: all build test vet fmt-check deps bench fuzz run demo clean
+.PHONY: all build test test-deploy vet fmt-check deps bench fuzz run demo clean
 
 all: build
 
@@ -24,15 +24,24 @@ fmt-check:
 	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
+# deploy/ is a module of its own (the parsers the deployment checks use stay out of admitter's
+# dependencies): ./... does not enter it, so vet and test name it.
 vet:
 	$(GO) vet $(PKGS)
+	cd deploy && $(GO) vet ./...
 
 # test: formatting, vet, and every test (unit, conformance, fuzz seeds, end-to-end) under the
-# race detector.
+# race detector; then the checks of the deployment files (compose.yaml, Dockerfile, deploy/).
 test: deps fmt-check vet
 	PATH="$$PATH:/usr/bin" $(GO) test -race -count=1 -timeout 8m $(PKGS)
 	# allocation budgets hold in a plain build only (the race detector changes escape analysis)
 	PATH="$$PATH:/usr/bin" $(GO) test -count=1 -run 'Allocations' ./bucket
+	$(MAKE) --no-print-directory test-deploy
+
+# test-deploy: the deployment files checked with compose-spec's loader, BuildKit's Dockerfile
+# parser and Prometheus' PromQL parser (no container engine needed; seconds once built).
+test-deploy:
+	cd deploy && $(GO) test -count=1 ./...
 
 # bench: admitter side by side with redis_rate, a minimal-script ceiling and a plain JetStream
 # relay, on servers it starts itself on 127.0.0.1 (about two minutes): progress, then a table
