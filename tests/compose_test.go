@@ -36,7 +36,7 @@ var composeServiceNames = []string{"nats", "redis", "admitter", "jaeger", "prome
 // composeMetrics are the series admitter exports (scraped from a running admitter), and the
 // labels each may carry besides job, instance and otel_scope_*.
 var composeMetrics = map[string][]string{
-	"admitter_decisions_total":                  {"plan", "outcome", "tenant"},
+	"admitter_decisions_total":                  {"source", "plan", "outcome", "tenant"},
 	"admitter_wait_seconds_bucket":              {"plan", "outcome", "tenant", "le"},
 	"admitter_wait_seconds_sum":                 {"plan", "outcome", "tenant"},
 	"admitter_wait_seconds_count":               {"plan", "outcome", "tenant"},
@@ -56,7 +56,8 @@ var composeMetrics = map[string][]string{
 
 // composeLabelValues are the values an enumerated label can take.
 var composeLabelValues = map[string][]string{
-	"outcome": {"admitted", "delayed", "dead", "degraded", "held"},
+	"outcome": {"admitted", "delayed", "dead", "degraded", "held", "throttled", "rejected", "unavailable"},
+	"source":  {"queue", "http", "nats"},
 	"mode":    {"open", "closed"},
 	"kind":    {"timeout", "connection", "other"},
 }

@@ -121,7 +121,8 @@ func start(ctx context.Context, c *config, log *slog.Logger) (_ *stack, err erro
 	st.limiter = limiter
 
 	if st.policy, err = policy.New(policy.Config{Limiter: limiter, Plans: c.plans,
-		FailMode: policy.FailMode(c.FailMode), Timeout: c.RedisTimeout, Logger: log}); err != nil {
+		FailMode: policy.FailMode(c.FailMode), Timeout: c.RedisTimeout, Logger: log,
+		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics}); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	st.svc, err = admission.New(admission.Config{
