@@ -14,17 +14,20 @@ import (
 const InspectTimeout = 5 * time.Second
 
 // Inspect reads tenant's state under its plan without changing it, and says how long a request
-// of weight 1 would wait now. An error with a code (wire.CodeOf) refuses the tenant
-// (unknown-tenant, invalid-tenant); any other is the limiter's.
+// of weight 1 would wait now. A *wire.RequestError refuses the tenant (unknown-tenant,
+// invalid-tenant); any other error is the limiter's.
 func (p *Policy) Inspect(ctx context.Context, tenant string) (wire.TenantState, error) {
 	plan, err := p.plans.Load().Lookup(tenant)
 	if err != nil {
-		return wire.TenantState{}, err
+		return wire.TenantState{}, wire.Refuse(wire.CodeUnknownTenant, "tenant %q has no plan and the plans set no default_plan", tenant)
 	}
 	ctx, cancel := context.WithTimeout(ctx, InspectTimeout)
 	defer cancel()
 	snap, err := p.limiter.Inspect(ctx, tenant, plan)
 	if err != nil {
+		if code, ok := wire.CodeOf(err); ok {
+			return wire.TenantState{}, wire.Refuse(code, "tenant %q cannot be used: %v", tenant, err)
+		}
 		return wire.TenantState{}, fmt.Errorf("policy: inspect tenant %q: %w", tenant, err)
 	}
 	return TenantState(tenant, plan, snap), nil

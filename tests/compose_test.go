@@ -338,6 +338,7 @@ type composeStack struct {
 	admitter, prometheus, grafana, jaeger composeService
 	admitterEnv                           map[string]string
 	admitterPort                          string // the port ADMITTER_HTTP_ADDR listens on
+	apiPort                               string // the port ADMITTER_API_ADDR listens on ("" when unset or off)
 }
 
 func loadComposeStack(t *testing.T) *composeStack {
@@ -368,6 +369,11 @@ func loadComposeStack(t *testing.T) *composeStack {
 		t.Fatalf("compose.yaml: service admitter: ADMITTER_HTTP_ADDR=%q: want a fixed port", addr)
 	}
 	st.admitterPort = port
+	if addr, ok := env["ADMITTER_API_ADDR"]; ok && addr != "off" {
+		if _, port, err := net.SplitHostPort(addr); err == nil {
+			st.apiPort = port
+		}
+	}
 	return st
 }
 
@@ -476,14 +482,14 @@ func TestComposeAdmitterEnvironment(t *testing.T) {
 		t.Error("service jaeger: COLLECTOR_OTLP_ENABLED=false: it would not receive admitter's traces")
 	}
 
-	// The published HTTP port is the one admitter listens on.
+	// The published HTTP ports are those admitter listens on.
 	ports, err := composePorts(st.admitter.Ports)
 	if err != nil {
 		t.Fatalf("service admitter: %v", err)
 	}
 	for _, p := range ports {
-		if p.target != st.admitterPort {
-			t.Errorf("service admitter publishes container port %s, but ADMITTER_HTTP_ADDR listens on %s", p.target, st.admitterPort)
+		if p.target != st.admitterPort && p.target != st.apiPort {
+			t.Errorf("service admitter publishes container port %s, but ADMITTER_HTTP_ADDR listens on %s and ADMITTER_API_ADDR on %q", p.target, st.admitterPort, st.apiPort)
 		}
 	}
 

@@ -51,6 +51,20 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		}
 		defer stop()
 	}
+	if c.APIAddr != "off" {
+		stop, err := startAPI(c, st.policy, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if c.APISubject != "off" {
+		stop, err := startDecideService(c, st.nc, st.policy, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return st.svc.Run(ctx)
 }
 
