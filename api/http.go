@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/admitter/admitter/httplimit"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 	"go.opentelemetry.io/otel/propagation"
@@ -45,7 +46,7 @@ func NewHandler(pol *policy.Policy) *Handler {
 	h.mux.HandleFunc("GET /v1/tenants/{tenant}", h.tenant)
 	h.mux.HandleFunc("/v1/tenants/{tenant}", methodNotAllowed("GET"))
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, wire.CodeNotFound, fmt.Sprintf("no endpoint %s (the API serves POST /v1/decide and GET /v1/tenants/{tenant})", r.URL.Path))
+		httplimit.WriteError(w, wire.CodeNotFound, fmt.Sprintf("no endpoint %s (the API serves POST /v1/decide and GET /v1/tenants/{tenant})", r.URL.Path))
 	})
 	return h
 }
@@ -61,7 +62,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetReadDeadline(time.Now().Add(BodyTimeout)) // unsupported by some writers (tests): the server's timeouts remain
 	_ = rc.SetWriteDeadline(time.Now().Add(BodyTimeout + WriteTimeout))
 	if r.ContentLength > wire.MaxRequestBytes {
-		WriteError(w, wire.CodeRequestTooLarge, fmt.Sprintf("the body has %d bytes, more than the %d allowed", r.ContentLength, wire.MaxRequestBytes))
+		httplimit.WriteError(w, wire.CodeRequestTooLarge, fmt.Sprintf("the body has %d bytes, more than the %d allowed", r.ContentLength, wire.MaxRequestBytes))
 		return
 	}
 	buf := bodies.Get().(*bytes.Buffer)
@@ -69,17 +70,17 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) {
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, wire.MaxRequestBytes)); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			WriteError(w, wire.CodeRequestTooLarge, fmt.Sprintf("the body is larger than the %d bytes allowed", wire.MaxRequestBytes))
+			httplimit.WriteError(w, wire.CodeRequestTooLarge, fmt.Sprintf("the body is larger than the %d bytes allowed", wire.MaxRequestBytes))
 			return
 		}
-		WriteError(w, wire.CodeInvalidRequest, fmt.Sprintf("the body could not be read: %v", err))
+		httplimit.WriteError(w, wire.CodeInvalidRequest, fmt.Sprintf("the body could not be read: %v", err))
 		return
 	}
 	req, err := wire.ParseDecideRequest(buf.Bytes())
 	if err != nil {
 		var re *wire.RequestError
 		errors.As(err, &re) // ParseDecideRequest returns nothing else
-		WriteError(w, re.Code(), re.Detail)
+		httplimit.WriteError(w, re.Code(), re.Detail)
 		return
 	}
 	ctx := h.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
@@ -87,7 +88,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) {
 	if a.Degraded {
 		w.Header().Set(wire.HeaderDegraded, wire.DegradedFailOpen)
 	}
-	WriteAnswer(w, &a)
+	httplimit.WriteAnswer(w, &a)
 }
 
 // tenant is GET /v1/tenants/{tenant}.
@@ -96,44 +97,22 @@ func (h *Handler) tenant(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var re *wire.RequestError
 		if errors.As(err, &re) {
-			WriteError(w, re.Code(), re.Detail)
+			httplimit.WriteError(w, re.Code(), re.Detail)
 			return
 		}
 		w.Header().Set(wire.HeaderRetryAfter, "1")
-		WriteError(w, wire.CodeLimiterUnavailable, "the limiter could not be read: ask again later")
+		httplimit.WriteError(w, wire.CodeLimiterUnavailable, "the limiter could not be read: ask again later")
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(st)
 }
 
 // methodNotAllowed answers 405 with the method the path allows.
 func methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		WriteError(w, wire.CodeMethodNotAllowed, fmt.Sprintf("%s %s: this endpoint takes %s only", r.Method, r.URL.Path, allow))
+		httplimit.WriteError(w, wire.CodeMethodNotAllowed, fmt.Sprintf("%s %s: this endpoint takes %s only", r.Method, r.URL.Path, allow))
 	}
-}
-
-// WriteAnswer writes a policy's answer: its headers (Retry-After, RateLimit-Policy, RateLimit),
-// its status and its JSON body. A face adds its own degraded header first.
-func WriteAnswer(w http.ResponseWriter, a *policy.Answer) {
-	h := w.Header()
-	a.Headers(h.Set)
-	writeJSON(w, a.Status(), a.Body())
-}
-
-// WriteError writes a refusal: the code's status and a wire.ErrorBody.
-func WriteError(w http.ResponseWriter, code wire.Code, detail string) {
-	writeJSON(w, wire.HTTPStatus(code), wire.ErrorBody{Error: code, Detail: detail})
-}
-
-func writeJSON(w http.ResponseWriter, status int, body any) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(body) // the client went away: nothing to do
 }
