@@ -27,7 +27,7 @@ plans:
 tenants: {acme: free, zoe: tiny}
 `
 
-func newPolicy(t *testing.T, yaml string) *policy.Policy {
+func newPolicy(t testing.TB, yaml string) *policy.Policy {
 	t.Helper()
 	plans, err := bucket.ParsePlans("plans.yaml", []byte(yaml))
 	if err != nil {

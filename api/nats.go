@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -139,7 +138,7 @@ func (s *Service) decide(data []byte, reply string, hdr nats.Header) {
 		var re *wire.RequestError
 		errors.As(err, &re) // ParseDecideRequest returns nothing else
 		microError(out, wire.HTTPStatus(re.Code()), re.Detail)
-		out.Data, _ = json.Marshal(wire.ErrorBody{Error: re.Code(), Detail: re.Detail})
+		out.Data = wire.ErrorBody{Error: re.Code(), Detail: re.Detail}.AppendJSON(nil)
 	} else {
 		ctx := s.prop.Extract(context.Background(), headerCarrier(hdr))
 		a := s.pol.Ask(ctx, wire.SourceNATS, req)
@@ -150,7 +149,7 @@ func (s *Service) decide(data []byte, reply string, hdr nats.Header) {
 		if a.Refused() {
 			microError(out, a.Status(), a.Detail)
 		}
-		out.Data, _ = json.Marshal(a.Body()) // plain structs: cannot fail
+		out.Data = a.AppendBody(nil)
 	}
 	if err := s.nc.PublishMsg(out); err != nil {
 		s.log.Warn("nats decision: reply not sent", "reply", reply, "err", err)

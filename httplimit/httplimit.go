@@ -13,10 +13,10 @@
 package httplimit
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
@@ -81,7 +81,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		h := w.Header()
-		a.Headers(h.Set)
+		a.Headers(headerSetter(h).set)
 		if a.Degraded {
 			h.Set(wire.HeaderRateLimitDegraded, "true")
 		}
@@ -99,23 +99,52 @@ func AdmitWeight(r *http.Request) (int64, error) {
 // RateLimit-Policy, RateLimit), its status (200, 429, or the refusal's) and its JSON body
 // (wire.Decision or wire.ErrorBody). Set a degraded header first if the face has one.
 func WriteAnswer(w http.ResponseWriter, a *policy.Answer) {
-	a.Headers(w.Header().Set)
-	writeJSON(w, a.Status(), a.Body())
+	a.Headers(headerSetter(w.Header()).set)
+	buf := buffers.Get().(*[]byte)
+	body := append(a.AppendBody((*buf)[:0]), '\n')
+	write(w, a.Status(), body)
+	*buf = body
+	buffers.Put(buf)
 }
 
 // WriteError writes a refusal made before any decision: the code's status and a
 // wire.ErrorBody.
 func WriteError(w http.ResponseWriter, code wire.Code, detail string) {
-	writeJSON(w, wire.HTTPStatus(code), wire.ErrorBody{Error: code, Detail: detail})
+	write(w, wire.HTTPStatus(code), append(wire.ErrorBody{Error: code, Detail: detail}.AppendJSON(nil), '\n'))
 }
 
-func writeJSON(w http.ResponseWriter, status int, body any) {
+// buffers recycles the bodies of answers.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+func write(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
+	h["Content-Type"] = contentJSON
+	h["Cache-Control"] = noStore
+	h["X-Content-Type-Options"] = noSniff
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(body) // a client that went away: nothing to do
+	_, _ = w.Write(body) // a client that went away: nothing to do
+}
+
+// The values of the headers every answer carries, shared: net/http only reads them.
+var (
+	contentJSON = []string{"application/json"}
+	noStore     = []string{"no-store"}
+	noSniff     = []string{"nosniff"}
+)
+
+// headerSetter sets the headers of an answer under their canonical names without
+// canonicalizing each time (the draft's RateLimit-Policy is Ratelimit-Policy to net/http).
+type headerSetter http.Header
+
+func (h headerSetter) set(name, value string) {
+	switch name {
+	case wire.HeaderRetryAfter:
+	case wire.HeaderRateLimit:
+		name = "Ratelimit"
+	case wire.HeaderRateLimitPolicy:
+		name = "Ratelimit-Policy"
+	default:
+		name = http.CanonicalHeaderKey(name)
+	}
+	h[name] = []string{value}
 }

@@ -99,12 +99,28 @@ func (a *Answer) Status() int {
 // Body is the answer's JSON body: a wire.Decision, or a wire.ErrorBody when refused.
 func (a *Answer) Body() any {
 	if a.Code != "" {
-		e := wire.ErrorBody{Error: a.Code, Detail: a.Detail}
-		if a.Code == wire.CodeLimiterUnavailable {
-			e.WaitMs = wire.Millis(a.Wait)
-		}
-		return e
+		return a.errorBody()
 	}
+	return a.decision()
+}
+
+// AppendBody appends the answer's JSON body (Body) to b.
+func (a *Answer) AppendBody(b []byte) []byte {
+	if a.Code != "" {
+		return a.errorBody().AppendJSON(b)
+	}
+	return a.decision().AppendJSON(b)
+}
+
+func (a *Answer) errorBody() wire.ErrorBody {
+	e := wire.ErrorBody{Error: a.Code, Detail: a.Detail}
+	if a.Code == wire.CodeLimiterUnavailable {
+		e.WaitMs = wire.Millis(a.Wait)
+	}
+	return e
+}
+
+func (a *Answer) decision() wire.Decision {
 	d := wire.Decision{Allowed: a.Allowed, Tenant: a.Tenant, Limit: a.Limit, Remaining: a.Remaining,
 		WaitMs: wire.Millis(a.Wait), Reserved: a.Reserved, Degraded: a.Degraded}
 	if a.Plan != nil {

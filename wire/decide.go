@@ -3,9 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -153,55 +151,83 @@ func parseDecideRequest(data []byte) (DecideRequest, error) {
 	if !utf8.Valid(data) {
 		return req, Refuse(CodeInvalidRequest, "the body is not valid UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if errors.Is(err, io.EOF) {
+	l := lexer{b: data}
+	if l.skip(); l.i == len(l.b) {
 		return req, Refuse(CodeInvalidRequest, `the body is empty: want a JSON object such as {"tenant": "acme", "weight": 1}`)
 	}
+	tok, err := l.value()
 	if err != nil {
-		return req, malformed(dec, err)
+		return req, err
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return req, Refuse(CodeInvalidRequest, "the body is %s, want a JSON object", describeToken(tok))
 	}
 	var seen struct{ tenant, weight, key, reserve bool }
-	for dec.More() {
-		tok, err := dec.Token()
+	if l.skip(); l.i < len(l.b) && l.b[l.i] == '}' {
+		l.i++
+	} else {
+		for {
+			if l.skip(); l.i == len(l.b) {
+				return req, l.eof()
+			}
+			if l.b[l.i] != '"' {
+				return req, l.syntax("invalid character %s looking for the beginning of a field name", quoteByte(l.b[l.i]))
+			}
+			name, err := l.str()
+			if err != nil {
+				return req, err
+			}
+			var dup *bool
+			switch name {
+			case "tenant":
+				dup = &seen.tenant
+			case "weight":
+				dup = &seen.weight
+			case "key":
+				dup = &seen.key
+			case "reserve":
+				dup = &seen.reserve
+			default:
+				return req, Refuse(CodeInvalidRequest, "unknown field %s (the fields are %s)", quote(name), requestFields)
+			}
+			if *dup {
+				return req, Refuse(CodeInvalidRequest, "field %s appears twice", name)
+			}
+			*dup = true
+			if l.skip(); l.i == len(l.b) {
+				return req, l.eof()
+			}
+			if l.b[l.i] != ':' {
+				return req, l.syntax("invalid character %s after the field name %s", quoteByte(l.b[l.i]), quote(name))
+			}
+			l.i++
+			if l.skip(); l.i == len(l.b) {
+				return req, l.eof()
+			}
+			tok, err := l.value()
+			if err != nil {
+				return req, err
+			}
+			if err := req.set(name, tok); err != nil {
+				return req, err
+			}
+			if l.skip(); l.i == len(l.b) {
+				return req, l.eof()
+			}
+			if c := l.b[l.i]; c == ',' {
+				l.i++
+				continue
+			} else if c != '}' {
+				return req, l.syntax("invalid character %s after the value of field %s", quoteByte(c), name)
+			}
+			l.i++
+			break
+		}
+	}
+	if l.skip(); l.i < len(l.b) {
+		tok, err := l.value()
 		if err != nil {
-			return req, malformed(dec, err)
-		}
-		name, _ := tok.(string) // object keys are strings: the decoder says so
-		var dup *bool
-		switch name {
-		case "tenant":
-			dup = &seen.tenant
-		case "weight":
-			dup = &seen.weight
-		case "key":
-			dup = &seen.key
-		case "reserve":
-			dup = &seen.reserve
-		default:
-			return req, Refuse(CodeInvalidRequest, "unknown field %s (the fields are %s)", quote(name), requestFields)
-		}
-		if *dup {
-			return req, Refuse(CodeInvalidRequest, "field %s appears twice", name)
-		}
-		*dup = true
-		if tok, err = dec.Token(); err != nil {
-			return req, malformed(dec, err)
-		}
-		if err := req.set(name, tok); err != nil {
 			return req, err
-		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing '}'
-		return req, malformed(dec, err)
-	}
-	if tok, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return req, malformed(dec, err)
 		}
 		return req, Refuse(CodeInvalidRequest, "%s after the JSON object: send one object", describeToken(tok))
 	}
@@ -219,6 +245,137 @@ func parseDecideRequest(data []byte) (DecideRequest, error) {
 		req.Weight = 1
 	}
 	return req, nil
+}
+
+// lexer reads the JSON of a decision request (RFC 8259), valid UTF-8 already, without the
+// allocations of encoding/json's token API: one string per field name and value.
+type lexer struct {
+	b []byte
+	i int
+}
+
+// skip moves past whitespace.
+func (l *lexer) skip() {
+	for l.i < len(l.b) {
+		switch l.b[l.i] {
+		case ' ', '\t', '\n', '\r':
+			l.i++
+		default:
+			return
+		}
+	}
+}
+
+func (l *lexer) syntax(format string, args ...any) error {
+	return Refuse(CodeInvalidRequest, "malformed JSON at byte %d: %s", l.i, fmt.Sprintf(format, args...))
+}
+
+func (l *lexer) eof() error {
+	return Refuse(CodeInvalidRequest, "malformed JSON: the body ends at byte %d before the object does", len(l.b))
+}
+
+// value reads the value at l.i, not whitespace: a string, a json.Number, true, false, nil for
+// null, or json.Delim('[') or json.Delim('{') past the delimiter, whose contents are not read.
+func (l *lexer) value() (json.Token, error) {
+	switch c := l.b[l.i]; {
+	case c == '"':
+		return l.str()
+	case c == '-' || (c >= '0' && c <= '9'):
+		return l.number()
+	case c == '[' || c == '{':
+		l.i++
+		return json.Delim(c), nil
+	}
+	for _, lit := range [...]struct {
+		text string
+		tok  json.Token
+	}{{"true", true}, {"false", false}, {"null", nil}} {
+		if bytes.HasPrefix(l.b[l.i:], []byte(lit.text)) {
+			l.i += len(lit.text)
+			return lit.tok, nil
+		}
+	}
+	return nil, l.syntax("invalid character %s looking for the beginning of a value", quoteByte(l.b[l.i]))
+}
+
+// str reads a string literal. One without escapes is its bytes; one with escapes is decoded by
+// encoding/json, which knows them all (surrogate pairs included).
+func (l *lexer) str() (string, error) {
+	start := l.i
+	escaped := false
+	for l.i++; l.i < len(l.b); {
+		switch c := l.b[l.i]; {
+		case c == '"':
+			l.i++
+			if !escaped {
+				return string(l.b[start+1 : l.i-1]), nil
+			}
+			var s string
+			if err := json.Unmarshal(l.b[start:l.i], &s); err != nil {
+				l.i = start
+				return "", l.syntax("invalid escape in the string starting here")
+			}
+			return s, nil
+		case c == '\\':
+			escaped = true
+			l.i += 2
+		case c < 0x20:
+			return "", l.syntax("control character %s in a string: escape it", quoteByte(c))
+		default:
+			l.i++
+		}
+	}
+	return "", l.eof()
+}
+
+// number reads a number literal: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (l *lexer) number() (json.Token, error) {
+	start := l.i
+	digits := func() int {
+		n := 0
+		for l.i < len(l.b) && l.b[l.i] >= '0' && l.b[l.i] <= '9' {
+			l.i++
+			n++
+		}
+		return n
+	}
+	want := func() error {
+		if l.i == len(l.b) {
+			return l.eof()
+		}
+		return l.syntax("invalid character %s in a number", quoteByte(l.b[l.i]))
+	}
+	if l.b[l.i] == '-' {
+		l.i++
+	}
+	switch {
+	case l.i < len(l.b) && l.b[l.i] == '0':
+		l.i++
+	case digits() == 0:
+		return nil, want()
+	}
+	if l.i < len(l.b) && l.b[l.i] == '.' {
+		if l.i++; digits() == 0 {
+			return nil, want()
+		}
+	}
+	if l.i < len(l.b) && (l.b[l.i] == 'e' || l.b[l.i] == 'E') {
+		if l.i++; l.i < len(l.b) && (l.b[l.i] == '+' || l.b[l.i] == '-') {
+			l.i++
+		}
+		if digits() == 0 {
+			return nil, want()
+		}
+	}
+	return json.Number(l.b[start:l.i]), nil
+}
+
+// quoteByte quotes a byte for a message: 'x', or its escape.
+func quoteByte(c byte) string {
+	if c < utf8.RuneSelf {
+		return strconv.QuoteRune(rune(c))
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
 }
 
 // set reads the value tok of field name (a scalar, or the delimiter opening an array or object).
@@ -263,18 +420,6 @@ func (req *DecideRequest) set(name string, tok json.Token) error {
 		req.Reserve = b
 	}
 	return nil
-}
-
-// malformed describes a decoding error at the decoder's position.
-func malformed(dec *json.Decoder, err error) error {
-	var syn *json.SyntaxError
-	if errors.As(err, &syn) {
-		return Refuse(CodeInvalidRequest, "malformed JSON at byte %d: %s", syn.Offset, syn.Error())
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return Refuse(CodeInvalidRequest, "malformed JSON: the body ends at byte %d inside the object", dec.InputOffset())
-	}
-	return Refuse(CodeInvalidRequest, "malformed JSON at byte %d: %v", dec.InputOffset(), err)
 }
 
 // describeToken says what a JSON token is, for messages: a string, quoted and shortened, a

@@ -171,8 +171,8 @@ func TestRateLimitHeaders(t *testing.T) {
 }
 
 // FuzzParseDecideRequest: the decoder never panics; what it refuses it refuses with a code of
-// its own and one line of detail; what it accepts is valid, agrees with encoding/json, and
-// survives a round trip. Seeds live in testdata/fuzz/FuzzParseDecideRequest/.
+// its own and one line of detail, and never calls JSON that encoding/json finds valid
+// malformed; what it accepts is valid, agrees with encoding/json, and survives a round trip. Seeds live in testdata/fuzz/FuzzParseDecideRequest/.
 func FuzzParseDecideRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"tenant": "acme"}`, `{"tenant": "acme", "weight": 2, "key": "k", "reserve": true}`, `{"tenant": "a", "weight": 0}`,
@@ -193,6 +193,9 @@ func FuzzParseDecideRequest(f *testing.F) {
 			}
 			if req != (DecideRequest{}) {
 				t.Fatalf("ParseDecideRequest(%q) = %+v with error %v", body, req, err)
+			}
+			if json.Valid(body) && strings.Contains(re.Detail, "malformed JSON") {
+				t.Fatalf("ParseDecideRequest(%q) calls valid JSON malformed: %v", body, err)
 			}
 			return
 		}
@@ -223,4 +226,47 @@ func FuzzParseDecideRequest(f *testing.F) {
 			t.Fatalf("round trip of %+v through %s: %+v, %v", req, again, back, err)
 		}
 	})
+}
+
+// FuzzAppendJSONString: the answers' hand-written JSON strings are encoding/json's.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "acme", `a"b\c`, "tab\there\n", "\x00\x1f\x7f", "zoë", "\u2028\u2029", "\xff\xfe", "<&>"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(appendJSONString(nil, s)); got != strings.TrimSuffix(want.String(), "\n") {
+			t.Fatalf("appendJSONString(%q) = %s, encoding/json writes %s", s, got, want.String())
+		}
+	})
+}
+
+// TestAnswerJSON: the bodies decode back to what was written, the optional fields absent when
+// false or zero.
+func TestAnswerJSON(t *testing.T) {
+	for _, d := range []Decision{{}, {Allowed: true, Tenant: "a\"cme", Plan: "gold", Limit: "0", Remaining: 12, WaitMs: 0},
+		{Tenant: "zoë\n", Plan: "p", Limit: "burst", WaitMs: 1500, Reserved: true}, {Allowed: true, Degraded: true, Remaining: -1}} {
+		b := d.AppendJSON(nil)
+		var back Decision
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&back); err != nil || back != d {
+			t.Errorf("%s: %+v, %v; want %+v", b, back, err, d)
+		}
+		if bytes.Contains(b, []byte("reserved")) != d.Reserved || bytes.Contains(b, []byte("degraded")) != d.Degraded {
+			t.Errorf("%s: optional fields for %+v", b, d)
+		}
+	}
+	for _, e := range []ErrorBody{{Error: CodeInvalidRequest, Detail: `field "x"`}, {Error: CodeLimiterUnavailable, Detail: "down", WaitMs: 250}} {
+		b, err := json.Marshal(e)
+		var back ErrorBody
+		if err != nil || json.Unmarshal(b, &back) != nil || back != e || bytes.Contains(b, []byte("wait_ms")) != (e.WaitMs != 0) {
+			t.Errorf("%s: %+v, %v; want %+v", b, back, err, e)
+		}
+	}
 }
