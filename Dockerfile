@@ -26,9 +26,11 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /admitter /admitter
 # nonroot (65532), numeric so that Kubernetes' runAsNonRoot can verify it.
 USER 65532:65532
-# admitter's default (127.0.0.1:9090) is unreachable from outside a container: listen on all
-# interfaces. /metrics, /healthz and /readyz are served there.
+# admitter's defaults (127.0.0.1:9090 and :9080) are unreachable from outside a container:
+# listen on all interfaces. /metrics, /healthz and /readyz are served on 9090, the decision API
+# (POST /v1/decide, GET /v1/tenants/{tenant}) on 9080.
 ENV ADMITTER_HTTP_ADDR=0.0.0.0:9090
-EXPOSE 9090
+ENV ADMITTER_API_ADDR=0.0.0.0:9080
+EXPOSE 9090 9080
 ENTRYPOINT ["/admitter"]
 CMD ["run"]

@@ -43,8 +43,9 @@ test: deps fmt-check vet
 test-deploy:
 	cd deploy && $(GO) test -count=1 ./...
 
-# bench: admitter side by side with redis_rate, a minimal-script ceiling and a plain JetStream
-# relay, on servers it starts itself on 127.0.0.1 (about two minutes): progress, then a table
+# bench: admitter side by side with redis_rate (alone, and behind net/http for the decision API),
+# a minimal-script ceiling and a plain JetStream relay, on servers it starts itself on 127.0.0.1
+# (about two minutes): progress, then a table
 # against the goals; the same figures in bench-results.json. Extra flags in BENCHFLAGS, e.g.
 # BENCHFLAGS=-quick, or BENCHFLAGS='-scenarios e2e -cpuprofile admitter.pprof' (see -h).
 bench: deps

@@ -3,8 +3,6 @@ package admission
 import (
 	"context"
 	"errors"
-	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -24,17 +22,17 @@ import (
 const instrumentationName = "github.com/admitter/admitter/admission"
 
 // Span attribute keys of admitter's own (the messaging ones follow OpenTelemetry's semantic
-// conventions).
+// conventions); those of every decision are policy's.
 const (
-	AttrTenant   = attribute.Key("admitter.tenant")
-	AttrPlan     = attribute.Key("admitter.plan")
-	AttrWeight   = attribute.Key("admitter.weight")
-	AttrDecision = attribute.Key("admitter.decision")
-	AttrWaitMs   = attribute.Key("admitter.wait_ms")
-	AttrLimit    = attribute.Key("admitter.limit")
+	AttrTenant   = policy.AttrTenant
+	AttrPlan     = policy.AttrPlan
+	AttrWeight   = policy.AttrWeight
+	AttrDecision = policy.AttrDecision
+	AttrWaitMs   = policy.AttrWaitMs
+	AttrLimit    = policy.AttrLimit
 	AttrAttempt  = attribute.Key("admitter.attempt")
 	AttrAction   = attribute.Key("admitter.action")
-	AttrError    = attribute.Key("admitter.error")
+	AttrError    = policy.AttrError
 	AttrMode     = attribute.Key("admitter.mode")
 	AttrSequence = attribute.Key("messaging.nats.stream.sequence")
 )
@@ -43,8 +41,6 @@ const (
 var (
 	// waitBuckets span 1ms to 1h.
 	waitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
-	// latencyBuckets resolve below a millisecond: a decision is one Redis round trip.
-	latencyBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
 )
 
 // telemetry holds the service's tracer, propagator and instruments.
@@ -80,15 +76,17 @@ func newTelemetry(c Config) (*telemetry, error) {
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
-	t.decisions, err = m.Int64Counter(wire.MetricDecisions.Name, metric.WithDescription("Jobs decided, by plan and outcome (admitted, delayed: moved to the tenant's lane, dead, degraded, held)."))
+	// The metrics the synchronous decisions record too (package policy) share their
+	// descriptions and buckets, from wire.
+	t.decisions, err = m.Int64Counter(wire.MetricDecisions.Name, metric.WithDescription(wire.MetricDecisions.Help))
 	add(err)
 	t.waits, err = m.Float64Histogram(wire.MetricWait.Name, metric.WithUnit("s"), metric.WithDescription("Time a delayed job was told its weight would fit, when it was moved to its tenant's lane."), metric.WithExplicitBucketBoundaries(waitBuckets...))
 	add(err)
-	t.latency, err = m.Float64Histogram(wire.MetricDecisionTime.Name, metric.WithUnit("s"), metric.WithDescription("Time one limiter call took (a call decides a batch of one tenant's jobs)."), metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	t.latency, err = m.Float64Histogram(wire.MetricDecisionTime.Name, metric.WithUnit("s"), metric.WithDescription(wire.MetricDecisionTime.Help), metric.WithExplicitBucketBoundaries(wire.DecisionDurationBuckets...))
 	add(err)
-	t.limiterErrs, err = m.Int64Counter(wire.MetricRedisErrors.Name, metric.WithDescription("Failed limiter calls by kind (timeout, connection, other)."))
+	t.limiterErrs, err = m.Int64Counter(wire.MetricRedisErrors.Name, metric.WithDescription(wire.MetricRedisErrors.Help))
 	add(err)
-	t.failEvents, err = m.Int64Counter(wire.MetricFailEvents.Name, metric.WithDescription("Jobs handled without a decision, by fail mode (open: forwarded, closed: held back)."))
+	t.failEvents, err = m.Int64Counter(wire.MetricFailEvents.Name, metric.WithDescription(wire.MetricFailEvents.Help))
 	add(err)
 	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
 	add(err)
@@ -149,7 +147,7 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 	if d.Err != nil {
 		span.RecordError(d.Err)
 		span.SetStatus(codes.Error, "limiter failed")
-		t.limiterErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", errorKind(d.Err))))
+		t.limiterErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", policy.ErrorKind(d.Err))))
 		t.failEvents.Add(ctx, int64(len(jobs)), metric.WithAttributeSet(t.failMode))
 	}
 	if span.IsRecording() {
@@ -195,7 +193,7 @@ func (t *telemetry) conclude(j *job, decision string) {
 	set, ok := t.sets[key]
 	t.mu.RUnlock()
 	if !ok {
-		attrs := []attribute.KeyValue{attribute.String("outcome", decision), attribute.String("plan", j.plan)}
+		attrs := []attribute.KeyValue{attribute.String("source", string(wire.SourceQueue)), attribute.String("outcome", decision), attribute.String("plan", j.plan)}
 		if t.tenantLabel {
 			attrs = append(attrs, attribute.String("tenant", j.tenant))
 		}
@@ -209,18 +207,6 @@ func (t *telemetry) conclude(j *job, decision string) {
 	if decision == wire.DecisionDelayed {
 		t.waits.Record(ctx, j.verdict.Wait.Seconds(), set)
 	}
-}
-
-// errorKind classifies a failed limiter call for admitter.redis.errors.
-func errorKind(err error) string {
-	var ne net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
-		return "timeout"
-	case errors.As(err, &ne) || errors.Is(err, net.ErrClosed):
-		return "connection"
-	}
-	return "other"
 }
 
 // messagingAttrs are the semantic-convention attributes of a delivery or a publish.

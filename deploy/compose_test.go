@@ -154,15 +154,24 @@ func checkAdmitter(s *stack) []string {
 		}
 	}
 
-	// Where admitter listens: on all interfaces (Prometheus scrapes it from its own container),
-	// on the port it publishes.
+	// Where admitter listens: on all interfaces (Prometheus scrapes it from its own container,
+	// services ask the decision API from theirs), on the ports it publishes.
+	listening := map[string]string{} // container port → the variable listening on it
 	if port, err := listenPort(env["ADMITTER_HTTP_ADDR"]); err != nil {
 		add("environment.ADMITTER_HTTP_ADDR: %v (the default, 127.0.0.1:9090, is unreachable from other containers)", err)
 	} else {
-		for i, pc := range svc.Ports {
-			if fmt.Sprint(pc.Target) != port {
-				add("ports[%d] publishes container port %d, but ADMITTER_HTTP_ADDR listens on %s", i, pc.Target, port)
-			}
+		listening[port] = "ADMITTER_HTTP_ADDR"
+	}
+	if v, ok := env["ADMITTER_API_ADDR"]; ok && v != "off" {
+		if port, err := listenPort(v); err != nil {
+			add("environment.ADMITTER_API_ADDR: %v (the default, 127.0.0.1:9080, is unreachable from other containers)", err)
+		} else {
+			listening[port] = "ADMITTER_API_ADDR"
+		}
+	}
+	for i, pc := range svc.Ports {
+		if _, ok := listening[fmt.Sprint(pc.Target)]; !ok && len(listening) > 0 {
+			add("ports[%d] publishes container port %d, but admitter listens on %s", i, pc.Target, describePorts(listening))
 		}
 	}
 
@@ -223,6 +232,16 @@ func checkAdmitter(s *stack) []string {
 	return problems
 }
 
+// describePorts names the ports admitter listens on and the variables that set them, in port
+// order: "9080 (ADMITTER_API_ADDR), 9090 (ADMITTER_HTTP_ADDR)".
+func describePorts(listening map[string]string) string {
+	var out []string
+	for _, port := range slices.Sorted(maps.Keys(listening)) {
+		out = append(out, port+" ("+listening[port]+")")
+	}
+	return strings.Join(out, ", ")
+}
+
 func urlPort(raw string) (string, error) {
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(raw, "http://"), "https://"))
 	return port, err
@@ -275,7 +294,8 @@ func TestComposeChecksCatch(t *testing.T) {
 			{"      ADMITTER_LOG_FORMAT: text\n", "      ADMITTER_LOG_FORMAT: text\n      ADMITTER_PARK_MAX: \"1000\"\n", "services.admitter.environment.ADMITTER_PARK_MAX: admitter does not read this variable"},
 			{"ADMITTER_REDIS_URL:", "ADMITTER_REDIS_ULR:", "environment.ADMITTER_REDIS_ULR: admitter does not read this variable"},
 			{"ADMITTER_HTTP_ADDR: 0.0.0.0:9090", "ADMITTER_HTTP_ADDR: 127.0.0.1:9090", `environment.ADMITTER_HTTP_ADDR: "127.0.0.1:9090" listens on 127.0.0.1 only`},
-			{"ADMITTER_HTTP_ADDR: 0.0.0.0:9090", "ADMITTER_HTTP_ADDR: 0.0.0.0:9095", "services.admitter.ports[0] publishes container port 9090, but ADMITTER_HTTP_ADDR listens on 9095"},
+			{"ADMITTER_HTTP_ADDR: 0.0.0.0:9090", "ADMITTER_HTTP_ADDR: 0.0.0.0:9095", "services.admitter.ports[0] publishes container port 9090, but admitter listens on 9080 (ADMITTER_API_ADDR), 9095 (ADMITTER_HTTP_ADDR)"},
+			{"ADMITTER_API_ADDR: 0.0.0.0:9080", "ADMITTER_API_ADDR: 0.0.0.0:9081", "services.admitter.ports[1] publishes container port 9080, but admitter listens on 9081 (ADMITTER_API_ADDR), 9090 (ADMITTER_HTTP_ADDR)"},
 			{"ADMITTER_NATS_URL: nats://nats:4222", "ADMITTER_NATS_URL: nats://nats:4222,nats://nats-2:4222", `ADMITTER_NATS_URL: "nats://nats-2:4222": host "nats-2" is not a service`},
 			{"ADMITTER_NATS_URL: nats://nats:4222", "ADMITTER_NATS_URL: nats://nats:8223", `ADMITTER_NATS_URL: "nats://nats:8223": service nats neither publishes nor exposes port 8223`},
 			{"ADMITTER_REDIS_URL: redis://redis:6379", "ADMITTER_REDIS_URL: http://redis:6379", `ADMITTER_REDIS_URL: "http://redis:6379": scheme "http", want "redis"`},

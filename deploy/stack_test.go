@@ -243,7 +243,7 @@ var histograms = []wire.Metric{wire.MetricWait, wire.MetricDecisionTime}
 // metricLabels are the labels admitter's metrics carry besides job, instance and otel_scope_*
 // (admission/telemetry.go, cmd/admitter/plans.go); those not listed have none.
 var metricLabels = map[wire.Metric][]string{
-	wire.MetricDecisions:    {"plan", "outcome", "tenant"},
+	wire.MetricDecisions:    {"source", "plan", "outcome", "tenant"},
 	wire.MetricWait:         {"plan", "outcome", "tenant"},
 	wire.MetricRedisErrors:  {"kind"},
 	wire.MetricFailEvents:   {"mode"},
@@ -256,10 +256,11 @@ var labelValues = map[string][]string{
 	"mode":   {"open", "closed"},
 	"kind":   {"timeout", "connection", "other"},
 	"result": {"ok", "error"},
+	"source": {string(wire.SourceQueue), string(wire.SourceHTTP), string(wire.SourceNATS)},
 }
 
 // exported reads the metrics from wire/wire.go: every variable whose value is a
-// wire.Metric{Name, Prom} literal, and the Decision* constants (the outcome label's values).
+// wire.Metric{Name, Prom, ...} literal, and the Decision* constants (the outcome label's values).
 var exported = sync.OnceValues(func() (*exports, error) {
 	const file = "wire/wire.go"
 	f, err := goSource(file)
@@ -296,7 +297,7 @@ var exported = sync.OnceValues(func() (*exports, error) {
 					}
 				}
 				cl, ok := vs.Values[i].(*ast.CompositeLit)
-				if !ok || len(cl.Elts) != 2 {
+				if !ok || len(cl.Elts) < 2 {
 					continue
 				}
 				if id, ok := cl.Type.(*ast.Ident); !ok || id.Name != "Metric" {

@@ -1,11 +1,12 @@
 // Package policy is admitter's decision step, free of any transport: it turns some of a
-// tenant's jobs into verdicts under the plans, the limiter and the fail mode. The queue side
-// (package admission) turns each verdict into exactly one state change; it does not look up
-// plans, check weights, apply the fail mode or map errors to codes itself, and neither will any
-// other face of the same decisions.
+// tenant's jobs into verdicts (Decide), and a synchronous request into an answer (Allow,
+// Reserve), under the plans, the limiter and the fail mode. The queue side (package admission)
+// turns each verdict into exactly one state change; the HTTP API and the NATS service (package
+// api) and the Go middleware (package httplimit) turn each answer into a response. None of them
+// looks up plans, checks weights, applies the fail mode or maps errors to codes itself.
 //
-// A Policy is safe for concurrent use. It does not read a message, publish or acknowledge
-// anything.
+// A Policy is safe for concurrent use. It does not read a message or a request, publish,
+// acknowledge or respond.
 package policy
 
 import (
@@ -20,13 +21,18 @@ import (
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/wire"
 	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
-// Limiter decides batches of a tenant's queued jobs; *bucket.Redis and *bucket.Memory implement
+// Limiter decides batches of a tenant's queued jobs (Admit, CloseLane) and single requests
+// (Decide), and reads a tenant's state (Inspect); *bucket.Redis and *bucket.Memory implement
 // it.
 type Limiter interface {
 	Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error)
 	CloseLane(ctx context.Context, tenant string, plan *bucket.Plan, through int64) (open bool, err error)
+	Decide(ctx context.Context, req bucket.Request) (bucket.Result, error)
+	Inspect(ctx context.Context, tenant string, plan *bucket.Plan) (bucket.Snapshot, error)
 }
 
 var (
@@ -60,6 +66,13 @@ type Config struct {
 	Timeout time.Duration
 	// Logger receives the limiter's changes of state, once each (default slog.Default()).
 	Logger *slog.Logger
+	// TracerProvider and MeterProvider record the synchronous decisions (Allow, Reserve): a
+	// "limiter decide" span each, and the decisions metric with their source (default: none).
+	// The queue's jobs are recorded by package admission.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	// TenantMetrics adds a tenant label to the synchronous decisions' metric.
+	TenantMetrics bool
 }
 
 // Policy decides. Create it with New.
@@ -70,6 +83,7 @@ type Policy struct {
 	failMode FailMode
 	timeout  time.Duration
 	log      *slog.Logger
+	tel      *telemetry
 	down     atomic.Bool
 	since    atomic.Int64 // unix ns when the limiter was lost
 	held     struct {     // the fail-closed backoff
@@ -98,7 +112,11 @@ func New(c Config) (*Policy, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	p := &Policy{limiter: c.Limiter, failMode: c.FailMode, timeout: c.Timeout, log: c.Logger}
+	tel, err := newTelemetry(c)
+	if err != nil {
+		return nil, fmt.Errorf("policy: telemetry: %w", err)
+	}
+	p := &Policy{limiter: c.Limiter, failMode: c.FailMode, timeout: c.Timeout, log: c.Logger, tel: tel}
 	p.plans.Store(c.Plans)
 	p.held.b = backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(250*time.Millisecond),

@@ -139,6 +139,13 @@ func TestConfigErrors(t *testing.T) {
 		{name: "redis url bad scheme", over: []string{"ADMITTER_REDIS_URL=http://:s3cret@127.0.0.1:6379"}, want: []string{"ADMITTER_REDIS_URL"}, secret: "s3cret"},
 		{name: "nats url unparsable", over: []string{"ADMITTER_NATS_URL=nats://user:s3cret@[::1"}, want: []string{"ADMITTER_NATS_URL"}, secret: "s3cret"},
 		{name: "check-config too", over: []string{"ADMITTER_WORKERS=0"}, args: []string{"check-config"}, want: []string{"ADMITTER_WORKERS"}},
+		{name: "api address without port", over: []string{"ADMITTER_API_ADDR=localhost"}, want: []string{"ADMITTER_API_ADDR", `"localhost"`, "host:port"}},
+		{name: "api address bad port", over: []string{"ADMITTER_API_ADDR=127.0.0.1:http2"}, want: []string{"ADMITTER_API_ADDR", `"http2"`}},
+		{name: "api address is the http address", over: []string{"ADMITTER_API_ADDR=127.0.0.1:9090"}, want: []string{"ADMITTER_API_ADDR", "ADMITTER_HTTP_ADDR", "differ"}},
+		{name: "api subject wildcard", over: []string{"ADMITTER_API_SUBJECT=admitter.*"}, want: []string{"ADMITTER_API_SUBJECT", `"*"`, "concrete"}},
+		{name: "api subject empty token", over: []string{"ADMITTER_API_SUBJECT=admitter..decide"}, want: []string{"ADMITTER_API_SUBJECT", "empty token"}},
+		{name: "api subject space", over: []string{"ADMITTER_API_SUBJECT=admitter.de cide"}, want: []string{"ADMITTER_API_SUBJECT", "whitespace"}},
+		{name: "api subject captured by the input", over: []string{"ADMITTER_API_SUBJECT=jobs.submit.acme.decide"}, want: []string{"ADMITTER_API_SUBJECT", "ADMITTER_SUBJECT_IN", "stored as a job"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runBinary(t, configEnv(t, tc.over...), tc.args...)

@@ -112,6 +112,7 @@ func (w *world) env(over ...string) []string {
 		"ADMITTER_LOG_FORMAT=text",
 		"ADMITTER_ACK_WAIT=5s",
 		"ADMITTER_HTTP_ADDR=off", // tests that want it pick a free port
+		"ADMITTER_API_ADDR=off",  // likewise
 	}
 	return append(e, over...)
 }

@@ -19,7 +19,9 @@ const (
 	HeaderAttempts = "Admit-Attempts"
 	// HeaderDelayMs, on output: milliseconds from the input being stored to being forwarded.
 	HeaderDelayMs = "Admit-Delay-Ms"
-	// HeaderDegraded, on output: "fail-open" when forwarded without a decision (Redis failed).
+	// HeaderDegraded, on output and on answers of the HTTP decision API: "fail-open"
+	// (DegradedFailOpen) when forwarded or allowed without a decision (Redis failed, fail mode
+	// open).
 	HeaderDegraded = "Admit-Degraded"
 	// HeaderError, on dead letters: a Code.
 	HeaderError = "Admit-Error"
@@ -110,35 +112,68 @@ func ParseMsgID(id string) (kind Kind, stream string, seq uint64, ok bool) {
 }
 
 // Decisions: the admitter.decision span attribute and the outcome label of the decisions
-// metric.
+// metric. A queued job ends as admitted, delayed, dead, degraded or held; a synchronous
+// request as admitted, throttled, delayed (a slot booked for its key), rejected, degraded or
+// unavailable.
 const (
-	DecisionAdmitted = "admitted" // the limiter let it through: forwarded
-	DecisionDelayed  = "delayed"  // it must wait: moved to (or kept in) its tenant's lane
+	DecisionAdmitted = "admitted" // the limiter let it through: forwarded, or allowed
+	DecisionDelayed  = "delayed"  // it must wait: moved to its tenant's lane, or a slot booked for its key
 	DecisionDead     = "dead"     // dead-lettered
-	DecisionDegraded = "degraded" // the limiter failed, fail mode open: forwarded unchecked
+	DecisionDegraded = "degraded" // the limiter failed, fail mode open: forwarded or allowed unchecked
 	DecisionHeld     = "held"     // the limiter failed, fail mode closed: held, asked again later
 	DecisionPaused   = "paused"   // its tenant is paused: moved to (or kept in) its lane until the pause ends
+
+	DecisionThrottled   = "throttled"   // a request denied, nothing booked: ask again after the wait
+	DecisionRejected    = "rejected"    // a request refused for what it is (its weight, its tenant)
+	DecisionUnavailable = "unavailable" // the limiter failed, fail mode closed: a request refused (503)
+)
+
+// Source is where a decision came from: the source label of the decisions metric and the
+// admitter.source span attribute.
+type Source string
+
+const (
+	SourceQueue Source = "queue" // a job of the input stream or of a tenant's lane
+	SourceHTTP  Source = "http"  // POST /v1/decide, or the Go middleware
+	SourceNATS  Source = "nats"  // a request to the admitter.decide NATS endpoint
+)
+
+// The NATS micro service of synchronous decisions: `nats micro info admitter` describes it.
+const (
+	ServiceName          = "admitter"
+	EndpointDecide       = "decide"
+	DefaultDecideSubject = "admitter.decide"
 )
 
 // A Metric is one of the admitter's metrics: its OpenTelemetry instrument name and the name
-// Prometheus exposes it under (/metrics).
-type Metric struct{ Name, Prom string }
+// Prometheus exposes it under (/metrics). Help is its description when more than one package
+// records it (the queue and the synchronous decisions): they must describe it identically, or
+// the Prometheus exporter keeps one description and warns.
+type Metric struct{ Name, Prom, Help string }
 
 // The admitter's metrics.
 var (
-	MetricDecisions     = Metric{"admitter.decisions", "admitter_decisions_total"}
-	MetricWait          = Metric{"admitter.wait", "admitter_wait_seconds"}
-	MetricDecisionTime  = Metric{"admitter.decision.duration", "admitter_decision_duration_seconds"}
-	MetricRedisErrors   = Metric{"admitter.redis.errors", "admitter_redis_errors_total"}
-	MetricFailEvents    = Metric{"admitter.fail_mode.events", "admitter_fail_mode_events_total"}
-	MetricInFlight      = Metric{"admitter.jobs.in_flight", "admitter_jobs_in_flight"}
-	MetricLanes         = Metric{"admitter.lanes", "admitter_lanes"}
-	MetricLaneJobs      = Metric{"admitter.lanes.jobs", "admitter_lanes_jobs"}
-	MetricOutputBlocked = Metric{"admitter.output.blocked", "admitter_output_blocked"}
-	MetricReplicas      = Metric{"admitter.replicas", "admitter_replicas"}
-	MetricPlansReloads  = Metric{"admitter.plans.reloads", "admitter_plans_reloads_total"}
-	MetricRedisEvicting = Metric{"admitter.redis.evicting", "admitter_redis_evicting"}
-	MetricPending       = Metric{"admitter.consumer.pending", "admitter_consumer_pending"}
-	MetricAckPending    = Metric{"admitter.consumer.ack_pending", "admitter_consumer_ack_pending"}
-	MetricRedelivered   = Metric{"admitter.consumer.redelivered", "admitter_consumer_redelivered"}
+	MetricDecisions = Metric{"admitter.decisions", "admitter_decisions_total",
+		"Decisions by source (queue, http, nats), plan and outcome: queued jobs admitted, delayed (moved to the tenant's lane), dead, degraded or held; requests admitted, throttled, delayed (a slot booked), rejected, degraded or unavailable."}
+	MetricWait         = Metric{"admitter.wait", "admitter_wait_seconds", ""}
+	MetricDecisionTime = Metric{"admitter.decision.duration", "admitter_decision_duration_seconds",
+		"Time one limiter call took (a queue call decides a batch of one tenant's jobs, a request's call one request)."}
+	MetricRedisErrors = Metric{"admitter.redis.errors", "admitter_redis_errors_total",
+		"Failed limiter calls by kind (timeout, connection, other)."}
+	MetricFailEvents = Metric{"admitter.fail_mode.events", "admitter_fail_mode_events_total",
+		"Jobs and requests handled without a decision, by fail mode (open: forwarded or allowed, closed: held back or refused)."}
+	MetricInFlight      = Metric{"admitter.jobs.in_flight", "admitter_jobs_in_flight", ""}
+	MetricLanes         = Metric{"admitter.lanes", "admitter_lanes", ""}
+	MetricLaneJobs      = Metric{"admitter.lanes.jobs", "admitter_lanes_jobs", ""}
+	MetricOutputBlocked = Metric{"admitter.output.blocked", "admitter_output_blocked", ""}
+	MetricReplicas      = Metric{"admitter.replicas", "admitter_replicas", ""}
+	MetricPlansReloads  = Metric{"admitter.plans.reloads", "admitter_plans_reloads_total", ""}
+	MetricRedisEvicting = Metric{"admitter.redis.evicting", "admitter_redis_evicting", ""}
+	MetricPending       = Metric{"admitter.consumer.pending", "admitter_consumer_pending", ""}
+	MetricAckPending    = Metric{"admitter.consumer.ack_pending", "admitter_consumer_ack_pending", ""}
+	MetricRedelivered   = Metric{"admitter.consumer.redelivered", "admitter_consumer_redelivered", ""}
 )
+
+// DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they
+// resolve below a millisecond, a decision being one Redis round trip.
+var DecisionDurationBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -48,8 +49,10 @@ type config struct {
 	ConnectTimeout   time.Duration `env:"ADMITTER_CONNECT_TIMEOUT"` // unset: retry for ever
 	LogFormat        string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
 	LogLevel         string        `env:"ADMITTER_LOG_LEVEL" envDefault:"info"`
-	HTTPAddr         string        `env:"ADMITTER_HTTP_ADDR" envDefault:"127.0.0.1:9090"` // "off": no HTTP server
-	HTTPToken        string        `env:"ADMITTER_HTTP_TOKEN"`                            // set: every endpoint but /metrics, /healthz, /readyz needs it as a bearer token
+	HTTPAddr         string        `env:"ADMITTER_HTTP_ADDR" envDefault:"127.0.0.1:9090"`    // "off": no HTTP server
+	HTTPToken        string        `env:"ADMITTER_HTTP_TOKEN"`                               // set: every endpoint but /metrics, /healthz, /readyz needs it as a bearer token
+	APIAddr          string        `env:"ADMITTER_API_ADDR" envDefault:"127.0.0.1:9080"`     // "off": no HTTP decision API
+	APISubject       string        `env:"ADMITTER_API_SUBJECT" envDefault:"admitter.decide"` // "off": no NATS decision service
 	TenantMetrics    bool          `env:"ADMITTER_METRICS_TENANT_LABEL" envDefault:"false"`
 
 	// Derived by load.
@@ -177,6 +180,9 @@ func (c *config) validate() error {
 	if _, err := logLevel(c.LogLevel); err != nil {
 		return err
 	}
+	if err := c.validateAPI(); err != nil {
+		return err
+	}
 	for _, s := range []struct{ name, v string }{{"ADMITTER_STREAM_IN", c.StreamIn}, {"ADMITTER_STREAM_OUT", c.StreamOut}, {"ADMITTER_STREAM_DEAD", c.StreamDead}, {"ADMITTER_STREAM_WAIT", c.StreamWait}} {
 		if s.v == "" || strings.ContainsAny(s.v, " \t\r\n.*>/\\") {
 			return fmt.Errorf("%s must be a non-empty name without spaces, '.', '*', '>', '/' or '\\', got %q", s.name, s.v)
@@ -208,6 +214,46 @@ func (c *config) validate() error {
 	if c.RedisURL != "" {
 		if _, err := bucket.RedisClientOption(c.RedisURL); err != nil {
 			return fmt.Errorf("ADMITTER_REDIS_URL: %s", strings.ReplaceAll(err.Error(), c.RedisURL, redact(c.RedisURL)))
+		}
+	}
+	return nil
+}
+
+// validateAPI checks the synchronous faces: the API's address, and the NATS service's subject,
+// which must be one concrete subject that no stream of the admitter captures (a request stored
+// as a job would be forwarded, not answered).
+func (c *config) validateAPI() error {
+	if c.APIAddr != "off" {
+		_, port, err := net.SplitHostPort(c.APIAddr)
+		if err != nil {
+			return fmt.Errorf("ADMITTER_API_ADDR must be host:port (e.g. 127.0.0.1:9080, 0.0.0.0:9080) or off, got %q", c.APIAddr)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("ADMITTER_API_ADDR: port %q is not a number from 0 to 65535", port)
+		}
+		if c.APIAddr == c.HTTPAddr && port != "0" {
+			return fmt.Errorf("ADMITTER_API_ADDR and ADMITTER_HTTP_ADDR must differ, both are %q", c.APIAddr)
+		}
+	}
+	if c.APISubject == "off" {
+		return nil
+	}
+	for i, tok := range strings.Split(c.APISubject, ".") {
+		switch {
+		case tok == "":
+			return fmt.Errorf("ADMITTER_API_SUBJECT %q has an empty token (#%d): want tokens separated by single dots", c.APISubject, i+1)
+		case strings.ContainsAny(tok, " \t\r\n"):
+			return fmt.Errorf("ADMITTER_API_SUBJECT %q has whitespace in token %q", c.APISubject, tok)
+		case tok == "*" || tok == ">":
+			return fmt.Errorf("ADMITTER_API_SUBJECT %q has the wildcard %q: want one concrete subject", c.APISubject, tok)
+		}
+	}
+	for _, s := range []struct {
+		name string
+		t    subjects.Template
+	}{{"ADMITTER_SUBJECT_IN", c.in}, {"ADMITTER_SUBJECT_OUT", c.out}, {"ADMITTER_SUBJECT_DEAD", c.dead}, {"ADMITTER_SUBJECT_WAIT", c.wait}} {
+		if subjects.Overlap(c.APISubject, s.t.Filter()) {
+			return fmt.Errorf("ADMITTER_API_SUBJECT %q is captured by %s (%q): a request would be stored as a job; pick a subject outside it", c.APISubject, s.name, s.t.String())
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/plansource"
 	"github.com/admitter/admitter/policy"
+	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -24,36 +25,8 @@ type inspector interface {
 	Inspect(ctx context.Context, tenant string, plan *bucket.Plan) (bucket.Snapshot, error)
 }
 
-// inspection is what `admitter inspect` prints and /inspect serves as JSON.
-type inspection struct {
-	Tenant       string       `json:"tenant"`
-	Plan         string       `json:"plan"`
-	At           time.Time    `json:"at"`
-	Limits       []limitState `json:"limits"`
-	LaneOpen     bool         `json:"lane_open"`
-	PausedUntil  *time.Time   `json:"paused_until,omitempty"`
-	Reservations int          `json:"reservations"`
-	LatestSlot   *time.Time   `json:"latest_slot,omitempty"`
-}
-
-type limitState struct {
-	Limit    string  `json:"limit"`
-	Capacity int64   `json:"capacity"`
-	Rate     string  `json:"rate"`
-	Tokens   int64   `json:"tokens"`
-	FullInMs float64 `json:"full_in_ms"`
-	// IntervalMs is the time to refill one token.
-	IntervalMs float64 `json:"interval_ms"`
-}
-
-// nextWait is how long a job of weight 1 waits for this limit: until it holds one token.
-func (l limitState) nextWait() time.Duration {
-	ms := l.FullInMs - float64(l.Capacity-1)*l.IntervalMs
-	return time.Duration(max(ms, 0) * float64(time.Millisecond))
-}
-
 // inspect reads the tenant's state under its plan.
-func inspect(ctx context.Context, l any, plans *bucket.Plans, tenant string) (*inspection, error) {
+func inspect(ctx context.Context, l any, plans *bucket.Plans, tenant string) (*wire.TenantState, error) {
 	in, ok := l.(inspector)
 	if !ok {
 		return nil, errors.New("this limiter cannot be inspected")
@@ -66,18 +39,8 @@ func inspect(ctx context.Context, l any, plans *bucket.Plans, tenant string) (*i
 	if err != nil {
 		return nil, err
 	}
-	out := &inspection{Tenant: tenant, Plan: plan.Name, At: snap.At.UTC(), LaneOpen: snap.LaneOpen, Reservations: snap.Reservations}
-	if !snap.LatestSlot.IsZero() {
-		t := snap.LatestSlot.UTC()
-		out.LatestSlot = &t
-	}
-	for i, ls := range snap.Limits {
-		l := plan.Limits[i]
-		out.Limits = append(out.Limits, limitState{Limit: ls.Limit, Capacity: l.Capacity, Rate: l.Rate,
-			Tokens: ls.Tokens, FullInMs: float64(ls.FullIn) / float64(time.Millisecond),
-			IntervalMs: float64(l.Interval) / float64(time.Millisecond)})
-	}
-	return out, nil
+	st := policy.TenantState(tenant, plan, snap)
+	return &st, nil
 }
 
 // inspectLimit bounds the /inspect calls answered at once; inspectTimeout bounds one read of
@@ -105,13 +68,12 @@ func inspectHandler(l any, pol *policy.Policy) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
 		defer cancel()
-		r = r.WithContext(ctx)
 		tenant := r.URL.Query().Get("tenant")
 		if tenant == "" {
 			http.Error(w, "want ?tenant=NAME", http.StatusBadRequest)
 			return
 		}
-		res, err := inspect(r.Context(), l, pol.Plans(), tenant)
+		res, err := inspect(ctx, l, pol.Plans(), tenant)
 		if err == nil {
 			if until, paused := pol.PausedUntil(tenant); paused {
 				res.PausedUntil = &until
@@ -136,7 +98,7 @@ func inspectHandler(l any, pol *policy.Policy) http.Handler {
 func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var res *inspection
+	var res *wire.TenantState
 	var source string
 	if c.RedisURL != "" {
 		r, err := bucket.DialRedis(c.RedisURL, c.RedisPrefix, bucket.Options{})
@@ -171,7 +133,7 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("admitter at %s: %s", c.HTTPAddr, strings.TrimSpace(string(body)))
 		}
-		res = new(inspection)
+		res = new(wire.TenantState)
 		if err := json.Unmarshal(body, res); err != nil {
 			return fmt.Errorf("admitter at %s: %w", c.HTTPAddr, err)
 		}
@@ -214,16 +176,16 @@ func plansInForce(ctx context.Context, c *config, tenant string) (*bucket.Plans,
 	return s.Plans, nil, nil
 }
 
-func printInspection(w io.Writer, r *inspection, source string) {
+func printInspection(w io.Writer, r *wire.TenantState, source string) {
 	fmt.Fprintf(w, "tenant %s, plan %s, read from %s at %s\n\n", r.Tenant, r.Plan, source, r.At.Format(time.RFC3339Nano))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIMIT\tCAPACITY\tRATE\tTOKENS NOW\tFULL IN\tA JOB OF WEIGHT 1 FITS IN")
-	var binding *limitState
+	var binding *wire.LimitState
 	for i := range r.Limits {
 		l := &r.Limits[i]
 		full := time.Duration(l.FullInMs * float64(time.Millisecond)).Round(time.Millisecond)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%v\t%v\n", l.Limit, l.Capacity, l.Rate, l.Tokens, full, l.nextWait().Round(time.Millisecond))
-		if binding == nil || l.nextWait() > binding.nextWait() {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%v\t%v\n", l.Limit, l.Capacity, l.Rate, l.Tokens, full, time.Duration(l.WaitMs)*time.Millisecond)
+		if l.Limit == r.Limit {
 			binding = l
 		}
 	}
@@ -244,9 +206,9 @@ func printInspection(w io.Writer, r *inspection, source string) {
 		fmt.Fprintln(w)
 	}
 	switch {
-	case binding != nil && binding.nextWait() > 0:
+	case binding != nil && r.WaitMs > 0:
 		fmt.Fprintf(w, "\nwhy jobs wait: limit %s (%s) holds %d tokens; a job of weight 1 fits in %v\n",
-			binding.Limit, binding.Rate, binding.Tokens, binding.nextWait().Round(time.Millisecond))
+			binding.Limit, binding.Rate, binding.Tokens, time.Duration(r.WaitMs)*time.Millisecond)
 	case r.LaneOpen:
 		fmt.Fprintln(w, "\nthe head of the lane goes as soon as its own weight fits")
 	default:

@@ -87,6 +87,20 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		defer stopGuard()
 		ready = func(ctx context.Context) error { return errors.Join(guard.ready(), st.svc.Ready(ctx)) }
 	}
+	if c.APIAddr != "off" {
+		stop, err := startAPI(c, st.policy, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if c.APISubject != "off" {
+		stop, err := startDecideService(c, st.nc, st.policy, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	b.running(ready)
 	running.Store(st)
 	return st.svc.Run(ctx)
@@ -153,7 +167,8 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 	st.limiter = limiter
 
 	if st.policy, err = policy.New(policy.Config{Limiter: limiter, Plans: c.plans,
-		FailMode: policy.FailMode(c.FailMode), Timeout: c.RedisTimeout, Logger: log}); err != nil {
+		FailMode: policy.FailMode(c.FailMode), Timeout: c.RedisTimeout, Logger: log,
+		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics}); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	st.svc, err = admission.New(admission.Config{

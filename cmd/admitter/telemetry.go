@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,23 +122,38 @@ func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context
 	mux.Handle("GET /debug/pprof/", guard(http.HandlerFunc(pprof.Index), 0))
 	mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile), 0))
 	mux.Handle("GET /debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace), 0))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	stop, bound, err := serveOn("ADMITTER_HTTP_ADDR", addr, srv, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("serving /metrics, /healthz, /readyz and /inspect", "addr", bound)
+	return stop, nil
+}
+
+// serveOn binds addr (the value of variable, which errors name) and serves srv on it until the
+// returned stop is called; stop shuts the server down (bounded by 2s) and waits for it. It
+// returns once the listener is bound, with the address bound.
+func serveOn(variable, addr string, srv *http.Server, log *slog.Logger) (stop func(), bound string, err error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: ADMITTER_HTTP_ADDR: %w", errConfig, err)
+		return nil, "", fmt.Errorf("%w: %s: %w", errConfig, variable, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", "err", err)
+			log.Error("http server", "variable", variable, "err", err)
 		}
 	}()
-	log.Info("serving /metrics, /healthz and /readyz", "addr", l.Addr().String())
+	var once sync.Once
 	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	}, nil
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+			<-done
+		})
+	}, l.Addr().String(), nil
 }

@@ -33,6 +33,7 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("exit status %d, want 0", code)
 	}
 	for _, want := range []string{"start redis-server", "decisions: ours", "decisions: redis_rate", "decisions: ceiling",
+		"sync: admitter http", "sync: admitter nats", "sync: redis_rate net/http",
 		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "overload:", "deep flood:",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
@@ -68,6 +69,20 @@ func TestQuickRun(t *testing.T) {
 	}
 	if d.Concurrency != 64 || d.Tenants != 1000 || d.VsRedisRate <= 0 || d.VsCeiling <= 0 {
 		t.Errorf("decisions: %+v", d)
+	}
+
+	s := r.Sync
+	if s == nil {
+		t.Fatal("no sync section")
+	}
+	for _, run := range []bench.DecisionRun{s.HTTP, s.NATS, s.Peer} {
+		if run.Calls < 1 || run.PerSecond <= 0 || run.Seconds <= 0 || run.Denied != 0 {
+			t.Errorf("sync %s: %+v", run.Name, run)
+		}
+		latency("sync "+run.Name, run.Latency)
+	}
+	if s.Concurrency != 64 || s.Tenants != 1000 || s.HTTPVsPeer <= 0 || s.NATSVsPeer <= 0 {
+		t.Errorf("sync: %+v", s)
 	}
 
 	e := r.EndToEnd
@@ -126,10 +141,10 @@ func TestQuickRun(t *testing.T) {
 	}
 	latency("deep flood quiet", f.Quiet)
 
-	if len(r.Goals) != 10 {
-		t.Errorf("%d goals, want 10: %+v", len(r.Goals), r.Goals)
+	if len(r.Goals) != 11 {
+		t.Errorf("%d goals, want 11: %+v", len(r.Goals), r.Goals)
 	}
-	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalEndToEnd, bench.GoalAddedP99, bench.GoalOverloadErr, bench.GoalAttempts,
+	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalSyncHTTP, bench.GoalEndToEnd, bench.GoalAddedP99, bench.GoalOverloadErr, bench.GoalAttempts,
 		bench.GoalFloodQuiet, bench.GoalFloodNoisy, bench.GoalFloodRSS, bench.GoalFloodRedis} {
 		if _, ok := r.Goal(name); !ok {
 			t.Errorf("no goal %q", name)

@@ -20,13 +20,13 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs := flag.NewFlagSet("admitter-bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported by run, the usage only on -h
 	o := def
-	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, e2e, overload, flood (or all)")
+	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, overload, flood (or all)")
 	quick := fs.Bool("quick", false, "shorten every phase for a smoke run of seconds (flags given explicitly still apply)")
 	jsonPath := fs.String("json", "bench-results.json", "write the figures as JSON to this `path` (empty: don't)")
-	fs.DurationVar(&o.Duration, "duration", def.Duration, "decisions: measured time per contender")
-	fs.DurationVar(&o.Warmup, "warmup", def.Warmup, "decisions: warm-up before each measurement")
-	fs.IntVar(&o.Concurrency, "concurrency", def.Concurrency, "decisions: goroutines deciding at once")
-	fs.IntVar(&o.Tenants, "tenants", def.Tenants, "decisions and end to end: number of tenants")
+	fs.DurationVar(&o.Duration, "duration", def.Duration, "decisions and sync: measured time per contender")
+	fs.DurationVar(&o.Warmup, "warmup", def.Warmup, "decisions and sync: warm-up before each measurement")
+	fs.IntVar(&o.Concurrency, "concurrency", def.Concurrency, "decisions and sync: goroutines deciding at once")
+	fs.IntVar(&o.Tenants, "tenants", def.Tenants, "decisions, sync and end to end: number of tenants")
 	fs.IntVar(&o.Jobs, "jobs", def.Jobs, "end to end: jobs pre-published and drained by the relay and by admitter")
 	fs.DurationVar(&o.LatencyDuration, "latency-duration", def.LatencyDuration, "end to end: paced publishing time of each latency run")
 	fs.Float64Var(&o.LatencyRate, "latency-rate", def.LatencyRate, "end to end: paced rate in jobs/s (0: half the relay's measured rate; -quick: 2000)")
@@ -46,7 +46,8 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	usage := func() {
 		fs.SetOutput(stderr)
 		fmt.Fprintf(stderr, "usage: admitter-bench [flags]\n\n"+
-			"Measures admitter against redis_rate, a minimal-script ceiling and a plain JetStream relay,\n"+
+			"Measures admitter against redis_rate (alone and behind net/http), a minimal-script ceiling\n"+
+			"and a plain JetStream relay,\n"+
 			"on servers it starts itself on 127.0.0.1, and prints a table against the goals.\n\nflags:\n")
 		fs.PrintDefaults()
 	}

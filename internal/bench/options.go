@@ -14,10 +14,11 @@ const (
 	ScenarioEndToEnd  = "e2e"
 	ScenarioOverload  = "overload"
 	ScenarioFlood     = "flood"
+	ScenarioSync      = "sync"
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioDecisions, ScenarioEndToEnd, ScenarioOverload, ScenarioFlood}
+var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioOverload, ScenarioFlood}
 
 // Options say what to run and for how long. Start from Defaults or Quick.
 type Options struct {
@@ -26,7 +27,8 @@ type Options struct {
 	// Quick is recorded in the report: the phases were shortened for a smoke run.
 	Quick bool
 
-	// Decisions: Duration per contender after Warmup, at Concurrency goroutines over Tenants.
+	// Decisions and sync: Duration per contender after Warmup, at Concurrency goroutines over
+	// Tenants.
 	Duration    time.Duration
 	Warmup      time.Duration
 	Concurrency int

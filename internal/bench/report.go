@@ -17,6 +17,7 @@ import (
 type Report struct {
 	Meta      Meta        `json:"meta"`
 	Decisions *Decisions  `json:"decisions,omitempty"`
+	Sync      *Sync       `json:"sync,omitempty"`
 	EndToEnd  *EndToEnd   `json:"end_to_end,omitempty"`
 	Overload  *Overload   `json:"overload,omitempty"`
 	Flood     *Flood      `json:"deep_flood,omitempty"`
@@ -89,6 +90,19 @@ type Decisions struct {
 	VsCeiling   float64     `json:"ours_vs_ceiling"`
 }
 
+// Sync is the synchronous scenario: decisions per second and latency of admitter's HTTP API
+// (POST /v1/decide) and NATS service (admitter.decide), and of redis_rate behind a minimal
+// net/http handler reading the same JSON, at a fixed concurrency.
+type Sync struct {
+	Concurrency int         `json:"concurrency"`
+	Tenants     int         `json:"tenants"`
+	HTTP        DecisionRun `json:"http"`
+	NATS        DecisionRun `json:"nats"`
+	Peer        DecisionRun `json:"redis_rate_net_http"`
+	HTTPVsPeer  float64     `json:"http_vs_redis_rate_net_http"`
+	NATSVsPeer  float64     `json:"nats_vs_redis_rate_net_http"`
+}
+
 // Throughput is one forwarder draining a pre-published backlog.
 type Throughput struct {
 	Jobs      int     `json:"jobs"`
@@ -158,10 +172,16 @@ type Goal struct {
 	Met    bool    `json:"met"`
 }
 
+// syncGoal: admitter's HTTP API decides at least as many requests per second as redis_rate
+// behind a bare net/http handler, although it does more per request (strict JSON decoding, two
+// limits, RateLimit headers, metrics).
+const syncGoal = 1.0
+
 // Goal names.
 const (
 	GoalVsRedisRate = "decisions ours/redis_rate"
 	GoalVsCeiling   = "decisions ours/ceiling"
+	GoalSyncHTTP    = "sync http ours/redis_rate net/http"
 	GoalEndToEnd    = "end-to-end admitter/relay"
 	GoalAddedP99    = "added p99 latency ms"
 	GoalOverloadErr = "overload admitted error %"
@@ -190,6 +210,9 @@ func (r *Report) EvaluateGoals() {
 	r.Goals = r.Goals[:0]
 	if d := r.Decisions; d != nil {
 		r.Goals = append(r.Goals, goal(GoalVsRedisRate, d.VsRedisRate, ">=", 2.0), goal(GoalVsCeiling, d.VsCeiling, ">=", 0.8))
+	}
+	if s := r.Sync; s != nil {
+		r.Goals = append(r.Goals, goal(GoalSyncHTTP, s.HTTPVsPeer, ">=", syncGoal))
 	}
 	if e := r.EndToEnd; e != nil {
 		r.Goals = append(r.Goals, goal(GoalEndToEnd, e.Ratio, ">=", 0.85), goal(GoalAddedP99, e.Latency.AddedP99Ms, "<=", 2))
@@ -249,6 +272,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("decisions/s (c="+c+")", count(d.Ours.PerSecond), "ceiling "+count(d.Ceiling.PerSecond), fixed(d.VsCeiling, 2), t, m)
 		row("decision p50/p99 ms", pair(d.Ours.Latency), "redis_rate "+pair(d.RedisRate.Latency), "", "", "")
 		row("", "", "ceiling "+pair(d.Ceiling.Latency), "", "", "")
+	}
+	if s := r.Sync; s != nil {
+		c := strconv.Itoa(s.Concurrency)
+		t, m := met(GoalSyncHTTP)
+		row("sync http decisions/s (c="+c+")", count(s.HTTP.PerSecond), "redis_rate net/http "+count(s.Peer.PerSecond), fixed(s.HTTPVsPeer, 2), t, m)
+		row("sync http p50/p99 ms", pair(s.HTTP.Latency), "redis_rate net/http "+pair(s.Peer.Latency), "", "", "")
+		row("sync nats decisions/s (c="+c+")", count(s.NATS.PerSecond), "redis_rate net/http "+count(s.Peer.PerSecond), fixed(s.NATSVsPeer, 2), "", "")
+		row("sync nats p50/p99 ms", pair(s.NATS.Latency), "", "", "", "")
 	}
 	if e := r.EndToEnd; e != nil {
 		t, m := met(GoalEndToEnd)

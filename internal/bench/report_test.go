@@ -20,6 +20,11 @@ func sample() *Report {
 			RedisRate:   DecisionRun{Name: "redis_rate", Calls: 300000, Seconds: 5, PerSecond: 60000, Latency: Latency{Samples: 300000, P50Ms: 0.9, P99Ms: 2.5, MaxMs: 12}},
 			Ceiling:     DecisionRun{Name: "ceiling", Calls: 800000, Seconds: 5, PerSecond: 160000, Latency: Latency{Samples: 800000, P50Ms: 0.4, P99Ms: 0.9, MaxMs: 3}},
 			VsRedisRate: 1.3331, VsCeiling: 0.4999},
+		Sync: &Sync{Concurrency: 64, Tenants: 1000,
+			HTTP:       DecisionRun{Name: "admitter http", Calls: 60000, Seconds: 5, PerSecond: 12000, Latency: Latency{Samples: 60000, P50Ms: 4.2, P99Ms: 16.5, MaxMs: 30}},
+			NATS:       DecisionRun{Name: "admitter nats", Calls: 100000, Seconds: 5, PerSecond: 20000, Latency: Latency{Samples: 100000, P50Ms: 2.7, P99Ms: 9.4, MaxMs: 20}},
+			Peer:       DecisionRun{Name: "redis_rate net/http", Calls: 55000, Seconds: 5, PerSecond: 11000, Latency: Latency{Samples: 55000, P50Ms: 5.1, P99Ms: 15.6, MaxMs: 31}},
+			HTTPVsPeer: 1.0909, NATSVsPeer: 1.8182},
 		EndToEnd: &EndToEnd{Tenants: 1000,
 			Relay:    Throughput{Jobs: 50000, Seconds: 0.6, PerSecond: 83333.3},
 			Admitter: Throughput{Jobs: 50000, Seconds: 2.2, PerSecond: 22727.3},
@@ -43,6 +48,7 @@ func TestEvaluateGoals(t *testing.T) {
 	want := map[string]bool{
 		GoalVsRedisRate: false, // 1.33 < 2
 		GoalVsCeiling:   false, // 0.50 < 0.8
+		GoalSyncHTTP:    true,  // 1.09 ≥ 1
 		GoalEndToEnd:    false, // 0.27 < 0.85
 		GoalAddedP99:    true,  // 1ms ≤ 2ms
 		GoalOverloadErr: true,  // |−0.13%| ≤ 2%
@@ -68,7 +74,7 @@ func TestEvaluateGoals(t *testing.T) {
 			t.Errorf("%g %s %g: met=%v, want %v", c.value, c.op, c.tgt, g.Met, c.met)
 		}
 	}
-	r.Decisions, r.EndToEnd = nil, nil
+	r.Decisions, r.Sync, r.EndToEnd = nil, nil, nil
 	r.EvaluateGoals()
 	if len(r.Goals) != 2 {
 		t.Errorf("only overload: %d goals, want 2", len(r.Goals))
@@ -89,6 +95,10 @@ func TestWriteTable(t *testing.T) {
 	for _, want := range [][]string{
 		{"decisions/s (c=64)", "79,984", "redis_rate 60,000", "1.33", ">=2.0", "no"},
 		{"decisions/s (c=64)", "79,984", "ceiling 160,000", "0.50", ">=0.8", "no"},
+		{"sync http decisions/s (c=64)", "12,000", "redis_rate net/http 11,000", "1.09", ">=1.0", "yes"},
+		{"sync http p50/p99 ms", "4.20/16.50", "redis_rate net/http 5.10/15.60"},
+		{"sync nats decisions/s (c=64)", "20,000", "redis_rate net/http 11,000", "1.82"},
+		{"sync nats p50/p99 ms", "2.70/9.40"},
 		{"end-to-end jobs/s (1,000 tenants)", "22,727", "relay 83,333", "0.27", ">=0.85", "no"},
 		{"latency p99 ms", "11.50", "relay 10.50", "+1.00ms", "<=2.0ms", "yes"},
 		{"overload admitted (30s at 2,000/s)", "6,090", "expected 6098.0", "-0.13%", "±2.0%", "yes"},
@@ -127,13 +137,13 @@ func TestWriteTable(t *testing.T) {
 
 func TestWriteTablePartial(t *testing.T) {
 	r := sample()
-	r.Decisions, r.Overload, r.Notes = nil, nil, nil
+	r.Decisions, r.Sync, r.Overload, r.Notes = nil, nil, nil, nil
 	r.EvaluateGoals()
 	var b bytes.Buffer
 	if err := r.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
-	if out := b.String(); strings.Contains(out, "decisions/s") || strings.Contains(out, "overload") || !strings.Contains(out, "end-to-end") {
+	if out := b.String(); strings.Contains(out, "decisions/s") || strings.Contains(out, "overload") || strings.Contains(out, "sync") || !strings.Contains(out, "end-to-end") {
 		t.Errorf("partial table:\n%s", out)
 	}
 }
@@ -154,7 +164,7 @@ func TestJSONRoundTrip(t *testing.T) {
 		t.Errorf("round trip differs:\n%s\n%s", a, b)
 	}
 	raw, _ := os.ReadFile(path)
-	for _, key := range []string{`"timestamp"`, `"go_version"`, `"num_cpu"`, `"git_commit"`, `"ours_vs_redis_rate"`, `"admitter_vs_relay"`, `"added_p99_ms"`, `"error_pct"`, `"attempts_mean"`, `"p99_ms"`, `"goals"`} {
+	for _, key := range []string{`"timestamp"`, `"go_version"`, `"num_cpu"`, `"git_commit"`, `"ours_vs_redis_rate"`, `"http_vs_redis_rate_net_http"`, `"redis_rate_net_http"`, `"admitter_vs_relay"`, `"added_p99_ms"`, `"error_pct"`, `"attempts_mean"`, `"p99_ms"`, `"goals"`} {
 		if !bytes.Contains(raw, []byte(key)) {
 			t.Errorf("JSON has no %s", key)
 		}

@@ -1,7 +1,8 @@
 // Package bench measures admitter side by side with what it is compared to, on one machine in
 // one run: limiter decisions per second against github.com/go-redis/redis_rate and a minimal
-// script (the ceiling), end-to-end JetStream throughput and latency against a plain relay, and
-// pacing accuracy under overload. cmd/admitter-bench runs it; the figures come back as a Report.
+// script (the ceiling), synchronous decisions over HTTP and NATS against redis_rate behind
+// net/http, end-to-end JetStream throughput and latency against a plain relay, and pacing
+// accuracy under overload. cmd/admitter-bench runs it; the figures come back as a Report.
 package bench
 
 import (
@@ -115,6 +116,14 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		}
 		if d := rep.Decisions; d.Ours.Denied+d.RedisRate.Denied+d.Ceiling.Denied > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("decisions denied (expected none): ours %d, redis_rate %d", d.Ours.Denied, d.RedisRate.Denied))
+		}
+	}
+	if o.Has(ScenarioSync) {
+		if rep.Sync, err = e.synchronous(ctx, p); err != nil {
+			return nil, fmt.Errorf("sync: %w", err)
+		}
+		if s := rep.Sync; s.HTTP.Denied+s.NATS.Denied+s.Peer.Denied > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("sync decisions denied (expected none): http %d, nats %d, redis_rate net/http %d", s.HTTP.Denied, s.NATS.Denied, s.Peer.Denied))
 		}
 	}
 	if o.Has(ScenarioEndToEnd) {
