@@ -8,8 +8,11 @@ import (
 	"time"
 )
 
-// maxWindow bounds capacity × interval of one limit: the script does its arithmetic in Lua
-// doubles, exact for integers below 2^53 µs.
+// MaxSpan is the longest time a limit can span (about 285 years): a bucket's capacity ×
+// interval, a window. The scripts compute in Lua doubles, exact for integers of µs below 2^53.
+const MaxSpan = maxWindow * time.Microsecond
+
+// maxWindow is MaxSpan in µs.
 const maxWindow = 1<<53 - 1
 
 // A Limit is one token bucket: it holds at most Capacity tokens and refills one token every
@@ -60,22 +63,26 @@ type Plan struct {
 	packed []byte
 }
 
-// NewPlan checks the limits and returns a plan ready for decisions.
+// NewPlan checks the limits and returns a plan ready for decisions. A limit it refuses is a
+// *LimitError.
 func NewPlan(name string, limits ...Limit) (*Plan, error) {
 	if len(limits) == 0 {
 		return nil, fmt.Errorf("bucket: plan %q has no limits", name)
 	}
 	p := &Plan{Name: name, Limits: append([]Limit(nil), limits...)}
 	for i, l := range p.Limits {
+		bad := func(format string, args ...any) error {
+			return &LimitError{Plan: name, Index: i, Label: l.label(i), Msg: fmt.Sprintf(format, args...)}
+		}
 		if l.Capacity < 1 {
-			return nil, fmt.Errorf("bucket: plan %q limit %s: capacity must be ≥ 1, got %d", name, l.label(i), l.Capacity)
+			return nil, bad("capacity must be ≥ 1, got %d", l.Capacity)
 		}
 		if l.Interval < time.Microsecond || l.Interval%time.Microsecond != 0 {
-			return nil, fmt.Errorf("bucket: plan %q limit %s: interval must be a whole number of microseconds ≥ 1µs, got %v", name, l.label(i), l.Interval)
+			return nil, bad("interval must be a whole number of microseconds ≥ 1µs, got %v", l.Interval)
 		}
 		us := l.Interval.Microseconds()
 		if l.Capacity > maxWindow/us {
-			return nil, fmt.Errorf("bucket: plan %q limit %s: capacity %d takes longer than 285 years to refill", name, l.label(i), l.Capacity)
+			return nil, bad("capacity %d takes longer than 285 years to refill", l.Capacity)
 		}
 		if p.minCapacity == 0 || l.Capacity < p.minCapacity {
 			p.minCapacity = l.Capacity
@@ -84,7 +91,7 @@ func NewPlan(name string, limits ...Limit) (*Plan, error) {
 		id := limitID(l.label(i))
 		for j, other := range p.ids {
 			if other == id {
-				return nil, fmt.Errorf("bucket: plan %q limits %s and %s share a state id: rename one", name, p.labels[j], l.label(i))
+				return nil, bad("shares its state id with limit %s: rename one", p.labels[j])
 			}
 		}
 		p.ids = append(p.ids, id)

@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -487,17 +487,17 @@ func TestComposeAdmitterEnvironment(t *testing.T) {
 	}
 
 	// ADMITTER_PLANS_FILE is mounted from the repository and is a valid plans file.
-	plans := env["ADMITTER_PLANS_FILE"]
-	if plans == "" {
+	plansFile := env["ADMITTER_PLANS_FILE"]
+	if plansFile == "" {
 		t.Fatal("service admitter: ADMITTER_PLANS_FILE is unset (admitter would run the built-in example plans)")
 	}
-	host, ok := st.admitter.hostPath(plans)
+	host, ok := st.admitter.hostPath(plansFile)
 	if !ok {
-		t.Fatalf("service admitter: ADMITTER_PLANS_FILE=%s is not bind-mounted from the repository", plans)
+		t.Fatalf("service admitter: ADMITTER_PLANS_FILE=%s is not bind-mounted from the repository", plansFile)
 	}
-	p, err := bucket.LoadPlans(host)
+	p, err := plans.Load(host)
 	if err != nil {
-		t.Fatalf("service admitter: ADMITTER_PLANS_FILE=%s (%s): %v", plans, host, err)
+		t.Fatalf("service admitter: ADMITTER_PLANS_FILE=%s (%s): %v", plansFile, host, err)
 	}
 	if len(p.Names()) == 0 {
 		t.Errorf("%s: no plans", host)

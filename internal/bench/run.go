@@ -15,6 +15,7 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/plans"
 	"github.com/redis/rueidis"
 )
 
@@ -42,7 +43,7 @@ tenants:
   %s: overload
 default_plan: bench
 `, o.OverloadCapacity, o.OverloadRate, overloadTenant)
-	return bucket.ParsePlans("bench-plans.yaml", []byte(src))
+	return plans.Parse("bench-plans.yaml", []byte(src))
 }
 
 // progress prints one line per phase: elapsed time since the start, what runs, and once it is
