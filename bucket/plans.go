@@ -95,8 +95,9 @@ func (p *Plans) Tenants() map[string]string {
 // unknown tenants are rejected).
 func (p *Plans) Default() string { return p.def }
 
-// Describe returns a human-readable, multi-line summary: every plan with its limits (label,
-// capacity, rate as written, and the effective interval and tokens per second after rounding),
+// Describe returns a human-readable, multi-line summary: every plan with its limits (label and
+// rule: a bucket's capacity, rate as written, and the effective interval and tokens per second
+// after rounding; a window's limit, length and resolution; a quota's limit, period and zone),
 // the tenant assignments and the default plan. Plans and tenants are sorted by name. The exact
 // layout is for people and may change.
 func (p *Plans) Describe() string {
@@ -106,8 +107,7 @@ func (p *Plans) Describe() string {
 		pl := p.plans[name]
 		fmt.Fprintf(&b, "  %s: %d %s, max weight %d\n", name, len(pl.Limits), plansPlural(len(pl.Limits), "limit", "limits"), pl.MaxWeight())
 		for i, l := range pl.Limits {
-			fmt.Fprintf(&b, "    limit %s: capacity %d, rate %s = 1 token every %v (%s tokens/s)\n",
-				l.label(i), l.Capacity, l.Rate, l.Interval, plansPerSecond(l.PerSecond()))
+			fmt.Fprintf(&b, "    limit %s: %s\n", l.label(i), l.describe())
 		}
 	}
 	tenants := make([]string, 0, len(p.tenants))

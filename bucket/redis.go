@@ -28,6 +28,7 @@ type Redis struct {
 	redeem  int64 // Redeem in µs
 	settle  int64 // LaneSettle in µs
 	pad     int64 // extra key life in ms (pinned clocks in tests)
+	reach   int64 // how far ahead of now a take may be made (µs): the horizon, plus calMargin
 	// fixed is the part of the decide script's argument after the weight: horizon, grace,
 	// marker life, key pad, redeem and lane life, packed (see lua/decide.lua).
 	fixed []byte
@@ -55,6 +56,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
 		settle:  opts.LaneSettle.Microseconds(),
+		reach:   opts.Horizon.Microseconds() + calMargin,
 		fixed: packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0,
 			opts.Redeem.Microseconds(), 2*opts.LaneSettle.Microseconds()),
 	}
@@ -100,19 +102,21 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 // keys and the packed argument, seen as strings without copying (nothing writes to it
 // afterwards), and one array backing the keys and args slices.
 func (r *Redis) call(req *Request) (keys, args []string) {
+	p := req.Plan
 	state := len(r.prefix) + len(req.Tenant) + 2
 	job := 0
 	if req.JobID != "" {
 		job = state + 1 + len(req.JobID)
 	}
-	buf := make([]byte, 0, max(state, job)+24+len(r.fixed)+len(req.Plan.packed))
+	buf := make([]byte, 0, max(state, job)+32+len(r.fixed)+len(p.packed)+p.calendarsLen())
 	buf = append(append(append(append(buf, r.prefix...), '{'), req.Tenant...), '}')
 	if job > 0 {
 		buf = append(append(buf, ':'), req.JobID...)
 	}
 	keyEnd := len(buf)
 	buf = packInts(buf, r.now(), req.Weight)
-	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load()), req.Plan.packed...)
+	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load(), int64(len(p.Limits))), p.packed...)
+	buf = p.calendars(buf, r.estimate(), r.reach)
 	strs := new([3]string)
 	strs[0] = unsafe.String(&buf[0], state)
 	nkeys := 1
@@ -149,12 +153,12 @@ func (r *Redis) CloseLane(ctx context.Context, tenant string, plan *Plan, throug
 func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (BatchResult, error) {
 	p := b.Plan
 	r.refreshBorn(ctx)
-	arg := make([]byte, 0, 8*(9+2*len(b.Jobs))+len(p.packed))
+	arg := make([]byte, 0, 8*(9+2*len(b.Jobs))+len(p.packed)+p.calendarsLen())
 	arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad, r.born.at.Load())
 	for _, j := range b.Jobs {
 		arg = packInts(arg, j.ID, j.Weight)
 	}
-	arg = append(arg, p.packed...)
+	arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
 	reply, err := r.admit.Exec(ctx, r.client, []string{r.stateKey(b.Tenant)}, []string{unsafe.String(&arg[0], len(arg))}).AsBytes()
 	if err != nil {
 		r.born.stale()
@@ -188,6 +192,15 @@ func (r *Redis) Ping(ctx context.Context) error {
 func (r *Redis) now() int64 {
 	if r.clock == nil {
 		return 0
+	}
+	return r.clock().UnixMicro()
+}
+
+// estimate is this host's guess of the scripts' time (µs), to choose the quotas' calendars: the
+// pinned clock, else this host's clock (the server's may differ by up to calMargin).
+func (r *Redis) estimate() int64 {
+	if r.clock == nil {
+		return time.Now().UnixMicro()
 	}
 	return r.clock().UnixMicro()
 }
