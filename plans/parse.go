@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+	_ "time/tzdata" // time zones mean the same on every machine, with or without a zoneinfo
 
 	"go.yaml.in/yaml/v3"
 
@@ -260,20 +262,53 @@ func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, err
 	return pl, nil
 }
 
-// parseLimit parses one limit at field.
+// kindFields lists the fields each kind of limit takes, in the order messages name them.
+var kindFields = [...][]string{
+	bucket.KindBucket: {"name", "kind", "capacity", "rate"},
+	bucket.KindWindow: {"name", "kind", "limit", "window"},
+	bucket.KindQuota:  {"name", "kind", "limit", "period", "timezone"},
+}
+
+// parseLimit parses one limit at field: its kind first (default bucket), then its keys against
+// that kind's fields, then their values.
 func (ps *parser) parseLimit(field string, n *yaml.Node) (bucket.Limit, error) {
 	var l bucket.Limit
-	pairs, err := ps.mapping(n, field, "a mapping with capacity, rate and an optional name", "name", "capacity", "rate")
+	pairs, err := ps.mapping(n, field, "a mapping of a limit's fields (name, kind, and capacity and rate, or limit and window, or limit, period and timezone)")
 	if err != nil {
 		return l, err
 	}
-	var sawCapacity, sawRate bool
+	for _, kv := range pairs {
+		if kv.key == "kind" {
+			if l.Kind, err = ps.kind(kv.valueNode, field+".kind"); err != nil {
+				return l, err
+			}
+		}
+	}
+	fields := kindFields[l.Kind]
+	takes := fmt.Sprintf("a %s limit takes %s", l.Kind, andList(fields))
+	for _, kv := range pairs {
+		if slices.Contains(fields, kv.key) {
+			continue
+		}
+		var owners []string
+		for k, fs := range kindFields {
+			if slices.Contains(fs, kv.key) {
+				owners = append(owners, bucket.Kind(k).String())
+			}
+		}
+		if len(owners) == 0 {
+			return l, ps.errorf(kv.keyNode.Line, fieldPath(field, kv.key), "unknown key %s (%s)", quote(kv.key), takes)
+		}
+		return l, ps.errorf(kv.keyNode.Line, fieldPath(field, kv.key), "%s is a field of a %s limit, not of a %s one (%s)", quote(kv.key), orList(owners), l.Kind, takes)
+	}
+	seen := map[string]bool{}
 	for _, kv := range pairs {
 		f := field + "." + kv.key
 		v := kv.valueNode
 		if err := ps.noAlias(v, f); err != nil {
 			return l, err
 		}
+		seen[kv.key] = true
 		switch kv.key {
 		case "name":
 			name, err := ps.name(v, f, "a limit name")
@@ -285,14 +320,14 @@ func (ps *parser) parseLimit(field string, n *yaml.Node) (bucket.Limit, error) {
 			}
 			l.Name = name
 		case "capacity":
-			sawCapacity = true
-			c, err := ps.capacity(v, f)
-			if err != nil {
+			if l.Capacity, err = ps.integer(v, f, 0); err != nil {
 				return l, err
 			}
-			l.Capacity = c
+		case "limit":
+			if l.Capacity, err = ps.integer(v, f, bucket.MaxLimit); err != nil {
+				return l, err
+			}
 		case "rate":
-			sawRate = true
 			if v.Kind != yaml.ScalarNode || isNull(v) {
 				return l, ps.errorf(v.Line, f, "want a rate such as 10/s, got %s", describe(v))
 			}
@@ -301,19 +336,132 @@ func (ps *parser) parseLimit(field string, n *yaml.Node) (bucket.Limit, error) {
 				return l, ps.wrap(v.Line, f, err.Error(), err)
 			}
 			l.Rate, l.Interval = v.Value, iv
+		case "window":
+			if l.Window, err = ps.window(v, f); err != nil {
+				return l, err
+			}
+		case "period":
+			if l.Period, err = ps.period(v, f); err != nil {
+				return l, err
+			}
+		case "timezone":
+			if l.Location, err = ps.zone(v, f); err != nil {
+				return l, err
+			}
 		}
 	}
-	if !sawCapacity {
-		return l, ps.errorf(n.Line, field+".capacity", "missing (want an integer ≥ 1)")
-	}
-	if !sawRate {
-		return l, ps.errorf(n.Line, field+".rate", "missing (want a rate such as 10/s)")
+	for _, key := range fields {
+		if seen[key] {
+			continue
+		}
+		switch key {
+		case "capacity", "limit":
+			return l, ps.errorf(n.Line, field+"."+key, "missing (want an integer ≥ 1)")
+		case "rate":
+			return l, ps.errorf(n.Line, field+".rate", "missing (want a rate such as 10/s)")
+		case "window":
+			return l, ps.errorf(n.Line, field+".window", "missing (want a duration such as %s)", durationExamples)
+		case "period":
+			return l, ps.errorf(n.Line, field+".period", "missing (want %s)", periodNames)
+		}
 	}
 	return l, nil
 }
 
-// capacity parses a capacity: a YAML integer ≥ 1.
-func (ps *parser) capacity(n *yaml.Node, field string) (int64, error) {
+// kind parses a limit's kind.
+func (ps *parser) kind(n *yaml.Node, field string) (bucket.Kind, error) {
+	const want = "bucket, window or quota"
+	if err := ps.noAlias(n, field); err != nil {
+		return 0, err
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		for k := bucket.KindBucket; k <= bucket.KindQuota; k++ {
+			if n.Value == k.String() {
+				return k, nil
+			}
+		}
+		return 0, ps.errorf(n.Line, field, "%s is not a kind (want %s)", quote(n.Value), want)
+	}
+	return 0, ps.errorf(n.Line, field, "want %s, got %s", want, describe(n))
+}
+
+// durationExamples illustrates the window syntax in messages.
+const durationExamples = "500ms, 3s, 1h30m or 7d"
+
+// window parses a window's length: a Go duration ("3s", "1h30m") or a whole number of days
+// ("7d"), a whole number of microseconds from 1µs to 100 years.
+func (ps *parser) window(n *yaml.Node, field string) (time.Duration, error) {
+	if n.Kind != yaml.ScalarNode || isNull(n) || n.ShortTag() != "!!str" {
+		return 0, ps.errorf(n.Line, field, "want a duration such as %s, got %s", durationExamples, describe(n))
+	}
+	d, err := ParseWindow(n.Value)
+	if err != nil {
+		return 0, ps.wrap(n.Line, field, strings.TrimPrefix(err.Error(), "plans: "), err)
+	}
+	return d, nil
+}
+
+// ParseWindow parses the length of a window: a Go duration ("500ms", "3s", "1h30m", see
+// time.ParseDuration) or a whole number of days ("7d"). It must be a whole number of
+// microseconds from 1µs to 100 years (bucket.MaxWindow).
+func ParseWindow(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok && allDigits(days) {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n > int64(bucket.MaxWindow/(24*time.Hour)) {
+			return 0, fmt.Errorf("plans: %s is longer than 100 years", quote(s))
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("plans: %s is not a duration (want e.g. %s)", quote(s), durationExamples)
+		}
+	}
+	switch {
+	case d <= 0:
+		return 0, fmt.Errorf("plans: %s is not positive", quote(s))
+	case d%time.Microsecond != 0:
+		return 0, fmt.Errorf("plans: %s is not a whole number of microseconds", quote(s))
+	case d > bucket.MaxWindow:
+		return 0, fmt.Errorf("plans: %s is longer than 100 years", quote(s))
+	}
+	return d, nil
+}
+
+// periodNames lists the periods in messages.
+const periodNames = "minute, hour, day, week or month"
+
+// period parses a quota's calendar period.
+func (ps *parser) period(n *yaml.Node, field string) (bucket.Period, error) {
+	if n.Kind != yaml.ScalarNode || isNull(n) || n.ShortTag() != "!!str" {
+		return 0, ps.errorf(n.Line, field, "want %s, got %s", periodNames, describe(n))
+	}
+	p, ok := bucket.ParsePeriod(n.Value)
+	if !ok {
+		return 0, ps.errorf(n.Line, field, "%s is not a period (want %s)", quote(n.Value), periodNames)
+	}
+	return p, nil
+}
+
+// zone parses a quota's time zone: an IANA name such as Europe/Paris, or UTC.
+func (ps *parser) zone(n *yaml.Node, field string) (*time.Location, error) {
+	const want = "an IANA time zone name such as Europe/Paris or UTC"
+	if n.Kind != yaml.ScalarNode || isNull(n) || n.ShortTag() != "!!str" || n.Value == "" {
+		return nil, ps.errorf(n.Line, field, "want %s, got %s", want, describe(n))
+	}
+	if n.Value == "Local" {
+		return nil, ps.errorf(n.Line, field, `"Local" depends on the machine (want %s)`, want)
+	}
+	loc, err := time.LoadLocation(n.Value)
+	if err != nil {
+		return nil, ps.wrap(n.Line, field, fmt.Sprintf("%s is not a time zone (want %s)", quote(n.Value), want), err)
+	}
+	return loc, nil
+}
+
+// integer parses a capacity or a limit: a YAML integer ≥ 1, and at most most when most > 0.
+func (ps *parser) integer(n *yaml.Node, field string, most int64) (int64, error) {
 	const want = "want an integer ≥ 1"
 	if n.Kind != yaml.ScalarNode || isNull(n) {
 		return 0, ps.errorf(n.Line, field, "%s, got %s", want, describe(n))
@@ -330,6 +478,9 @@ func (ps *parser) capacity(n *yaml.Node, field string) (int64, error) {
 	}
 	if c < 1 {
 		return 0, ps.errorf(n.Line, field, "%s is not positive (%s)", describe(n), want)
+	}
+	if most > 0 && c > most {
+		return 0, ps.errorf(n.Line, field, "%s is too large (at most %d)", describe(n), most)
 	}
 	return c, nil
 }
@@ -466,6 +617,14 @@ func fieldPath(prefix, key string) string {
 	default:
 		return prefix + "." + key
 	}
+}
+
+// andList formats words as "a, b and c".
+func andList(words []string) string {
+	if len(words) == 1 {
+		return words[0]
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " and " + words[len(words)-1]
 }
 
 // orList formats words as "a, b or c".

@@ -35,6 +35,75 @@ tenants:
 default_plan: free   # optional; when absent, jobs of unknown tenants are rejected
 `
 
+// plansKindsFile is the issue's example: one plan with a limit of each kind.
+const plansKindsFile = `plans:
+  pro:
+    limits:
+      - {name: burst,   capacity: 20, rate: 10/s}               # kind: bucket (the default)
+      - {name: hourly,  kind: window, limit: 1000, window: 1h}  # at most 1000 in ANY interval of 1h
+      - {name: monthly, kind: quota,  limit: 100000, period: month}  # per calendar month (UTC)
+      - {name: paris,   kind: quota,  limit: 5000, period: week, timezone: Europe/Paris}
+      - {name: tiny,    kind: window, limit: 10, window: 3s}
+      - {name: week,    kind: window, limit: 70, window: 7d}
+default_plan: pro
+`
+
+func TestParseKinds(t *testing.T) {
+	p := mustParse(t, plansKindsFile)
+	pro, _ := p.Plan("pro")
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bucket.Limit{
+		{Name: "burst", Capacity: 20, Interval: 100 * time.Millisecond, Rate: "10/s"},
+		{Name: "hourly", Kind: bucket.KindWindow, Capacity: 1000, Window: time.Hour},
+		{Name: "monthly", Kind: bucket.KindQuota, Capacity: 100000, Period: bucket.Month},
+		{Name: "paris", Kind: bucket.KindQuota, Capacity: 5000, Period: bucket.Week, Location: paris},
+		{Name: "tiny", Kind: bucket.KindWindow, Capacity: 10, Window: 3 * time.Second},
+		{Name: "week", Kind: bucket.KindWindow, Capacity: 70, Window: 7 * 24 * time.Hour},
+	}
+	if !slices.EqualFunc(pro.Limits, want, limitsEqual) {
+		t.Errorf("limits\n%+v\nwant\n%+v", pro.Limits, want)
+	}
+	if pro.MaxWeight() != 10 {
+		t.Errorf("MaxWeight %d, want 10 (the window tiny)", pro.MaxWeight())
+	}
+	// kind: bucket may be written out.
+	q := mustParse(t, "plans: {p: {limits: [{kind: bucket, capacity: 2, rate: 1/s}]}}\n")
+	if pl, _ := q.Plan("p"); pl.Limits[0].Kind != bucket.KindBucket || pl.Limits[0].Capacity != 2 {
+		t.Errorf("explicit bucket: %+v", pl.Limits[0])
+	}
+	out := plansToYAML(t, p)
+	again, err := plans.Parse("again.yaml", out)
+	if err != nil {
+		t.Fatalf("reparse of\n%s: %v", out, err)
+	}
+	if d := plansEqual(p, again); d != "" {
+		t.Errorf("round trip differs: %s\n%s", d, out)
+	}
+}
+
+func ExampleParse_kinds() {
+	p, err := plans.Parse("plans.yaml", []byte(plansKindsFile))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Print(p.Describe())
+	// Output:
+	// plans (1):
+	//   pro: 6 limits, max weight 10
+	//     limit burst: capacity 20, rate 10/s = 1 token every 100ms (10 tokens/s)
+	//     limit hourly: window, at most 1000 in any 1h (counted in sub-windows of 56.25s: a take leaves up to 56.25s late)
+	//     limit monthly: quota, 100000 per calendar month (UTC), reset at its start
+	//     limit paris: quota, 5000 per calendar week (Europe/Paris), reset at its start
+	//     limit tiny: window, at most 10 in any 3s (exact)
+	//     limit week: window, at most 70 in any 7d (counted in sub-windows of 2h37m30s: a take leaves up to 2h37m30s late)
+	// tenants (0):
+	// default plan: pro
+}
+
 func mustParse(t testing.TB, src string) *bucket.Plans {
 	t.Helper()
 	p, err := plans.Parse("plans.yaml", []byte(src))
@@ -118,8 +187,13 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 	t.Helper()
 	type limit struct {
 		Name     string `yaml:"name,omitempty"`
-		Capacity int64  `yaml:"capacity"`
-		Rate     string `yaml:"rate"`
+		Kind     string `yaml:"kind,omitempty"`
+		Capacity int64  `yaml:"capacity,omitempty"`
+		Rate     string `yaml:"rate,omitempty"`
+		Limit    int64  `yaml:"limit,omitempty"`
+		Window   string `yaml:"window,omitempty"`
+		Period   string `yaml:"period,omitempty"`
+		Timezone string `yaml:"timezone,omitempty"`
 	}
 	type plan struct {
 		Limits []limit `yaml:"limits"`
@@ -134,7 +208,18 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 		pl, _ := p.Plan(name)
 		var ls []limit
 		for _, l := range pl.Limits {
-			ls = append(ls, limit{l.Name, l.Capacity, l.Rate})
+			switch l.Kind {
+			case bucket.KindBucket:
+				ls = append(ls, limit{Name: l.Name, Capacity: l.Capacity, Rate: l.Rate})
+			case bucket.KindWindow:
+				ls = append(ls, limit{Name: l.Name, Kind: "window", Limit: l.Capacity, Window: bucket.ShortDuration(l.Window)})
+			case bucket.KindQuota:
+				q := limit{Name: l.Name, Kind: "quota", Limit: l.Capacity, Period: l.Period.String()}
+				if l.Location != nil {
+					q.Timezone = l.Location.String()
+				}
+				ls = append(ls, q)
+			}
 		}
 		f.Plans[name] = plan{ls}
 	}
@@ -145,6 +230,15 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 	return out
 }
 
+// limitsEqual compares limits, their locations by name.
+func limitsEqual(a, b bucket.Limit) bool {
+	if (a.Location == nil) != (b.Location == nil) || (a.Location != nil && a.Location.String() != b.Location.String()) {
+		return false
+	}
+	a.Location, b.Location = nil, nil
+	return a == b
+}
+
 // plansEqual reports how a and b differ, or "" when they are equal.
 func plansEqual(a, b *bucket.Plans) string {
 	if !slices.Equal(a.Names(), b.Names()) {
@@ -153,7 +247,7 @@ func plansEqual(a, b *bucket.Plans) string {
 	for _, name := range a.Names() {
 		pa, _ := a.Plan(name)
 		pb, _ := b.Plan(name)
-		if pa.Name != pb.Name || !slices.Equal(pa.Limits, pb.Limits) {
+		if pa.Name != pb.Name || !slices.EqualFunc(pa.Limits, pb.Limits, limitsEqual) {
 			return fmt.Sprintf("plan %q: %+v vs %+v", name, pa.Limits, pb.Limits)
 		}
 	}
@@ -211,7 +305,7 @@ func TestParseErrors(t *testing.T) {
 		// Unknown and duplicate keys at every level.
 		{"unknown top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\ndefault: free\n", 3, "default", `unknown key "default" (want plans, tenants or default_plan)`},
 		{"unknown plan key", "plans:\n  free:\n    limits: [{capacity: 1, rate: 1/s}]\n    burst: 5\n", 4, "plans.free.burst", `unknown key "burst" (want limits)`},
-		{"unknown limit key", free("{capacity: 1, rate: 1/s, per: tenant}"), 4, "plans.free.limits[0].per", `unknown key "per" (want name, capacity or rate)`},
+		{"unknown limit key", free("{capacity: 1, rate: 1/s, per: tenant}"), 4, "plans.free.limits[0].per", `unknown key "per" (a bucket limit takes name, kind, capacity and rate)`},
 		{"misspelt limits", "plans:\n  free:\n    limts: [{capacity: 1, rate: 1/s}]\n", 3, "plans.free.limts", `unknown key "limts"`},
 		{"duplicate top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\nplans:\n  gold: {limits: [{capacity: 1, rate: 1/s}]}\n", 3, "plans", `duplicate key "plans" (first at line 1)`},
 		{"duplicate plan", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\n  free: {limits: [{capacity: 2, rate: 1/s}]}\n", 3, "plans.free", `duplicate key "free" (first at line 2)`},
@@ -231,7 +325,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty limits", "plans:\n  free:\n    limits: []\n", 3, "plans.free.limits", `plan "free" has no limits`},
 		{"null limits", "plans:\n  free:\n    limits:\n", 3, "plans.free.limits", `plan "free" has no limits`},
 		{"limits a mapping", "plans:\n  free:\n    limits: {capacity: 1, rate: 1/s}\n", 3, "plans.free.limits", "want a list of limits, got a mapping"},
-		{"limit a scalar", free("5/s"), 4, "plans.free.limits[0]", `want a mapping with capacity, rate and an optional name, got "5/s"`},
+		{"limit a scalar", free("5/s"), 4, "plans.free.limits[0]", `want a mapping of a limit's fields (name, kind, and capacity and rate, or limit and window, or limit, period and timezone), got "5/s"`},
 		{"second limit bad", "plans:\n  free:\n    limits:\n      - {capacity: 1, rate: 1/s}\n      - {capacity: 1, rate: 1/x}\n", 5, "plans.free.limits[1].rate", `"1/x" ` + rateHint},
 
 		// Capacity.
@@ -268,6 +362,42 @@ func TestParseErrors(t *testing.T) {
 		{"numeric limit name", free("{name: 1, capacity: 1, rate: 1/s}"), 4, "plans.free.limits[0].name", `"1" is all digits`},
 		{"empty limit name", free(`{name: "", capacity: 1, rate: 1/s}`), 4, "plans.free.limits[0].name", `want a limit name, got ""`},
 		{"null limit name", free(`{name: null, capacity: 1, rate: 1/s}`), 4, "plans.free.limits[0].name", `want a limit name, got nothing`},
+
+		// Kinds: the kind first, then the fields it takes.
+		{"unknown kind", free("{kind: sliding, limit: 1, window: 1s}"), 4, "plans.free.limits[0].kind", `"sliding" is not a kind (want bucket, window or quota)`},
+		{"kind a list", free("{kind: [window], limit: 1, window: 1s}"), 4, "plans.free.limits[0].kind", "want bucket, window or quota, got a list"},
+		{"kind null", free("{kind: ~, capacity: 1, rate: 1/s}"), 4, "plans.free.limits[0].kind", "want bucket, window or quota, got nothing"},
+		{"rate on a window", free("{kind: window, limit: 10, window: 1h, rate: 1/s}"), 4, "plans.free.limits[0].rate",
+			`"rate" is a field of a bucket limit, not of a window one (a window limit takes name, kind, limit and window)`},
+		{"capacity on a quota", free("{kind: quota, capacity: 10, period: day}"), 4, "plans.free.limits[0].capacity",
+			`"capacity" is a field of a bucket limit, not of a quota one (a quota limit takes name, kind, limit, period and timezone)`},
+		{"limit on a bucket", free("{limit: 10, rate: 1/s}"), 4, "plans.free.limits[0].limit",
+			`"limit" is a field of a window or quota limit, not of a bucket one (a bucket limit takes name, kind, capacity and rate)`},
+		{"period on a window", free("{kind: window, limit: 10, window: 1h, period: day}"), 4, "plans.free.limits[0].period", `"period" is a field of a quota limit`},
+		{"timezone on a bucket", free("{capacity: 1, rate: 1/s, timezone: UTC}"), 4, "plans.free.limits[0].timezone", `"timezone" is a field of a quota limit, not of a bucket one`},
+		{"unknown key on a quota", free("{kind: quota, limit: 1, period: day, every: 2}"), 4, "plans.free.limits[0].every", `unknown key "every" (a quota limit takes name, kind, limit, period and timezone)`},
+		{"window without limit", free("{kind: window, window: 1h}"), 4, "plans.free.limits[0].limit", "missing (want an integer ≥ 1)"},
+		{"window without window", free("{kind: window, limit: 5}"), 4, "plans.free.limits[0].window", "missing (want a duration such as 500ms, 3s, 1h30m or 7d)"},
+		{"quota without period", free("{kind: quota, limit: 5}"), 4, "plans.free.limits[0].period", "missing (want minute, hour, day, week or month)"},
+		{"limit 0", free("{kind: window, limit: 0, window: 1s}"), 4, "plans.free.limits[0].limit", "0 is not positive (want an integer ≥ 1)"},
+		{"limit 1.5", free("{kind: quota, limit: 1.5, period: day}"), 4, "plans.free.limits[0].limit", "1.5 is not an integer"},
+		{"limit too large", free("{kind: quota, limit: 1000000000000001, period: day}"), 4, "plans.free.limits[0].limit", "1000000000000001 is too large (at most 1000000000000000)"},
+		{"window 3x", free("{kind: window, limit: 5, window: 3x}"), 4, "plans.free.limits[0].window", `"3x" is not a duration (want e.g. 500ms, 3s, 1h30m or 7d)`},
+		{"window a number", free("{kind: window, limit: 5, window: 3}"), 4, "plans.free.limits[0].window", "want a duration such as 500ms, 3s, 1h30m or 7d, got 3"},
+		{"window 0s", free("{kind: window, limit: 5, window: 0s}"), 4, "plans.free.limits[0].window", `"0s" is not positive`},
+		{"window -1s", free("{kind: window, limit: 5, window: -1s}"), 4, "plans.free.limits[0].window", `"-1s" is not positive`},
+		{"window 1ns", free("{kind: window, limit: 5, window: 1ns}"), 4, "plans.free.limits[0].window", `"1ns" is not a whole number of microseconds`},
+		{"window 40000d", free("{kind: window, limit: 5, window: 40000d}"), 4, "plans.free.limits[0].window", `"40000d" is longer than 100 years`},
+		{"window 1.5d", free("{kind: window, limit: 5, window: 1.5d}"), 4, "plans.free.limits[0].window", `"1.5d" is not a duration`},
+		{"window null", free("{kind: window, limit: 5, window: ~}"), 4, "plans.free.limits[0].window", "want a duration such as 500ms, 3s, 1h30m or 7d, got nothing"},
+		{"period fortnight", free("{kind: quota, limit: 5, period: fortnight}"), 4, "plans.free.limits[0].period", `"fortnight" is not a period (want minute, hour, day, week or month)`},
+		{"period Month", free("{kind: quota, limit: 5, period: Month}"), 4, "plans.free.limits[0].period", `"Month" is not a period`},
+		{"period a number", free("{kind: quota, limit: 5, period: 30}"), 4, "plans.free.limits[0].period", "want minute, hour, day, week or month, got 30"},
+		{"timezone Mars", free("{kind: quota, limit: 5, period: day, timezone: Mars/Olympus}"), 4, "plans.free.limits[0].timezone", `"Mars/Olympus" is not a time zone (want an IANA time zone name such as Europe/Paris or UTC)`},
+		{"timezone Local", free("{kind: quota, limit: 5, period: day, timezone: Local}"), 4, "plans.free.limits[0].timezone", `"Local" depends on the machine`},
+		{"timezone empty", free(`{kind: quota, limit: 5, period: day, timezone: ""}`), 4, "plans.free.limits[0].timezone", `want an IANA time zone name such as Europe/Paris or UTC, got ""`},
+		{"timezone a number", free("{kind: quota, limit: 5, period: day, timezone: 2}"), 4, "plans.free.limits[0].timezone", "got 2"},
+		{"second limit of a kind bad", "plans:\n  pro:\n    limits:\n      - {capacity: 20, rate: 10/s}\n      - kind: window\n        limit: 1000\n        window: 1y\n", 7, "plans.pro.limits[1].window", `"1y" is not a duration`},
 
 		// Tenants and the default plan.
 		{"tenant of missing plan", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\ntenants:\n  bob: free\n  acme: platinum\n", 5, "tenants.acme", `no plan named "platinum"`},
@@ -483,6 +613,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\n"))
 	f.Add([]byte("plans:\n  free:\n    limits:\n      - {capacity: 0, rate: 3/w}\n"))
 	f.Add([]byte("plans: {a: {limits: [{capacity: 9, rate: 0.5/m}]}}\ntenants: {x: a}\ndefault_plan: b\n"))
+	f.Add([]byte(plansKindsFile))
+	f.Add([]byte("plans: {w: {limits: [{kind: window, limit: 65, window: 7d}, {kind: quota, limit: 3, period: week, timezone: Asia/Kathmandu}]}}\n"))
+	f.Add([]byte("plans: {w: {limits: [{kind: window, limit: 5, window: 1ns, rate: 1/s}]}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := plans.Parse("fuzz.yaml", data)
 		if err != nil {
@@ -504,11 +637,27 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("plan %q: %+v", name, pl)
 			}
 			for _, l := range pl.Limits {
-				if l.Capacity < 1 || l.Interval < time.Microsecond || l.Interval%time.Microsecond != 0 {
-					t.Fatalf("plan %q: bad limit %+v", name, l)
+				if l.Capacity < 1 || pl.MaxWeight() > l.Capacity {
+					t.Fatalf("plan %q: bad capacity %+v (max weight %d)", name, l, pl.MaxWeight())
 				}
-				if iv, err := plans.ParseRate(l.Rate); err != nil || iv != l.Interval {
-					t.Fatalf("plan %q: limit %+v: ParseRate = %v, %v", name, l, iv, err)
+				switch l.Kind {
+				case bucket.KindBucket:
+					if l.Interval < time.Microsecond || l.Interval%time.Microsecond != 0 || l.Window != 0 || l.Period != 0 || l.Location != nil {
+						t.Fatalf("plan %q: bad bucket %+v", name, l)
+					}
+					if iv, err := plans.ParseRate(l.Rate); err != nil || iv != l.Interval {
+						t.Fatalf("plan %q: limit %+v: ParseRate = %v, %v", name, l, iv, err)
+					}
+				case bucket.KindWindow:
+					if l.Window < time.Microsecond || l.Window%time.Microsecond != 0 || l.Window > bucket.MaxWindow || l.Interval != 0 || l.Rate != "" || l.Capacity > bucket.MaxLimit {
+						t.Fatalf("plan %q: bad window %+v", name, l)
+					}
+				case bucket.KindQuota:
+					if l.Period < bucket.Minute || l.Period > bucket.Month || l.Interval != 0 || l.Window != 0 || l.Capacity > bucket.MaxLimit {
+						t.Fatalf("plan %q: bad quota %+v", name, l)
+					}
+				default:
+					t.Fatalf("plan %q: limit of kind %v", name, l.Kind)
 				}
 			}
 		}
@@ -587,4 +736,28 @@ func TestParseErrorLocatesLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseWindow checks that ParseWindow never panics, that what it accepts is a whole number
+// of microseconds from 1µs to bucket.MaxWindow, and that the README's way of writing it back
+// (bucket.ShortDuration) reads the same.
+func FuzzParseWindow(f *testing.F) {
+	for _, s := range []string{"3s", "1h", "1h30m", "7d", "500ms", "1µs", "0s", "-1s", "1ns", "36500d", "36501d", "1.5d", "d", "99999999999999999999d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := plans.ParseWindow(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "plans: ") {
+				t.Fatalf("ParseWindow(%q) error %q lacks the package prefix", s, err)
+			}
+			return
+		}
+		if d < time.Microsecond || d%time.Microsecond != 0 || d > bucket.MaxWindow {
+			t.Fatalf("ParseWindow(%q) = %v", s, d)
+		}
+		if again, err := plans.ParseWindow(bucket.ShortDuration(d)); err != nil || again != d {
+			t.Fatalf("ParseWindow(%q) = %v, written %q, read back %v, %v", s, d, bucket.ShortDuration(d), again, err)
+		}
+	})
 }
