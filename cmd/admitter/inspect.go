@@ -33,19 +33,69 @@ type inspection struct {
 }
 
 type limitState struct {
-	Limit    string  `json:"limit"`
-	Capacity int64   `json:"capacity"`
-	Rate     string  `json:"rate"`
-	Tokens   int64   `json:"tokens"`
+	Limit string `json:"limit"`
+	// Kind is bucket, window or quota; Rule the limit in words ("20 at 10/s", "1000 in any 1h",
+	// "100000 per month (UTC)").
+	Kind string `json:"kind"`
+	Rule string `json:"rule"`
+	// Capacity is a bucket's burst, a window's or a quota's limit.
+	Capacity int64 `json:"capacity"`
+	// Rate and IntervalMs (buckets): the rate as written and the time to refill one token.
+	Rate       string  `json:"rate,omitempty"`
+	IntervalMs float64 `json:"interval_ms,omitempty"`
+	// Tokens is what the limit lets through now (negative: booked ahead past it); Used what it
+	// counts (a window: in the window; a quota: this period).
+	Tokens int64 `json:"tokens"`
+	Used   int64 `json:"used"`
+	// FullInMs: until the limit lets its whole capacity through again. NextInMs: until it next
+	// gives something back (a bucket's next token, a window's oldest take leaving, a quota's
+	// reset). FitsInMs: until a job of weight 1 fits it.
 	FullInMs float64 `json:"full_in_ms"`
-	// IntervalMs is the time to refill one token.
-	IntervalMs float64 `json:"interval_ms"`
+	NextInMs float64 `json:"next_in_ms"`
+	FitsInMs float64 `json:"fits_in_ms"`
+	// ResetsAt (quotas) is when the current period ends.
+	ResetsAt *time.Time `json:"resets_at,omitempty"`
 }
 
-// nextWait is how long a job of weight 1 waits for this limit: until it holds one token.
-func (l limitState) nextWait() time.Duration {
-	ms := l.FullInMs - float64(l.Capacity-1)*l.IntervalMs
-	return time.Duration(max(ms, 0) * float64(time.Millisecond))
+// nextWait is how long a job of weight 1 waits for this limit.
+func (l limitState) nextWait() time.Duration { return msDuration(l.FitsInMs) }
+
+func msDuration(ms float64) time.Duration {
+	return time.Duration(ms * float64(time.Millisecond)).Round(time.Millisecond)
+}
+
+// human formats a duration for people: whole days first when it is a day or more ("9d10h50m"),
+// otherwise compactly ("50m", "1.5s", "0s").
+func human(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d < day {
+		if d == 0 {
+			return "0s"
+		}
+		return bucket.ShortDuration(d)
+	}
+	days, rest := d/day, d%day
+	if rest == 0 {
+		return fmt.Sprintf("%dd", days)
+	}
+	return fmt.Sprintf("%dd%s", days, bucket.ShortDuration(rest))
+}
+
+func toMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// rule is a limit in words.
+func rule(l bucket.Limit) string {
+	switch l.Kind {
+	case bucket.KindWindow:
+		return fmt.Sprintf("%d in any %s", l.Capacity, bucket.ShortDuration(l.Window))
+	case bucket.KindQuota:
+		zone := "UTC"
+		if l.Location != nil {
+			zone = l.Location.String()
+		}
+		return fmt.Sprintf("%d per %s (%s)", l.Capacity, l.Period, zone)
+	}
+	return fmt.Sprintf("%d at %s", l.Capacity, l.Rate)
 }
 
 // inspect reads the tenant's state under its plan.
@@ -69,9 +119,16 @@ func inspect(ctx context.Context, l any, plans *bucket.Plans, tenant string) (*i
 	}
 	for i, ls := range snap.Limits {
 		l := plan.Limits[i]
-		out.Limits = append(out.Limits, limitState{Limit: ls.Limit, Capacity: l.Capacity, Rate: l.Rate,
-			Tokens: ls.Tokens, FullInMs: float64(ls.FullIn) / float64(time.Millisecond),
-			IntervalMs: float64(l.Interval) / float64(time.Millisecond)})
+		st := limitState{Limit: ls.Limit, Kind: l.Kind.String(), Rule: rule(l), Capacity: l.Capacity,
+			Tokens: ls.Tokens, Used: ls.Used, FullInMs: toMs(ls.FullIn), NextInMs: toMs(ls.NextIn), FitsInMs: toMs(ls.OneFitsIn)}
+		switch l.Kind {
+		case bucket.KindBucket:
+			st.Rate, st.IntervalMs = l.Rate, toMs(l.Interval)
+		case bucket.KindQuota:
+			t := snap.At.Add(ls.NextIn).UTC()
+			st.ResetsAt = &t
+		}
+		out.Limits = append(out.Limits, st)
 	}
 	return out, nil
 }
@@ -149,12 +206,12 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 func printInspection(w io.Writer, r *inspection, source string) {
 	fmt.Fprintf(w, "tenant %s, plan %s, read from %s at %s\n\n", r.Tenant, r.Plan, source, r.At.Format(time.RFC3339Nano))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tCAPACITY\tRATE\tTOKENS NOW\tFULL IN\tA JOB OF WEIGHT 1 FITS IN")
+	fmt.Fprintln(tw, "LIMIT\tKIND\tRULE\tUSED\tLEFT\tNEXT\tFULL IN\tA JOB OF WEIGHT 1 FITS IN")
 	var binding *limitState
 	for i := range r.Limits {
 		l := &r.Limits[i]
-		full := time.Duration(l.FullInMs * float64(time.Millisecond)).Round(time.Millisecond)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%v\t%v\n", l.Limit, l.Capacity, l.Rate, l.Tokens, full, l.nextWait().Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Limit, l.Kind, l.Rule, l.Used, l.Tokens, next(l),
+			human(msDuration(l.FullInMs)), human(l.nextWait()))
 		if binding == nil || l.nextWait() > binding.nextWait() {
 			binding = l
 		}
@@ -174,11 +231,43 @@ func printInspection(w io.Writer, r *inspection, source string) {
 	}
 	switch {
 	case binding != nil && binding.nextWait() > 0:
-		fmt.Fprintf(w, "\nwhy jobs wait: limit %s (%s) holds %d tokens; a job of weight 1 fits in %v\n",
-			binding.Limit, binding.Rate, binding.Tokens, binding.nextWait().Round(time.Millisecond))
+		fmt.Fprintf(w, "\nwhy jobs wait: limit %s (%s, %s) %s; a job of weight 1 fits in %s\n",
+			binding.Limit, binding.Kind, binding.Rule, why(binding), human(binding.nextWait()))
 	case r.LaneOpen:
 		fmt.Fprintln(w, "\nthe head of the lane goes as soon as its own weight fits")
 	default:
 		fmt.Fprintln(w, "\na job of weight 1 would be admitted now")
 	}
+}
+
+// next says when a limit next gives something back, in its kind's terms.
+func next(l *limitState) string {
+	d := human(msDuration(l.NextInMs))
+	switch l.Kind {
+	case "window":
+		if l.Used == 0 {
+			return "empty"
+		}
+		return fmt.Sprintf("oldest leaves in %s", d)
+	case "quota":
+		if l.ResetsAt != nil {
+			return fmt.Sprintf("resets in %s (%s)", d, l.ResetsAt.Format(time.RFC3339))
+		}
+		return fmt.Sprintf("resets in %s", d)
+	}
+	if l.NextInMs == 0 {
+		return "full"
+	}
+	return fmt.Sprintf("next token in %s", d)
+}
+
+// why says what holds a limit back, in its kind's terms.
+func why(l *limitState) string {
+	switch l.Kind {
+	case "window":
+		return fmt.Sprintf("counts %d in its window; its oldest take leaves in %s", l.Used, human(msDuration(l.NextInMs)))
+	case "quota":
+		return fmt.Sprintf("has %d used this period; it resets in %s", l.Used, human(msDuration(l.NextInMs)))
+	}
+	return fmt.Sprintf("holds %d tokens", l.Tokens)
 }
