@@ -33,6 +33,7 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("exit status %d, want 0", code)
 	}
 	for _, want := range []string{"start redis-server", "decisions: ours", "decisions: redis_rate", "decisions: ceiling",
+		"decisions: ours window", "decisions: ours quota", "decisions: ours mixed",
 		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "overload:", "deep flood:",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
@@ -60,7 +61,10 @@ func TestQuickRun(t *testing.T) {
 	if d == nil {
 		t.Fatal("no decisions section")
 	}
-	for _, run := range []bench.DecisionRun{d.Ours, d.RedisRate, d.Ceiling} {
+	if len(d.Kinds) != 3 || d.Kinds[0].Name != "ours window" || d.Kinds[1].Name != "ours quota" || d.Kinds[2].Name != "ours mixed" {
+		t.Errorf("decisions by kind: %+v", d.Kinds)
+	}
+	for _, run := range append([]bench.DecisionRun{d.Ours, d.RedisRate, d.Ceiling}, d.Kinds...) {
 		if run.Calls < 1 || run.PerSecond <= 0 || run.Seconds <= 0 || run.Denied != 0 {
 			t.Errorf("decisions %s: %+v", run.Name, run)
 		}

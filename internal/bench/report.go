@@ -85,8 +85,11 @@ type Decisions struct {
 	Ours        DecisionRun `json:"ours"`
 	RedisRate   DecisionRun `json:"redis_rate"`
 	Ceiling     DecisionRun `json:"ceiling"`
-	VsRedisRate float64     `json:"ours_vs_redis_rate"`
-	VsCeiling   float64     `json:"ours_vs_ceiling"`
+	// Kinds are ours on a plan of each other limit kind and on a plan mixing all three (window,
+	// quota, mixed; see Plans); Ours is the bucket plan.
+	Kinds       []DecisionRun `json:"kinds,omitempty"`
+	VsRedisRate float64       `json:"ours_vs_redis_rate"`
+	VsCeiling   float64       `json:"ours_vs_ceiling"`
 }
 
 // Throughput is one forwarder draining a pre-published backlog.
@@ -249,6 +252,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("decisions/s (c="+c+")", count(d.Ours.PerSecond), "ceiling "+count(d.Ceiling.PerSecond), fixed(d.VsCeiling, 2), t, m)
 		row("decision p50/p99 ms", pair(d.Ours.Latency), "redis_rate "+pair(d.RedisRate.Latency), "", "", "")
 		row("", "", "ceiling "+pair(d.Ceiling.Latency), "", "", "")
+		for _, k := range d.Kinds {
+			kind := strings.TrimPrefix(k.Name, "ours ")
+			row("decisions/s "+kind+" (c="+c+")", count(k.PerSecond), "ours bucket "+count(d.Ours.PerSecond), fixed(Ratio(k.PerSecond, d.Ours.PerSecond), 2), "", "")
+		}
 	}
 	if e := r.EndToEnd; e != nil {
 		t, m := met(GoalEndToEnd)

@@ -29,13 +29,27 @@ func (o Options) logger() *slog.Logger {
 
 // Plans are the plans every scenario uses: the default plan (two limits, 1,000,000 burst at
 // 1,000,000/s and 1,000,000,000 a day) admits everything a run can publish; the overload
-// tenant has its own small plan.
+// tenant has its own small plan. The decisions scenario also measures one plan per other limit
+// kind and a plan mixing all three, each admitting everything: a window of a minute (counted in
+// 64 sub-windows, so a busy tenant's state holds all 65 of them: a window's largest state), a
+// daily quota, and a bucket, that window and that quota chained.
 func Plans(o Options) (*bucket.Plans, error) {
 	src := fmt.Sprintf(`plans:
   bench:
     limits:
       - {name: burst, capacity: 1000000, rate: 1000000/s}
       - {name: daily, capacity: 1000000000, rate: 1000000000/d}
+  bench-window:
+    limits:
+      - {name: minute, kind: window, limit: 1000000000000, window: 1m}
+  bench-quota:
+    limits:
+      - {name: daily, kind: quota, limit: 1000000000000000, period: day}
+  bench-mixed:
+    limits:
+      - {name: burst, capacity: 1000000, rate: 1000000/s}
+      - {name: minute, kind: window, limit: 1000000000000, window: 1m}
+      - {name: daily, kind: quota, limit: 1000000000000000, period: day}
   overload:
     limits:
       - {capacity: %d, rate: %d/s}
@@ -114,8 +128,13 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		if rep.Decisions, err = e.decisions(ctx, p); err != nil {
 			return nil, fmt.Errorf("decisions: %w", err)
 		}
-		if d := rep.Decisions; d.Ours.Denied+d.RedisRate.Denied+d.Ceiling.Denied > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("decisions denied (expected none): ours %d, redis_rate %d", d.Ours.Denied, d.RedisRate.Denied))
+		d := rep.Decisions
+		denied := d.Ours.Denied + d.RedisRate.Denied + d.Ceiling.Denied
+		for _, k := range d.Kinds {
+			denied += k.Denied
+		}
+		if denied > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("decisions denied (expected none): %d", denied))
 		}
 	}
 	if o.Has(ScenarioEndToEnd) {
@@ -153,15 +172,24 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 	tenants := tenantNames(e.o.Tenants)
 	plan, _ := e.plans.Plan("bench")
-	d := &Decisions{Concurrency: e.o.Concurrency, Tenants: e.o.Tenants}
-	for _, mk := range []struct {
+	d := &Decisions{Concurrency: e.o.Concurrency, Tenants: e.o.Tenants, Kinds: make([]DecisionRun, len(kindPlans))}
+	type run struct {
 		into *DecisionRun
 		new  func() (contender, error)
-	}{
-		{&d.Ours, func() (contender, error) { return oursContender(e.redisURL, plan, tenants) }},
+	}
+	runs := []run{
+		{&d.Ours, func() (contender, error) { return oursContender("ours", e.redisURL, plan, tenants) }},
 		{&d.RedisRate, func() (contender, error) { return redisRateContender(e.redisURL, e.o.Concurrency, tenants) }},
 		{&d.Ceiling, func() (contender, error) { return ceilingContender(e.redisURL, tenants) }},
-	} {
+	}
+	for i, k := range kindPlans {
+		p, ok := e.plans.Plan(k.plan)
+		if !ok {
+			return nil, fmt.Errorf("no plan %s", k.plan)
+		}
+		runs = append(runs, run{&d.Kinds[i], func() (contender, error) { return oursContender("ours "+k.name, e.redisURL, p, tenants) }})
+	}
+	for _, mk := range runs {
 		if err := e.flush(ctx); err != nil {
 			return nil, err
 		}
@@ -183,6 +211,9 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 	d.VsCeiling = round(Ratio(d.Ours.PerSecond, d.Ceiling.PerSecond), 4)
 	return d, e.flush(ctx)
 }
+
+// kindPlans are the decisions scenario's plans of the other limit kinds (see Plans).
+var kindPlans = []struct{ name, plan string }{{"window", "bench-window"}, {"quota", "bench-quota"}, {"mixed", "bench-mixed"}}
 
 // infoField reads one field of a Redis INFO reply.
 func infoField(info, field string) string {
