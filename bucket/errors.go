@@ -24,7 +24,8 @@ func (e *codedError) Code() wire.Code { return e.code }
 var (
 	// ErrInvalidWeight: a job's weight is not an integer ≥ 1.
 	ErrInvalidWeight error = &codedError{wire.CodeInvalidWeight, "bucket: invalid weight"}
-	// ErrWeightOverCapacity: a job's weight exceeds the smallest capacity of its plan, so it can
+	// ErrWeightOverCapacity: a job's weight exceeds the smallest capacity or limit of its plan
+	// (Plan.MaxWeight: a bucket's burst, a window's or a quota's limit), so it can
 	// never be admitted, however long it waits.
 	ErrWeightOverCapacity error = &codedError{wire.CodeWeightOverCapacity, "bucket: weight exceeds capacity"}
 	// ErrUnknownTenant: the tenant has no plan and the plans file names no default plan.
