@@ -249,3 +249,31 @@ func TestRedisReadsStateBeforeKinds(t *testing.T) {
 		t.Fatalf("tokens %d and %d, want 3 and 5: %+v", s.Limits[0].Tokens, s.Limits[1].Tokens, s)
 	}
 }
+
+// TestRedisRefusesACalendarThatMissesItsClock: a quota's calendar comes from the client; when it
+// does not hold the server's time (a clock off by more than calMargin) the script refuses the
+// call with an error, and charges nothing, instead of guessing the period.
+func TestRedisRefusesACalendarThatMissesItsClock(t *testing.T) {
+	c := newClock()
+	r := NewRedis(redisClient(t), "", Options{})
+	r.pin(c.Now)
+	p := mustPlan(t, "q", quota("q", 5, Minute, nil))
+	tenant := uniqueTenant("skew")
+	now := c.Now().UnixMicro()
+	for _, est := range []int64{now + 10*60e6, now - 10*60e6} {
+		arg := packInts(nil, now, 1, r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
+		arg = append(arg, p.packed...)
+		arg = append(arg, newCalendar(&p.Limits[0], est-calMargin, est+calMargin).packed...)
+		err := r.admit.Exec(context.Background(), r.client, []string{r.stateKey(tenant)}, []string{string(arg)}).Error()
+		if err == nil || !strings.Contains(err.Error(), "quota calendar") {
+			t.Errorf("calendar around %+dm: error %v, want the calendar refused", (est-now)/60e6, err)
+		}
+	}
+	if keys := tenantKeys(t, tenant); len(keys) != 0 {
+		t.Errorf("a refused call wrote %v", keys)
+	}
+	// The calendar the backend builds itself holds the clock.
+	if _, err := r.Admit(context.Background(), Batch{Tenant: tenant, Plan: p, Jobs: []Job{{ID: 1, Weight: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+}
