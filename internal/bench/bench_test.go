@@ -33,7 +33,7 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("exit status %d, want 0", code)
 	}
 	for _, want := range []string{"start redis-server", "decisions: ours", "decisions: redis_rate", "decisions: ceiling",
-		"decisions: ours window", "decisions: ours quota", "decisions: ours mixed",
+		"decisions: ours bucket", "decisions: ours window", "decisions: ours quota", "decisions: ours mixed",
 		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "overload:", "deep flood:",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
@@ -61,7 +61,7 @@ func TestQuickRun(t *testing.T) {
 	if d == nil {
 		t.Fatal("no decisions section")
 	}
-	if len(d.Kinds) != 3 || d.Kinds[0].Name != "ours window" || d.Kinds[1].Name != "ours quota" || d.Kinds[2].Name != "ours mixed" {
+	if len(d.Kinds) != 4 || d.Kinds[0].Name != "ours bucket" || d.Kinds[1].Name != "ours window" || d.Kinds[2].Name != "ours quota" || d.Kinds[3].Name != "ours mixed" {
 		t.Errorf("decisions by kind: %+v", d.Kinds)
 	}
 	for _, run := range append([]bench.DecisionRun{d.Ours, d.RedisRate, d.Ceiling}, d.Kinds...) {

@@ -30,9 +30,10 @@ func (o Options) logger() *slog.Logger {
 // Plans are the plans every scenario uses: the default plan (two limits, 1,000,000 burst at
 // 1,000,000/s and 1,000,000,000 a day) admits everything a run can publish; the overload
 // tenant has its own small plan. The decisions scenario also measures one plan per other limit
-// kind and a plan mixing all three, each admitting everything: a window of a minute (counted in
-// 64 sub-windows, so a busy tenant's state holds all 65 of them: a window's largest state), a
-// daily quota, and a bucket, that window and that quota chained.
+// kind and a plan mixing all three, each admitting everything: a three-second window (counted in
+// 64 sub-windows of 46.875ms; at tens of decisions per second per tenant they all fill within
+// its first 3s, so a full run measures a window near its largest state, a -quick one does not),
+// a daily quota, and a bucket, that window and that quota chained.
 func Plans(o Options) (*bucket.Plans, error) {
 	src := fmt.Sprintf(`plans:
   bench:
@@ -41,14 +42,14 @@ func Plans(o Options) (*bucket.Plans, error) {
       - {name: daily, capacity: 1000000000, rate: 1000000000/d}
   bench-window:
     limits:
-      - {name: minute, kind: window, limit: 1000000000000, window: 1m}
+      - {name: seconds, kind: window, limit: 1000000000000, window: 3s}
   bench-quota:
     limits:
       - {name: daily, kind: quota, limit: 1000000000000000, period: day}
   bench-mixed:
     limits:
       - {name: burst, capacity: 1000000, rate: 1000000/s}
-      - {name: minute, kind: window, limit: 1000000000000, window: 1m}
+      - {name: seconds, kind: window, limit: 1000000000000, window: 3s}
       - {name: daily, kind: quota, limit: 1000000000000000, period: day}
   overload:
     limits:
@@ -123,6 +124,25 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		}
 		return nil
 	}
+	e.persist = func(ctx context.Context, on bool) error {
+		want := map[bool]string{true: "yes", false: "no"}[on]
+		if err := admin.Do(ctx, admin.B().ConfigSet().ParameterValue().ParameterValue("appendonly", want).Build()).Error(); err != nil {
+			return fmt.Errorf("redis CONFIG SET appendonly %s: %w", want, err)
+		}
+		enabled := map[bool]string{true: "1", false: "0"}[on]
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			info, err := admin.Do(ctx, admin.B().Info().Section("persistence").Build()).ToString()
+			if err != nil {
+				return fmt.Errorf("redis INFO persistence: %w", err)
+			}
+			if infoField(info, "aof_enabled") == enabled && infoField(info, "aof_rewrite_in_progress") == "0" {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("redis appendonly %s not in effect after 10s", want)
+			}
+		}
+	}
 
 	if o.Has(ScenarioDecisions) {
 		if rep.Decisions, err = e.decisions(ctx, p); err != nil {
@@ -182,6 +202,10 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 		{&d.RedisRate, func() (contender, error) { return redisRateContender(e.redisURL, e.o.Concurrency, tenants) }},
 		{&d.Ceiling, func() (contender, error) { return ceilingContender(e.redisURL, tenants) }},
 	}
+	// The kinds run on a Redis with an append-only file, as the README asks where windows and
+	// quotas matter: a fresh Redis without one is a Redis that forgot, and the limiter then takes
+	// every window and quota for used up (until a window, or the period, has passed).
+	kindsFrom := len(runs)
 	for i, k := range kindPlans {
 		p, ok := e.plans.Plan(k.plan)
 		if !ok {
@@ -189,7 +213,13 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 		}
 		runs = append(runs, run{&d.Kinds[i], func() (contender, error) { return oursContender("ours "+k.name, e.redisURL, p, tenants) }})
 	}
-	for _, mk := range runs {
+	defer func() { _ = e.persist(context.WithoutCancel(ctx), false) }()
+	for i, mk := range runs {
+		if i == kindsFrom {
+			if err := e.persist(ctx, true); err != nil {
+				return nil, err
+			}
+		}
 		if err := e.flush(ctx); err != nil {
 			return nil, err
 		}
@@ -212,8 +242,9 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 	return d, e.flush(ctx)
 }
 
-// kindPlans are the decisions scenario's plans of the other limit kinds (see Plans).
-var kindPlans = []struct{ name, plan string }{{"window", "bench-window"}, {"quota", "bench-quota"}, {"mixed", "bench-mixed"}}
+// kindPlans are the decisions scenario's plans of each limit kind (see Plans), measured on a
+// Redis with an append-only file; the bucket plan again, for comparison on the same footing.
+var kindPlans = []struct{ name, plan string }{{"bucket", "bench"}, {"window", "bench-window"}, {"quota", "bench-quota"}, {"mixed", "bench-mixed"}}
 
 // infoField reads one field of a Redis INFO reply.
 func infoField(info, field string) string {
