@@ -1,7 +1,7 @@
 -- admitter: decide whether one request of weight w may run now, booking a slot when it may not
 -- (see state.lua for the tenant's state). This is the verb for callers that come back by
 -- themselves at a time they are told: a request with a job key books the earliest slot at
--- which every limit holds w tokens after the slots booked ahead of it, and is admitted without
+-- which every limit lets w through after the slots booked ahead of it, and is admitted without
 -- a second charge when it returns at or after that slot. Queued jobs use admit.lua instead.
 --
 -- Every limit, whatever its kind (see state.lua), tells the earliest time at which w fits it;

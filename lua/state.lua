@@ -42,13 +42,31 @@ local STATE_HDR = 7
 local MAX_MARKS = 64
 local BUCKET, WINDOW, QUOTA = 0, 1, 2
 
+-- fmts caches the struct formats of n int64s.
+local fmts = {}
+local function fmt(n)
+  local f = fmts[n]
+  if not f then
+    f = '<' .. string.rep('l', n)
+    fmts[n] = f
+  end
+  return f
+end
+
 -- unpack_ints reads count int64s of s from pos into a new table; it returns the table and the
 -- position after them. (struct.unpack returns every value on the Lua stack: read in chunks.)
 local function unpack_ints(s, pos, count)
+  if count <= 200 then
+    if count == 0 then return {}, pos end
+    local out = {struct.unpack(fmt(count), s, pos)}
+    pos = out[count + 1]
+    out[count + 1] = nil
+    return out, pos
+  end
   local out, done = {}, 0
   while done < count do
     local c = math.min(count - done, 200)
-    local vals = {struct.unpack('<' .. string.rep('l', c), s, pos)}
+    local vals = {struct.unpack(fmt(c), s, pos)}
     for i = 1, c do out[done + i] = vals[i] end
     pos, done = vals[c + 1], done + c
   end
@@ -57,10 +75,11 @@ end
 
 -- pack_ints packs the int64s of vals (in chunks, for the same reason).
 local function pack_ints(vals)
+  if #vals <= 200 then return struct.pack(fmt(#vals), unpack(vals)) end
   local parts = {}
   for i = 1, #vals, 200 do
     local j = math.min(i + 199, #vals)
-    parts[#parts + 1] = struct.pack('<' .. string.rep('l', j - i + 1), unpack(vals, i, j))
+    parts[#parts + 1] = struct.pack(fmt(j - i + 1), unpack(vals, i, j))
   end
   return table.concat(parts)
 end
@@ -183,8 +202,13 @@ local function load(st, lims, n, now, born)
     else
       local log = {}
       if r then
-        for j = 1, #r, 2 do
-          if r[j] > now then log[#log + 1], log[#log + 2] = r[j], r[j + 1] end
+        -- sorted by death: the takes no longer counted are a prefix
+        local first = 1
+        while first < #r and r[first] <= now do first = first + 2 end
+        if first == 1 then
+          log = r
+        else
+          for j = first, #r do log[j - first + 1] = r[j] end
         end
       elseif born > 0 then
         local d = born + l.b
