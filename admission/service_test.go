@@ -10,6 +10,7 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/subjects"
 	"github.com/admitter/admitter/wire"
@@ -55,11 +56,11 @@ func startRig(t *testing.T, plansYAML string, cfg Config) *rig {
 func (r *rig) run(plansYAML string, cfg Config) {
 	t := r.t
 	t.Helper()
-	plans, err := bucket.ParsePlans("plans.yaml", []byte(plansYAML))
+	ps, err := plans.Parse("plans.yaml", []byte(plansYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policy.New(policy.Config{Limiter: r.limiter, Plans: plans, Logger: slog.New(slog.DiscardHandler)})
+	pol, err := policy.New(policy.Config{Limiter: r.limiter, Plans: ps, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
@@ -29,7 +30,7 @@ tenants: {acme: free, zoe: tiny}
 
 func newPolicy(t testing.TB, yaml string) *policy.Policy {
 	t.Helper()
-	plans, err := bucket.ParsePlans("plans.yaml", []byte(yaml))
+	plans, err := plans.Parse("plans.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func (m Mode) String() string {
 type Job struct {
 	// ID identifies the job for idempotency: its input stream sequence (1 to 2^53-1).
 	ID int64
-	// Weight is how many tokens it takes from every limit (≥ 1, ≤ Plan.MaxWeight()).
+	// Weight is what it costs every limit (≥ 1, ≤ Plan.MaxWeight()).
 	Weight int64
 }
 
@@ -101,7 +101,7 @@ type BatchResult struct {
 	Limit string
 	// LimitIndex is Limit's index in the plan.
 	LimitIndex int
-	// Remaining is the whole tokens left now: the minimum over the plan's limits.
+	// Remaining is the whole weight the plan lets through now: the minimum over its limits.
 	Remaining int64
 	// LaneOpen reports whether the tenant's lane is open after the call.
 	LaneOpen bool

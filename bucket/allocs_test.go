@@ -20,7 +20,16 @@ import (
 // testing.AllocsPerRun would count too, so their share varies with the machine's load (the Redis
 // benchmark reports the whole path: ~3 allocations per decision, 1 of them the benchmark's).
 func TestDecisionAllocations(t *testing.T) {
-	p := mustPlan(t, "gold", lim("burst", 1_000_000, time.Microsecond), lim("daily", 1_000_000_000, time.Microsecond))
+	gold := mustPlan(t, "gold", lim("burst", 1_000_000, time.Microsecond), lim("daily", 1_000_000_000, time.Microsecond))
+	// Windows and quotas keep the budget once their buffers and calendars exist.
+	mixed := mustPlan(t, "mixed", lim("burst", 1_000_000, time.Microsecond), win("minute", 1_000_000_000, time.Minute),
+		quota("daily", 1_000_000_000, Day, mustLoc(t, "Europe/Paris")))
+	for _, p := range []*Plan{gold, mixed} {
+		t.Run(p.Name, func(t *testing.T) { decisionAllocations(t, p) })
+	}
+}
+
+func decisionAllocations(t *testing.T, p *Plan) {
 	ids := make([]string, 1000)
 	for i := range ids {
 		ids[i] = "JOBS:" + strconv.Itoa(i)
@@ -61,7 +70,7 @@ func TestDecisionAllocations(t *testing.T) {
 		if got > 2 {
 			t.Errorf("redis: %.2f allocations per decision around the client, budget 2", got)
 		}
-		if res.Outcome != Delayed || res.Wait != 1500*time.Microsecond || res.Limit != "daily" {
+		if res.Outcome != Delayed || res.Wait != 1500*time.Microsecond || res.Limit != p.Limits[1].Name {
 			t.Errorf("decoded %+v", res)
 		}
 	})

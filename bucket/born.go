@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,41 +21,76 @@ import (
 // A server that persists with an append-only file (appendonly yes) is trusted to have kept its
 // state.
 type born struct {
-	at       atomic.Int64 // µs of server time; 0 when nothing is known lost
-	checked  atomic.Int64 // unix ns of the last check; 0 forces one
-	checking atomic.Bool
-	off      bool // pinned clock (tests): not refreshed
+	at      atomic.Int64 // µs of server time; 0 when nothing is known lost
+	checked atomic.Int64 // unix ns of the last check; 0 forces one
+	mu      sync.Mutex   // held by the one caller checking
+	// starts is each server's start (µs) by run_id, under mu: a server's start is computed
+	// once (its uptime is whole seconds: computed again it would move), so a check of the
+	// same servers finds the same value.
+	starts map[string]int64
+	off    bool // pinned clock (tests): not refreshed
+	// onChange is called, under mu, when a check finds a new start.
 	onChange func(at time.Time, first bool)
 }
 
 // bornCheckEvery is how often the servers are asked when they started.
 const bornCheckEvery = time.Second
 
-// stale forces a check before the next decision: a failed call may mean a restarted server.
+// stale forces a check before the next decision: a new connection or a failed call may mean a
+// restarted server.
 func (b *born) stale() { b.checked.Store(0) }
 
-// refreshBorn asks the servers when their memory began, at most once per bornCheckEvery and
-// on the call after a failure, by one caller at a time (the others use the value they have).
-func (r *Redis) refreshBorn(ctx context.Context) {
+// refreshBorn asks the servers when their memory began before a decision uses it. After a new
+// connection or a failed call (stale) every decision waits for that answer, and fails with the
+// error when it cannot be had: a decision on a restarted server with the old start would take
+// its forgotten limits for refilled since then, a burst. Otherwise it asks at most once per
+// bornCheckEvery, by one caller while the others go on with the value they have (a restart is
+// always a new connection, so the value cannot be stale unnoticed); a failure there makes the
+// next decision wait.
+func (r *Redis) refreshBorn(ctx context.Context) error {
 	b := &r.born
-	if b.off || time.Now().UnixNano()-b.checked.Load() < int64(bornCheckEvery) || !b.checking.CompareAndSwap(false, true) {
-		return
+	if b.off {
+		return nil
 	}
-	defer b.checking.Store(false)
+	last := b.checked.Load()
+	if last == 0 {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.checked.Load() != 0 { // another caller checked while this one waited
+			return nil
+		}
+		return r.checkBorn(ctx)
+	}
+	if time.Now().UnixNano()-last < int64(bornCheckEvery) || !b.mu.TryLock() {
+		return nil
+	}
+	defer b.mu.Unlock()
+	if r.checkBorn(ctx) != nil {
+		b.stale()
+	}
+	return nil
+}
+
+// checkBorn asks the servers, under born.mu.
+func (r *Redis) checkBorn(ctx context.Context) error {
+	b := &r.born
 	at, err := r.memoryBegan(ctx)
 	if err != nil {
-		return // asked again on the next call
+		return fmt.Errorf("bucket: when did redis start (a restart forgets every limit): %w", err)
 	}
 	b.checked.Store(time.Now().UnixNano())
 	if old := b.at.Swap(at); old != at && at != 0 && b.onChange != nil {
 		b.onChange(time.UnixMicro(at), old == 0)
 	}
+	return nil
 }
 
 // memoryBegan is the latest start, in server time, of the servers that do not persist with an
-// append-only file; 0 when every server does.
+// append-only file; 0 when every server does. Under born.mu.
 func (r *Redis) memoryBegan(ctx context.Context) (int64, error) {
+	b := &r.born
 	var latest int64
+	seen := map[string]int64{}
 	for addr, node := range r.client.Nodes() {
 		info, err := node.Do(ctx, node.B().Info().Section("server").Section("persistence").Build()).ToString()
 		if err != nil {
@@ -64,15 +100,21 @@ func (r *Redis) memoryBegan(ctx context.Context) (int64, error) {
 		if fields["aof_enabled"] == "1" {
 			continue
 		}
-		now, err1 := strconv.ParseInt(fields["server_time_usec"], 10, 64)
-		up, err2 := strconv.ParseInt(fields["uptime_in_seconds"], 10, 64)
-		if err1 != nil || err2 != nil {
-			return 0, fmt.Errorf("bucket: redis %s: info lacks server_time_usec or uptime_in_seconds", addr)
+		start, ok := b.starts[fields["run_id"]]
+		if !ok || fields["run_id"] == "" {
+			now, err1 := strconv.ParseInt(fields["server_time_usec"], 10, 64)
+			up, err2 := strconv.ParseInt(fields["uptime_in_seconds"], 10, 64)
+			if err1 != nil || err2 != nil {
+				return 0, fmt.Errorf("bucket: redis %s: info lacks server_time_usec or uptime_in_seconds", addr)
+			}
+			// uptime is whole seconds, rounded down: the start taken is at or after the real
+			// one, the safe side.
+			start = now - up*1_000_000
 		}
-		// uptime is whole seconds, rounded down: the start taken is at or after the real one,
-		// the safe side.
-		latest = max(latest, now-up*1_000_000)
+		seen[fields["run_id"]] = start
+		latest = max(latest, start)
 	}
+	b.starts = seen
 	return latest, nil
 }
 

@@ -44,7 +44,8 @@ type Request struct {
 	Tenant string
 	// Plan is the tenant's plan.
 	Plan *Plan
-	// Weight is how many tokens the job takes from every limit (≥ 1, ≤ Plan.MaxWeight()).
+	// Weight is what the job costs every limit: tokens of a bucket, weight counted by a window
+	// or a quota (≥ 1, ≤ Plan.MaxWeight()).
 	Weight int64
 	// JobID makes the decision idempotent: a job that was already admitted, or that holds a
 	// booked slot, is recognised by it. Empty means no idempotency (every call is a new job).
@@ -57,14 +58,16 @@ type Result struct {
 	Allowed bool
 	// Outcome says how the decision was reached.
 	Outcome Outcome
-	// Remaining is the number of whole tokens left now after the decision: the minimum over the
-	// plan's limits, 0 when a limit is in debt to booked slots.
+	// Remaining is the whole weight the plan lets through now after the decision: the minimum
+	// over its limits of a bucket's tokens and a window's or quota's limit minus what it counts;
+	// 0 when a limit is in debt to booked slots.
 	Remaining int64
 	// Wait is how long the job must wait before asking again: zero when Allowed, the time to the
 	// booked slot when Delayed or Early, as described for Throttled. Microsecond resolution.
 	Wait time.Duration
-	// Limit names the limit that bound the decision: for a delay, the limit whose refill sets the
-	// slot; otherwise the limit with the fewest tokens left. Its name, or its index when unnamed.
+	// Limit names the limit that bound the decision: for a delay, the limit whose earliest fit
+	// sets the slot (a bucket's refill, a window's take leaving, a quota's reset); otherwise the
+	// limit with the least left. Its name, or its index when unnamed.
 	Limit string
 	// LimitIndex is the index of Limit in the plan.
 	LimitIndex int

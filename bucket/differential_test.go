@@ -8,14 +8,25 @@ import (
 	"time"
 )
 
-// TestDifferential feeds the same random sequence of (time, tenant, weight, job id) to both
-// backends and requires identical decisions and identical state.
-func TestDifferential(t *testing.T) {
-	plans := []*Plan{
+// differentialPlans are the plans the differential tests decide under: buckets, exact and
+// approximate windows, quotas (one in a zone with a 45-minute offset) and mixtures of all.
+func differentialPlans(t *testing.T) []*Plan {
+	return []*Plan{
 		mustPlan(t, "free", lim("", 5, 500*ms)),
 		mustPlan(t, "gold", lim("burst", 20, 100*ms), lim("daily", 60, 2*time.Second)),
 		mustPlan(t, "odd", lim("a", 7, 333334*time.Microsecond), lim("b", 3, 77*ms), lim("c", 9, 41*ms)),
+		mustPlan(t, "window", win("", 7, 2*time.Second)),
+		mustPlan(t, "wide", win("wide", 200, 3*time.Second), lim("burst", 60, 5*ms)), // sub-windows of 46.875ms
+		mustPlan(t, "quota", quota("", 25, Minute, nil)),
+		mustPlan(t, "mixed", lim("burst", 6, 150*ms), win("w", 9, 1500*ms), quota("q", 40, Minute, nil)),
+		mustPlan(t, "zoned", quota("h", 300, Hour, mustLoc(t, "Asia/Kathmandu")), win("w", 100, 700*ms), quota("m", 30, Minute, nil)),
 	}
+}
+
+// TestDifferential feeds the same random sequence of (time, tenant, weight, job id) to both
+// backends and requires identical decisions and identical state.
+func TestDifferential(t *testing.T) {
+	plans := differentialPlans(t)
 	seen := map[Outcome]int{}
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
@@ -25,7 +36,10 @@ func TestDifferential(t *testing.T) {
 			mem := NewMemory(opts, c.Now)
 			red := NewRedis(redisClient(t), "", opts)
 			red.pin(c.Now)
-			tenants := []string{uniqueTenant("t"), uniqueTenant("t"), uniqueTenant("t")}
+			tenants := make([]string, len(plans))
+			for i := range tenants {
+				tenants[i] = uniqueTenant("t")
+			}
 			ctx := context.Background()
 			for step := 0; step < 1500; step++ {
 				switch rng.IntN(4) {
@@ -86,11 +100,7 @@ var goldEdited = func() *Plan {
 // Decide calls to both backends, with clock steps around the redeem window, and requires
 // identical answers and identical state.
 func TestDifferentialAdmit(t *testing.T) {
-	plans := []*Plan{
-		mustPlan(t, "free", lim("", 5, 500*ms)),
-		mustPlan(t, "gold", lim("burst", 20, 100*ms), lim("daily", 60, 2*time.Second)),
-		mustPlan(t, "odd", lim("a", 7, 333334*time.Microsecond), lim("b", 3, 77*ms), lim("c", 9, 41*ms)),
-	}
+	plans := differentialPlans(t)
 	seen := map[JobOutcome]int{}
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
@@ -104,8 +114,11 @@ func TestDifferentialAdmit(t *testing.T) {
 				forget(mem, c.Now().Add(-1500*ms))
 				forget(red, c.Now().Add(-1500*ms))
 			}
-			tenants := []string{uniqueTenant("a"), uniqueTenant("a"), uniqueTenant("a")}
-			next := []int64{1, 1, 1}
+			tenants := make([]string, len(plans))
+			next := make([]int64, len(plans))
+			for i := range tenants {
+				tenants[i], next[i] = uniqueTenant("a"), 1
+			}
 			ctx := context.Background()
 			for step := 0; step < 1500; step++ {
 				switch rng.IntN(4) {

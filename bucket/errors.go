@@ -1,7 +1,7 @@
 package bucket
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/admitter/admitter/wire"
 )
@@ -24,7 +24,8 @@ func (e *codedError) Code() wire.Code { return e.code }
 var (
 	// ErrInvalidWeight: a job's weight is not an integer ≥ 1.
 	ErrInvalidWeight error = &codedError{wire.CodeInvalidWeight, "bucket: invalid weight"}
-	// ErrWeightOverCapacity: a job's weight exceeds the smallest capacity of its plan, so it can
+	// ErrWeightOverCapacity: a job's weight exceeds the smallest capacity or limit of its plan
+	// (Plan.MaxWeight: a bucket's burst, a window's or a quota's limit), so it can
 	// never be admitted, however long it waits.
 	ErrWeightOverCapacity error = &codedError{wire.CodeWeightOverCapacity, "bucket: weight exceeds capacity"}
 	// ErrUnknownTenant: the tenant has no plan and the plans file names no default plan.
@@ -34,5 +35,18 @@ var (
 	ErrInvalidTenant error = &codedError{wire.CodeInvalidTenant, "bucket: invalid tenant"}
 )
 
-// ErrPlansFile: the plans file is malformed; the wrapping error names the file, line and field.
-var ErrPlansFile = errors.New("bucket: bad plans file")
+// LimitError is NewPlan refusing one limit of a plan: it carries the limit's index, so that a
+// caller holding the limit's source (package plans: a line of a file) can point at it.
+type LimitError struct {
+	// Plan is the plan's name.
+	Plan string
+	// Index is the limit's index in the plan; Label its name, or its index when unnamed.
+	Index int
+	Label string
+	// Msg says what is wrong with it, e.g. "capacity must be ≥ 1, got 0".
+	Msg string
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("bucket: plan %q limit %s: %s", e.Plan, e.Label, e.Msg)
+}

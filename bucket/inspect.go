@@ -3,11 +3,11 @@ package bucket
 import (
 	"context"
 	"encoding/binary"
-	"strings"
-
 	"fmt"
-	"github.com/redis/rueidis"
+	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // A Snapshot is a tenant's bucket state at one instant, for operators and tests.
@@ -30,26 +30,70 @@ type Snapshot struct {
 type LimitState struct {
 	// Limit is the limit's name, or its index when unnamed.
 	Limit string
-	// Tokens is the number of whole tokens the limit holds; negative when slots booked ahead
-	// have taken more than it holds (a debt paid back at the limit's rate).
+	// Kind is the limit's kind.
+	Kind Kind
+	// Tokens is the whole weight the limit lets through now: a bucket's tokens; a window's or a
+	// quota's limit minus what it counts now. Negative when slots booked ahead have taken more
+	// than it holds (a debt paid back as time passes).
 	Tokens int64
-	// FullIn is how long until the limit is full again (zero when full).
+	// Used is what the limit counts against its capacity now: a bucket's capacity minus its
+	// whole tokens; a window's takes still in the window; a quota's takes of the current period.
+	// Takes booked ahead by waiting jobs count.
+	Used int64
+	// FullIn is how long until the limit lets its whole capacity through again (zero when it
+	// does): a bucket full, a window's last take gone, a quota's last period with takes over.
 	FullIn time.Duration
+	// NextIn is how long until the limit next gives something back: a bucket's next whole token
+	// (zero when full), a window's oldest take leaving it (zero when empty), a quota's period
+	// ending (its reset).
+	NextIn time.Duration
+	// OneFitsIn is how long until a job of weight 1 fits this limit (zero when it fits now).
+	OneFitsIn time.Duration
 }
 
-// snapshot computes a Snapshot from the limits' tats (µs; values ≤ now mean full).
-func (p *Plan) snapshot(now int64, tats []int64) Snapshot {
+// snapshot computes a Snapshot from the limits' state at now (see load in lua/state.lua).
+func (p *Plan) snapshot(now int64, ws []work) Snapshot {
 	s := Snapshot{At: time.UnixMicro(now), Limits: make([]LimitState, len(p.Limits))}
-	for i, l := range p.Limits {
-		iv := l.Interval.Microseconds()
-		debt := max(tats[i]-now, 0)
-		tokens := l.Capacity*iv - debt
-		// floor division: a partial token does not count, negative values round down too.
-		q := tokens / iv
-		if tokens%iv != 0 && tokens < 0 {
-			q--
+	for i := range p.specs {
+		sp := &p.specs[i]
+		ls := LimitState{Limit: p.labels[i], Kind: sp.kind}
+		var full, next, one int64
+		if sp.kind == KindBucket {
+			debt := max(ws[i].tat-now, 0)
+			tokens := sp.span - debt
+			// floor division: a partial token does not count, negative values round down too.
+			q := tokens / sp.iv
+			if tokens%sp.iv != 0 && tokens < 0 {
+				q--
+			}
+			ls.Tokens, ls.Used = q, sp.cap-q
+			full = debt
+			if debt > 0 {
+				next = debt - sp.span + (q+1)*sp.iv
+			}
+			one = max(debt+sp.iv-sp.span, 0)
+		} else {
+			log := ws[i].log
+			u := used(log, now)
+			ls.Tokens, ls.Used = sp.cap-u, u
+			if len(log) > 0 {
+				full, next = log[len(log)-1].death-now, log[0].death-now
+			}
+			if sp.kind == KindQuota {
+				end := sp.lim.periodEnd(now)
+				ls.Used, next = 0, end-now
+				for _, e := range log {
+					if e.death <= end {
+						ls.Used += e.weight
+					}
+				}
+			}
+			one = logFit(log, sp.cap, now, 1) - now
 		}
-		s.Limits[i] = LimitState{Limit: p.labels[i], Tokens: q, FullIn: time.Duration(debt) * time.Microsecond}
+		ls.FullIn = time.Duration(full) * time.Microsecond
+		ls.NextIn = time.Duration(next) * time.Microsecond
+		ls.OneFitsIn = time.Duration(one) * time.Microsecond
+		s.Limits[i] = ls
 	}
 	return s
 }
@@ -61,9 +105,7 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 	}
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	tats := make([]int64, len(plan.Limits))
-	copy(tats, sh.loadTats(st, plan, now, m.born()))
-	snap := plan.snapshot(now, tats)
+	snap := plan.snapshot(now, sh.load(st, plan, now, m.born()))
 	snap.LaneOpen = st != nil && st.enq > st.done
 	grace := m.opts.SlotGrace.Microseconds()
 	for k, v := range sh.jobs {
@@ -90,22 +132,63 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err := checkTenant(tenant); err != nil {
 		return Snapshot{}, err
 	}
-	r.refreshBorn(ctx)
-	reply, err := r.inspect.Exec(ctx, r.client, []string{r.stateKey(tenant)},
-		[]string{string(append(packInts(nil, r.now(), r.born.at.Load(), int64(len(plan.Limits))), plan.packed...))}).AsBytes()
+	if err := r.refreshBorn(ctx); err != nil {
+		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
+	}
+	key := []string{r.stateKey(tenant)}
+	reply, err := r.run(ctx, r.inspect, func() (keys, args []string) {
+		arg := append(packInts(nil, r.now(), r.born.at.Load(), int64(len(plan.Limits))), plan.packed...)
+		arg = plan.calendars(arg, r.estimate(), r.reach)
+		return key, []string{string(arg)}
+	})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	vals := make([]int64, len(plan.Limits)+4)
-	if err := unpackInts(reply, vals); err != nil {
+	now, open, ws, err := decodeInspect(plan, reply)
+	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	snap := plan.snapshot(vals[0], vals[4:])
-	snap.LaneOpen = vals[1] == 1
-	if err := r.scanReservations(ctx, tenant, &snap, vals[0]); err != nil {
+	snap := plan.snapshot(now, ws)
+	snap.LaneOpen = open
+	if err := r.scanReservations(ctx, tenant, &snap, now); err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
 	return snap, nil
+}
+
+// decodeInspect reads inspect.lua's reply: the server's time, whether the lane is open, and every
+// limit's state.
+func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, err error) {
+	vals := make([]int64, len(reply)/8)
+	if len(reply)%8 != 0 || len(vals) < 4 {
+		return 0, false, nil, fmt.Errorf("inspect reply of %d bytes", len(reply))
+	}
+	if err := unpackInts(reply, vals); err != nil {
+		return 0, false, nil, err
+	}
+	now, open, vals = vals[0], vals[1] == 1, vals[4:]
+	ws = make([]work, len(p.specs))
+	for i := range p.specs {
+		if len(vals) == 0 {
+			return 0, false, nil, fmt.Errorf("inspect reply too short at limit %d", i)
+		}
+		if p.specs[i].kind == KindBucket {
+			ws[i].tat, vals = vals[0], vals[1:]
+			continue
+		}
+		k := vals[0]
+		if k < 0 || int64(len(vals)) < 1+2*k {
+			return 0, false, nil, fmt.Errorf("inspect reply: limit %d has %d entries in %d values", i, k, len(vals)-1)
+		}
+		for j := int64(0); j < k; j++ {
+			ws[i].log = append(ws[i].log, entry{vals[1+2*j], vals[2+2*j]})
+		}
+		vals = vals[1+2*k:]
+	}
+	if len(vals) != 0 {
+		return 0, false, nil, fmt.Errorf("inspect reply: %d values left over", len(vals))
+	}
+	return now, open, ws, nil
 }
 
 // scanReservations counts the tenant's booked slots: SCAN for its job keys on every node (they

@@ -27,7 +27,7 @@ type memShard struct {
 	tenants   map[string]*memState
 	jobs      map[jobKey]int64 // Decide's job keys: booked slot (> 0) or -(expiry) once admitted
 	nextSweep int64
-	tats      []int64 // scratch, guarded by mu
+	work      []work // scratch, guarded by mu
 }
 
 // memState mirrors a tenant's state in lua/state.lua.
@@ -40,7 +40,15 @@ type memState struct {
 
 type mark struct{ job, at int64 } // at > 0 admitted at, < 0 sent to the lane at -at
 
-type memLimit struct{ id, tat, iv int64 } // iv: the interval (µs) the tat was kept under
+// memLimit is one limit's stored state, by id and kind: a bucket's tat, a window's or quota's
+// log.
+type memLimit struct {
+	id   int64
+	kind Kind
+	tat  int64
+	iv   int64 // a bucket's: the interval (µs) its tat was kept under
+	log  []entry
+}
 
 type jobKey struct{ tenant, id string }
 
@@ -84,28 +92,43 @@ func (m *Memory) lock(tenant string) (*memShard, *memState, int64) {
 	return sh, st, now
 }
 
-// loadTats fills sh.tats with the plan's limits' tats at now: read_state and clamp_tats of
-// lua/state.lua (a limit without state was empty at born, µs, and has refilled since).
-func (sh *memShard) loadTats(st *memState, p *Plan, now, born int64) []int64 {
-	tats := sh.tats[:0]
-	for i, id := range p.ids {
-		l := p.Limits[i]
-		iv := l.Interval.Microseconds()
-		t := born + l.Capacity*iv
+// load fills the shard's scratch with the plan's limits' state at now: read_state and load of
+// lua/state.lua (a limit without state was used up at born, µs; see Plan.forgotten).
+func (sh *memShard) load(st *memState, p *Plan, now, born int64) []work {
+	for len(sh.work) < len(p.specs) {
+		sh.work = append(sh.work, work{})
+	}
+	ws := sh.work[:len(p.specs)]
+	for i := range p.specs {
+		sp := &p.specs[i]
+		var rec *memLimit
 		if st != nil {
-			for _, s := range st.limits {
-				if s.id == id {
-					t = s.tat
-					if s.iv != iv && t > now { // the tokens used are kept, not the time owed
-						t = now + int64(math.Ceil(float64(t-now)*float64(iv)/float64(s.iv)))
-					}
+			for k := range st.limits {
+				if st.limits[k].id == sp.id && st.limits[k].kind == sp.kind {
+					rec = &st.limits[k]
 				}
 			}
 		}
-		tats = append(tats, max(t, now))
+		switch {
+		case rec == nil:
+			ws[i] = p.forgotten(i, now, born, ws[i].log[:0])
+		case sp.kind == KindBucket:
+			t := rec.tat
+			if rec.iv > 0 && rec.iv != sp.iv && t > now { // the tokens used are kept, not the time owed
+				t = now + int64(math.Ceil(float64(t-now)*float64(sp.iv)/float64(rec.iv)))
+			}
+			ws[i].tat = max(t, now)
+		default:
+			log := ws[i].log[:0]
+			for _, e := range rec.log {
+				if e.death > now {
+					log = append(log, e)
+				}
+			}
+			ws[i] = work{log: log}
+		}
 	}
-	sh.tats = tats
-	return tats
+	return ws
 }
 
 // Forgot says that what this backend would have known before t is lost (Options.Born): limits
@@ -122,7 +145,7 @@ func (m *Memory) Forgot(t time.Time) {
 func (m *Memory) born() int64 { return m.bornAt.Load() }
 
 // store writes the tenant's state back: write_state of lua/state.lua.
-func (sh *memShard) store(tenant string, st *memState, p *Plan, tats []int64, now int64, o Options) {
+func (sh *memShard) store(tenant string, st *memState, p *Plan, ws []work, now int64, o Options) {
 	cut := now - o.Redeem.Microseconds()
 	first := 0
 	for first < len(st.marks) && abs(st.marks[first].at) < cut {
@@ -132,10 +155,7 @@ func (sh *memShard) store(tenant string, st *memState, p *Plan, tats []int64, no
 		first = len(st.marks) - maxMarks
 	}
 	st.marks = append(st.marks[:0], st.marks[first:]...)
-	life := int64(0)
-	for _, t := range tats {
-		life = max(life, t-now)
-	}
+	life := p.life(ws, now)
 	if len(st.marks) > 0 {
 		life = max(life, o.Redeem.Microseconds())
 	}
@@ -146,9 +166,14 @@ func (sh *memShard) store(tenant string, st *memState, p *Plan, tats []int64, no
 		delete(sh.tenants, tenant)
 		return
 	}
-	st.limits = st.limits[:0]
-	for i, id := range p.ids {
-		st.limits = append(st.limits, memLimit{id: id, tat: tats[i], iv: p.Limits[i].Interval.Microseconds()})
+	for len(st.limits) < len(p.specs) {
+		st.limits = append(st.limits, memLimit{})
+	}
+	st.limits = st.limits[:len(p.specs)]
+	for i := range p.specs {
+		l := &st.limits[i]
+		l.id, l.kind, l.tat, l.iv = p.specs[i].id, p.specs[i].kind, ws[i].tat, p.specs[i].iv
+		l.log = append(l.log[:0], ws[i].log...)
 	}
 	st.expiry = now + life
 	sh.tenants[tenant] = st
@@ -159,31 +184,6 @@ func abs(v int64) int64 {
 		return -v
 	}
 	return v
-}
-
-// slot is the earliest time ≥ now at which weight w fits every limit, and the binding limit.
-func slot(p *Plan, tats []int64, now, w int64) (s, bind int64) {
-	s = now
-	for i, l := range p.Limits {
-		iv := l.Interval.Microseconds()
-		if si := tats[i] + w*iv - l.Capacity*iv; si > s {
-			s, bind = si, int64(i)
-		}
-	}
-	return s, bind
-}
-
-// remaining is the whole tokens every limit holds now (the minimum) and the limit holding it.
-func remaining(p *Plan, tats []int64, now int64) (int64, int64) {
-	best, bi := int64(-1), int64(0)
-	for i, l := range p.Limits {
-		iv := l.Interval.Microseconds()
-		r := max((l.Capacity*iv-(tats[i]-now))/iv, 0)
-		if best < 0 || r < best {
-			best, bi = r, int64(i)
-		}
-	}
-	return best, bi
 }
 
 // Decide decides a request at the backend's current time. The context is unused: an
@@ -201,18 +201,18 @@ func (m *Memory) Decide(_ context.Context, req Request) (Result, error) {
 // decide mirrors lua/decide.lua step by step; the differential test holds them together.
 func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Options) (status, rem, wait, lim int64) {
 	p, w := req.Plan, req.Weight
-	tats := sh.loadTats(st, p, now, born)
+	ws := sh.load(st, p, now, born)
 	life := o.MarkerTTL.Microseconds()
 	var jk jobKey
 	if req.JobID != "" {
 		jk = jobKey{req.Tenant, req.JobID}
 		if v, ok := sh.jobs[jk]; ok {
 			if v < 0 && -v > now {
-				r, b := remaining(p, tats, now)
+				r, b := p.remaining(ws, now)
 				return int64(Duplicate), r, 0, b
 			}
 			if v > 0 && v+o.SlotGrace.Microseconds() > now {
-				r, b := remaining(p, tats, now)
+				r, b := p.remaining(ws, now)
 				if now < v {
 					return int64(Early), r, v - now, b
 				}
@@ -221,19 +221,17 @@ func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Option
 			}
 		}
 	}
-	s, bind := slot(p, tats, now, w)
+	s, bind := p.slot(ws, now, w)
 	if horizon := o.Horizon.Microseconds(); s-now > horizon || (s > now && req.JobID == "") {
-		r, _ := remaining(p, tats, now)
+		r, _ := p.remaining(ws, now)
 		return int64(Throttled), r, min(s-now, horizon), bind
 	}
-	for i, l := range p.Limits {
-		tats[i] = max(tats[i], s) + w*l.Interval.Microseconds()
-	}
+	p.take(ws, s, w)
 	if st == nil {
 		st = &memState{}
 	}
-	sh.store(req.Tenant, st, p, tats, now, o)
-	r, b := remaining(p, tats, now)
+	sh.store(req.Tenant, st, p, ws, now, o)
+	r, b := p.remaining(ws, now)
 	if s == now {
 		if req.JobID != "" {
 			sh.jobs[jk] = -(now + life)
@@ -273,7 +271,7 @@ func (m *Memory) CloseLane(_ context.Context, tenant string, plan *Plan, through
 // admit mirrors lua/admit.lua step by step; the differential test holds them together.
 func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through int64, out []int64, o Options) (wait, bind, rem, open int64) {
 	p := b.Plan
-	tats := sh.loadTats(st, p, now, born)
+	ws := sh.load(st, p, now, born)
 	if st == nil {
 		st = &memState{}
 	}
@@ -310,11 +308,9 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 			case mode == 0 && (isOpen || moving):
 				out[i] = int64(JobToLane)
 			default:
-				s, bi := slot(p, tats, now, j.Weight)
+				s, bi := p.slot(ws, now, j.Weight)
 				if s == now && wait < 0 {
-					for k, l := range p.Limits {
-						tats[k] += j.Weight * l.Interval.Microseconds()
-					}
+					p.take(ws, now, j.Weight)
 					st.marks = append(st.marks, mark{j.ID, now})
 					out[i], changed = int64(JobAdmitted), true
 				} else {
@@ -335,12 +331,12 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 			}
 		}
 	}
-	r, rb := remaining(p, tats, now)
+	r, rb := p.remaining(ws, now)
 	if wait < 0 {
 		wait, bind = 0, rb
 	}
 	if changed {
-		sh.store(b.Tenant, st, p, tats, now, o)
+		sh.store(b.Tenant, st, p, ws, now, o)
 	}
 	if isOpen {
 		open = 1

@@ -1,37 +1,24 @@
 package bucket
 
 import (
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
-// maxWindow bounds capacity × interval of one limit: the script does its arithmetic in Lua
-// doubles, exact for integers below 2^53 µs.
+// MaxSpan is the longest time a limit can span (about 285 years): a bucket's capacity ×
+// interval, a window. The scripts compute in Lua doubles, exact for integers of µs below 2^53.
+const MaxSpan = maxWindow * time.Microsecond
+
+// maxWindow is MaxSpan in µs.
 const maxWindow = 1<<53 - 1
 
-// A Limit is one token bucket: it holds at most Capacity tokens and refills one token every
-// Interval. A bucket nobody has used is full.
-type Limit struct {
-	// Name identifies the limit in results and logs; empty names are reported by index.
-	Name string
-	// Capacity is the burst, in tokens (≥ 1).
-	Capacity int64
-	// Interval is the time to refill one token, a whole number of microseconds (≥ 1µs): the
-	// written rate rounded so that the limit is never faster than the plan says.
-	Interval time.Duration
-	// Rate is the rate as written in the plans file ("10/s"), for display.
-	Rate string
-}
-
-// PerSecond is the limit's effective refill rate in tokens per second.
-func (l Limit) PerSecond() float64 { return float64(time.Second) / float64(l.Interval) }
-
 // limitID is the stable identity of a limit's state: a 52-bit hash of its label, exact in the
-// scripts' Lua numbers. State is kept by id, so a plan that reorders, adds or removes limits
-// keeps the state of every limit it still has (by name; unnamed limits by index).
+// scripts' Lua numbers. State is kept by id and kind, so a plan that reorders, adds or removes
+// limits keeps the state of every limit it still has (by name; unnamed limits by index), and a
+// limit whose kind changes starts afresh.
 func limitID(label string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte(label))
@@ -46,54 +33,171 @@ func (l Limit) label(i int) string {
 	return strconv.Itoa(i)
 }
 
-// A Plan is an ordered list of limits. A job of weight w is admitted only when every limit holds
-// w tokens, and then w is taken from every limit. Plans are immutable once built.
+// A Plan is an ordered list of limits. A job of weight w is admitted only when every limit lets
+// w through, and then w is taken from every limit, all or nothing. Plans are immutable once
+// built and safe for concurrent use.
 type Plan struct {
 	Name   string
 	Limits []Limit
 
 	minCapacity int64
 	labels      []string
-	ids         []int64
-	// packed is the plan's part of the script argument: id, capacity and interval (µs) per
-	// limit, little-endian int64s (see lua/state.lua).
+	specs       []spec
+	// packed is the plan's part of the scripts' argument: per limit, id, kind and three
+	// parameters, little-endian int64s (see lua/state.lua read_limits). The quotas' calendars
+	// follow it in each call (see calendars).
 	packed []byte
+	// quotas holds the index of every quota limit, in plan order; cals their calendars.
+	quotas []int
+	cals   []atomic.Pointer[calendar]
 }
 
-// NewPlan checks the limits and returns a plan ready for decisions.
+// spec is a limit as the decisions use it, in µs.
+type spec struct {
+	id    int64
+	kind  Kind
+	cap   int64  // Capacity
+	iv    int64  // bucket: Interval
+	span  int64  // bucket: Capacity × Interval; window: Window
+	grain int64  // window: Grain
+	lim   *Limit // quota: for its calendar
+}
+
+// NewPlan checks the limits and returns a plan ready for decisions. A limit it refuses is a
+// *LimitError.
 func NewPlan(name string, limits ...Limit) (*Plan, error) {
 	if len(limits) == 0 {
 		return nil, fmt.Errorf("bucket: plan %q has no limits", name)
 	}
 	p := &Plan{Name: name, Limits: append([]Limit(nil), limits...)}
-	for i, l := range p.Limits {
-		if l.Capacity < 1 {
-			return nil, fmt.Errorf("bucket: plan %q limit %s: capacity must be ≥ 1, got %d", name, l.label(i), l.Capacity)
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		bad := func(format string, args ...any) error {
+			return &LimitError{Plan: name, Index: i, Label: l.label(i), Msg: fmt.Sprintf(format, args...)}
 		}
-		if l.Interval < time.Microsecond || l.Interval%time.Microsecond != 0 {
-			return nil, fmt.Errorf("bucket: plan %q limit %s: interval must be a whole number of microseconds ≥ 1µs, got %v", name, l.label(i), l.Interval)
-		}
-		us := l.Interval.Microseconds()
-		if l.Capacity > maxWindow/us {
-			return nil, fmt.Errorf("bucket: plan %q limit %s: capacity %d takes longer than 285 years to refill", name, l.label(i), l.Capacity)
+		s := spec{kind: l.Kind, cap: l.Capacity}
+		switch l.Kind {
+		case KindBucket:
+			if l.Capacity < 1 {
+				return nil, bad("capacity must be ≥ 1, got %d", l.Capacity)
+			}
+			if l.Interval < time.Microsecond || l.Interval%time.Microsecond != 0 {
+				return nil, bad("interval must be a whole number of microseconds ≥ 1µs, got %v", l.Interval)
+			}
+			s.iv = l.Interval.Microseconds()
+			if l.Capacity > maxWindow/s.iv {
+				return nil, bad("capacity %d takes longer than 285 years to refill", l.Capacity)
+			}
+			s.span = l.Capacity * s.iv
+			if l.Window != 0 || l.Period != NoPeriod || l.Location != nil {
+				return nil, bad("a bucket has no window, period or location")
+			}
+		case KindWindow, KindQuota:
+			if l.Capacity < 1 || l.Capacity > MaxLimit {
+				return nil, bad("limit must be 1 to %d, got %d", int64(MaxLimit), l.Capacity)
+			}
+			if l.Interval != 0 || l.Rate != "" {
+				return nil, bad("a %s has no interval or rate", l.Kind)
+			}
+			if l.Kind == KindWindow {
+				if l.Window < time.Microsecond || l.Window%time.Microsecond != 0 || l.Window > MaxWindow {
+					return nil, bad("window must be a whole number of microseconds from 1µs to 100 years, got %v", l.Window)
+				}
+				if l.Period != NoPeriod || l.Location != nil {
+					return nil, bad("a window has no period or location")
+				}
+				s.span, s.grain = l.Window.Microseconds(), l.Grain().Microseconds()
+			} else {
+				if l.Period < Minute || l.Period > Month {
+					return nil, bad("period must be minute, hour, day, week or month, got %v", l.Period)
+				}
+				if l.Window != 0 {
+					return nil, bad("a quota has no window")
+				}
+				s.lim = l
+				p.quotas = append(p.quotas, i)
+			}
+		default:
+			return nil, bad("unknown kind %v", l.Kind)
 		}
 		if p.minCapacity == 0 || l.Capacity < p.minCapacity {
 			p.minCapacity = l.Capacity
 		}
 		p.labels = append(p.labels, l.label(i))
-		id := limitID(l.label(i))
-		for j, other := range p.ids {
-			if other == id {
-				return nil, fmt.Errorf("bucket: plan %q limits %s and %s share a state id: rename one", name, p.labels[j], l.label(i))
+		s.id = limitID(l.label(i))
+		for j, other := range p.specs {
+			if other.id == s.id {
+				return nil, bad("shares its state id with limit %s: rename one", p.labels[j])
 			}
 		}
-		p.ids = append(p.ids, id)
-		p.packed = binary.LittleEndian.AppendUint64(p.packed, uint64(id))
-		p.packed = binary.LittleEndian.AppendUint64(p.packed, uint64(l.Capacity))
-		p.packed = binary.LittleEndian.AppendUint64(p.packed, uint64(us))
+		p.specs = append(p.specs, s)
+		// bucket: capacity, interval; window: limit, window, grain; quota: limit.
+		x, y := s.iv, int64(0)
+		if s.kind == KindWindow {
+			x, y = s.span, s.grain
+		}
+		p.packed = packInts(p.packed, s.id, int64(s.kind), s.cap, x, y)
 	}
+	p.cals = make([]atomic.Pointer[calendar], len(p.quotas))
 	return p, nil
 }
 
-// MaxWeight is the largest weight the plan can ever admit: its smallest capacity.
+// MaxWeight is the largest weight the plan can ever admit: its smallest capacity (a bucket's
+// burst, a window's or a quota's limit).
 func (p *Plan) MaxWeight() int64 { return p.minCapacity }
+
+// A calendar is a quota's period boundaries over a stretch of time, for the scripts (Lua has no
+// time zones): every boundary from lo, at or before the stretch, to hi, after it.
+type calendar struct {
+	lo, hi int64  // µs: the first and last boundary
+	packed []byte // the count, then the boundaries (int64s)
+}
+
+// calMargin is how far the Redis server's clock may be from this host's before a quota's
+// calendar fails to cover it (the script then refuses the call with an error).
+const calMargin = int64(2 * time.Minute / time.Microsecond)
+
+// calendars appends to b, for every quota of the plan in order, a calendar covering
+// [est-calMargin, est+reach]: est is this host's estimate of the server's time (µs), reach how
+// far ahead a take may be made. Calendars are cached; a new one is built (and cached) only when
+// the cached one does not cover the stretch.
+func (p *Plan) calendars(b []byte, est, reach int64) []byte {
+	for q, i := range p.quotas {
+		c := p.cals[q].Load()
+		if c == nil || c.lo > est-calMargin || est+reach >= c.hi {
+			c = newCalendar(&p.Limits[i], est-calMargin, est+2*reach+calMargin)
+			p.cals[q].Store(c)
+		}
+		b = append(b, c.packed...)
+	}
+	return b
+}
+
+// calendarsLen is how many bytes calendars will append (an estimate that is exact when the
+// cache holds, to size a buffer).
+func (p *Plan) calendarsLen() int {
+	n := 0
+	for q := range p.quotas {
+		if c := p.cals[q].Load(); c != nil {
+			n += len(c.packed)
+		} else {
+			n += 8 * 16
+		}
+	}
+	return n
+}
+
+// newCalendar lists l's period boundaries from the last one at or before from to the first one
+// after to.
+func newCalendar(l *Limit, from, to int64) *calendar {
+	start, end := l.PeriodBounds(time.UnixMicro(from))
+	bs := []int64{start.UnixMicro(), end.UnixMicro()}
+	for end.UnixMicro() <= to {
+		_, end = l.PeriodBounds(end)
+		bs = append(bs, end.UnixMicro())
+	}
+	c := &calendar{lo: bs[0], hi: bs[len(bs)-1]}
+	c.packed = packInts(make([]byte, 0, 8*(len(bs)+1)), int64(len(bs)))
+	c.packed = packInts(c.packed, bs...)
+	return c
+}

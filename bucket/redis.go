@@ -2,7 +2,9 @@ package bucket
 
 import (
 	"context"
+	"crypto/sha1"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"time"
 	"unsafe"
@@ -16,18 +18,19 @@ const DefaultKeyPrefix = "admitter:"
 
 // Redis is the shared backend: every replica using the same Redis shares the same buckets. Each
 // decision is one script call (EVALSHA, falling back to EVAL when the server has lost the
-// script), atomic on a single server and on Redis Cluster, where all of a tenant's keys share
+// script: see run), atomic on a single server and on Redis Cluster, where all of a tenant's keys share
 // the hash tag {tenant}. Time is the Redis server's clock. Safe for concurrent use.
 type Redis struct {
 	client  rueidis.Client
-	script  *rueidis.Lua
-	admit   *rueidis.Lua
-	inspect *rueidis.Lua
+	script  *script
+	admit   *script
+	inspect *script
 	prefix  string
 	grace   int64 // SlotGrace in µs, for Inspect
 	redeem  int64 // Redeem in µs
 	settle  int64 // LaneSettle in µs
 	pad     int64 // extra key life in ms (pinned clocks in tests)
+	reach   int64 // how far ahead of now a take may be made (µs): the horizon, plus calMargin
 	// fixed is the part of the decide script's argument after the weight: horizon, grace,
 	// marker life, key pad, redeem and lane life, packed (see lua/decide.lua).
 	fixed []byte
@@ -48,13 +51,14 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 	}
 	return &Redis{
 		client:  client,
-		script:  rueidis.NewLuaScript(lua.Decide),
-		admit:   rueidis.NewLuaScript(lua.Admit),
-		inspect: rueidis.NewLuaScriptReadOnly(lua.Inspect),
+		script:  newScript(lua.Decide, false),
+		admit:   newScript(lua.Admit, false),
+		inspect: newScript(lua.Inspect, true),
 		prefix:  prefix,
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
 		settle:  opts.LaneSettle.Microseconds(),
+		reach:   opts.Horizon.Microseconds() + calMargin,
 		fixed: packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0,
 			opts.Redeem.Microseconds(), 2*opts.LaneSettle.Microseconds()),
 	}
@@ -86,11 +90,11 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 	if err := req.check(); err != nil {
 		return Result{}, err
 	}
-	r.refreshBorn(ctx)
-	keys, args := r.call(&req)
-	reply, err := r.script.Exec(ctx, r.client, keys, args).AsBytes()
+	if err := r.refreshBorn(ctx); err != nil {
+		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
+	}
+	reply, err := r.run(ctx, r.script, func() (keys, args []string) { return r.call(&req) })
 	if err != nil {
-		r.born.stale()
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
 	return decodeReply(&req, reply)
@@ -100,19 +104,21 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 // keys and the packed argument, seen as strings without copying (nothing writes to it
 // afterwards), and one array backing the keys and args slices.
 func (r *Redis) call(req *Request) (keys, args []string) {
+	p := req.Plan
 	state := len(r.prefix) + len(req.Tenant) + 2
 	job := 0
 	if req.JobID != "" {
 		job = state + 1 + len(req.JobID)
 	}
-	buf := make([]byte, 0, max(state, job)+24+len(r.fixed)+len(req.Plan.packed))
+	buf := make([]byte, 0, max(state, job)+32+len(r.fixed)+len(p.packed)+p.calendarsLen())
 	buf = append(append(append(append(buf, r.prefix...), '{'), req.Tenant...), '}')
 	if job > 0 {
 		buf = append(append(buf, ':'), req.JobID...)
 	}
 	keyEnd := len(buf)
 	buf = packInts(buf, r.now(), req.Weight)
-	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load()), req.Plan.packed...)
+	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load(), int64(len(p.Limits))), p.packed...)
+	buf = p.calendars(buf, r.estimate(), r.reach)
 	strs := new([3]string)
 	strs[0] = unsafe.String(&buf[0], state)
 	nkeys := 1
@@ -148,16 +154,20 @@ func (r *Redis) CloseLane(ctx context.Context, tenant string, plan *Plan, throug
 
 func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (BatchResult, error) {
 	p := b.Plan
-	r.refreshBorn(ctx)
-	arg := make([]byte, 0, 8*(9+2*len(b.Jobs))+len(p.packed))
-	arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad, r.born.at.Load())
-	for _, j := range b.Jobs {
-		arg = packInts(arg, j.ID, j.Weight)
+	if err := r.refreshBorn(ctx); err != nil {
+		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
-	arg = append(arg, p.packed...)
-	reply, err := r.admit.Exec(ctx, r.client, []string{r.stateKey(b.Tenant)}, []string{unsafe.String(&arg[0], len(arg))}).AsBytes()
+	key := []string{r.stateKey(b.Tenant)}
+	reply, err := r.run(ctx, r.admit, func() (keys, args []string) {
+		arg := make([]byte, 0, 8*(9+2*len(b.Jobs))+len(p.packed)+p.calendarsLen())
+		arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad, r.born.at.Load())
+		for _, j := range b.Jobs {
+			arg = packInts(arg, j.ID, j.Weight)
+		}
+		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
+		return key, []string{unsafe.String(&arg[0], len(arg))}
+	})
 	if err != nil {
-		r.born.stale()
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	vals := make([]int64, 4+len(b.Jobs))
@@ -167,6 +177,52 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:])
 }
 
+// script is one of lua/'s scripts.
+type script struct {
+	src, sha string
+	ro       bool // read-only: EVALSHA_RO, EVAL_RO (a replica may answer)
+}
+
+func newScript(src string, ro bool) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:]), ro: ro}
+}
+
+// run calls s with the keys and argument build makes: EVALSHA, then, when the server does not
+// know the script, EVAL. A server that does not know the script started after the last call
+// that ran it here (or lost its scripts to a flush or a failover), and its memory may be new:
+// before the script runs on it, run learns when that memory began, and builds the argument
+// again, since it carries that time. Without this, the first call on a restarted server would
+// take the limits it forgot for refilled since the previous start: a burst. A failed call makes
+// the next one ask too.
+func (r *Redis) run(ctx context.Context, s *script, build func() (keys, args []string)) ([]byte, error) {
+	keys, args := build()
+	cmd := r.client.B()
+	var resp rueidis.RedisResult
+	if s.ro {
+		resp = r.client.Do(ctx, cmd.EvalshaRo().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	} else {
+		resp = r.client.Do(ctx, cmd.Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	if e, ok := rueidis.IsRedisErr(resp.Error()); ok && e.IsNoScript() {
+		r.born.stale()
+		if err := r.refreshBorn(ctx); err != nil {
+			return nil, err
+		}
+		keys, args = build()
+		if s.ro {
+			resp = r.client.Do(ctx, cmd.EvalRo().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		} else {
+			resp = r.client.Do(ctx, cmd.Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		}
+	}
+	reply, err := resp.AsBytes()
+	if err != nil {
+		r.born.stale()
+	}
+	return reply, err
+}
+
 // decodeReply turns the script's packed reply into a Result.
 func decodeReply(req *Request, reply []byte) (Result, error) {
 	var n [4]int64
@@ -174,6 +230,25 @@ func decodeReply(req *Request, reply []byte) (Result, error) {
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
 	return req.Plan.result(n[0], n[1], n[2], n[3])
+}
+
+// Prepare readies the backend before its first decision: it learns when the servers' memory
+// began and loads the scripts on every server, so that the first decisions do not pay for
+// either (four round trips instead of one). Decisions do both themselves when needed: Prepare
+// only moves the cost to start-up.
+func (r *Redis) Prepare(ctx context.Context) error {
+	r.born.stale()
+	if err := r.refreshBorn(ctx); err != nil {
+		return err
+	}
+	for addr, node := range r.client.Nodes() {
+		for _, s := range []*script{r.script, r.admit, r.inspect} {
+			if err := node.Do(ctx, node.B().ScriptLoad().Script(s.src).Build()).Error(); err != nil {
+				return fmt.Errorf("bucket: redis %s: script load: %w", addr, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Ping checks that Redis answers.
@@ -188,6 +263,15 @@ func (r *Redis) Ping(ctx context.Context) error {
 func (r *Redis) now() int64 {
 	if r.clock == nil {
 		return 0
+	}
+	return r.clock().UnixMicro()
+}
+
+// estimate is this host's guess of the scripts' time (µs), to choose the quotas' calendars: the
+// pinned clock, else this host's clock (the server's may differ by up to calMargin).
+func (r *Redis) estimate() int64 {
+	if r.clock == nil {
+		return time.Now().UnixMicro()
 	}
 	return r.clock().UnixMicro()
 }

@@ -79,27 +79,53 @@ func TestRedisKeysExpire(t *testing.T) {
 	}
 }
 
-// TestRedisIdleTenantMemory measures the Redis memory of an idle-but-live tenant with a
-// two-limit plan: the target is at most 200 bytes.
+// TestRedisIdleTenantMemory measures the Redis memory (MEMORY USAGE) of an idle-but-live tenant
+// for each limit kind after one decision, and of windows holding their most entries: the figures
+// the README states. A tenant's state is one key; its TTL ends it once nothing matters.
 func TestRedisIdleTenantMemory(t *testing.T) {
 	c := redisClient(t)
 	r := NewRedis(c, "", Options{})
-	tenant := uniqueTenant("acme")
-	p := mustPlan(t, "gold", lim("burst", 20, 100*ms), lim("daily", 100000, 864*ms))
-	if _, err := r.Decide(context.Background(), Request{Tenant: tenant, Plan: p, Weight: 1}); err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for k := range tenantKeys(t, tenant) {
-		n, err := c.Do(context.Background(), c.B().MemoryUsage().Key(k).Samples(0).Build()).AsInt64()
-		if err != nil {
-			t.Fatal(err)
+	r.born.off = true // the test server just started: take unknown limits for unused, not forgotten
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		plan  *Plan
+		takes int           // decisions of weight 1
+		every time.Duration // between them (on the server's clock: real sleeps)
+		max   int64
+	}{
+		{"bucket", mustPlan(t, "b", lim("burst", 20, time.Second)), 1, 0, 170},
+		{"two buckets", mustPlan(t, "gold", lim("burst", 20, time.Second), lim("daily", 100000, 864*ms)), 1, 0, 200},
+		{"window", mustPlan(t, "w", win("hourly", 1000, time.Hour)), 1, 0, 170},
+		{"quota", mustPlan(t, "q", quota("monthly", 100000, Month, nil)), 1, 0, 170},
+		{"bucket+window+quota", mustPlan(t, "mixed", lim("burst", 20, 100*ms), win("hourly", 1000, time.Hour), quota("monthly", 100000, Month, nil)), 1, 0, 240},
+		// The most a window stores: an exact one at its limit of distinct instants, an
+		// approximate one with every sub-window in use.
+		{"exact window, 64 takes", mustPlan(t, "w64", win("w", ExactWindowMax, time.Hour)), ExactWindowMax, 0, 1400},
+		{"window in sub-windows, all in use", mustPlan(t, "wide", win("w", 1_000_000, 640*ms)), 70, 10 * ms, 1400},
+	} {
+		tenant := uniqueTenant("idle")
+		for i := 0; i < tc.takes; i++ {
+			if _, err := r.Decide(ctx, Request{Tenant: tenant, Plan: tc.plan, Weight: 1}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(tc.every)
 		}
-		total += n
-	}
-	t.Logf("idle tenant with a two-limit plan: %d bytes", total)
-	if total == 0 || total > 200 {
-		t.Fatalf("idle tenant uses %d bytes of Redis memory, want (0, 200]", total)
+		keys := tenantKeys(t, tenant)
+		if len(keys) != 1 {
+			t.Fatalf("%s: keys %v, want the state alone", tc.name, keys)
+		}
+		var n int64
+		for k := range keys {
+			var err error
+			if n, err = c.Do(ctx, c.B().MemoryUsage().Key(k).Samples(0).Build()).AsInt64(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("idle tenant, %s: %d bytes", tc.name, n)
+		if n == 0 || n > tc.max {
+			t.Errorf("idle tenant, %s: %d bytes of Redis memory, want (0, %d]", tc.name, n, tc.max)
+		}
 	}
 }
 
@@ -197,5 +223,59 @@ func TestClusterSpreadsTenants(t *testing.T) {
 	}
 	if holding < 2 {
 		t.Fatalf("keys on %d node(s): the tenants did not spread over the cluster", holding)
+	}
+}
+
+// TestRedisReadsStateBeforeKinds: a state written before limit kinds ("ADM2": pairs of limit id
+// and tat) is read as the buckets it holds, so that an upgrade does not refill every bucket.
+func TestRedisReadsStateBeforeKinds(t *testing.T) {
+	c := newClock()
+	r := NewRedis(redisClient(t), "", Options{})
+	r.pin(c.Now)
+	tenant := uniqueTenant("adm2")
+	p := mustPlan(t, "p", lim("burst", 10, time.Second), win("w", 5, time.Minute))
+	now := c.Now().UnixMicro()
+	// burst 7 s short of full: 3 tokens; the window has no state in it (unused).
+	old := packInts(nil, 1094995250, 1, 0, 0, 0, 0, now+7_000_000, limitID("burst"), now+7_000_000)
+	cl := redisClient(t)
+	if err := cl.Do(context.Background(), cl.B().Set().Key(r.stateKey(tenant)).Value(string(old)).Px(time.Minute).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Inspect(context.Background(), tenant, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Limits[0].Tokens != 3 || s.Limits[1].Tokens != 5 {
+		t.Fatalf("tokens %d and %d, want 3 and 5: %+v", s.Limits[0].Tokens, s.Limits[1].Tokens, s)
+	}
+}
+
+// TestRedisRefusesACalendarThatMissesItsClock: a quota's calendar comes from the client; when it
+// does not hold the server's time (a clock off by more than calMargin) the script refuses the
+// call with an error, and charges nothing, instead of guessing the period.
+func TestRedisRefusesACalendarThatMissesItsClock(t *testing.T) {
+	c := newClock()
+	r := NewRedis(redisClient(t), "", Options{})
+	r.pin(c.Now)
+	p := mustPlan(t, "q", quota("q", 5, Minute, nil))
+	tenant := uniqueTenant("skew")
+	now := c.Now().UnixMicro()
+	for _, est := range []int64{now + 10*60e6, now - 10*60e6} {
+		arg := packInts(nil, now, 1, r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
+		arg = append(arg, p.packed...)
+		arg = append(arg, newCalendar(&p.Limits[0], est-calMargin, est+calMargin).packed...)
+		_, err := r.run(context.Background(), r.admit, func() (keys, args []string) {
+			return []string{r.stateKey(tenant)}, []string{string(arg)}
+		})
+		if err == nil || !strings.Contains(err.Error(), "quota calendar") {
+			t.Errorf("calendar around %+dm: error %v, want the calendar refused", (est-now)/60e6, err)
+		}
+	}
+	if keys := tenantKeys(t, tenant); len(keys) != 0 {
+		t.Errorf("a refused call wrote %v", keys)
+	}
+	// The calendar the backend builds itself holds the clock.
+	if _, err := r.Admit(context.Background(), Batch{Tenant: tenant, Plan: p, Jobs: []Job{{ID: 1, Weight: 1}}}); err != nil {
+		t.Fatal(err)
 	}
 }

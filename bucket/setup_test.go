@@ -166,3 +166,13 @@ func mustPlan(t testing.TB, name string, limits ...Limit) *Plan {
 func lim(name string, c int64, every time.Duration) Limit {
 	return Limit{Name: name, Capacity: c, Interval: every}
 }
+
+// win builds a sliding window of at most limit per window.
+func win(name string, limit int64, window time.Duration) Limit {
+	return Limit{Name: name, Kind: KindWindow, Capacity: limit, Window: window}
+}
+
+// quota builds a calendar quota of limit per period in loc (nil: UTC).
+func quota(name string, limit int64, p Period, loc *time.Location) Limit {
+	return Limit{Name: name, Kind: KindQuota, Capacity: limit, Period: p, Location: loc}
+}

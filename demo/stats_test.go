@@ -1,12 +1,13 @@
 package demo
 
 import (
-	"github.com/admitter/admitter/wire"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
+	"github.com/admitter/admitter/wire"
 )
 
 const testPlans = `
@@ -30,7 +31,7 @@ tenants:
 
 func testPlansFile(t *testing.T) *bucket.Plans {
 	t.Helper()
-	p, err := bucket.ParsePlans("test", []byte(testPlans))
+	p, err := plans.Parse("test", []byte(testPlans))
 	if err != nil {
 		t.Fatal(err)
 	}

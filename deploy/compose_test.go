@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/distribution/reference"
 )
@@ -214,19 +214,19 @@ func checkAdmitter(s *stack) []string {
 	}
 
 	// The plans file: mounted from the repository, accepted by admitter's parser.
-	plans := env["ADMITTER_PLANS_FILE"]
-	if plans == "" {
+	plansFile := env["ADMITTER_PLANS_FILE"]
+	if plansFile == "" {
 		return append(problems, "compose.yaml: services.admitter.environment.ADMITTER_PLANS_FILE is unset: admitter would run its built-in example plans")
 	}
-	host, ok := hostPath(svc, plans)
+	host, ok := hostPath(svc, plansFile)
 	if !ok {
-		add("environment.ADMITTER_PLANS_FILE %s is not bind-mounted from the repository", plans)
+		add("environment.ADMITTER_PLANS_FILE %s is not bind-mounted from the repository", plansFile)
 		return problems
 	}
 	data, err := s.read(host)
 	if err != nil {
-		add("environment.ADMITTER_PLANS_FILE %s: %v", plans, err)
-	} else if _, err := bucket.ParsePlans(rel(host), data); err != nil {
+		add("environment.ADMITTER_PLANS_FILE %s: %v", plansFile, err)
+	} else if _, err := plans.Parse(rel(host), data); err != nil {
 		problems = append(problems, err.Error())
 	}
 	return problems

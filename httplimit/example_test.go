@@ -8,6 +8,7 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/httplimit"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/policy"
 )
 
@@ -15,7 +16,7 @@ import (
 // with bucket.DialRedis on the admitter's Redis instead, the service's requests and the
 // tenant's queued jobs share them.
 func Example() {
-	plans, err := bucket.ParsePlans("plans.yaml", []byte(`
+	plans, err := plans.Parse("plans.yaml", []byte(`
 plans:
   free:
     limits:

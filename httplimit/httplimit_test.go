@@ -14,6 +14,7 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 )
@@ -82,7 +83,7 @@ func redisPolicy(t *testing.T, mode policy.FailMode) (*policy.Policy, *testenv.R
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	plans, err := bucket.ParsePlans("plans.yaml", []byte(plansYAML))
+	plans, err := plans.Parse("plans.yaml", []byte(plansYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestNewRejects(t *testing.T) {
 
 func mustPlans(t *testing.T) *bucket.Plans {
 	t.Helper()
-	p, err := bucket.ParsePlans("plans.yaml", []byte(plansYAML))
+	p, err := plans.Parse("plans.yaml", []byte(plansYAML))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@
 --
 -- Nothing is booked for the future: a job is charged when it is admitted, at the server's time,
 -- so the times at which jobs are admitted are themselves paced (in any interval of length t, at
--- most C + r·t per limit), whatever happened before: a crash, a replica joining, a slot passed
+-- most C + r·t per bucket, at most the limit per window or calendar period), whatever happened
+-- before: a crash, a replica joining, a slot passed
 -- while nobody was there. A job that cannot go now is told how long until its weight fits.
 --
 -- Modes:
@@ -28,8 +29,8 @@
 -- KEYS[1]  the tenant's state
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode, redeem (µs), quiet (µs),
 --          through (input sequence, mode 2), k jobs, n limits, extra key life (ms, 0 in
---          production), born (µs, see clamp_tats), then k × (job id, weight), then n × (limit
---          id, capacity, interval µs).
+--          production), born (µs, see load), then k × (job id, weight), then the plan's n
+--          limits and calendars (see read_limits).
 --
 -- Reply: packed int64s {wait (µs), binding limit (0-based), remaining, lane open (0/1), then one
 -- outcome per job}: 0 admitted, 1 admitted before (redeemed, nothing charged), 2 moved to the
@@ -43,9 +44,10 @@ if now == 0 then now = server_now() end
 local pos = 73
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
-local ids, cap, iv = read_limits(arg, pos, n)
-local st = read_state(redis.call('GET', KEYS[1]), ids, iv, n, now)
-local tats = clamp_tats(st, n, now, born, cap)
+local lims = read_limits(arg, pos, n)
+check_calendars(lims, n, now)
+local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
+local ws = load(st, lims, n, now, born)
 
 local out = {}
 local wait, bind = -1, 0
@@ -72,9 +74,9 @@ else
     elseif mode == 0 and (open or moving) then
       out[i] = 2
     else
-      local s, b = slot(tats, cap, iv, n, now, w)
+      local s, b = slot(lims, ws, n, now, w)
       if s == now and wait < 0 then
-        for j = 1, n do tats[j] = tats[j] + w * iv[j] end
+        take(lims, ws, n, now, w)
         add_mark(st, job, now)
         out[i], changed = 0, true
       else
@@ -90,9 +92,9 @@ else
   end
 end
 
-local r, rb = remaining(tats, cap, iv, n, now)
+local r, rb = remaining(lims, ws, n, now)
 if wait < 0 then wait, bind = 0, rb end
-if changed then write_state(KEYS[1], st, ids, iv, tats, n, now, redeem, 2 * quiet, pad) end
+if changed then write_state(KEYS[1], st, lims, ws, n, now, redeem, 2 * quiet, pad) end
 local o = 0
 if open then o = 1 end
 local vals = {wait, bind, r, o}

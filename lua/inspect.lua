@@ -1,19 +1,29 @@
 -- admitter: read a tenant's state without changing it (see state.lua).
 --
 -- KEYS[1]  the tenant's state
--- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), born (µs, see clamp_tats), n limits,
---          then n × (limit id, capacity, interval µs)
+-- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), born (µs, see load), n limits, then
+--          the plan's limits and calendars (see read_limits)
 --
 -- Reply: packed int64s {now (µs), lane open (0/1), highest sequence moved to the lane, recent
--- decisions, then one tat per limit (now or earlier for a full limit)}.
+-- decisions, then per limit its state at now (see load): a bucket's tat (now for a full one); a
+-- window's or a quota's count of takes k, then k × (death, weight)}.
 local arg = ARGV[1]
 local now, born, n = struct.unpack('<lll', arg)
 if now == 0 then now = server_now() end
-local ids, cap, iv = read_limits(arg, 25, n)
-local st = read_state(redis.call('GET', KEYS[1]), ids, iv, n, now)
-local tats = clamp_tats(st, n, now, born, cap)
+local lims = read_limits(arg, 25, n)
+check_calendars(lims, n, now)
+local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
+local ws = load(st, lims, n, now, born)
 local open = 0
 if st.enq > st.done then open = 1 end
 local vals = {now, open, st.enq, #st.marks / 2}
-for i = 1, n do vals[4 + i] = tats[i] end
-return struct.pack('<' .. string.rep('l', 4 + n), unpack(vals))
+for i = 1, n do
+  if lims[i].kind == BUCKET then
+    vals[#vals + 1] = ws[i]
+  else
+    local log = ws[i]
+    vals[#vals + 1] = #log / 2
+    for j = 1, #log do vals[#vals + 1] = log[j] end
+  end
+end
+return pack_ints(vals)

@@ -3,9 +3,9 @@
 --
 -- The state is one string of packed little-endian int64s ('<l'), self-describing:
 --
---   [1] TAG        layout version (STATE_TAG); anything else is read as "no state": every
---                  limit full, the lane closed, nothing recent
---   [2] n          number of limit entries
+--   [1] TAG        layout version (STATE_TAG; OLD_TAG is read too); anything else is read as "no
+--                  state": every limit forgotten (see load), the lane closed, nothing recent
+--   [2] n          number of limit records
 --   [3] enq        highest input sequence moved to the tenant's lane (0: none)
 --   [4] enq_at     when the last job was moved to the lane (µs)
 --   [5] done       the lane is closed through this sequence: it is open while enq > done
@@ -14,40 +14,170 @@
 --                  evicts the key, so that decisions do not depend on when it does
 --   then m pairs   (job, at): a job decided within the redeem window; at > 0 admitted at that
 --                  time, at < 0 moved to the lane at -at
---   then n triples (limit id, tat, interval): a limit's GCRA state, keyed by the limit's stable
---                  id (a hash of its name), so a plan that reorders, adds or removes limits keeps
---                  the state of every limit it still has; the interval it was kept under lets a
---                  plan that changes the rate keep the tokens used, not the time owed
+--   then n records (limit id, len*4 + kind, then len values): a limit's state, keyed by the
+--                  limit's stable id (a hash of its name) and its kind, so a plan that reorders,
+--                  adds or removes limits keeps the state of every limit it still has, and a
+--                  limit whose kind changes starts afresh. By kind:
+--                    0 bucket  len 2: tat, the time at which the bucket is full again (GCRA),
+--                              and the interval (µs per token) it was kept under, so that a
+--                              plan that changes the rate keeps the tokens used, not the time
+--                              owed (len 1, a tat alone, is read as kept under the plan's)
+--                    1 window  len 2k: k takes (death, weight), sorted by death: weight counted
+--                    2 quota   until death (see the arithmetic below)
 --
--- Every value is an integer below 2^53 (µs, sequences, 52-bit ids), exact in Lua's doubles.
+-- OLD_TAG ("ADM2", before limit kinds) has n pairs (limit id, tat) instead of records: buckets.
+--
+-- Every value is an integer below 2^53 (µs, sequences, 52-bit ids, weights), exact in Lua's
+-- doubles.
+--
+-- The arithmetic of each kind (bucket/kinds.go mirrors it function by function):
+--   bucket  GCRA. Capacity C, one token every I µs: at now it holds (C*I - (tat - now)) / I
+--           tokens; weight w fits at s when max(tat, s) + w*I - s <= C*I; taking w at s moves tat
+--           to max(tat, s) + w*I.
+--   window  a log of takes: a take at s dies at ceil(s/grain)*grain + window (grain 1 µs: exact).
+--   quota   a log of takes: a take at s dies at the end of the calendar period holding s.
+--           Either log counts used(s) at time s, the weight of the takes whose death is after s,
+--           and weight w fits at s when used(s) + w <= limit. used only falls as s grows: the
+--           earliest fit is found walking the deaths in order, and holds from then on.
 local STATE_TAG = 1094995251 -- "ADM3"
+local OLD_TAG = 1094995250 -- "ADM2"
 local STATE_HDR = 7
 local MAX_MARKS = 64
+local BUCKET, WINDOW, QUOTA = 0, 1, 2
 
--- read_state parses raw (nil when absent) at time now for the plan's limit ids and intervals.
--- tats[i] is nil for a limit the state does not know (a full bucket). A limit kept under
--- another interval keeps the tokens it had used: the time owed is scaled to the new interval.
-local function read_state(raw, ids, iv, n, now)
-  local st = {enq = 0, enq_at = 0, done = 0, marks = {}, byjob = {}, tats = {}}
-  if not raw or #raw < 8 * STATE_HDR then return st end
-  local tag, cnt, enq, enq_at, done, m, expiry = struct.unpack('<lllllll', raw)
-  if tag ~= STATE_TAG or expiry <= now or #raw ~= 8 * (STATE_HDR + 2 * m + 3 * cnt) then return st end
-  st.enq, st.enq_at, st.done = enq, enq_at, done
-  local pos = 8 * STATE_HDR + 1
-  local marks, byjob = st.marks, st.byjob
-  for i = 1, 2 * m do marks[i], pos = struct.unpack('<l', raw, pos) end
-  for i = 1, 2 * m, 2 do byjob[marks[i]] = marks[i + 1] end
-  local tats = st.tats
-  for _ = 1, cnt do
-    local id, tat, was
-    id, tat, was, pos = struct.unpack('<lll', raw, pos)
-    for i = 1, n do
-      if ids[i] == id then
-        if was ~= iv[i] and tat > now then tat = now + math.ceil((tat - now) * iv[i] / was) end
-        tats[i] = tat
-      end
+-- fmts caches the struct formats of n int64s.
+local fmts = {}
+local function fmt(n)
+  local f = fmts[n]
+  if not f then
+    f = '<' .. string.rep('l', n)
+    fmts[n] = f
+  end
+  return f
+end
+
+-- unpack_ints reads count int64s of s from pos into a new table; it returns the table and the
+-- position after them. (struct.unpack returns every value on the Lua stack: read in chunks.)
+local function unpack_ints(s, pos, count)
+  if count <= 200 then
+    if count == 0 then return {}, pos end
+    local out = {struct.unpack(fmt(count), s, pos)}
+    pos = out[count + 1]
+    out[count + 1] = nil
+    return out, pos
+  end
+  local out, done = {}, 0
+  while done < count do
+    local c = math.min(count - done, 200)
+    local vals = {struct.unpack(fmt(c), s, pos)}
+    for i = 1, c do out[done + i] = vals[i] end
+    pos, done = vals[c + 1], done + c
+  end
+  return out, pos
+end
+
+-- pack_ints packs the int64s of vals (in chunks, for the same reason).
+local function pack_ints(vals)
+  if #vals <= 200 then return struct.pack(fmt(#vals), unpack(vals)) end
+  local parts = {}
+  for i = 1, #vals, 200 do
+    local j = math.min(i + 199, #vals)
+    parts[#parts + 1] = struct.pack(fmt(j - i + 1), unpack(vals, i, j))
+  end
+  return table.concat(parts)
+end
+
+-- read_limits parses n plan limits from arg at pos: per limit id, kind and three parameters
+-- (bucket: capacity, interval µs; window: limit, window µs, grain µs; quota: limit), then each
+-- quota's calendar: a count m and m ascending period boundaries (µs), from the client, since
+-- Lua knows no time zones. It returns one table per limit: {id, kind, a, b, c, cal}, with a the
+-- bucket's span (capacity x interval) or the limit, b the interval or the window, c the grain.
+local function read_limits(arg, pos, n)
+  local v
+  v, pos = unpack_ints(arg, pos, 5 * n)
+  local lims = {}
+  for i = 1, n do
+    local o = 5 * (i - 1)
+    local l = {id = v[o + 1], kind = v[o + 2], a = v[o + 3], b = v[o + 4], c = v[o + 5]}
+    if l.kind == BUCKET then l.a = l.a * l.b end
+    lims[i] = l
+  end
+  for i = 1, n do
+    if lims[i].kind == QUOTA then
+      local m
+      m, pos = struct.unpack('<l', arg, pos)
+      lims[i].cal, pos = unpack_ints(arg, pos, m)
     end
   end
+  return lims
+end
+
+-- check_calendars refuses a call whose quota calendars do not hold now.
+local function check_calendars(lims, n, now)
+  for i = 1, n do
+    local cal = lims[i].cal
+    if cal and (now < cal[1] or now >= cal[#cal]) then
+      error({err = 'ERR admitter: the quota calendar covers [' .. string.format('%.0f', cal[1]) .. ', ' ..
+        string.format('%.0f', cal[#cal]) .. ') µs but the server time is ' .. string.format('%.0f', now) ..
+        ': its clock is too far from the client host\'s'})
+    end
+  end
+end
+
+-- period_end is the end of the calendar period holding s: the first boundary of cal after s. A
+-- time before the calendar is in a period that ended by its first boundary (enough for a
+-- forgotten quota: it is over by now).
+local function period_end(cal, s)
+  if s < cal[1] then return cal[1] end
+  for j = 2, #cal do
+    if cal[j] > s then return cal[j] end
+  end
+  error({err = 'ERR admitter: a take at ' .. string.format('%.0f', s) .. ' µs lies past the quota calendar'})
+end
+
+-- read_state parses raw (nil when absent) at time now for the plan's limits. recs[i] is the
+-- stored state of limit i (a tat, or a log as a flat list death, weight, ...), nil when the
+-- state does not know it. A state that does not parse is read as absent.
+local function read_state(raw, lims, n, now)
+  local st = {enq = 0, enq_at = 0, done = 0, marks = {}, byjob = {}, recs = {}}
+  if not raw or #raw < 8 * STATE_HDR then return st end
+  local tag, cnt, enq, enq_at, done, m, expiry = struct.unpack('<lllllll', raw)
+  if (tag ~= STATE_TAG and tag ~= OLD_TAG) or expiry <= now or #raw < 8 * (STATE_HDR + 2 * m) then return st end
+  local marks, pos = unpack_ints(raw, 8 * STATE_HDR + 1, 2 * m)
+  local recs = {}
+  for _ = 1, cnt do
+    local id, kind, len
+    if tag == OLD_TAG then
+      if pos + 15 > #raw then return st end
+      id, pos = struct.unpack('<l', raw, pos)
+      kind, len = BUCKET, 1
+    else
+      if pos + 15 > #raw then return st end
+      local desc
+      id, desc, pos = struct.unpack('<ll', raw, pos)
+      kind, len = desc % 4, math.floor(desc / 4)
+    end
+    if len < 0 or pos - 1 + 8 * len > #raw then return st end
+    for i = 1, n do
+      if lims[i].id == id and lims[i].kind == kind then
+        if kind == BUCKET then
+          local tat = struct.unpack('<l', raw, pos)
+          if len >= 2 then
+            local was = struct.unpack('<l', raw, pos + 8)
+            local iv = lims[i].b
+            if was > 0 and was ~= iv and tat > now then tat = now + math.ceil((tat - now) * iv / was) end
+          end
+          recs[i] = tat
+        else
+          recs[i] = unpack_ints(raw, pos, len)
+        end
+      end
+    end
+    pos = pos + 8 * len
+  end
+  if pos ~= #raw + 1 then return st end
+  st.enq, st.enq_at, st.done, st.marks, st.recs = enq, enq_at, done, marks, recs
+  for i = 1, 2 * m, 2 do st.byjob[marks[i]] = marks[i + 1] end
   return st
 end
 
@@ -63,11 +193,49 @@ local function add_mark(st, job, at)
   st.byjob[job] = at
 end
 
--- write_state stores the state with tats aligned to ids, keeping only the recent decisions
+-- load returns each limit's state at now: a bucket's tat, no earlier than now (a full bucket is
+-- tat = now); a window's or a quota's log of the takes it still counts (death > now). A limit
+-- the state does not know was used up when the server's memory began (born, µs; 0 when it is
+-- not known to have lost anything: the limit is unused): a bucket was empty then and has
+-- refilled since; a window counted its whole limit until born + window; a quota its whole limit
+-- until the end of born's period. A Redis that restarted without its data must not take every
+-- limit for unused, or a burst follows every restart.
+local function load(st, lims, n, now, born)
+  local ws = {}
+  for i = 1, n do
+    local l, r = lims[i], st.recs[i]
+    if l.kind == BUCKET then
+      local t = r or (born + l.a)
+      if t < now then t = now end
+      ws[i] = t
+    else
+      local log = {}
+      if r then
+        -- sorted by death: the takes no longer counted are a prefix
+        local first = 1
+        while first < #r and r[first] <= now do first = first + 2 end
+        if first == 1 then
+          log = r
+        else
+          for j = first, #r do log[j - first + 1] = r[j] end
+        end
+      elseif born > 0 then
+        local d = born + l.b
+        if l.kind == QUOTA then d = period_end(l.cal, born) end
+        if d > now then log[1], log[2] = d, l.a end
+      end
+      ws[i] = log
+    end
+  end
+  return ws
+end
+
+-- write_state stores the state with the limits' states ws, keeping only the recent decisions
 -- younger than redeem (at most MAX_MARKS, the newest). The key lives as long as any of it
--- matters: a limit not yet full, a recent decision, or an open lane (keep_open µs). When
--- nothing matters the key is deleted. pad is extra ms on every TTL (tests with a pinned clock).
-local function write_state(key, st, ids, iv, tats, n, now, redeem, keep_open, pad)
+-- matters: a bucket not yet full, a take a window or quota still counts, a recent decision, or
+-- an open lane (keep_open µs). When nothing matters the key is deleted. pad is extra ms on every
+-- TTL (tests with a pinned clock).
+local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
   local marks = st.marks
   local kept, first = {}, 1
   local cut = now - redeem
@@ -77,7 +245,9 @@ local function write_state(key, st, ids, iv, tats, n, now, redeem, keep_open, pa
   local m = #kept / 2
   local life = 0
   for i = 1, n do
-    if tats[i] - now > life then life = tats[i] - now end
+    local last = ws[i]
+    if lims[i].kind ~= BUCKET then last = ws[i][#ws[i] - 1] or 0 end
+    if last - now > life then life = last - now end
   end
   if m > 0 and redeem > life then life = redeem end
   if st.enq > st.done and keep_open > life then life = keep_open end
@@ -86,26 +256,18 @@ local function write_state(key, st, ids, iv, tats, n, now, redeem, keep_open, pa
     return
   end
   local vals = {STATE_TAG, n, st.enq, st.enq_at, st.done, m, now + life}
-  for i = 1, #kept do vals[STATE_HDR + i] = kept[i] end
-  local base = STATE_HDR + #kept
+  for i = 1, #kept do vals[#vals + 1] = kept[i] end
   for i = 1, n do
-    vals[base + 3 * i - 2] = ids[i]
-    vals[base + 3 * i - 1] = tats[i]
-    vals[base + 3 * i] = iv[i]
+    local l = lims[i]
+    if l.kind == BUCKET then
+      vals[#vals + 1], vals[#vals + 2], vals[#vals + 3], vals[#vals + 4] = l.id, 4 * 2 + BUCKET, ws[i], l.b
+    else
+      local log = ws[i]
+      vals[#vals + 1], vals[#vals + 2] = l.id, 4 * #log + l.kind
+      for j = 1, #log do vals[#vals + 1] = log[j] end
+    end
   end
-  redis.call('SET', key, struct.pack('<' .. string.rep('l', #vals), unpack(vals)), 'PX', math.ceil(life / 1000) + pad)
-end
-
--- read_limits parses n limits (id, capacity, interval µs) from arg at pos: ids, capacity
--- windows (capacity × interval) and intervals.
-local function read_limits(arg, pos, n)
-  local ids, cap, iv = {}, {}, {}
-  for i = 1, n do
-    local c, v
-    ids[i], c, v, pos = struct.unpack('<lll', arg, pos)
-    cap[i], iv[i] = c * v, v
-  end
-  return ids, cap, iv
+  redis.call('SET', key, pack_ints(vals), 'PX', math.ceil(life / 1000) + pad)
 end
 
 -- server_now is the Redis server's clock in µs.
@@ -114,37 +276,83 @@ local function server_now()
   return t[1] * 1000000 + t[2]
 end
 
--- clamp_tats returns each limit's tat, no earlier than now (a full bucket is tat = now). A limit
--- with no state was empty when the server's memory began (born, µs; 0 when it is not known to
--- have lost anything) and has refilled since: a Redis that restarted without its data must not
--- take every bucket for full, or a burst follows every restart.
-local function clamp_tats(st, n, now, born, cap)
-  local tats = {}
-  for i = 1, n do
-    local t = st.tats[i]
-    if not t then t = born + cap[i] end
-    if t < now then t = now end
-    tats[i] = t
+-- used is the weight log counts at s.
+local function used(log, s)
+  local u = 0
+  for j = 1, #log, 2 do
+    if log[j] > s then u = u + log[j + 1] end
   end
-  return tats
+  return u
 end
 
--- slot is the earliest time ≥ now at which weight w fits every limit, and the binding limit
--- (0-based) that sets it.
-local function slot(tats, cap, iv, n, now, w)
+-- log_fit is the earliest time >= s at which weight w fits under lim.
+local function log_fit(log, lim, s, w)
+  local u = used(log, s)
+  if u + w <= lim then return s end
+  for j = 1, #log, 2 do
+    if log[j] > s then
+      u = u - log[j + 1]
+      if u + w <= lim and (j + 2 > #log or log[j + 2] > log[j]) then return log[j] end
+    end
+  end
+  return s
+end
+
+-- log_add records weight w dying at d, keeping the log sorted and one entry per death.
+local function log_add(log, d, w)
+  local j = #log - 1
+  while j >= 1 and log[j] > d do j = j - 2 end
+  if j >= 1 and log[j] == d then
+    log[j + 1] = log[j + 1] + w
+    return
+  end
+  table.insert(log, j + 2, w)
+  table.insert(log, j + 2, d)
+end
+
+-- slot is the earliest time >= now at which weight w fits every limit, and the binding limit
+-- (0-based: the first whose own earliest fit is that time, when it is after now).
+local function slot(lims, ws, n, now, w)
   local s, bind = now, 0
   for i = 1, n do
-    local si = tats[i] + w * iv[i] - cap[i]
+    local l, si = lims[i]
+    if l.kind == BUCKET then
+      si = ws[i] + w * l.b - l.a
+    else
+      si = log_fit(ws[i], l.a, now, w)
+    end
     if si > s then s, bind = si, i - 1 end
   end
   return s, bind
 end
 
--- remaining is the whole tokens every limit holds now (the minimum) and the limit holding it.
-local function remaining(tats, cap, iv, n, now)
+-- take charges weight w to every limit at time s.
+local function take(lims, ws, n, s, w)
+  for i = 1, n do
+    local l = lims[i]
+    if l.kind == BUCKET then
+      local t = ws[i]
+      if t < s then t = s end
+      ws[i] = t + w * l.b
+    elseif l.kind == WINDOW then
+      log_add(ws[i], math.ceil(s / l.c) * l.c + l.b, w)
+    else
+      log_add(ws[i], period_end(l.cal, s), w)
+    end
+  end
+end
+
+-- remaining is the whole weight every limit lets through now (the minimum, never negative) and
+-- the limit holding it (0-based).
+local function remaining(lims, ws, n, now)
   local best, bi = -1, 0
   for i = 1, n do
-    local r = math.floor((cap[i] - (tats[i] - now)) / iv[i])
+    local l, r = lims[i]
+    if l.kind == BUCKET then
+      r = math.floor((l.a - (ws[i] - now)) / l.b)
+    else
+      r = l.a - used(ws[i], now)
+    end
     if r < 0 then r = 0 end
     if best < 0 or r < best then best, bi = r, i - 1 end
   end

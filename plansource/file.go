@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
 )
 
 // File is a plans file, watched. Changes are found by looking at the file every Interval: its
@@ -22,7 +23,7 @@ type File struct {
 	Path string
 	// Interval is how often the file is looked at (default 500ms: a change applies within 2s).
 	Interval time.Duration
-	// Parse reads a plans file (default bucket.ParsePlans).
+	// Parse reads a plans file (default plans.Parse).
 	Parse func(filename string, data []byte) (*bucket.Plans, error)
 
 	seen  fileID
@@ -55,7 +56,7 @@ func (f *File) defaults() {
 		f.Interval = 500 * time.Millisecond
 	}
 	if f.Parse == nil {
-		f.Parse = bucket.ParsePlans
+		f.Parse = plans.Parse
 	}
 	if f.force == nil {
 		f.force = make(chan struct{}, 1)
@@ -67,11 +68,11 @@ func (f *File) Load() (*Snapshot, error) {
 	f.defaults()
 	id, err := statID(f.Path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", bucket.ErrPlansFile, err)
+		return nil, fmt.Errorf("%w: %w", plans.ErrFile, err)
 	}
 	data, err := os.ReadFile(f.Path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", bucket.ErrPlansFile, err)
+		return nil, fmt.Errorf("%w: %w", plans.ErrFile, err)
 	}
 	doc, err := f.Parse(f.Path, data)
 	if err != nil {
@@ -119,7 +120,7 @@ func (f *File) Watch(ctx context.Context, apply func(*Snapshot), refuse func(err
 			// Missing for a moment while an editor or a config tool replaces it: say so once.
 			if msg := err.Error(); msg != lastErr || forced {
 				lastErr = msg
-				refuse(fmt.Errorf("%w: %w", bucket.ErrPlansFile, err))
+				refuse(fmt.Errorf("%w: %w", plans.ErrFile, err))
 			}
 			continue
 		}

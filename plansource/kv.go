@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -44,7 +45,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucketName string, repl
 		return nil, fmt.Errorf("plans bucket %q: a bucket name is letters, digits, '-' and '_'", bucketName)
 	}
 	if parse == nil {
-		parse = bucket.ParsePlans
+		parse = plans.Parse
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: bucketName, Description: "admitter: plans document, per-tenant overrides and pauses", History: 5, Replicas: max(replicas, 1),

@@ -44,14 +44,38 @@ func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.Te
 	var wait time.Duration
 	for i, ls := range snap.Limits {
 		l := plan.Limits[i]
-		// The limit holds one token once it is at most capacity-1 tokens from full.
-		w := max(ls.FullIn-time.Duration(l.Capacity-1)*l.Interval, 0)
-		s.Limits = append(s.Limits, wire.LimitState{Limit: ls.Limit, Capacity: l.Capacity, Rate: l.Rate, Tokens: ls.Tokens,
-			FullInMs: float64(ls.FullIn) / float64(time.Millisecond), IntervalMs: float64(l.Interval) / float64(time.Millisecond), WaitMs: wire.Millis(w)})
+		w := max(ls.OneFitsIn, 0)
+		st := wire.LimitState{Limit: ls.Limit, Kind: l.Kind.String(), Rule: rule(l), Capacity: l.Capacity, Tokens: ls.Tokens, Used: ls.Used,
+			FullInMs: ms(ls.FullIn), NextInMs: ms(ls.NextIn), WaitMs: wire.Millis(w)}
+		switch l.Kind {
+		case bucket.KindBucket:
+			st.Rate, st.IntervalMs = l.Rate, ms(l.Interval)
+		case bucket.KindQuota:
+			t := snap.At.Add(ls.NextIn).UTC()
+			st.ResetsAt = &t
+		}
+		s.Limits = append(s.Limits, st)
 		if w > wait {
 			wait, s.Limit = w, ls.Limit
 		}
 	}
 	s.WaitMs = wire.Millis(wait)
 	return s
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// rule is a limit in words: "20 at 10/s", "1000 in any 1h", "100000 per month (UTC)".
+func rule(l bucket.Limit) string {
+	switch l.Kind {
+	case bucket.KindWindow:
+		return fmt.Sprintf("%d in any %s", l.Capacity, bucket.ShortDuration(l.Window))
+	case bucket.KindQuota:
+		zone := "UTC"
+		if l.Location != nil {
+			zone = l.Location.String()
+		}
+		return fmt.Sprintf("%d per %s (%s)", l.Capacity, l.Period, zone)
+	}
+	return fmt.Sprintf("%d at %s", l.Capacity, l.Rate)
 }

@@ -245,7 +245,7 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 		case j.WeightErr != nil:
 			d.Verdicts[i] = dead(wire.CodeInvalidWeight, j.WeightErr.Error())
 		case j.Weight > plan.MaxWeight():
-			d.Verdicts[i] = dead(wire.CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity of plan %s: it could never be admitted", j.Weight, plan.MaxWeight(), plan.Name))
+			d.Verdicts[i] = dead(wire.CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity or limit of plan %s: it could never be admitted", j.Weight, plan.MaxWeight(), plan.Name))
 		default:
 			batch.Jobs = append(batch.Jobs, bucket.Job{ID: j.ID, Weight: j.Weight})
 			index = append(index, i)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/wire"
 )
 
@@ -22,12 +23,12 @@ tenants: {acme: p}
 
 func newPolicy(t *testing.T, l Limiter, mode FailMode, yaml string) (*Policy, *bytes.Buffer) {
 	t.Helper()
-	plans, err := bucket.ParsePlans("plans.yaml", []byte(yaml))
+	ps, err := plans.Parse("plans.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	p, err := New(Config{Limiter: l, Plans: plans, FailMode: mode, Timeout: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	p, err := New(Config{Limiter: l, Plans: ps, FailMode: mode, Timeout: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +117,9 @@ func TestFailModes(t *testing.T) {
 			defer r.Close()
 			p, logs := newPolicy(t, r, mode, plansYAML)
 			ctx := context.Background()
+			if err := r.Prepare(ctx); err != nil { // as the service does at start
+				t.Fatal(err)
+			}
 			if d := p.Decide(ctx, "acme", bucket.Ingest, jobs(1)); d.Err != nil || d.Verdicts[0].Action != Forward {
 				t.Fatalf("with redis: %+v", d)
 			}
@@ -164,20 +168,20 @@ func TestSetPlans(t *testing.T) {
 	if d := p.Decide(context.Background(), "newcomer", bucket.Ingest, jobs(1)); d.Verdicts[0].Action != Dead {
 		t.Fatalf("newcomer before: %+v", d.Verdicts[0])
 	}
-	plans, err := bucket.ParsePlans("plans.yaml", []byte(plansYAML+"default_plan: p\n"))
+	ps, err := plans.Parse("plans.yaml", []byte(plansYAML+"default_plan: p\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.SetPlans(plans)
+	p.SetPlans(ps)
 	if d := p.Decide(context.Background(), "newcomer", bucket.Ingest, jobs(1)); d.Verdicts[0].Action != Forward {
 		t.Fatalf("newcomer after: %+v", d.Verdicts[0])
 	}
 }
 
 func TestNewRejects(t *testing.T) {
-	plans, _ := bucket.ParsePlans("plans.yaml", []byte(plansYAML))
-	for _, c := range []Config{{Plans: plans}, {Limiter: bucket.NewMemory(bucket.Options{}, nil)},
-		{Limiter: bucket.NewMemory(bucket.Options{}, nil), Plans: plans, FailMode: "sideways"}} {
+	ps, _ := plans.Parse("plans.yaml", []byte(plansYAML))
+	for _, c := range []Config{{Plans: ps}, {Limiter: bucket.NewMemory(bucket.Options{}, nil)},
+		{Limiter: bucket.NewMemory(bucket.Options{}, nil), Plans: ps, FailMode: "sideways"}} {
 		if _, err := New(c); err == nil {
 			t.Errorf("New(%+v) accepted", c)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/wire"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -287,7 +288,7 @@ func TestSyncSharesQueueBuckets(t *testing.T) {
 func TestSyncTelemetry(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	spans := tracetest.NewSpanRecorder()
-	plans, err := bucket.ParsePlans("plans.yaml", []byte(plansYAML))
+	plans, err := plans.Parse("plans.yaml", []byte(plansYAML))
 	if err != nil {
 		t.Fatal(err)
 	}

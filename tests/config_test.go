@@ -100,6 +100,8 @@ func TestConfigErrors(t *testing.T) {
 	badRate := writePlans(t, "plans:\n  free:\n    limits:\n      - {capacity: 5, rate: 2/x}\n")
 	badTenant := writePlans(t, "plans:\n  free:\n    limits:\n      - {capacity: 5, rate: 2/s}\ntenants:\n  bob: free\n  acme: gold\n")
 	badYAML := writePlans(t, "plans:\n  free:\n    limits:\n      - {capacity: 5, rate: 2/s\n")
+	badKind := writePlans(t, "plans:\n  free:\n    limits:\n      - {kind: window, limit: 5, window: 1h, rate: 2/s}\n")
+	badZone := writePlans(t, "plans:\n  free:\n    limits:\n      - {capacity: 5, rate: 2/s}\n      - {kind: quota, limit: 5, period: month, timezone: Mars/Olympus}\n")
 	missing := filepath.Join(t.TempDir(), "nowhere", "plans.yaml")
 	for _, tc := range []struct {
 		name string
@@ -134,6 +136,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "plans file bad rate", over: []string{"ADMITTER_PLANS_FILE=" + badRate}, want: []string{"ADMITTER_PLANS_FILE", "file.yaml:4", "rate"}},
 		{name: "plans file unknown plan", over: []string{"ADMITTER_PLANS_FILE=" + badTenant}, want: []string{"ADMITTER_PLANS_FILE", "file.yaml:7", "gold"}},
 		{name: "plans file bad yaml", over: []string{"ADMITTER_PLANS_FILE=" + badYAML}, want: []string{"ADMITTER_PLANS_FILE", "file.yaml"}},
+		{name: "plans file field of another kind", over: []string{"ADMITTER_PLANS_FILE=" + badKind}, want: []string{"ADMITTER_PLANS_FILE", "file.yaml:4", "plans.free.limits[0].rate", "field of a bucket limit"}},
+		{name: "plans file bad time zone", over: []string{"ADMITTER_PLANS_FILE=" + badZone}, want: []string{"ADMITTER_PLANS_FILE", "file.yaml:5", "plans.free.limits[1].timezone", "Mars/Olympus"}},
 		{name: "plans file missing", over: []string{"ADMITTER_PLANS_FILE=" + missing}, want: []string{"ADMITTER_PLANS_FILE", missing}},
 		{name: "redis url bad port", over: []string{"ADMITTER_REDIS_URL=redis://:s3cret@127.0.0.1:notaport"}, want: []string{"ADMITTER_REDIS_URL"}, secret: "s3cret"},
 		{name: "redis url bad scheme", over: []string{"ADMITTER_REDIS_URL=http://:s3cret@127.0.0.1:6379"}, want: []string{"ADMITTER_REDIS_URL"}, secret: "s3cret"},

@@ -122,9 +122,9 @@ default_plan: slow
 	text := string(out)
 	for _, want := range []string{
 		"tenant zoe, plan slow",
-		"hourly  2         120/h  0",
+		"hourly  bucket  2 at 120/h  2     0     next token in 29.",
 		"lane: open: jobs of zoe wait in it, in order, and its new jobs join them",
-		"why jobs wait: limit hourly (120/h) holds 0 tokens; a job of weight 1 fits in 29.",
+		"why jobs wait: limit hourly (bucket, 2 at 120/h) holds 0 tokens; a job of weight 1 fits in 29.",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("inspect output lacks %q:\n%s", want, text)

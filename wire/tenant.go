@@ -26,15 +26,28 @@ type TenantState struct {
 
 // LimitState is one limit of a TenantState.
 type LimitState struct {
-	Limit    string `json:"limit"`
-	Capacity int64  `json:"capacity"`
-	Rate     string `json:"rate"`
-	// Tokens is the whole tokens the limit holds; negative when slots booked ahead took more.
+	Limit string `json:"limit"`
+	// Kind is bucket, window or quota; Rule the limit in words ("20 at 10/s", "1000 in any 1h",
+	// "100000 per month (UTC)").
+	Kind string `json:"kind"`
+	Rule string `json:"rule"`
+	// Capacity is a bucket's burst, a window's or a quota's limit.
+	Capacity int64 `json:"capacity"`
+	// Rate and IntervalMs (buckets): the rate as written and the time to refill one token.
+	Rate       string  `json:"rate,omitempty"`
+	IntervalMs float64 `json:"interval_ms,omitempty"`
+	// Tokens is what the limit lets through now (negative: booked ahead past it); Used what it
+	// counts (a bucket: its capacity less its tokens; a window: in the window; a quota: this
+	// period).
 	Tokens int64 `json:"tokens"`
-	// FullInMs is how long until the limit is full again.
+	Used   int64 `json:"used"`
+	// FullInMs: until the limit lets its whole capacity through again. NextInMs: until it next
+	// gives something back (a bucket's next token, a window's oldest take leaving, a quota's
+	// reset).
 	FullInMs float64 `json:"full_in_ms"`
-	// IntervalMs is the time to refill one token.
-	IntervalMs float64 `json:"interval_ms"`
-	// WaitMs is how long until the limit holds one token, in milliseconds rounded up.
+	NextInMs float64 `json:"next_in_ms"`
+	// WaitMs is how long until a job of weight 1 fits the limit, in milliseconds rounded up.
 	WaitMs int64 `json:"wait_ms"`
+	// ResetsAt (quotas) is when the current period ends.
+	ResetsAt *time.Time `json:"resets_at,omitempty"`
 }

@@ -47,7 +47,7 @@ type Code string
 // Dead-letter codes.
 const (
 	CodeInvalidWeight      Code = "invalid-weight"       // Admit-Weight is not an integer from 1 to 2^40
-	CodeWeightOverCapacity Code = "weight-over-capacity" // the weight exceeds the plan's smallest capacity
+	CodeWeightOverCapacity Code = "weight-over-capacity" // the weight exceeds the plan's smallest capacity or limit
 	CodeUnknownTenant      Code = "unknown-tenant"       // no plan for the tenant and no default plan
 	CodeInvalidTenant      Code = "invalid-tenant"       // the tenant token cannot name buckets ('{', '}')
 	// CodeTooLarge: the job, with the headers the admitter adds, can never be stored downstream

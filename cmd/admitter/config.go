@@ -13,6 +13,7 @@ import (
 
 	"github.com/admitter/admitter/admission"
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/subjects"
 	"github.com/caarlos0/env/v11"
 )
@@ -78,17 +79,17 @@ func loadConfig(environ map[string]string) (*config, error) {
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
-	var plans *bucket.Plans
+	var ps *bucket.Plans
 	var err error
 	if c.PlansFile == "" {
-		plans, err = bucket.ParsePlans("built-in example plans", examplePlans)
+		ps, err = plans.Parse("built-in example plans", examplePlans)
 	} else {
-		plans, err = bucket.LoadPlans(c.PlansFile)
+		ps, err = plans.Load(c.PlansFile)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: ADMITTER_PLANS_FILE: %w", errConfig, err)
 	}
-	c.plans = plans
+	c.plans = ps
 	return &c, nil
 }
 

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/demo"
+	"github.com/admitter/admitter/plans"
 )
 
 // demoPlans are the plans of `admitter demo`.
@@ -80,7 +80,7 @@ func runDemo(ctx context.Context, args []string, environ map[string]string, stdo
 		fmt.Fprintf(stderr, "admitter demo: -duration must be positive, got %v (usage: %s)\n", *duration, demoUsageLine)
 		return 2
 	}
-	plans, err := bucket.ParsePlans("demo-plans.yaml", demoPlans)
+	ps, err := plans.Parse("demo-plans.yaml", demoPlans)
 	if err != nil {
 		fmt.Fprintf(stderr, "admitter demo: %v\n", err)
 		return 1
@@ -103,7 +103,7 @@ func runDemo(ctx context.Context, args []string, environ map[string]string, stdo
 		defer os.RemoveAll(dir) // after the stack is closed: deferred first, runs last
 		env["ADMITTER_DATA_DIR"] = dir
 	}
-	cfg, err := configWithPlans(env, plans)
+	cfg, err := configWithPlans(env, ps)
 	if err != nil {
 		fmt.Fprintf(stderr, "admitter demo: %v\n", err)
 		return 2
@@ -174,7 +174,7 @@ func runDemo(ctx context.Context, args []string, environ map[string]string, stdo
 	})
 
 	sum, runErr := demo.Run(demoCtx, demo.Config{
-		Conn: st.nc, Plans: plans, Tenants: demoTenants, Duration: *duration,
+		Conn: st.nc, Plans: ps, Tenants: demoTenants, Duration: *duration,
 		Out: human, TTY: !*noTTY && isTerminal(human, environ),
 		SubjectIn: cfg.in, SubjectOut: cfg.out, SubjectDead: cfg.dead,
 		StreamIn: cfg.StreamIn, StreamOut: cfg.StreamOut, StreamDead: cfg.StreamDead,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/plansource"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
@@ -162,7 +163,7 @@ func plansInForce(ctx context.Context, c *config, tenant string) (*bucket.Plans,
 	if err != nil {
 		return nil, nil, err
 	}
-	kv, err := plansource.OpenKV(ctx, js, c.PlansKV, c.StreamReplicas, bucket.ParsePlans, "", nil)
+	kv, err := plansource.OpenKV(ctx, js, c.PlansKV, c.StreamReplicas, plans.Parse, "", nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -179,12 +180,12 @@ func plansInForce(ctx context.Context, c *config, tenant string) (*bucket.Plans,
 func printInspection(w io.Writer, r *wire.TenantState, source string) {
 	fmt.Fprintf(w, "tenant %s, plan %s, read from %s at %s\n\n", r.Tenant, r.Plan, source, r.At.Format(time.RFC3339Nano))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tCAPACITY\tRATE\tTOKENS NOW\tFULL IN\tA JOB OF WEIGHT 1 FITS IN")
+	fmt.Fprintln(tw, "LIMIT\tKIND\tRULE\tUSED\tLEFT\tNEXT\tFULL IN\tA JOB OF WEIGHT 1 FITS IN")
 	var binding *wire.LimitState
 	for i := range r.Limits {
 		l := &r.Limits[i]
-		full := time.Duration(l.FullInMs * float64(time.Millisecond)).Round(time.Millisecond)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%v\t%v\n", l.Limit, l.Capacity, l.Rate, l.Tokens, full, time.Duration(l.WaitMs)*time.Millisecond)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Limit, l.Kind, l.Rule, l.Used, l.Tokens, next(l),
+			human(msDuration(l.FullInMs)), human(time.Duration(l.WaitMs)*time.Millisecond))
 		if l.Limit == r.Limit {
 			binding = l
 		}
@@ -207,11 +208,64 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 	}
 	switch {
 	case binding != nil && r.WaitMs > 0:
-		fmt.Fprintf(w, "\nwhy jobs wait: limit %s (%s) holds %d tokens; a job of weight 1 fits in %v\n",
-			binding.Limit, binding.Rate, binding.Tokens, time.Duration(r.WaitMs)*time.Millisecond)
+		fmt.Fprintf(w, "\nwhy jobs wait: limit %s (%s, %s) %s; a job of weight 1 fits in %s\n",
+			binding.Limit, binding.Kind, binding.Rule, why(binding), human(time.Duration(r.WaitMs)*time.Millisecond))
 	case r.LaneOpen:
 		fmt.Fprintln(w, "\nthe head of the lane goes as soon as its own weight fits")
 	default:
 		fmt.Fprintln(w, "\na job of weight 1 would be admitted now")
 	}
+}
+
+// next says when a limit next gives something back, in its kind's terms.
+func next(l *wire.LimitState) string {
+	d := human(msDuration(l.NextInMs))
+	switch l.Kind {
+	case "window":
+		if l.Used == 0 {
+			return "empty"
+		}
+		return fmt.Sprintf("oldest leaves in %s", d)
+	case "quota":
+		if l.ResetsAt != nil {
+			return fmt.Sprintf("resets in %s (%s)", d, l.ResetsAt.Format(time.RFC3339))
+		}
+		return fmt.Sprintf("resets in %s", d)
+	}
+	if l.NextInMs == 0 {
+		return "full"
+	}
+	return fmt.Sprintf("next token in %s", d)
+}
+
+// why says what holds a limit back, in its kind's terms.
+func why(l *wire.LimitState) string {
+	switch l.Kind {
+	case "window":
+		return fmt.Sprintf("counts %d in its window; its oldest take leaves in %s", l.Used, human(msDuration(l.NextInMs)))
+	case "quota":
+		return fmt.Sprintf("has %d used this period; it resets in %s", l.Used, human(msDuration(l.NextInMs)))
+	}
+	return fmt.Sprintf("holds %d tokens", l.Tokens)
+}
+
+func msDuration(ms float64) time.Duration {
+	return time.Duration(ms * float64(time.Millisecond)).Round(time.Millisecond)
+}
+
+// human formats a duration for people: whole days first when it is a day or more ("9d10h50m"),
+// otherwise compactly ("50m", "1.5s", "0s").
+func human(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d < day {
+		if d == 0 {
+			return "0s"
+		}
+		return bucket.ShortDuration(d)
+	}
+	days, rest := d/day, d%day
+	if rest == 0 {
+		return fmt.Sprintf("%dd", days)
+	}
+	return fmt.Sprintf("%dd%s", days, bucket.ShortDuration(rest))
 }

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/plansource"
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
@@ -60,7 +60,7 @@ func startLivePlans(ctx context.Context, st *stack, c *config, log *slog.Logger)
 
 	if c.PlansKV != "" {
 		name, seed := plansSeed(c)
-		kv, err := plansource.OpenKV(ctx, st.js, c.PlansKV, c.StreamReplicas, bucket.ParsePlans, name, seed)
+		kv, err := plansource.OpenKV(ctx, st.js, c.PlansKV, c.StreamReplicas, plans.Parse, name, seed)
 		if err != nil {
 			stop()
 			return nil, fmt.Errorf("ADMITTER_PLANS_KV: %w", err)
@@ -235,7 +235,7 @@ func runPlans(ctx context.Context, args []string, env map[string]string, stdout,
 		fmt.Fprintf(stderr, "admitter plans: %v\n", err)
 		return 1
 	}
-	kv, err := plansource.OpenKV(ctx, js, c.PlansKV, c.StreamReplicas, bucket.ParsePlans, "", nil)
+	kv, err := plansource.OpenKV(ctx, js, c.PlansKV, c.StreamReplicas, plans.Parse, "", nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "admitter plans: %v\n", err)
 		return 1

@@ -233,6 +233,11 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot) (poli
 		}
 		log.Warn("redis restarted without its data: every tenant's buckets without state are taken for empty from its start and refill", "redis_started", at.UTC().Format(time.RFC3339))
 	})
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.Prepare(pctx); err != nil {
+		log.Warn("redis: could not load the scripts at start; the first decisions will", "err", err)
+	}
 	return r, r.Close, nil
 }
 

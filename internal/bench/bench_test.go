@@ -34,6 +34,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	for _, want := range []string{"start redis-server", "decisions: ours", "decisions: redis_rate", "decisions: ceiling",
 		"sync: admitter http", "sync: admitter nats", "sync: redis_rate net/http",
+		"decisions: ours bucket", "decisions: ours window", "decisions: ours quota", "decisions: ours mixed",
 		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "overload:", "deep flood:",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
@@ -61,7 +62,10 @@ func TestQuickRun(t *testing.T) {
 	if d == nil {
 		t.Fatal("no decisions section")
 	}
-	for _, run := range []bench.DecisionRun{d.Ours, d.RedisRate, d.Ceiling} {
+	if len(d.Kinds) != 4 || d.Kinds[0].Name != "ours bucket" || d.Kinds[1].Name != "ours window" || d.Kinds[2].Name != "ours quota" || d.Kinds[3].Name != "ours mixed" {
+		t.Errorf("decisions by kind: %+v", d.Kinds)
+	}
+	for _, run := range append([]bench.DecisionRun{d.Ours, d.RedisRate, d.Ceiling}, d.Kinds...) {
 		if run.Calls < 1 || run.PerSecond <= 0 || run.Seconds <= 0 || run.Denied != 0 {
 			t.Errorf("decisions %s: %+v", run.Name, run)
 		}

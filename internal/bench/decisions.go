@@ -39,14 +39,14 @@ func tenantNames(n int) []string {
 
 // oursContender decides through bucket.Redis with a plan that admits everything, every call
 // with a unique job id.
-func oursContender(redisURL string, plan *bucket.Plan, tenants []string) (contender, error) {
+func oursContender(name, redisURL string, plan *bucket.Plan, tenants []string) (contender, error) {
 	client, err := newRueidis(redisURL)
 	if err != nil {
 		return contender{}, err
 	}
 	lim := bucket.NewRedis(client, "", bucket.Options{})
 	return contender{
-		name: "ours",
+		name: name,
 		decide: func(ctx context.Context, seq int64) (bool, error) {
 			res, err := lim.Decide(ctx, bucket.Request{
 				Tenant: tenants[seq%int64(len(tenants))], Plan: plan, Weight: 1,

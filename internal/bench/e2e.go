@@ -19,8 +19,11 @@ type env struct {
 	tb       testenv.TB
 	redisURL string
 	flush    func(context.Context) error // empties Redis between runs
-	plans    *bucket.Plans
-	o        Options
+	// persist turns Redis's append-only file on or off (CONFIG SET appendonly), waiting until
+	// it is in effect.
+	persist func(ctx context.Context, on bool) error
+	plans   *bucket.Plans
+	o       Options
 }
 
 // prepare starts the forwarder of the given kind against a NATS server.

@@ -86,8 +86,11 @@ type Decisions struct {
 	Ours        DecisionRun `json:"ours"`
 	RedisRate   DecisionRun `json:"redis_rate"`
 	Ceiling     DecisionRun `json:"ceiling"`
-	VsRedisRate float64     `json:"ours_vs_redis_rate"`
-	VsCeiling   float64     `json:"ours_vs_ceiling"`
+	// Kinds are ours on a plan of each limit kind and on a plan mixing all three (bucket, window,
+	// quota, mixed; see Plans), on a Redis with an append-only file (appendonly yes).
+	Kinds       []DecisionRun `json:"kinds,omitempty"`
+	VsRedisRate float64       `json:"ours_vs_redis_rate"`
+	VsCeiling   float64       `json:"ours_vs_ceiling"`
 }
 
 // Sync is the synchronous scenario: decisions per second and latency of admitter's HTTP API
@@ -272,6 +275,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("decisions/s (c="+c+")", count(d.Ours.PerSecond), "ceiling "+count(d.Ceiling.PerSecond), fixed(d.VsCeiling, 2), t, m)
 		row("decision p50/p99 ms", pair(d.Ours.Latency), "redis_rate "+pair(d.RedisRate.Latency), "", "", "")
 		row("", "", "ceiling "+pair(d.Ceiling.Latency), "", "", "")
+		for _, k := range d.Kinds {
+			kind := strings.TrimPrefix(k.Name, "ours ")
+			if kind == "bucket" {
+				row("decisions/s "+kind+" (c="+c+", aof)", count(k.PerSecond), "", "", "", "")
+				continue
+			}
+			row("decisions/s "+kind+" (c="+c+", aof)", count(k.PerSecond), "ours bucket "+count(d.Kinds[0].PerSecond), fixed(Ratio(k.PerSecond, d.Kinds[0].PerSecond), 2), "", "")
+		}
 	}
 	if s := r.Sync; s != nil {
 		c := strconv.Itoa(s.Concurrency)

@@ -16,9 +16,12 @@ func sample() *Report {
 		Meta: Meta{Timestamp: "2026-11-21T21:00:00Z", GoVersion: "go1.26.8", GOOS: "linux", GOARCH: "amd64", NumCPU: 2,
 			GOMAXPROCS: 2, GitCommit: "abc123", GitDirty: true, RedisVersion: "7.0.15", NATSServerVersion: "2.15.2", ElapsedS: 101.5},
 		Decisions: &Decisions{Concurrency: 64, Tenants: 1000,
-			Ours:        DecisionRun{Name: "ours", Calls: 400000, Seconds: 5.001, PerSecond: 79984.3, Latency: Latency{Samples: 400000, P50Ms: 0.8, P99Ms: 2.1, MaxMs: 9}},
-			RedisRate:   DecisionRun{Name: "redis_rate", Calls: 300000, Seconds: 5, PerSecond: 60000, Latency: Latency{Samples: 300000, P50Ms: 0.9, P99Ms: 2.5, MaxMs: 12}},
-			Ceiling:     DecisionRun{Name: "ceiling", Calls: 800000, Seconds: 5, PerSecond: 160000, Latency: Latency{Samples: 800000, P50Ms: 0.4, P99Ms: 0.9, MaxMs: 3}},
+			Ours:      DecisionRun{Name: "ours", Calls: 400000, Seconds: 5.001, PerSecond: 79984.3, Latency: Latency{Samples: 400000, P50Ms: 0.8, P99Ms: 2.1, MaxMs: 9}},
+			RedisRate: DecisionRun{Name: "redis_rate", Calls: 300000, Seconds: 5, PerSecond: 60000, Latency: Latency{Samples: 300000, P50Ms: 0.9, P99Ms: 2.5, MaxMs: 12}},
+			Ceiling:   DecisionRun{Name: "ceiling", Calls: 800000, Seconds: 5, PerSecond: 160000, Latency: Latency{Samples: 800000, P50Ms: 0.4, P99Ms: 0.9, MaxMs: 3}},
+			Kinds: []DecisionRun{{Name: "ours bucket", Calls: 390000, Seconds: 5, PerSecond: 78000, Latency: Latency{Samples: 390000, P50Ms: 0.8, P99Ms: 2.1, MaxMs: 9}},
+				{Name: "ours window", Calls: 200000, Seconds: 5, PerSecond: 40000, Latency: Latency{Samples: 200000, P50Ms: 1.5, P99Ms: 3, MaxMs: 10}},
+				{Name: "ours quota", Calls: 380000, Seconds: 5, PerSecond: 76000, Latency: Latency{Samples: 380000, P50Ms: 0.8, P99Ms: 2.2, MaxMs: 9}}},
 			VsRedisRate: 1.3331, VsCeiling: 0.4999},
 		Sync: &Sync{Concurrency: 64, Tenants: 1000,
 			HTTP:       DecisionRun{Name: "admitter http", Calls: 60000, Seconds: 5, PerSecond: 12000, Latency: Latency{Samples: 60000, P50Ms: 4.2, P99Ms: 16.5, MaxMs: 30}},
@@ -104,6 +107,9 @@ func TestWriteTable(t *testing.T) {
 		{"overload admitted (30s at 2,000/s)", "6,090", "expected 6098.0", "-0.13%", "±2.0%", "yes"},
 		{"overload deliveries/admitted job", "1.98", "max 3", "<=1.5", "no"},
 		{"overload Admit-Delay-Ms p50/p99", "15000/29000"},
+		{"decisions/s bucket (c=64, aof)", "78,000"},
+		{"decisions/s window (c=64, aof)", "40,000", "ours bucket 78,000", "0.51"},
+		{"decisions/s quota (c=64, aof)", "76,000", "ours bucket 78,000", "0.97"},
 	} {
 		found := false
 		for _, l := range lines {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/plans"
 	"github.com/redis/rueidis"
 )
 
@@ -29,13 +30,28 @@ func (o Options) logger() *slog.Logger {
 
 // Plans are the plans every scenario uses: the default plan (two limits, 1,000,000 burst at
 // 1,000,000/s and 1,000,000,000 a day) admits everything a run can publish; the overload
-// tenant has its own small plan.
+// tenant has its own small plan. The decisions scenario also measures one plan per other limit
+// kind and a plan mixing all three, each admitting everything: a three-second window (counted in
+// 64 sub-windows of 46.875ms; at tens of decisions per second per tenant they all fill within
+// its first 3s, so a full run measures a window near its largest state, a -quick one does not),
+// a daily quota, and a bucket, that window and that quota chained.
 func Plans(o Options) (*bucket.Plans, error) {
 	src := fmt.Sprintf(`plans:
   bench:
     limits:
       - {name: burst, capacity: 1000000, rate: 1000000/s}
       - {name: daily, capacity: 1000000000, rate: 1000000000/d}
+  bench-window:
+    limits:
+      - {name: seconds, kind: window, limit: 1000000000000, window: 3s}
+  bench-quota:
+    limits:
+      - {name: daily, kind: quota, limit: 1000000000000000, period: day}
+  bench-mixed:
+    limits:
+      - {name: burst, capacity: 1000000, rate: 1000000/s}
+      - {name: seconds, kind: window, limit: 1000000000000, window: 3s}
+      - {name: daily, kind: quota, limit: 1000000000000000, period: day}
   overload:
     limits:
       - {capacity: %d, rate: %d/s}
@@ -43,7 +59,7 @@ tenants:
   %s: overload
 default_plan: bench
 `, o.OverloadCapacity, o.OverloadRate, overloadTenant)
-	return bucket.ParsePlans("bench-plans.yaml", []byte(src))
+	return plans.Parse("bench-plans.yaml", []byte(src))
 }
 
 // progress prints one line per phase: elapsed time since the start, what runs, and once it is
@@ -109,13 +125,37 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		}
 		return nil
 	}
+	e.persist = func(ctx context.Context, on bool) error {
+		want := map[bool]string{true: "yes", false: "no"}[on]
+		if err := admin.Do(ctx, admin.B().ConfigSet().ParameterValue().ParameterValue("appendonly", want).Build()).Error(); err != nil {
+			return fmt.Errorf("redis CONFIG SET appendonly %s: %w", want, err)
+		}
+		enabled := map[bool]string{true: "1", false: "0"}[on]
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			info, err := admin.Do(ctx, admin.B().Info().Section("persistence").Build()).ToString()
+			if err != nil {
+				return fmt.Errorf("redis INFO persistence: %w", err)
+			}
+			if infoField(info, "aof_enabled") == enabled && infoField(info, "aof_rewrite_in_progress") == "0" {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("redis appendonly %s not in effect after 10s", want)
+			}
+		}
+	}
 
 	if o.Has(ScenarioDecisions) {
 		if rep.Decisions, err = e.decisions(ctx, p); err != nil {
 			return nil, fmt.Errorf("decisions: %w", err)
 		}
-		if d := rep.Decisions; d.Ours.Denied+d.RedisRate.Denied+d.Ceiling.Denied > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("decisions denied (expected none): ours %d, redis_rate %d", d.Ours.Denied, d.RedisRate.Denied))
+		d := rep.Decisions
+		denied := d.Ours.Denied + d.RedisRate.Denied + d.Ceiling.Denied
+		for _, k := range d.Kinds {
+			denied += k.Denied
+		}
+		if denied > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("decisions denied (expected none): %d", denied))
 		}
 	}
 	if o.Has(ScenarioSync) {
@@ -161,15 +201,34 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 	tenants := tenantNames(e.o.Tenants)
 	plan, _ := e.plans.Plan("bench")
-	d := &Decisions{Concurrency: e.o.Concurrency, Tenants: e.o.Tenants}
-	for _, mk := range []struct {
+	d := &Decisions{Concurrency: e.o.Concurrency, Tenants: e.o.Tenants, Kinds: make([]DecisionRun, len(kindPlans))}
+	type run struct {
 		into *DecisionRun
 		new  func() (contender, error)
-	}{
-		{&d.Ours, func() (contender, error) { return oursContender(e.redisURL, plan, tenants) }},
+	}
+	runs := []run{
+		{&d.Ours, func() (contender, error) { return oursContender("ours", e.redisURL, plan, tenants) }},
 		{&d.RedisRate, func() (contender, error) { return redisRateContender(e.redisURL, e.o.Concurrency, tenants) }},
 		{&d.Ceiling, func() (contender, error) { return ceilingContender(e.redisURL, tenants) }},
-	} {
+	}
+	// The kinds run on a Redis with an append-only file, as the README asks where windows and
+	// quotas matter: a fresh Redis without one is a Redis that forgot, and the limiter then takes
+	// every window and quota for used up (until a window, or the period, has passed).
+	kindsFrom := len(runs)
+	for i, k := range kindPlans {
+		p, ok := e.plans.Plan(k.plan)
+		if !ok {
+			return nil, fmt.Errorf("no plan %s", k.plan)
+		}
+		runs = append(runs, run{&d.Kinds[i], func() (contender, error) { return oursContender("ours "+k.name, e.redisURL, p, tenants) }})
+	}
+	defer func() { _ = e.persist(context.WithoutCancel(ctx), false) }()
+	for i, mk := range runs {
+		if i == kindsFrom {
+			if err := e.persist(ctx, true); err != nil {
+				return nil, err
+			}
+		}
 		if err := e.flush(ctx); err != nil {
 			return nil, err
 		}
@@ -191,6 +250,10 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 	d.VsCeiling = round(Ratio(d.Ours.PerSecond, d.Ceiling.PerSecond), 4)
 	return d, e.flush(ctx)
 }
+
+// kindPlans are the decisions scenario's plans of each limit kind (see Plans), measured on a
+// Redis with an append-only file; the bucket plan again, for comparison on the same footing.
+var kindPlans = []struct{ name, plan string }{{"bucket", "bench"}, {"window", "bench-window"}, {"quota", "bench-quota"}, {"mixed", "bench-mixed"}}
 
 // infoField reads one field of a Redis INFO reply.
 func infoField(info, field string) string {

@@ -1,4 +1,4 @@
-package bucket
+package plans
 
 import (
 	"fmt"
@@ -6,7 +6,12 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/admitter/admitter/bucket"
 )
+
+// maxMicros is the longest time a limit can span, in µs: bucket.MaxSpan.
+const maxMicros = int64(bucket.MaxSpan / time.Microsecond)
 
 // rateSyntaxHint describes the accepted rate syntax in error messages.
 const rateSyntaxHint = "want N/s, N/m, N/h or N/d with N a positive decimal"
@@ -25,7 +30,7 @@ const rateSyntaxHint = "want N/s, N/m, N/h or N/d with N a positive decimal"
 func ParseRate(s string) (time.Duration, error) {
 	d, err := parseRate(s)
 	if err != nil {
-		return 0, fmt.Errorf("bucket: %w", err)
+		return 0, fmt.Errorf("plans: %w", err)
 	}
 	return d, nil
 }
@@ -47,38 +52,38 @@ func parseRate(s string) (time.Duration, error) {
 	default:
 		ok = false
 	}
-	if !ok || !rateIsDecimal(num) {
-		return 0, fmt.Errorf("%s is not a rate (%s)", plansQuote(s), rateSyntaxHint)
+	if !ok || !isDecimal(num) {
+		return 0, fmt.Errorf("%s is not a rate (%s)", quote(s), rateSyntaxHint)
 	}
 	n, ok := new(big.Rat).SetString(num)
 	if !ok || n.Sign() <= 0 {
-		return 0, fmt.Errorf("%s is not a rate (%s)", plansQuote(s), rateSyntaxHint)
+		return 0, fmt.Errorf("%s is not a rate (%s)", quote(s), rateSyntaxHint)
 	}
 	// The interval in µs is unit/n, exactly.
 	iv := new(big.Rat).SetInt64(unitMicros)
 	iv.Quo(iv, n)
 	if iv.Cmp(big.NewRat(1, 1)) < 0 {
-		return 0, fmt.Errorf("%s is faster than the maximum rate, 1000000/s", plansQuote(s))
+		return 0, fmt.Errorf("%s is faster than the maximum rate, 1000000/s", quote(s))
 	}
 	// Round up: q = ⌈num/denom⌉ (both positive).
 	q, r := new(big.Int).QuoRem(iv.Num(), iv.Denom(), new(big.Int))
 	if r.Sign() != 0 {
 		q.Add(q, big.NewInt(1))
 	}
-	if !q.IsInt64() || q.Int64() > maxWindow {
-		return 0, fmt.Errorf("%s is too slow: one token takes longer than 285 years", plansQuote(s))
+	if !q.IsInt64() || q.Int64() > maxMicros {
+		return 0, fmt.Errorf("%s is too slow: one token takes longer than 285 years", quote(s))
 	}
 	return time.Duration(q.Int64()) * time.Microsecond, nil
 }
 
-// rateIsDecimal reports whether s is digits with an optional fractional part: "2", "2.5", "0.5".
-func rateIsDecimal(s string) bool {
+// isDecimal reports whether s is digits with an optional fractional part: "2", "2.5", "0.5".
+func isDecimal(s string) bool {
 	whole, frac, hasDot := strings.Cut(s, ".")
-	return rateAllDigits(whole) && (!hasDot || rateAllDigits(frac))
+	return allDigits(whole) && (!hasDot || allDigits(frac))
 }
 
-// rateAllDigits reports whether s is non-empty and made of ASCII digits only.
-func rateAllDigits(s string) bool {
+// allDigits reports whether s is non-empty and made of ASCII digits only.
+func allDigits(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -90,15 +95,15 @@ func rateAllDigits(s string) bool {
 	return true
 }
 
-// plansMaxQuoted bounds how much of a user-supplied value an error message repeats.
-const plansMaxQuoted = 64
+// maxQuoted bounds how much of a user-supplied value an error message repeats.
+const maxQuoted = 64
 
-// plansQuote quotes s for an error message, shortening it when it is long.
-func plansQuote(s string) string {
-	if len(s) <= plansMaxQuoted {
+// quote quotes s for an error message, shortening it when it is long.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
 		return fmt.Sprintf("%q", s)
 	}
-	cut := plansMaxQuoted
+	cut := maxQuoted
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

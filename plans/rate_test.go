@@ -1,4 +1,4 @@
-package bucket_test
+package plans_test
 
 import (
 	"math/big"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
 )
 
 func TestParseRate(t *testing.T) {
@@ -40,7 +40,7 @@ func TestParseRate(t *testing.T) {
 		{"0.000001/s", 1e6 * time.Second},
 		{"0.00001/d", 8640000000 * time.Second}, // 274 years, still fine
 	} {
-		got, err := bucket.ParseRate(tc.in)
+		got, err := plans.ParseRate(tc.in)
 		if err != nil {
 			t.Errorf("ParseRate(%q): %v", tc.in, err)
 			continue
@@ -86,12 +86,12 @@ func TestParseRateErrors(t *testing.T) {
 		{"0.000009/d", `is too slow`},
 		{strings.Repeat("9", 100) + "/x", `…`}, // long input is shortened in the message
 	} {
-		d, err := bucket.ParseRate(tc.in)
+		d, err := plans.ParseRate(tc.in)
 		if err == nil {
 			t.Errorf("ParseRate(%q) = %v, want an error", tc.in, d)
 			continue
 		}
-		if msg := err.Error(); !strings.HasPrefix(msg, "bucket: ") || !strings.Contains(msg, tc.want) {
+		if msg := err.Error(); !strings.HasPrefix(msg, "plans: ") || !strings.Contains(msg, tc.want) {
 			t.Errorf("ParseRate(%q) error = %q, want it to contain %q", tc.in, msg, tc.want)
 		}
 	}
@@ -105,9 +105,9 @@ func FuzzParseRate(f *testing.F) {
 	}
 	units := map[string]int64{"s": 1e6, "m": 60e6, "h": 3600e6, "d": 86400e6}
 	f.Fuzz(func(t *testing.T, s string) {
-		d, err := bucket.ParseRate(s)
+		d, err := plans.ParseRate(s)
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "bucket: ") {
+			if !strings.HasPrefix(err.Error(), "plans: ") {
 				t.Fatalf("ParseRate(%q) error %q lacks the package prefix", s, err)
 			}
 			return

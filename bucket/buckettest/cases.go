@@ -1,0 +1,506 @@
+package buckettest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/bucket"
+)
+
+// decideCases exercise Decide with bucket limits.
+var decideCases = []testCase{
+	{name: "burst then refill", needs: decide(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "free", lim("", 5, 500*ms)) // 5 burst, 2/s
+		for i := int64(4); i >= 0; i-- {
+			h.expect(p, 1, "", bucket.Admitted, 0, i)
+		}
+		r := h.expect(p, 1, "", bucket.Throttled, 500*ms, 0)
+		if r.Limit != "0" || r.LimitIndex != 0 {
+			t.Fatalf("binding limit = %q/%d, want unnamed index 0", r.Limit, r.LimitIndex)
+		}
+		h.c.Advance(499 * ms)
+		h.expect(p, 1, "", bucket.Throttled, 1*ms, 0)
+		h.c.Advance(1 * ms)
+		h.expect(p, 1, "", bucket.Admitted, 0, 0)
+		h.c.Advance(2 * time.Second)
+		h.expectTokens(p, 4)
+		h.c.Advance(time.Hour)
+		h.expectTokens(p, 5) // never more than the capacity
+	}},
+	{name: "weights", needs: decide(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "w", lim("", 10, time.Second))
+		h.expect(p, 4, "", bucket.Admitted, 0, 6)
+		h.expect(p, 4, "", bucket.Admitted, 0, 2)
+		h.expect(p, 4, "", bucket.Throttled, 2*time.Second, 2)
+		h.expect(p, 2, "", bucket.Admitted, 0, 0)
+		h.c.Advance(3 * time.Second)
+		h.expect(p, 3, "", bucket.Admitted, 0, 0)
+	}},
+	{name: "chained limits take all or nothing", needs: decide(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "gold", lim("burst", 3, 100*ms), lim("daily", 10, time.Hour))
+		h.expect(p, 3, "", bucket.Admitted, 0, 0)
+		h.expectTokens(p, 0, 7)
+		r := h.expect(p, 2, "", bucket.Throttled, 200*ms, 0)
+		if r.Limit != "burst" || r.LimitIndex != 0 {
+			t.Fatalf("binding limit = %q/%d, want burst/0", r.Limit, r.LimitIndex)
+		}
+		h.expectTokens(p, 0, 7) // the denied job took nothing from daily
+		h.c.Advance(300 * ms)
+		h.expect(p, 3, "", bucket.Admitted, 0, 0)
+		h.expectTokens(p, 0, 4)
+		h.c.Advance(time.Second)
+		h.expect(p, 3, "", bucket.Admitted, 0, 0)
+		h.c.Advance(time.Second)
+		r = h.expect(p, 2, "", bucket.Throttled, time.Minute, 1) // daily needs an hour: capped at the horizon
+		if r.Limit != "daily" || r.LimitIndex != 1 {
+			t.Fatalf("binding limit = %q/%d, want daily/1", r.Limit, r.LimitIndex)
+		}
+		h.expectTokens(p, 3, 1)
+	}},
+	{name: "reservations are ordered and spaced at the rate", needs: reserve(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 2, 100*ms)) // 10/s
+		h.expect(p, 1, "a", bucket.Admitted, 0, 1)
+		h.expect(p, 1, "b", bucket.Admitted, 0, 0)
+		for i := 1; i <= 5; i++ {
+			h.expect(p, 1, fmt.Sprintf("j%d", i), bucket.Delayed, time.Duration(i)*100*ms, 0)
+		}
+		h.expectTokens(p, -5)
+		h.expectReservations(p, 5, 500*ms)
+		// j1 comes back at its slot: admitted, not charged again.
+		h.c.Advance(100 * ms)
+		h.expect(p, 1, "j1", bucket.AdmittedAtSlot, 0, 0)
+		h.expectTokens(p, -4)
+		h.expectReservations(p, 4, 500*ms)
+		// j3 comes back early: its slot stands.
+		h.expect(p, 1, "j3", bucket.Early, 200*ms, 0)
+		// a newcomer queues behind everything already booked.
+		h.expect(p, 1, "j6", bucket.Delayed, 500*ms, 0)
+		// late but within the grace: still free.
+		h.c.Advance(time.Second)
+		for i := 2; i <= 6; i++ {
+			h.expect(p, 1, fmt.Sprintf("j%d", i), bucket.AdmittedAtSlot, 0, 2)
+		}
+		h.expectReservations(p, 0, 0)
+		h.expect(p, 1, "j7", bucket.Admitted, 0, 1)
+	}},
+	{name: "weighted reservations", needs: reserve(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 4, 250*ms)) // 4/s
+		h.expect(p, 4, "a", bucket.Admitted, 0, 0)
+		h.expect(p, 2, "b", bucket.Delayed, 500*ms, 0)
+		h.expect(p, 1, "c", bucket.Delayed, 750*ms, 0)
+		h.expect(p, 4, "d", bucket.Delayed, 1750*ms, 0)
+	}},
+	{name: "horizon", needs: reserve(), opts: bucket.Options{Horizon: time.Second}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 1, time.Second))
+		h.expect(p, 1, "a", bucket.Admitted, 0, 0)
+		h.expect(p, 1, "b", bucket.Delayed, time.Second, 0) // exactly at the horizon: booked
+		h.expect(p, 1, "c", bucket.Throttled, time.Second, 0)
+		h.expect(p, 1, "d", bucket.Throttled, time.Second, 0)
+		h.expectTokens(p, -1) // c and d booked nothing
+		h.c.Advance(time.Second)
+		h.expect(p, 1, "b", bucket.AdmittedAtSlot, 0, 0)
+		h.expect(p, 1, "c", bucket.Delayed, time.Second, 0)
+	}},
+	{name: "a repeated id after admission is not charged again", needs: reserve(), opts: bucket.Options{MarkerTTL: 10 * time.Second}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 3, time.Second))
+		h.expect(p, 2, "job-1", bucket.Admitted, 0, 1)
+		h.expect(p, 2, "job-1", bucket.Duplicate, 0, 1)
+		h.c.Advance(5 * time.Second)
+		h.expect(p, 2, "job-1", bucket.Duplicate, 0, 3)
+		h.c.Advance(5 * time.Second) // the marker has expired: a new job
+		h.expect(p, 2, "job-1", bucket.Admitted, 0, 1)
+		// a slot-admitted job is remembered too
+		h.expect(p, 2, "job-2", bucket.Delayed, time.Second, 0)
+		h.c.Advance(time.Second)
+		h.expect(p, 2, "job-2", bucket.AdmittedAtSlot, 0, 0)
+		h.expect(p, 2, "job-2", bucket.Duplicate, 0, 0)
+	}},
+	{name: "a slot past its grace is forgotten", needs: reserve(), opts: bucket.Options{SlotGrace: time.Second}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 1, time.Second))
+		h.expect(p, 1, "a", bucket.Admitted, 0, 0)
+		h.expect(p, 1, "b", bucket.Delayed, time.Second, 0)
+		h.c.Advance(2 * time.Second)
+		h.expect(p, 1, "b", bucket.Admitted, 0, 0) // charged anew
+	}},
+	{name: "idle tenants expire", needs: reserve(), opts: bucket.Options{MarkerTTL: time.Second, SlotGrace: time.Second}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("a", 2, 100*ms), lim("b", 10, time.Second))
+		h.expect(p, 2, "x", bucket.Admitted, 0, 0)
+		h.expect(p, 1, "y", bucket.Delayed, 100*ms, 0)
+		h.c.Advance(11 * time.Second)
+		h.expectTokens(p, 2, 10)
+		if m, ok := h.l.(interface{ Len() (tenants, jobs int) }); ok {
+			if tenants, jobs := m.Len(); tenants != 0 || jobs != 0 {
+				t.Fatalf("after idling: %d tenants and %d jobs left, want none", tenants, jobs)
+			}
+		}
+	}},
+	{name: "invalid requests", needs: decide(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("big", 10, time.Second), lim("small", 3, time.Second))
+		for _, tc := range []struct {
+			tenant string
+			w      int64
+			want   error
+		}{
+			{h.tenant, 4, bucket.ErrWeightOverCapacity},
+			{h.tenant, 0, bucket.ErrInvalidWeight},
+			{h.tenant, -1, bucket.ErrInvalidWeight},
+			{"", 1, bucket.ErrInvalidTenant},
+			{"a{b", 1, bucket.ErrInvalidTenant},
+			{"a}b", 1, bucket.ErrInvalidTenant},
+		} {
+			_, err := h.l.Decide(context.Background(), bucket.Request{Tenant: tc.tenant, Plan: p, Weight: tc.w})
+			if !errors.Is(err, tc.want) {
+				t.Errorf("tenant %q weight %d: err = %v, want %v", tc.tenant, tc.w, err, tc.want)
+			}
+		}
+		h.expect(p, 3, "", bucket.Admitted, 0, 0)
+	}},
+}
+
+// admitCases exercise Admit and CloseLane with bucket limits.
+var admitCases = []testCase{
+	{name: "ingest admits what fits, the lane takes the rest in order", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 3, 100*ms)) // 3 burst, 10/s
+		h.admit(p, bucket.Ingest, jobs("1", "2", "3", "4", "5"), "AAALL", 100*ms, true)
+		// The lane is open: a newcomer joins it even when a token is free.
+		h.c.Advance(100 * ms)
+		h.admit(p, bucket.Ingest, jobs("6"), "L", 0, true)
+		h.admit(p, bucket.Lane, jobs("4", "5", "6"), "ANN", 100*ms, true)
+		h.c.Advance(100 * ms)
+		h.admit(p, bucket.Lane, jobs("5", "6"), "AN", 100*ms, true)
+		h.c.Advance(100 * ms)
+		h.admit(p, bucket.Lane, jobs("6"), "A", 0, true)
+		h.closeLane(p, 6, false)
+		h.c.Advance(time.Second)
+		h.admit(p, bucket.Ingest, jobs("7", "8"), "AA", 0, false)
+	}},
+	{name: "weights keep their place in the lane", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 4, 250*ms)) // 4/s
+		h.admit(p, bucket.Ingest, jobs("1:3", "2:3", "3:1"), "ALL", 500*ms, true)
+		// One token left: the light job behind the heavy one still waits for it.
+		h.admit(p, bucket.Lane, jobs("2:3", "3:1"), "NN", 500*ms, true)
+		h.c.Advance(500 * ms)
+		h.admit(p, bucket.Lane, jobs("2:3", "3:1"), "AN", 250*ms, true)
+		h.c.Advance(250 * ms)
+		h.admit(p, bucket.Lane, jobs("3:1"), "A", 0, true)
+		h.expectTokens(p, 0)
+	}},
+	{name: "chained limits take all or nothing", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "gold", lim("burst", 3, 100*ms), lim("daily", 4, time.Hour))
+		r := h.admit(p, bucket.Ingest, jobs("1:2", "2:2", "3:1"), "ALL", 100*ms, true)
+		if r.Limit != "burst" {
+			t.Fatalf("binding limit %q, want burst", r.Limit)
+		}
+		h.expectTokens(p, 1, 2)
+		h.c.Advance(100 * ms)
+		r = h.admit(p, bucket.Lane, jobs("2:2", "3:1"), "AN", time.Hour-100*ms, true)
+		if r.Limit != "daily" || r.LimitIndex != 1 {
+			t.Fatalf("binding limit %q/%d, want daily/1", r.Limit, r.LimitIndex)
+		}
+		h.expectTokens(p, 0, 0) // burst refilled to 2, took 2; daily 2-2; job 3 took nothing
+	}},
+	{name: "a retried call is answered as before, a late one is charged again", needs: lanes(), opts: bucket.Options{Redeem: time.Second}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 2, 100*ms))
+		h.admit(p, bucket.Ingest, jobs("1", "2", "3"), "AAL", 100*ms, true)
+		h.admit(p, bucket.Ingest, jobs("1", "2", "3"), "RRB", 0, true) // nothing charged twice, nothing new decided
+		h.expectTokens(p, 0)
+		// After the redeem window the same jobs are new: a replica that admitted them and died
+		// before forwarding them costs the tenant their weight again, never a burst.
+		h.c.Advance(1100 * ms)
+		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "AAN", 100*ms, true)
+		h.expectTokens(p, 0)
+	}},
+	{name: "the lane closes only once every job moved to it has been seen", needs: lanes(), opts: bucket.Options{LaneSettle: 5 * time.Second}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 1, time.Second))
+		h.admit(p, bucket.Ingest, jobs("10", "11"), "AL", time.Second, true)
+		h.closeLane(p, 10, true) // job 11 was moved: its arrival in the lane is awaited
+		h.closeLane(p, 11, false)
+		h.admit(p, bucket.Ingest, jobs("12"), "L", time.Second, true)
+		h.c.Advance(6 * time.Second) // job 12 never showed up: after LaneSettle the lane closes anyway
+		h.closeLane(p, 11, false)
+		h.admit(p, bucket.Ingest, jobs("13"), "A", 0, false)
+	}},
+	{name: "hold sends everything to the lane and charges nothing", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 3, 100*ms))
+		h.admit(p, bucket.Hold, jobs("1", "2"), "LL", 0, true)
+		h.expectTokens(p, 3)
+		// Once the hold is over, ingest still queues behind the lane, which drains at the pace.
+		h.admit(p, bucket.Ingest, jobs("3"), "L", 0, true)
+		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "AAA", 0, true)
+		h.closeLane(p, 3, false)
+		h.admit(p, bucket.Ingest, jobs("4"), "L", 100*ms, true)
+	}},
+	{name: "a plan that changes the rate keeps the tokens used", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		slow := mustPlan(t, "slow", lim("", 2, time.Minute)) // 2 burst, one a minute
+		h.admit(slow, bucket.Ingest, jobs("1", "2", "3"), "AAL", time.Minute, true)
+		h.expectTokens(slow, 0)
+		// The same limit at 100 tokens a second: 2 tokens used, 98 left; the head goes at once.
+		fast := mustPlan(t, "fast", lim("", 100, 10*ms))
+		h.expectTokens(fast, 98)
+		h.admit(fast, bucket.Lane, jobs("3"), "A", 0, true)
+		// And back: the 3 used carry over to the slow plan as 3 minutes owed.
+		h.expectTokens(slow, -1)
+	}},
+	{name: "state follows a limit by name across plan edits", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		a := mustPlan(t, "a", lim("burst", 5, time.Second), lim("hourly", 100, time.Minute))
+		h.admit(a, bucket.Ingest, jobs("1:5"), "A", 0, false)
+		h.expectTokens(a, 0, 95)
+		// Reordered, with a new limit and without hourly: burst keeps its state, daily is full.
+		b := mustPlan(t, "b", lim("daily", 50, time.Hour), lim("burst", 5, time.Second))
+		h.expectTokens(b, 50, 0)
+		h.admit(b, bucket.Ingest, jobs("2"), "L", time.Second, true)
+	}},
+	{name: "idle tenants expire", needs: lanes(), opts: bucket.Options{Redeem: time.Second, LaneSettle: time.Second}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 2, 100*ms))
+		h.admit(p, bucket.Ingest, jobs("1", "2", "3"), "AAL", 100*ms, true)
+		h.c.Advance(5 * time.Second)
+		h.closeLane(p, 0, false)
+		h.c.Advance(5 * time.Second)
+		h.expectTokens(p, 2)
+		if m, ok := h.l.(interface{ Len() (tenants, jobs int) }); ok {
+			if tenants, _ := m.Len(); tenants != 0 {
+				t.Fatalf("after idling: %d tenants left, want none", tenants)
+			}
+		}
+	}},
+	{name: "invalid batches", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("big", 10, time.Second), lim("small", 3, time.Second))
+		for _, tc := range []struct {
+			tenant string
+			jobs   []bucket.Job
+			want   error
+		}{
+			{h.tenant, []bucket.Job{{ID: 1, Weight: 4}}, bucket.ErrWeightOverCapacity},
+			{h.tenant, []bucket.Job{{ID: 1, Weight: 0}}, bucket.ErrInvalidWeight},
+			{"a{b", []bucket.Job{{ID: 1, Weight: 1}}, bucket.ErrInvalidTenant},
+		} {
+			_, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: tc.tenant, Plan: p, Jobs: tc.jobs})
+			if !errors.Is(err, tc.want) {
+				t.Errorf("tenant %q jobs %v: err = %v, want %v", tc.tenant, tc.jobs, err, tc.want)
+			}
+		}
+		for _, id := range []int64{0, -1, 1 << 53} {
+			if _, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Jobs: []bucket.Job{{ID: id, Weight: 1}}}); err == nil {
+				t.Errorf("job id %d accepted", id)
+			}
+		}
+		if _, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Jobs: make([]bucket.Job, bucket.MaxBatch+1)}); err == nil {
+			t.Error("a batch over bucket.MaxBatch accepted")
+		}
+		for _, m := range []bucket.Mode{bucket.Lane + 1, bucket.Hold + 1} { // CloseLane's, internal; none
+			if _, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Mode: m, Jobs: []bucket.Job{{ID: 1, Weight: 1}}}); err == nil {
+				t.Errorf("mode %d accepted", m)
+			}
+		}
+		h.admit(p, bucket.Ingest, jobs("1:3"), "A", 0, false)
+	}},
+}
+
+// forgetCases exercise a backend that forgot: Options.Born.
+var forgetCases = []testCase{
+	{name: "a limiter that forgot starts empty and refills", needs: forget(lanes()), opts: bucket.Options{Born: Start.Add(-500 * ms)}, run: func(t *testing.T, h *harness) {
+		// Forgotten half a second ago: burst holds 2 tokens, slow none.
+		p := mustPlan(t, "p", lim("burst", 4, 250*ms), lim("slow", 100, time.Hour)) // slow: one an hour
+		h.expectTokens(p, 2, 0)
+		r := h.admit(p, bucket.Ingest, jobs("1"), "L", time.Hour-500*ms, true)
+		if r.Limit != "slow" {
+			t.Fatalf("binding limit %q, want slow", r.Limit)
+		}
+		// State written after the restart is kept as it is: what decided since counts.
+		h.c.Advance(2 * time.Hour)
+		h.admit(p, bucket.Lane, jobs("1"), "A", 0, true)
+		h.expectTokens(p, 3, 1)
+	}},
+}
+
+// kindCases exercise windows and quotas, alone and chained with buckets.
+var kindCases = []testCase{
+	{name: "window: at most the limit in any interval of its length", needs: decide(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "w", win("w", 3, time.Second))
+		h.expect(p, 1, "", bucket.Admitted, 0, 2)
+		h.c.Advance(400 * ms)
+		h.expect(p, 1, "", bucket.Admitted, 0, 1)
+		h.c.Advance(300 * ms)
+		h.expect(p, 1, "", bucket.Admitted, 0, 0)
+		h.c.Advance(100 * ms) // +0.8s: the first take leaves at +1s
+		h.expect(p, 1, "", bucket.Throttled, 200*ms, 0)
+		h.expectLimit(p, 0, 0, 3, 200*ms)
+		h.c.Advance(200 * ms)
+		h.expect(p, 1, "", bucket.Admitted, 0, 0)
+		h.expect(p, 1, "", bucket.Throttled, 400*ms, 0) // the second leaves at +1.4s
+		r := h.expect(p, 2, "", bucket.Throttled, 700*ms, 0)
+		if r.Limit != "w" {
+			t.Fatalf("binding limit %q, want w", r.Limit)
+		}
+		h.c.Advance(time.Hour)
+		h.expectLimit(p, 0, 3, 0, 0)
+	}},
+	{name: "window: a booked slot counts in every interval it falls in", needs: reserve(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "w", win("", 2, time.Second))
+		h.expect(p, 1, "a", bucket.Admitted, 0, 1)
+		h.expect(p, 1, "b", bucket.Admitted, 0, 0)
+		h.expect(p, 1, "c", bucket.Delayed, time.Second, 0)
+		h.expect(p, 1, "d", bucket.Delayed, time.Second, 0)
+		h.expect(p, 1, "e", bucket.Delayed, 2*time.Second, 0)
+		h.expectTokens(p, -3)
+		h.expectReservations(p, 3, 2*time.Second)
+		h.c.Advance(time.Second)
+		h.expect(p, 1, "c", bucket.AdmittedAtSlot, 0, 0)
+		h.expect(p, 1, "f", bucket.Delayed, time.Second, 0) // beside e: they fit one interval
+	}},
+	{name: "window: weights and the weight over its limit", needs: decide(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "w", lim("burst", 100, ms), win("hourly", 10, time.Hour))
+		if p.MaxWeight() != 10 {
+			t.Fatalf("MaxWeight %d, want the window's limit 10", p.MaxWeight())
+		}
+		h.expect(p, 6, "", bucket.Admitted, 0, 4)
+		h.c.Advance(10 * time.Minute)
+		h.expect(p, 4, "", bucket.Admitted, 0, 0)
+		h.c.Advance(10 * time.Minute)
+		h.expect(p, 5, "", bucket.Throttled, time.Minute, 0) // 40 minutes: capped at the horizon
+		h.c.Advance(40 * time.Minute)
+		h.expect(p, 5, "", bucket.Admitted, 0, 1)
+		if _, err := h.l.Decide(context.Background(), bucket.Request{Tenant: h.tenant, Plan: p, Weight: 11}); !errors.Is(err, bucket.ErrWeightOverCapacity) {
+			t.Fatalf("weight 11 on a window of 10: %v, want weight-over-capacity", err)
+		}
+	}},
+	{name: "quota: resets at the start of each calendar period", needs: decide(bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "q", quota("minutely", 5, bucket.Minute, nil))
+		h.c.Advance(30 * time.Second) // 12:00:30
+		for i := int64(4); i >= 0; i-- {
+			h.expect(p, 1, "", bucket.Admitted, 0, i)
+		}
+		h.expect(p, 1, "", bucket.Throttled, 30*time.Second, 0)
+		h.expectLimit(p, 0, 0, 5, 30*time.Second)
+		h.c.Advance(29 * time.Second)
+		h.expect(p, 1, "", bucket.Throttled, time.Second, 0)
+		h.c.Advance(time.Second) // 12:01:00: a new period
+		h.expectLimit(p, 0, 5, 0, time.Minute)
+		h.expect(p, 5, "", bucket.Admitted, 0, 0)
+	}},
+	{name: "quota: a booked slot lands in the next period", needs: reserve(bucket.KindQuota), opts: bucket.Options{Horizon: 5 * time.Minute}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "q", quota("", 2, bucket.Minute, nil))
+		h.c.Advance(30 * time.Second)
+		h.expect(p, 1, "a", bucket.Admitted, 0, 1)
+		h.expect(p, 1, "b", bucket.Admitted, 0, 0)
+		h.expect(p, 1, "c", bucket.Delayed, 30*time.Second, 0)
+		h.expect(p, 2, "d", bucket.Delayed, 90*time.Second, 0)  // the next minute holds c: d needs the one after
+		h.expect(p, 1, "e", bucket.Delayed, 150*time.Second, 0) // behind d, whose minute is full
+		h.expectLimit(p, 0, -4, 2, 30*time.Second)
+		h.c.Advance(30 * time.Second)
+		h.expectLimit(p, 0, -2, 1, time.Minute) // this minute: c; booked ahead: d and e
+		h.expect(p, 1, "c", bucket.AdmittedAtSlot, 0, 0)
+	}},
+	{name: "quota: calendars of every period and time zone", needs: lanes(bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		ny, err := time.LoadLocation("America/New_York")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 2026-11-21 12:00 UTC is a Saturday, 07:00 in New York (EST, UTC-5).
+		next := int64(1)
+		for _, c := range []struct {
+			l    bucket.Limit
+			wait time.Duration
+		}{
+			{quota("m", 1, bucket.Minute, nil), time.Minute},
+			{quota("h", 1, bucket.Hour, nil), time.Hour},
+			{quota("d", 1, bucket.Day, nil), 12 * time.Hour},
+			{quota("d-ny", 1, bucket.Day, ny), 17 * time.Hour},
+			{quota("w", 1, bucket.Week, nil), 36 * time.Hour}, // to Monday 00:00
+			{quota("w-ny", 1, bucket.Week, ny), 41 * time.Hour},
+			{quota("mo", 1, bucket.Month, nil), (9*24 + 12) * time.Hour}, // to December 1st
+			{quota("mo-ny", 1, bucket.Month, ny), (9*24 + 17) * time.Hour},
+		} {
+			p := mustPlan(t, c.l.Name, c.l)
+			h.admit(p, bucket.Lane, []bucket.Job{{ID: next, Weight: 1}, {ID: next + 1, Weight: 1}}, "AN", c.wait, false)
+			next += 2
+			h.expectLimit(p, 0, 0, 1, c.wait)
+		}
+	}},
+	{name: "chained kinds take all or nothing", needs: lanes(bucket.KindWindow, bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		// Each kind refuses in turn; the other two are charged nothing for the refused job.
+		next := int64(1)
+		for _, c := range []struct {
+			b, w, q int64 // capacities; the one of 1 refuses the second job
+			wait    time.Duration
+			binding string
+		}{
+			{1, 10, 10, time.Minute, "b"},
+			{10, 1, 10, time.Hour, "w"},
+			{10, 10, 1, 12 * time.Hour, "q"},
+		} {
+			n := c.binding + "-"
+			p := mustPlan(t, "chain-"+c.binding, lim(n+"b", c.b, time.Minute), win(n+"w", c.w, time.Hour), quota(n+"q", c.q, bucket.Day, nil))
+			r := h.admit(p, bucket.Lane, []bucket.Job{{ID: next, Weight: 1}, {ID: next + 1, Weight: 1}}, "AN", c.wait, false)
+			next += 2
+			if r.Limit != n+c.binding {
+				t.Fatalf("binding limit %q, want %s", r.Limit, n+c.binding)
+			}
+			h.expectTokens(p, c.b-1, c.w-1, c.q-1)
+			h.expect(p, 1, "", bucket.Throttled, min(c.wait, time.Minute), 0)
+			h.expectTokens(p, c.b-1, c.w-1, c.q-1)
+		}
+		p := mustPlan(t, "all", lim("all-b", 5, time.Minute), win("all-w", 5, time.Hour), quota("all-q", 5, bucket.Day, nil))
+		h.admit(p, bucket.Lane, []bucket.Job{{ID: next, Weight: 3}}, "A", 0, false)
+		h.expectTokens(p, 2, 2, 2)
+	}},
+	{name: "a limit's state follows its name and kind", needs: decide(bucket.KindWindow, bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		a := mustPlan(t, "a", win("x", 2, time.Hour), quota("y", 5, bucket.Day, nil))
+		h.expect(a, 2, "", bucket.Admitted, 0, 0)
+		h.expectTokens(a, 0, 3)
+		// x becomes a bucket (afresh), y is kept, z is new.
+		b := mustPlan(t, "b", quota("y", 5, bucket.Day, nil), lim("x", 2, time.Second), win("z", 1, time.Second))
+		h.expectTokens(b, 3, 2, 1)
+	}},
+	{name: "a limiter that forgot takes windows and quotas for used up", needs: forget(lanes(bucket.KindWindow, bucket.KindQuota)), opts: bucket.Options{Born: Start.Add(-10 * time.Minute)}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", win("w", 10, time.Hour), quota("q", 10, bucket.Day, nil), lim("b", 10, time.Minute))
+		h.expectLimit(p, 0, -0, 10, 50*time.Minute)
+		h.expectLimit(p, 1, 0, 10, 12*time.Hour)
+		h.expectTokens(p, 0, 0, 10)
+		h.admit(p, bucket.Lane, jobs("1"), "N", 12*time.Hour, false)
+		h.c.Advance(12 * time.Hour)
+		h.admit(p, bucket.Lane, jobs("1"), "A", 0, false)
+	}},
+	{name: "window: a large limit is counted in sub-windows, never early", needs: lanes(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "big", win("", 1000, 64*time.Second)) // sub-windows of 1s
+		if g := p.Limits[0].Grain(); g != time.Second {
+			t.Fatalf("grain %v, want 1s", g)
+		}
+		h.c.Advance(500 * ms)
+		h.admit(p, bucket.Lane, jobs("1:1000"), "A", 0, false)
+		// Exact, the take would leave at +64.5s; counted at the end of its second, at +65s.
+		h.admit(p, bucket.Lane, jobs("2"), "N", 64500*ms, false)
+		h.c.Advance(64 * time.Second)
+		h.admit(p, bucket.Lane, jobs("2"), "N", 500*ms, false)
+		h.c.Advance(500 * ms)
+		h.admit(p, bucket.Lane, jobs("2:1000"), "A", 0, false)
+	}},
+	{name: "window: 25 jobs on 10 per 3s come out as 10, 10, 5", needs: lanes(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "w", win("", 10, 3*time.Second))
+		var js []bucket.Job
+		for i := 1; i <= 25; i++ {
+			js = append(js, bucket.Job{ID: int64(i), Weight: 1})
+		}
+		want := func(a int) string {
+			s := ""
+			for i := 0; i < len(js); i++ {
+				if i < a {
+					s += "A"
+				} else {
+					s += "N"
+				}
+			}
+			return s
+		}
+		h.admit(p, bucket.Lane, js, want(10), 3*time.Second, false)
+		js = js[10:]
+		h.c.Advance(3 * time.Second)
+		h.admit(p, bucket.Lane, js, want(10), 3*time.Second, false)
+		js = js[10:]
+		h.c.Advance(3 * time.Second)
+		h.admit(p, bucket.Lane, js, want(5), 0, false)
+	}},
+}

@@ -1,0 +1,168 @@
+package bucket
+
+// The arithmetic of every limit kind, in µs, shared by the in-process backend and by snapshots.
+// It mirrors lua/state.lua function by function; the differential test holds them together.
+//
+// A bucket is GCRA state: tat, the time at which it is full again (no earlier than now). A
+// bucket of capacity C refilling one token every I µs holds (C·I − (tat − now)) / I tokens at
+// now; weight w fits at s when max(tat, s) + w·I − s ≤ C·I, and taking it at s moves tat to
+// max(tat, s) + w·I.
+//
+// A window and a quota are a log of takes, each counted until its death: a window's take at s
+// dies at ⌈s/grain⌉·grain + window, a quota's at the end of the calendar period holding s. At
+// time s a log counts used(s), the weight of the takes whose death is after s; weight w fits at
+// s when used(s) + w ≤ limit. used only falls as s grows, so the earliest fit is found walking
+// the deaths in order, and it holds at every later time: all limits fit at the latest of their
+// earliest fits, which makes waits exact. Since the count at s includes takes booked after s,
+// admitting w at s keeps every interval of a window, and every period of a quota, within the
+// limit, bookings included.
+
+// entry is a take a window or a quota still counts: weight, until death (µs).
+type entry struct{ death, weight int64 }
+
+// work is one limit's state during a decision: a bucket's tat, or a window's or quota's log
+// (sorted by death, one entry per death).
+type work struct {
+	tat int64
+	log []entry
+}
+
+// used is the weight log counts at s.
+func used(log []entry, s int64) int64 {
+	u := int64(0)
+	for _, e := range log {
+		if e.death > s {
+			u += e.weight
+		}
+	}
+	return u
+}
+
+// logFit is the earliest time ≥ s at which weight w fits under lim.
+func logFit(log []entry, lim, s, w int64) int64 {
+	u := used(log, s)
+	if u+w <= lim {
+		return s
+	}
+	for j, e := range log {
+		if e.death > s {
+			u -= e.weight
+			if u+w <= lim && (j+1 == len(log) || log[j+1].death > e.death) {
+				return e.death
+			}
+		}
+	}
+	return s
+}
+
+// logAdd records weight w dying at d, keeping log sorted and one entry per death.
+func logAdd(log []entry, d, w int64) []entry {
+	j := len(log) - 1
+	for j >= 0 && log[j].death > d {
+		j--
+	}
+	if j >= 0 && log[j].death == d {
+		log[j].weight += w
+		return log
+	}
+	log = append(log, entry{})
+	copy(log[j+2:], log[j+1:])
+	log[j+1] = entry{d, w}
+	return log
+}
+
+// death is when a take at s leaves limit s (a window or a quota).
+func (s *spec) death(at int64) int64 {
+	if s.kind == KindWindow {
+		return ceilDiv(at, s.grain)*s.grain + s.span
+	}
+	return s.lim.periodEnd(at)
+}
+
+// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// slot is the earliest time ≥ now at which weight w fits every limit, and the binding limit
+// (the first whose own earliest fit is that time, when it is after now).
+func (p *Plan) slot(ws []work, now, w int64) (s, bind int64) {
+	s = now
+	for i := range p.specs {
+		sp := &p.specs[i]
+		var si int64
+		if sp.kind == KindBucket {
+			si = ws[i].tat + w*sp.iv - sp.span
+		} else {
+			si = logFit(ws[i].log, sp.cap, now, w)
+		}
+		if si > s {
+			s, bind = si, int64(i)
+		}
+	}
+	return s, bind
+}
+
+// take charges weight w to every limit at time s.
+func (p *Plan) take(ws []work, s, w int64) {
+	for i := range p.specs {
+		sp := &p.specs[i]
+		if sp.kind == KindBucket {
+			ws[i].tat = max(ws[i].tat, s) + w*sp.iv
+		} else {
+			ws[i].log = logAdd(ws[i].log, sp.death(s), w)
+		}
+	}
+}
+
+// remaining is the whole weight every limit lets through now (the minimum, never negative) and
+// the limit holding it.
+func (p *Plan) remaining(ws []work, now int64) (int64, int64) {
+	best, bi := int64(-1), int64(0)
+	for i := range p.specs {
+		sp := &p.specs[i]
+		var r int64
+		if sp.kind == KindBucket {
+			r = max((sp.span-(ws[i].tat-now))/sp.iv, 0)
+		} else {
+			r = max(sp.cap-used(ws[i].log, now), 0)
+		}
+		if best < 0 || r < best {
+			best, bi = r, int64(i)
+		}
+	}
+	return best, bi
+}
+
+// life is how long from now any of ws still matters: a bucket until it is full, a log until
+// its last take dies.
+func (p *Plan) life(ws []work, now int64) int64 {
+	life := int64(0)
+	for i := range p.specs {
+		if p.specs[i].kind == KindBucket {
+			life = max(life, ws[i].tat-now)
+		} else if log := ws[i].log; len(log) > 0 {
+			life = max(life, log[len(log)-1].death-now)
+		}
+	}
+	return life
+}
+
+// forgotten is the state of limit i when nothing is known of it at now: it was used up when
+// memory began (born µs; 0: nothing was lost, the limit is unused). A bucket was empty at born
+// and has refilled since; a window counted its whole limit until born + window; a quota its
+// whole limit until the end of born's period. log is a buffer to reuse.
+func (p *Plan) forgotten(i int, now, born int64, log []entry) work {
+	sp := &p.specs[i]
+	if sp.kind == KindBucket {
+		return work{tat: max(born+sp.span, now), log: log}
+	}
+	if born > 0 {
+		d := born + sp.span
+		if sp.kind == KindQuota {
+			d = sp.lim.periodEnd(born)
+		}
+		if d > now {
+			log = append(log, entry{d, sp.cap})
+		}
+	}
+	return work{log: log}
+}

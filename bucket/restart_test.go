@@ -1,0 +1,158 @@
+package bucket
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/internal/testenv"
+	"github.com/redis/rueidis"
+)
+
+// forget makes a backend behave as one whose memory began at t (a restarted process, a Redis
+// restarted without its data).
+func forget(l limiter, t time.Time) {
+	switch b := l.(type) {
+	case *Memory:
+		b.Forgot(t)
+	case *Redis:
+		b.born.at.Store(t.UnixMicro())
+	}
+}
+
+// TestRedisRestartStartsEmpty: a real redis-server without an append-only file is restarted
+// (SIGKILL): the limiter notices and takes the forgotten buckets for empty since the restart,
+// so the tenant gets its rate, not a second full capacity.
+func TestRedisRestartStartsEmpty(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	r, err := DialRedis(srv.URL(), "", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var seen []bool
+	r.OnForget(func(_ time.Time, first bool) { seen = append(seen, first) })
+	p := mustPlan(t, "p", lim("", 20, time.Second)) // 20 burst, 1/s: 20 s to refill
+	ctx := context.Background()
+	count := func() int {
+		b := Batch{Tenant: "acme", Plan: p, Mode: Lane}
+		for i := range 20 {
+			b.Jobs = append(b.Jobs, Job{ID: int64(i + 1), Weight: 1})
+		}
+		res, err := r.Admit(ctx, b)
+		for tries := 0; err != nil && tries < 50; tries++ { // the call on the connection the restart broke fails
+			time.Sleep(20 * time.Millisecond)
+			res, err = r.Admit(ctx, b)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, o := range res.Outcomes {
+			if o == JobAdmitted {
+				n++
+			}
+		}
+		return n
+	}
+	// A server up for less than the refill time: buckets without state are not full yet.
+	time.Sleep(1100 * time.Millisecond)
+	if n := count(); n < 1 || n > 3 {
+		t.Fatalf("just after the server started: %d admitted, want its refill since (1-3)", n)
+	}
+	srv.Kill()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := count()
+	t.Logf("after a restart of redis: %d admitted of 20 asked; forget events %v", n, seen)
+	if n > 3 {
+		t.Fatalf("after a restart of redis, %d of 20 admitted at once: the forgotten bucket was taken for full", n)
+	}
+	if len(seen) != 2 || !seen[0] || seen[1] {
+		t.Errorf("forget events %v, want the first check, then the restart", seen)
+	}
+}
+
+// TestRedisRestartNoticedByTheScript: the restart is noticed by the first script call on the
+// new server, whoever made the connection: here a client of the caller's (NewRedis, no dial
+// hook), already reconnected by a PING, and the call less than a check interval after the last
+// check. The server does not know the script (NOSCRIPT): the limiter asks when it started
+// before running it, so the forgotten bucket is empty since the restart, not since the
+// previous start.
+func TestRedisRestartNoticedByTheScript(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	opt, err := RedisClientOption(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	r := NewRedis(client, "", Options{})
+	p := mustPlan(t, "p", lim("", 100, 10*time.Millisecond)) // 100 burst, 100/s: 1 s to refill
+	ctx := context.Background()
+	count := func() int {
+		b := Batch{Tenant: "acme", Plan: p, Mode: Lane}
+		for i := range 100 {
+			b.Jobs = append(b.Jobs, Job{ID: int64(i + 1), Weight: 1})
+		}
+		res, err := r.Admit(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, o := range res.Outcomes {
+			if o == JobAdmitted {
+				n++
+			}
+		}
+		return n
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if n := count(); n < 100 {
+		t.Fatalf("1.5 s after the server started: %d admitted, want the bucket refilled since (100)", n)
+	}
+	srv.Kill()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for tries := 0; client.Do(ctx, client.B().Ping().Build()).Error() != nil; tries++ {
+		if tries == 100 {
+			t.Fatal("the client did not reconnect")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Taken for refilled since the previous start, the bucket would let all 100 through.
+	n := count()
+	t.Logf("after a restart of redis: %d admitted of 100 asked", n)
+	if n > 50 {
+		t.Fatalf("after a restart of redis, %d of 100 admitted at once: the forgotten bucket was taken for refilled since the previous start", n)
+	}
+}
+
+// TestRedisPrepare: after Prepare the scripts are on the server and the start is known: the
+// first decision is one script call.
+func TestRedisPrepare(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	r, err := DialRedis(srv.URL(), "", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	if err := r.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.born.at.Load() == 0 || r.born.checked.Load() == 0 {
+		t.Errorf("start not learned: at %d, checked %d", r.born.at.Load(), r.born.checked.Load())
+	}
+	for _, s := range []*script{r.script, r.admit, r.inspect} {
+		got, err := r.client.Do(ctx, r.client.B().ScriptExists().Sha1(s.sha).Build()).AsIntSlice()
+		if err != nil || len(got) != 1 || got[0] != 1 {
+			t.Errorf("script %s not loaded: %v %v", s.sha, got, err)
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
+)
+
+// TestPrintInspectionKinds: `admitter inspect` shows each kind in its own terms: a bucket's
+// tokens and next token, a window's use and when its oldest take leaves, a quota's use this
+// period and when it resets.
+func TestPrintInspectionKinds(t *testing.T) {
+	ps, err := plans.Parse("plans.yaml", []byte(`plans:
+  pro:
+    limits:
+      - {name: burst, capacity: 20, rate: 10/s}
+      - {name: hourly, kind: window, limit: 5, window: 1h}
+      - {name: monthly, kind: quota, limit: 100000, period: month, timezone: Europe/Paris}
+default_plan: pro
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	m := bucket.NewMemory(bucket.Options{}, func() time.Time { return now })
+	plan, _ := ps.Lookup("acme")
+	ctx := context.Background()
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Jobs: []bucket.Job{{ID: 1, Weight: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(10 * time.Minute)
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Jobs: []bucket.Job{{ID: 2, Weight: 2}, {ID: 3, Weight: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := inspect(ctx, m, ps, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	printInspection(&out, res, "this test")
+	text := out.String()
+	rows := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		fields := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
+		rows[fields[0]] = strings.Join(fields, " | ")
+	}
+	for name, want := range map[string]string{
+		"LIMIT":   "LIMIT | KIND | RULE | USED | LEFT | NEXT | FULL IN | A JOB OF WEIGHT 1 FITS IN",
+		"burst":   "burst | bucket | 20 at 10/s | 2 | 18 | next token in 100ms | 200ms | 0s",
+		"hourly":  "hourly | window | 5 in any 1h | 5 | 0 | oldest leaves in 50m | 1h | 50m",
+		"monthly": "monthly | quota | 100000 per month (Europe/Paris) | 5 | 99995 | resets in 9d10h50m (2026-11-30T23:00:00Z) | 9d10h50m | 0s",
+	} {
+		if rows[name] != want {
+			t.Errorf("row %s:\n got %s\nwant %s", name, rows[name], want)
+		}
+	}
+	for _, want := range []string{
+		"lane: open",
+		"why jobs wait: limit hourly (window, 5 in any 1h) counts 5 in its window; its oldest take leaves in 50m; a job of weight 1 fits in 50m",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	t.Logf("\n%s", text)
+}
