@@ -86,6 +86,7 @@ func TestRedisRestartNoticedByTheScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	opt.PipelineMultiplex = -1 // one connection: the PING below reconnects the one the decision uses
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		t.Fatal(err)
