@@ -82,6 +82,9 @@ func (f *File) Load() (*Snapshot, error) {
 	return build(doc, nil, nil, "file "+f.Path, 0)
 }
 
+// settle is how long a changed file must stay unchanged before it is read.
+const settle = 100 * time.Millisecond
+
 // Reload makes the watcher read the file at once (SIGHUP); it does not block.
 func (f *File) Reload() {
 	f.defaults()
@@ -111,6 +114,18 @@ func (f *File) Watch(ctx context.Context, apply func(*Snapshot), refuse func(err
 		id, err := statID(f.Path)
 		if err == nil && id == f.seen && !forced {
 			continue
+		}
+		if err == nil && !forced {
+			// Changed: let a write in progress finish (an in-place edit truncates, then writes)
+			// before reading, so that a half-written file is not read and refused.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(settle):
+			}
+			if again, err2 := statID(f.Path); err2 != nil || again != id {
+				continue // still changing: looked at again on the next tick
+			}
 		}
 		var data []byte
 		if err == nil {
