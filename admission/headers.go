@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 )
@@ -40,17 +41,23 @@ func fromLane(in nats.Header, extra int) nats.Header {
 
 func isNats(k string) bool { return len(k) > 5 && strings.EqualFold(k[:5], "Nats-") }
 
-// forwardHeader completes h, the headers of an admitted job, with the contract's own.
-func forwardHeader(h nats.Header, id, tenant, plan string, attempts uint64, waited time.Duration, degraded bool) nats.Header {
+// forwardHeader completes h, the headers of a job admitted with verdict v, with the contract's
+// own.
+func forwardHeader(h nats.Header, id, tenant, plan string, attempts uint64, waited time.Duration, v policy.Verdict) nats.Header {
 	h.Set(nats.MsgIdHdr, id)
 	h.Set(wire.HeaderTenant, tenant)
 	h.Set(wire.HeaderPlan, plan)
 	h.Set(wire.HeaderAttempts, strconv.FormatUint(attempts, 10))
 	h.Set(wire.HeaderDelayMs, strconv.FormatInt(max(waited.Milliseconds(), 0), 10))
-	if degraded {
-		h.Set(wire.HeaderDegraded, "fail-open")
+	if v.Degraded {
+		h.Set(wire.HeaderDegraded, wire.DegradedFailOpen)
 	} else {
 		h.Del(wire.HeaderDegraded)
+	}
+	if v.Shadow {
+		h.Set(wire.HeaderShadow, wire.ShadowValue(v.Wait))
+	} else {
+		h.Del(wire.HeaderShadow)
 	}
 	return h
 }

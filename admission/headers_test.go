@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 )
@@ -91,7 +92,7 @@ func TestCarriedMovesMsgID(t *testing.T) {
 func TestForwardHeader(t *testing.T) {
 	in := nats.Header{nats.MsgIdHdr: {"producer-1"}, "X-Trace": {"t"}, "Admit-Weight": {"2"}}
 	snapshot := cloneHeader(in)
-	h := forwardHeader(carried(in, 6), "admitter:a:JOBS:7", "acme", "gold", 3, 1500*time.Millisecond, false)
+	h := forwardHeader(carried(in, 6), "admitter:a:JOBS:7", "acme", "gold", 3, 1500*time.Millisecond, policy.Verdict{})
 	want := nats.Header{
 		nats.MsgIdHdr:       {"admitter:a:JOBS:7"},
 		HeaderOriginalMsgID: {"producer-1"},
@@ -110,20 +111,31 @@ func TestForwardHeader(t *testing.T) {
 	}
 
 	// Degraded; a negative wait (clock skew) is 0; sub-millisecond waits round down.
-	h = forwardHeader(carried(nats.Header{}, 6), "id", "t", "p", 1, -time.Second, true)
+	h = forwardHeader(carried(nats.Header{}, 6), "id", "t", "p", 1, -time.Second, policy.Verdict{Degraded: true})
 	if h.Get(HeaderDegraded) != "fail-open" || h.Get(HeaderDelayMs) != "0" || h.Get(HeaderAttempts) != "1" {
 		t.Errorf("degraded header %v", h)
 	}
-	if h = forwardHeader(carried(nil, 6), "id", "t", "p", 1, 999*time.Microsecond, false); h.Get(HeaderDelayMs) != "0" || h.Get(HeaderDegraded) != "" {
+	if h = forwardHeader(carried(nil, 6), "id", "t", "p", 1, 999*time.Microsecond, policy.Verdict{}); h.Get(HeaderDelayMs) != "0" || h.Get(HeaderDegraded) != "" {
 		t.Errorf("header %v: want Admit-Delay-Ms 0 and no Admit-Degraded", h)
 	}
 
 	// A producer's own values of the output headers are replaced, not kept beside ours.
-	in = nats.Header{HeaderTenant: {"forged"}, HeaderPlan: {"forged"}, HeaderAttempts: {"99"}, HeaderDelayMs: {"99"}}
-	h = forwardHeader(carried(in, 6), "id", "acme", "free", 2, 0, false)
+	in = nats.Header{HeaderTenant: {"forged"}, HeaderPlan: {"forged"}, HeaderAttempts: {"99"}, HeaderDelayMs: {"99"}, wire.HeaderShadow: {"forged"}}
+	h = forwardHeader(carried(in, 6), "id", "acme", "free", 2, 0, policy.Verdict{})
 	for k, v := range map[string]string{HeaderTenant: "acme", HeaderPlan: "free", HeaderAttempts: "2", HeaderDelayMs: "0"} {
 		if !slices.Equal(h[k], []string{v}) {
 			t.Errorf("%s = %q, want [%s]", k, h[k], v)
+		}
+	}
+	if h.Get(wire.HeaderShadow) != "" {
+		t.Errorf("a producer's %s kept on a job not in shadow mode: %v", wire.HeaderShadow, h)
+	}
+
+	// Shadow mode: what the plan would have done.
+	for v, want := range map[policy.Verdict]string{{Shadow: true}: "admitted", {Shadow: true, Wait: 2500 * time.Microsecond}: "delayed 3"} {
+		h = forwardHeader(carried(in, 6), "id", "acme", "trial", 1, 0, v)
+		if !slices.Equal(h[wire.HeaderShadow], []string{want}) {
+			t.Errorf("%+v: %s = %q, want [%s]", v, wire.HeaderShadow, h[wire.HeaderShadow], want)
 		}
 	}
 }

@@ -345,6 +345,8 @@ func (s *Service) conclude(j *job, err error) {
 	switch {
 	case v.Action == policy.Forward && v.Degraded:
 		decision = wire.DecisionDegraded
+	case v.Action == policy.Forward && v.Shadow && v.Wait > 0:
+		decision = wire.DecisionShadowDelayed
 	case v.Paused:
 		decision = wire.DecisionPaused
 	case v.Action == policy.ToLane || v.Action == policy.Wait:
@@ -374,7 +376,7 @@ func (s *Service) forwardMsg(j *job) *nats.Msg {
 		out = j.subject
 	}
 	h := s.baseHeader(j, 6)
-	forwardHeader(h, wire.MsgID(wire.KindForward, s.cfg.StreamIn, j.seq), j.tenant, j.plan, j.tries, s.cfg.Now().Sub(j.stored), j.verdict.Degraded)
+	forwardHeader(h, wire.MsgID(wire.KindForward, s.cfg.StreamIn, j.seq), j.tenant, j.plan, j.tries, s.cfg.Now().Sub(j.stored), j.verdict)
 	m := &nats.Msg{Subject: out, Data: j.data, Header: h}
 	s.tel.injectSend(j, m, s.cfg.StreamOut)
 	return m

@@ -204,7 +204,7 @@ func (t *telemetry) conclude(j *job, decision string) {
 	}
 	ctx := context.Background()
 	t.decisions.Add(ctx, 1, set)
-	if decision == wire.DecisionDelayed {
+	if decision == wire.DecisionDelayed || decision == wire.DecisionShadowDelayed {
 		t.waits.Record(ctx, j.verdict.Wait.Seconds(), set)
 	}
 }

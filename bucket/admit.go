@@ -105,6 +105,25 @@ type BatchResult struct {
 	Remaining int64
 	// LaneOpen reports whether the tenant's lane is open after the call.
 	LaneOpen bool
+	// ShadowWaits is set when the plan is in shadow mode (Plan.Shadow): one wait per job, how
+	// long the plan would have delayed it (zero: it fitted at once, or it was not decided: sent
+	// to the lane). Every job Ingest or Lane decides is then admitted, and the plan is charged
+	// on the tenant's shadow state, apart from the state enforced plans use: each job takes
+	// the slot it would have waited for, so the waits are those of the queue the plan would
+	// have made. A wait of Options.Horizon or more is given as Options.Horizon. Remaining and
+	// Limit are the shadow state's.
+	ShadowWaits []time.Duration
+}
+
+// modeShadow is added to Ingest and Lane for a plan in shadow mode (lua/admit.lua modes 4, 5).
+const modeShadow = 4
+
+// scriptMode is the mode the scripts run for mode under plan p.
+func scriptMode(p *Plan, mode Mode) int64 {
+	if p.Shadow && (mode == Ingest || mode == Lane) {
+		return int64(mode) + modeShadow
+	}
+	return int64(mode)
 }
 
 // check validates a batch before any state is touched.
@@ -136,7 +155,7 @@ func (b *Batch) check() error {
 }
 
 // batchResult builds a BatchResult from the integers both backends compute.
-func (p *Plan) batchResult(wait, limit, remaining, open int64, outcomes []int64) (BatchResult, error) {
+func (p *Plan) batchResult(wait, limit, remaining, open int64, outcomes, shadow []int64) (BatchResult, error) {
 	if limit < 0 || limit >= int64(len(p.Limits)) {
 		return BatchResult{}, fmt.Errorf("bucket: unexpected binding limit %d", limit)
 	}
@@ -153,6 +172,15 @@ func (p *Plan) batchResult(wait, limit, remaining, open int64, outcomes []int64)
 			return BatchResult{}, fmt.Errorf("bucket: unexpected job outcome %d", o)
 		}
 		res.Outcomes[i] = JobOutcome(o)
+	}
+	if shadow != nil {
+		res.ShadowWaits = make([]time.Duration, len(shadow))
+		for i, w := range shadow {
+			if w < 0 {
+				return BatchResult{}, fmt.Errorf("bucket: unexpected shadow wait %d", w)
+			}
+			res.ShadowWaits[i] = time.Duration(w) * time.Microsecond
+		}
 	}
 	return res, nil
 }

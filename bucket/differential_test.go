@@ -96,6 +96,13 @@ var goldEdited = func() *Plan {
 	return p
 }()
 
+// shadowOf is p in shadow mode.
+func shadowOf(p *Plan) *Plan {
+	q := *p
+	q.Shadow = true
+	return &q
+}
+
 // TestDifferentialAdmit feeds the same random mix of Admit (ingest and lane), CloseLane and
 // Decide calls to both backends, with clock steps around the redeem window, and requires
 // identical answers and identical state.
@@ -131,6 +138,9 @@ func TestDifferentialAdmit(t *testing.T) {
 				p := plans[ti]
 				if ti == 1 && rng.IntN(8) == 0 { // the plan edited: same limits, other rates
 					p = goldEdited
+				}
+				if rng.IntN(6) == 0 { // the plan in shadow mode: its shadow state
+					p = shadowOf(p)
 				}
 				var want, got string
 				switch op := rng.IntN(10); {
@@ -176,13 +186,15 @@ func TestDifferentialAdmit(t *testing.T) {
 				}
 				if step%25 == 0 {
 					for i, tn := range tenants {
-						a, _ := mem.Inspect(ctx, tn, plans[i])
-						b, err := red.Inspect(ctx, tn, plans[i])
-						if err != nil {
-							t.Fatal(err)
-						}
-						if fmt.Sprint(a) != fmt.Sprint(b) {
-							t.Fatalf("step %d tenant %s state:\nredis  %+v\nmemory %+v", step, tn, b, a)
+						for _, p := range []*Plan{plans[i], shadowOf(plans[i])} {
+							a, _ := mem.Inspect(ctx, tn, p)
+							b, err := red.Inspect(ctx, tn, p)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if fmt.Sprint(a) != fmt.Sprint(b) {
+								t.Fatalf("step %d tenant %s state (shadow %v):\nredis  %+v\nmemory %+v", step, tn, p.Shadow, b, a)
+							}
 						}
 					}
 				}

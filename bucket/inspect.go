@@ -14,7 +14,8 @@ import (
 type Snapshot struct {
 	// At is the backend's clock when the state was read.
 	At time.Time
-	// Limits holds one entry per limit of the plan, in plan order.
+	// Limits holds one entry per limit of the plan, in plan order; for a plan in shadow mode,
+	// as its shadow state holds them (see BatchResult.ShadowWaits).
 	Limits []LimitState
 	// Reservations counts the slots booked by waiting jobs and not yet claimed (within their
 	// grace). Their weight is already taken from the limits.
@@ -105,11 +106,22 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 	}
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	snap := plan.snapshot(now, sh.load(st, plan, now, m.born()))
+	ls := st
+	if plan.Shadow {
+		ls = sh.tenants[shadowKey(tenant)]
+		if ls != nil && ls.expiry <= now {
+			ls = nil
+		}
+	}
+	snap := plan.snapshot(now, sh.load(ls, plan, now, m.born()))
 	snap.LaneOpen = st != nil && st.enq > st.done
 	grace := m.opts.SlotGrace.Microseconds()
+	jt := tenant // whose job keys hold the reservations
+	if plan.Shadow {
+		jt = shadowKey(tenant)
+	}
 	for k, v := range sh.jobs {
-		if k.tenant == tenant {
+		if k.tenant == jt {
 			snap.addReservation(v, now, grace)
 		}
 	}
@@ -136,6 +148,9 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
 	key := []string{r.stateKey(tenant)}
+	if plan.Shadow {
+		key = append(key, r.stateKey(tenant)+shadowSuffix)
+	}
 	reply, err := r.run(ctx, r.inspect, func() (keys, args []string) {
 		arg := append(packInts(nil, r.now(), r.born.at.Load(), int64(len(plan.Limits))), plan.packed...)
 		arg = plan.calendars(arg, r.estimate(), r.reach)
@@ -150,7 +165,7 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	}
 	snap := plan.snapshot(now, ws)
 	snap.LaneOpen = open
-	if err := r.scanReservations(ctx, tenant, &snap, now); err != nil {
+	if err := r.scanReservations(ctx, key[len(key)-1], &snap, now); err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
 	return snap, nil
@@ -193,8 +208,8 @@ func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, err 
 
 // scanReservations counts the tenant's booked slots: SCAN for its job keys on every node (they
 // share the tenant's hash tag, so one node holds them all), then read them.
-func (r *Redis) scanReservations(ctx context.Context, tenant string, snap *Snapshot, now int64) error {
-	pattern := globEscape(r.stateKey(tenant)) + ":*"
+func (r *Redis) scanReservations(ctx context.Context, state string, snap *Snapshot, now int64) error {
+	pattern := globEscape(state) + ":*"
 	for _, node := range r.client.Nodes() {
 		for cursor := uint64(0); ; {
 			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ type memShard struct {
 	jobs      map[jobKey]int64 // Decide's job keys: booked slot (> 0) or -(expiry) once admitted
 	nextSweep int64
 	work      []work // scratch, guarded by mu
+	shadow    []work // scratch for a shadow state, guarded by mu
 }
 
 // memState mirrors a tenant's state in lua/state.lua.
@@ -72,7 +74,13 @@ func NewMemory(opts Options, now func() time.Time) *Memory {
 	return m
 }
 
-func (m *Memory) shard(tenant string) uint64 { return maphash.String(m.seed, tenant) % memShards }
+// shard is the shard of tenant's state, and of its shadow state (shadowKey).
+func (m *Memory) shard(tenant string) uint64 {
+	if i := strings.IndexByte(tenant, 0); i >= 0 {
+		tenant = tenant[:i]
+	}
+	return maphash.String(m.seed, tenant) % memShards
+}
 
 // lock takes the tenant's shard at the backend's current time, sweeping it now and then, and
 // returns the shard (locked), the tenant's live state (nil when none) and the time in µs.
@@ -95,10 +103,15 @@ func (m *Memory) lock(tenant string) (*memShard, *memState, int64) {
 // load fills the shard's scratch with the plan's limits' state at now: read_state and load of
 // lua/state.lua (a limit without state was used up at born, µs; see Plan.forgotten).
 func (sh *memShard) load(st *memState, p *Plan, now, born int64) []work {
-	for len(sh.work) < len(p.specs) {
-		sh.work = append(sh.work, work{})
+	return loadInto(&sh.work, st, p, now, born)
+}
+
+// loadInto is load into the scratch *scratch.
+func loadInto(scratch *[]work, st *memState, p *Plan, now, born int64) []work {
+	for len(*scratch) < len(p.specs) {
+		*scratch = append(*scratch, work{})
 	}
-	ws := sh.work[:len(p.specs)]
+	ws := (*scratch)[:len(p.specs)]
 	for i := range p.specs {
 		sp := &p.specs[i]
 		var rec *memLimit
@@ -146,6 +159,11 @@ func (m *Memory) born() int64 { return m.bornAt.Load() }
 
 // store writes the tenant's state back: write_state of lua/state.lua.
 func (sh *memShard) store(tenant string, st *memState, p *Plan, ws []work, now int64, o Options) {
+	sh.storeWith(tenant, st, p, ws, now, 2*o.LaneSettle.Microseconds(), o)
+}
+
+// storeWith is store with keepOpen the life (µs) an open lane gives the state.
+func (sh *memShard) storeWith(tenant string, st *memState, p *Plan, ws []work, now, keepOpen int64, o Options) {
 	cut := now - o.Redeem.Microseconds()
 	first := 0
 	for first < len(st.marks) && abs(st.marks[first].at) < cut {
@@ -160,7 +178,7 @@ func (sh *memShard) store(tenant string, st *memState, p *Plan, ws []work, now i
 		life = max(life, o.Redeem.Microseconds())
 	}
 	if st.enq > st.done {
-		life = max(life, 2*o.LaneSettle.Microseconds())
+		life = max(life, keepOpen)
 	}
 	if life <= 0 {
 		delete(sh.tenants, tenant)
@@ -191,6 +209,9 @@ func abs(v int64) int64 {
 func (m *Memory) Decide(_ context.Context, req Request) (Result, error) {
 	if err := req.check(); err != nil {
 		return Result{}, err
+	}
+	if req.Plan.Shadow { // the shadow state, and the shadow's job keys
+		req.Tenant = shadowKey(req.Tenant)
 	}
 	sh, st, now := m.lock(req.Tenant)
 	defer sh.mu.Unlock()
@@ -252,9 +273,18 @@ func (m *Memory) Admit(_ context.Context, b Batch) (BatchResult, error) {
 	sh, st, now := m.lock(b.Tenant)
 	defer sh.mu.Unlock()
 	outcomes := make([]int64, len(b.Jobs))
-	wait, bind, rem, open := sh.admit(now, m.born(), st, &b, int64(b.Mode), 0, outcomes, m.opts)
-	return b.Plan.batchResult(wait, bind, rem, open, outcomes)
+	mode, through := scriptMode(b.Plan, b.Mode), int64(0)
+	var waits []int64
+	if mode >= modeShadow {
+		waits, through = make([]int64, len(b.Jobs)), m.opts.Horizon.Microseconds()
+	}
+	wait, bind, rem, open := sh.admit(now, m.born(), st, &b, mode, through, outcomes, waits, m.opts)
+	return b.Plan.batchResult(wait, bind, rem, open, outcomes, waits)
 }
+
+// shadowKey is where the memory backend keeps a tenant's shadow state (Redis: its state key
+// and shadowSuffix); tenant names hold no NUL.
+func shadowKey(tenant string) string { return tenant + "\x00shadow" }
 
 // CloseLane is Redis.CloseLane for this backend.
 func (m *Memory) CloseLane(_ context.Context, tenant string, plan *Plan, through int64) (open bool, err error) {
@@ -264,12 +294,12 @@ func (m *Memory) CloseLane(_ context.Context, tenant string, plan *Plan, through
 	}
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	_, _, _, o := sh.admit(now, m.born(), st, &b, int64(modeClose), through, nil, m.opts)
+	_, _, _, o := sh.admit(now, m.born(), st, &b, int64(modeClose), through, nil, nil, m.opts)
 	return o == 1, nil
 }
 
 // admit mirrors lua/admit.lua step by step; the differential test holds them together.
-func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through int64, out []int64, o Options) (wait, bind, rem, open int64) {
+func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through int64, out, swait []int64, o Options) (wait, bind, rem, open int64) {
 	p := b.Plan
 	ws := sh.load(st, p, now, born)
 	if st == nil {
@@ -279,6 +309,21 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 	wait = -1
 	isOpen := st.enq > st.done
 	changed := false
+	shadow, schanged := false, false
+	var sst *memState
+	var sws []work
+	if mode >= modeShadow {
+		shadow, mode = true, mode-modeShadow
+		sst = sh.tenants[shadowKey(b.Tenant)]
+		if sst != nil && sst.expiry <= now {
+			delete(sh.tenants, shadowKey(b.Tenant))
+			sst = nil
+		}
+		sws = loadInto(&sh.shadow, sst, p, now, born)
+		if sst == nil {
+			sst = &memState{}
+		}
+	}
 	if mode == int64(modeClose) {
 		if isOpen && (st.enq <= through || now-st.enqAt > o.LaneSettle.Microseconds()) {
 			st.done = st.enq
@@ -307,6 +352,26 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 				out[i], moving = int64(JobToLaneBefore), true
 			case mode == 0 && (isOpen || moving):
 				out[i] = int64(JobToLane)
+			case shadow:
+				out[i], swait[i] = int64(JobAdmitted), 0
+				sat, sfound := int64(0), false
+				for k := len(sst.marks) - 1; k >= 0; k-- {
+					if sst.marks[k].job == j.ID {
+						sat, sfound = sst.marks[k].at, true
+						break
+					}
+				}
+				if sfound && sat+redeem >= now {
+					out[i], swait[i] = int64(JobRedeemed), max(sat-now, 0)
+					break
+				}
+				s, _ := p.slot(sws, now, j.Weight)
+				if s-now <= through {
+					p.take(sws, s, j.Weight)
+					sst.marks = append(sst.marks, mark{j.ID, s})
+					schanged = true
+				}
+				swait[i] = min(s-now, through)
 			default:
 				s, bi := p.slot(ws, now, j.Weight)
 				if s == now && wait < 0 {
@@ -331,12 +396,19 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 			}
 		}
 	}
-	r, rb := p.remaining(ws, now)
+	rws := ws
+	if shadow {
+		rws = sws
+	}
+	r, rb := p.remaining(rws, now)
 	if wait < 0 {
 		wait, bind = 0, rb
 	}
 	if changed {
 		sh.store(b.Tenant, st, p, ws, now, o)
+	}
+	if schanged {
+		sh.storeWith(shadowKey(b.Tenant), sst, p, sws, now, 0, o)
 	}
 	if isOpen {
 		open = 1

@@ -52,7 +52,7 @@ func (p *Plans) Diff(old *Plans) Changes {
 		switch {
 		case !ok:
 			c.PlansAdded = append(c.PlansAdded, name)
-		case !reflect.DeepEqual(o.Limits, p.plans[name].Limits):
+		case !reflect.DeepEqual(o.Limits, p.plans[name].Limits) || o.Shadow != p.plans[name].Shadow:
 			c.PlansChanged = append(c.PlansChanged, name)
 		}
 	}

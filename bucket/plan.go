@@ -39,6 +39,10 @@ func (l Limit) label(i int) string {
 type Plan struct {
 	Name   string
 	Limits []Limit
+	// Shadow: the plan is trialled, not enforced (plans file: mode: shadow). Every job is
+	// admitted now; its decision is still computed, on a state of its own (see Batch), and
+	// reported as the wait it would have had (BatchResult.ShadowWaits).
+	Shadow bool
 
 	minCapacity int64
 	labels      []string

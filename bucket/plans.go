@@ -105,7 +105,11 @@ func (p *Plans) Describe() string {
 	fmt.Fprintf(&b, "plans (%d):\n", len(p.names))
 	for _, name := range p.names {
 		pl := p.plans[name]
-		fmt.Fprintf(&b, "  %s: %d %s, max weight %d\n", name, len(pl.Limits), plansPlural(len(pl.Limits), "limit", "limits"), pl.MaxWeight())
+		mode := ""
+		if pl.Shadow {
+			mode = ", shadow mode: trialled, not enforced"
+		}
+		fmt.Fprintf(&b, "  %s: %d %s, max weight %d%s\n", name, len(pl.Limits), plansPlural(len(pl.Limits), "limit", "limits"), pl.MaxWeight(), mode)
 		for i, l := range pl.Limits {
 			fmt.Fprintf(&b, "    limit %s: %s\n", l.label(i), l.describe())
 		}

@@ -30,6 +30,7 @@ type Redis struct {
 	redeem  int64 // Redeem in µs
 	settle  int64 // LaneSettle in µs
 	pad     int64 // extra key life in ms (pinned clocks in tests)
+	horizon int64 // Horizon in µs
 	reach   int64 // how far ahead of now a take may be made (µs): the horizon, plus calMargin
 	// fixed is the part of the decide script's argument after the weight: horizon, grace,
 	// marker life, key pad, redeem and lane life, packed (see lua/decide.lua).
@@ -58,6 +59,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
 		settle:  opts.LaneSettle.Microseconds(),
+		horizon: opts.Horizon.Microseconds(),
 		reach:   opts.Horizon.Microseconds() + calMargin,
 		fixed: packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0,
 			opts.Redeem.Microseconds(), 2*opts.LaneSettle.Microseconds()),
@@ -106,12 +108,18 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 func (r *Redis) call(req *Request) (keys, args []string) {
 	p := req.Plan
 	state := len(r.prefix) + len(req.Tenant) + 2
+	if p.Shadow { // the shadow state, and the shadow's job keys
+		state += len(shadowSuffix)
+	}
 	job := 0
 	if req.JobID != "" {
 		job = state + 1 + len(req.JobID)
 	}
 	buf := make([]byte, 0, max(state, job)+32+len(r.fixed)+len(p.packed)+p.calendarsLen())
 	buf = append(append(append(append(buf, r.prefix...), '{'), req.Tenant...), '}')
+	if p.Shadow {
+		buf = append(buf, shadowSuffix...)
+	}
 	if job > 0 {
 		buf = append(append(buf, ':'), req.JobID...)
 	}
@@ -137,7 +145,7 @@ func (r *Redis) Admit(ctx context.Context, b Batch) (BatchResult, error) {
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
 	}
-	return r.admitCall(ctx, &b, int64(b.Mode), 0)
+	return r.admitCall(ctx, &b, scriptMode(b.Plan, b.Mode), 0)
 }
 
 // CloseLane closes the tenant's lane, now empty up to input sequence through, unless a job
@@ -158,6 +166,11 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	key := []string{r.stateKey(b.Tenant)}
+	shadow := mode >= modeShadow
+	if shadow {
+		key = append(key, r.stateKey(b.Tenant)+shadowSuffix)
+		through = r.horizon
+	}
 	reply, err := r.run(ctx, r.admit, func() (keys, args []string) {
 		arg := make([]byte, 0, 8*(9+2*len(b.Jobs))+len(p.packed)+p.calendarsLen())
 		arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad, r.born.at.Load())
@@ -170,11 +183,19 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
-	vals := make([]int64, 4+len(b.Jobs))
+	k := len(b.Jobs)
+	vals := make([]int64, 4+k, 4+2*k)
+	if shadow {
+		vals = vals[:4+2*k]
+	}
 	if err := unpackInts(reply, vals); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
-	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:])
+	var waits []int64
+	if shadow {
+		waits = vals[4+k:]
+	}
+	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:4+k], waits)
 }
 
 // script is one of lua/'s scripts.
@@ -278,6 +299,10 @@ func (r *Redis) estimate() int64 {
 
 // stateKey is the key of a tenant's bucket state; its job keys extend it with ":" + job id.
 func (r *Redis) stateKey(tenant string) string { return r.prefix + "{" + tenant + "}" }
+
+// shadowSuffix follows a tenant's state key to name its shadow state (see
+// BatchResult.ShadowWaits): same hash slot; job keys follow it with ':', so none is this.
+const shadowSuffix = "#shadow"
 
 // RedisClientOption turns a redis:// or rediss:// URL (more cluster seeds as ?addr=host:port)
 // into client options safe for a limiter: no client-side cache, and write/keep-alive timeouts

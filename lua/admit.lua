@@ -19,6 +19,15 @@
 --   2 close   the lane is empty up to input sequence `through`: close it, unless a job was moved
 --             to it after that sequence and less than `quiet` ago (its move may still be under
 --             way). The reply's open flag says which.
+--   4, 5      ingest and lane under a plan in shadow mode (trialled, not enforced): every job
+--             that ingest or lane would decide is admitted now (outcome 0), and the plan's
+--             decision is computed on the tenant's shadow state (KEYS[2]) instead: the job
+--             takes the earliest slot at which its weight fits every limit after the jobs
+--             before it, as it would have waited, and its wait to that slot is in the reply.
+--             A slot further than `through` (the horizon, µs) is not taken, and the wait is
+--             given as the horizon: at least that long. While the lane is open (jobs that
+--             waited before the plan became shadow), ingest still moves jobs behind them, so
+--             that the tenant's order holds; the lane then lets them all go.
 --
 -- Idempotency: a job decided less than `redeem` ago is answered as it was (outcomes 1 and 3) and
 -- charged nothing; a job asked about later is decided afresh. That is what makes a retried call
@@ -27,6 +36,7 @@
 -- another replica forwards it later.
 --
 -- KEYS[1]  the tenant's state
+-- KEYS[2]  modes 4 and 5: the tenant's shadow state (the same layout)
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode, redeem (µs), quiet (µs),
 --          through (input sequence, mode 2), k jobs, n limits, extra key life (ms, 0 in
 --          production), born (µs, see load), then k × (job id, weight), then the plan's n
@@ -36,6 +46,8 @@
 -- outcome per job}: 0 admitted, 1 admitted before (redeemed, nothing charged), 2 moved to the
 -- lane, 3 moved to the lane before, 4 not yet (lane mode). wait and the binding limit concern the
 -- first job not admitted (0 when all were); otherwise the limit holding the fewest tokens.
+-- Modes 4 and 5 add one value per job: its shadow wait (µs; 0 when it fitted at once or was not
+-- decided here), and remaining and the binding limit are the shadow state's.
 --
 -- Redis commands: TIME, GET, and one SET ... PX or DEL.
 local arg = ARGV[1]
@@ -53,6 +65,13 @@ local out = {}
 local wait, bind = -1, 0
 local open = st.enq > st.done
 local changed = false
+
+local shadow, sst, sws, swait, schanged = false, nil, nil, {}, false
+if mode == 4 or mode == 5 then
+  shadow, mode = true, mode - 4
+  sst = read_state(redis.call('GET', KEYS[2]), lims, n, now)
+  sws = load(sst, lims, n, now, born)
+end
 
 if mode == 2 then
   if open and (st.enq <= through or now - st.enq_at > quiet) then
@@ -73,6 +92,20 @@ else
       out[i], moving = 3, true
     elseif mode == 0 and (open or moving) then
       out[i] = 2
+    elseif shadow then
+      out[i], swait[i] = 0, 0
+      local sat = find_mark(sst, job)
+      if sat and sat + redeem >= now then
+        out[i], swait[i] = 1, math.max(sat - now, 0)
+      else
+        local s = slot(lims, sws, n, now, w)
+        if s - now <= through then
+          take(lims, sws, n, s, w)
+          add_mark(sst, job, s)
+          schanged = true
+        end
+        swait[i] = math.min(s - now, through)
+      end
     else
       local s, b = slot(lims, ws, n, now, w)
       if s == now and wait < 0 then
@@ -92,11 +125,15 @@ else
   end
 end
 
-local r, rb = remaining(lims, ws, n, now)
+local r, rb = remaining(lims, sws or ws, n, now)
 if wait < 0 then wait, bind = 0, rb end
 if changed then write_state(KEYS[1], st, lims, ws, n, now, redeem, 2 * quiet, pad) end
+if schanged then write_state(KEYS[2], sst, lims, sws, n, now, redeem, 0, pad) end
 local o = 0
 if open then o = 1 end
 local vals = {wait, bind, r, o}
 for i = 1, k do vals[4 + i] = out[i] end
-return struct.pack('<' .. string.rep('l', 4 + k), unpack(vals))
+if shadow then
+  for i = 1, k do vals[4 + k + i] = swait[i] or 0 end
+end
+return pack_ints(vals)

@@ -1,6 +1,8 @@
 -- admitter: read a tenant's state without changing it (see state.lua).
 --
 -- KEYS[1]  the tenant's state
+-- KEYS[2]  optional: the state whose limits are read instead of KEYS[1]'s (a plan in shadow
+--          mode: the tenant's shadow state, see admit.lua)
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), born (µs, see load), n limits, then
 --          the plan's limits and calendars (see read_limits)
 --
@@ -13,7 +15,9 @@ if now == 0 then now = server_now() end
 local lims = read_limits(arg, 25, n)
 check_calendars(lims, n, now)
 local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
-local ws = load(st, lims, n, now, born)
+local ls = st
+if KEYS[2] then ls = read_state(redis.call('GET', KEYS[2]), lims, n, now) end
+local ws = load(ls, lims, n, now, born)
 local open = 0
 if st.enq > st.done then open = 1 end
 local vals = {now, open, st.enq, #st.marks / 2}

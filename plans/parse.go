@@ -211,19 +211,30 @@ func (ps *parser) plans(p *parsed, n *yaml.Node) error {
 
 // parsePlan parses the plan called name at field.
 func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, error) {
-	const want = "a mapping with limits"
+	const want = "a mapping with limits (and optionally mode)"
 	if isNull(n) {
 		return nil, ps.errorf(n.Line, field, "empty plan (want %s)", want)
 	}
-	pairs, err := ps.mapping(n, field, want, "limits")
+	pairs, err := ps.mapping(n, field, want, "limits", "mode")
 	if err != nil {
 		return nil, err
 	}
-	if len(pairs) == 0 {
+	var ln *yaml.Node
+	shadow := false
+	for _, kv := range pairs {
+		switch kv.key {
+		case "limits":
+			ln = kv.valueNode
+		case "mode":
+			if shadow, err = ps.mode(kv.valueNode, field+".mode"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if ln == nil {
 		return nil, ps.errorf(n.Line, field+".limits", "missing (want a list of limits)")
 	}
 	field += ".limits"
-	ln := pairs[0].valueNode
 	if err := ps.noAlias(ln, field); err != nil {
 		return nil, err
 	}
@@ -259,7 +270,25 @@ func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, err
 	if err != nil {
 		return nil, ps.wrap(ln.Line, field, strings.TrimPrefix(err.Error(), "bucket: "), err)
 	}
+	pl.Shadow = shadow
 	return pl, nil
+}
+
+// mode parses a plan's mode: enforce (the default) or shadow; it reports whether it is shadow.
+func (ps *parser) mode(n *yaml.Node, field string) (bool, error) {
+	if err := ps.noAlias(n, field); err != nil {
+		return false, err
+	}
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		return false, ps.errorf(n.Line, field, "want enforce or shadow, got %s", describe(n))
+	}
+	switch n.Value {
+	case "enforce":
+		return false, nil
+	case "shadow":
+		return true, nil
+	}
+	return false, ps.errorf(n.Line, field, "unknown mode %s (want enforce or shadow)", quote(n.Value))
 }
 
 // kindFields lists the fields each kind of limit takes, in the order messages name them.

@@ -197,6 +197,7 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 	}
 	type plan struct {
 		Limits []limit `yaml:"limits"`
+		Mode   string  `yaml:"mode,omitempty"`
 	}
 	type file struct {
 		Plans       map[string]plan   `yaml:"plans"`
@@ -221,7 +222,11 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 				ls = append(ls, q)
 			}
 		}
-		f.Plans[name] = plan{ls}
+		mode := ""
+		if pl.Shadow {
+			mode = "shadow"
+		}
+		f.Plans[name] = plan{ls, mode}
 	}
 	out, err := yaml.Marshal(f)
 	if err != nil {
@@ -304,7 +309,7 @@ func TestParseErrors(t *testing.T) {
 
 		// Unknown and duplicate keys at every level.
 		{"unknown top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\ndefault: free\n", 3, "default", `unknown key "default" (want plans, tenants or default_plan)`},
-		{"unknown plan key", "plans:\n  free:\n    limits: [{capacity: 1, rate: 1/s}]\n    burst: 5\n", 4, "plans.free.burst", `unknown key "burst" (want limits)`},
+		{"unknown plan key", "plans:\n  free:\n    limits: [{capacity: 1, rate: 1/s}]\n    burst: 5\n", 4, "plans.free.burst", `unknown key "burst" (want limits or mode)`},
 		{"unknown limit key", free("{capacity: 1, rate: 1/s, per: tenant}"), 4, "plans.free.limits[0].per", `unknown key "per" (a bucket limit takes name, kind, capacity and rate)`},
 		{"misspelt limits", "plans:\n  free:\n    limts: [{capacity: 1, rate: 1/s}]\n", 3, "plans.free.limts", `unknown key "limts"`},
 		{"duplicate top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\nplans:\n  gold: {limits: [{capacity: 1, rate: 1/s}]}\n", 3, "plans", `duplicate key "plans" (first at line 1)`},
@@ -319,8 +324,8 @@ func TestParseErrors(t *testing.T) {
 		{"alias", "plans:\n  free: &f {limits: [{capacity: 1, rate: 1/s}]}\n  gold: *f\n", 3, "plans.gold", "YAML aliases (*f) are not supported"},
 
 		// Plans and their limits.
-		{"null plan", "plans:\n  free:\n", 2, "plans.free", "empty plan (want a mapping with limits)"},
-		{"plan a scalar", "plans:\n  free: gold\n", 2, "plans.free", `want a mapping with limits, got "gold"`},
+		{"null plan", "plans:\n  free:\n", 2, "plans.free", "empty plan (want a mapping with limits (and optionally mode))"},
+		{"plan a scalar", "plans:\n  free: gold\n", 2, "plans.free", `want a mapping with limits (and optionally mode), got "gold"`},
 		{"plan without limits key", "plans:\n  free: {}\n", 2, "plans.free.limits", "missing (want a list of limits)"},
 		{"empty limits", "plans:\n  free:\n    limits: []\n", 3, "plans.free.limits", `plan "free" has no limits`},
 		{"null limits", "plans:\n  free:\n    limits:\n", 3, "plans.free.limits", `plan "free" has no limits`},
@@ -760,4 +765,41 @@ func FuzzParseWindow(f *testing.F) {
 			t.Fatalf("ParseWindow(%q) = %v, written %q, read back %v, %v", s, d, bucket.ShortDuration(d), again, err)
 		}
 	})
+}
+
+// TestParseMode: a plan's mode is enforce (the default, also written out) or shadow; anything
+// else is refused at its line.
+func TestParseMode(t *testing.T) {
+	p := mustParse(t, `plans:
+  trial:
+    mode: shadow
+    limits:
+      - {capacity: 5, rate: 1/s}
+  real:
+    limits:
+      - {capacity: 5, rate: 1/s}
+    mode: enforce
+  plain:
+    limits:
+      - {capacity: 5, rate: 1/s}
+`)
+	for name, want := range map[string]bool{"trial": true, "real": false, "plain": false} {
+		if pl, _ := p.Plan(name); pl.Shadow != want {
+			t.Errorf("plan %s: Shadow %v, want %v", name, pl.Shadow, want)
+		}
+	}
+	if d := p.Describe(); !strings.Contains(d, "trial: 1 limit, max weight 5, shadow mode") {
+		t.Errorf("Describe() does not say trial is in shadow mode:\n%s", d)
+	}
+	for _, c := range []struct{ doc, want string }{
+		{"plans:\n  p:\n    mode: audit\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mode: unknown mode "audit" (want enforce or shadow)`},
+		{"plans:\n  p:\n    limits: [{capacity: 1, rate: 1/s}]\n    mode: [shadow]\n", "plans.yaml:4: plans.p.mode: want enforce or shadow, got a list"},
+		{"plans:\n  p:\n    mode: shadow\n", "plans.yaml:3: plans.p.limits: missing (want a list of limits)"},
+		{"plans:\n  p:\n    mood: shadow\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mood: unknown key "mood" (want limits or mode)`},
+	} {
+		_, err := plans.Parse("plans.yaml", []byte(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want it to contain %q", c.doc, err, c.want)
+		}
+	}
 }

@@ -35,7 +35,7 @@ func (p *Policy) Inspect(ctx context.Context, tenant string) (wire.TenantState, 
 
 // TenantState turns a snapshot of tenant's buckets under plan into what Inspect returns.
 func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.TenantState {
-	s := wire.TenantState{Tenant: tenant, Plan: plan.Name, At: snap.At.UTC(), LaneOpen: snap.LaneOpen, Reservations: snap.Reservations,
+	s := wire.TenantState{Tenant: tenant, Plan: plan.Name, Shadow: plan.Shadow, At: snap.At.UTC(), LaneOpen: snap.LaneOpen, Reservations: snap.Reservations,
 		Limits: make([]wire.LimitState, 0, len(snap.Limits))}
 	if !snap.LatestSlot.IsZero() {
 		t := snap.LatestSlot.UTC()

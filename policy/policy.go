@@ -200,6 +200,9 @@ type Verdict struct {
 	Redeemed bool
 	// Paused: ToLane or Wait because the tenant is paused; Wait is the rest of the pause.
 	Paused bool
+	// Shadow: Forward under a plan in shadow mode (trialled, not enforced); Wait is how long
+	// the plan would have delayed the job (zero: not at all).
+	Shadow bool
 	// Wait: for Wait and Held, when to ask again; for ToLane, when the job's weight would fit
 	// (a hint for its lane).
 	Wait time.Duration
@@ -294,6 +297,9 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 		switch o {
 		case bucket.JobAdmitted, bucket.JobRedeemed:
 			*v = Verdict{Action: Forward, Redeemed: o == bucket.JobRedeemed}
+			if res.ShadowWaits != nil {
+				v.Shadow, v.Wait = true, res.ShadowWaits[k]
+			}
 		case bucket.JobToLane, bucket.JobToLaneBefore:
 			*v = Verdict{Action: ToLane, Redeemed: o == bucket.JobToLaneBefore, Wait: res.Wait}
 			if paused {

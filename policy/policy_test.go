@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,6 +186,46 @@ func TestNewRejects(t *testing.T) {
 		{Limiter: bucket.NewMemory(bucket.Options{}, nil), Plans: ps, FailMode: "sideways"}} {
 		if _, err := New(c); err == nil {
 			t.Errorf("New(%+v) accepted", c)
+		}
+	}
+}
+
+// TestShadowMode: under a plan in shadow mode every job is forwarded and every request allowed,
+// each with the wait the plan would have given it; the decision is shadow_delayed when it would
+// have waited.
+func TestShadowMode(t *testing.T) {
+	const yaml = `
+plans:
+  trial: {mode: shadow, limits: [{name: burst, capacity: 2, rate: 10/s}]}
+tenants: {acme: trial, bob: trial}
+`
+	clock := time.Unix(1_800_000_000, 0)
+	p, _ := newPolicy(t, bucket.NewMemory(bucket.Options{}, func() time.Time { return clock }), FailOpen, yaml)
+	ctx := context.Background()
+	d := p.Decide(ctx, "acme", bucket.Ingest, jobs(1, 1, 1, 1))
+	var got []string
+	for _, v := range d.Verdicts {
+		got = append(got, fmt.Sprintf("%v shadow=%v wait=%v", v.Action, v.Shadow, v.Wait))
+	}
+	want := []string{"forward shadow=true wait=0s", "forward shadow=true wait=0s", "forward shadow=true wait=100ms", "forward shadow=true wait=200ms"}
+	if !slices.Equal(got, want) {
+		t.Errorf("verdicts %q, want %q", got, want)
+	}
+
+	for i, want := range []struct {
+		wait     time.Duration
+		decision string
+		header   string
+	}{{0, wire.DecisionAdmitted, "admitted"}, {0, wire.DecisionAdmitted, "admitted"}, {100 * time.Millisecond, wire.DecisionShadowDelayed, "delayed 100"}} {
+		a := p.Allow(ctx, wire.SourceHTTP, "bob", 1)
+		hdr := map[string]string{}
+		a.Headers(func(k, v string) { hdr[k] = v })
+		if !a.Allowed || !a.Shadow || a.ShadowWait != want.wait || a.Decision() != want.decision || a.Status() != 200 ||
+			hdr[wire.HeaderShadow] != want.header || hdr[wire.HeaderRetryAfter] != "" || hdr[wire.HeaderRateLimit] != "" {
+			t.Errorf("request %d: %+v, headers %v; want allowed, shadow wait %v, %s, header %q", i, a, hdr, want.wait, want.decision, want.header)
+		}
+		if body := string(a.AppendBody(nil)); !strings.Contains(body, `"shadow":"`+want.header+`"`) {
+			t.Errorf("request %d: body %s lacks the shadow field", i, body)
 		}
 	}
 }

@@ -44,6 +44,11 @@ type Answer struct {
 	Degraded bool
 	// Reserved: denied, but a slot is booked for Key, Wait from now.
 	Reserved bool
+	// Shadow: the plan is in shadow mode (trialled, not enforced): the request is allowed, and
+	// ShadowWait is how long the plan would have made it wait (zero: not at all). Outcome,
+	// Remaining and Limit are the plan's decision on its shadow state.
+	Shadow     bool
+	ShadowWait time.Duration
 	// Outcome is the limiter's, when it decided (Code empty and not Degraded).
 	Outcome bucket.Outcome
 	// Wait: zero when allowed; when denied, the time until the weight fits (Allow; at most the
@@ -76,6 +81,8 @@ func (a *Answer) Decision() string {
 		return wire.DecisionRejected
 	case a.Degraded:
 		return wire.DecisionDegraded
+	case a.Shadow && a.ShadowWait > 0:
+		return wire.DecisionShadowDelayed
 	case a.Allowed:
 		return wire.DecisionAdmitted
 	case a.Reserved:
@@ -126,6 +133,9 @@ func (a *Answer) decision() wire.Decision {
 	if a.Plan != nil {
 		d.Plan = a.Plan.Name
 	}
+	if a.Shadow {
+		d.Shadow = wire.ShadowValue(a.ShadowWait)
+	}
 	return d
 }
 
@@ -137,6 +147,10 @@ func (a *Answer) Headers(set func(name, value string)) {
 	denied := !a.Allowed && (a.Code == "" || a.Code == wire.CodeLimiterUnavailable)
 	if denied {
 		set(wire.HeaderRetryAfter, strconv.FormatInt(wire.Seconds(a.Wait), 10))
+	}
+	if a.Shadow {
+		set(wire.HeaderShadow, wire.ShadowValue(a.ShadowWait))
+		return // the plan is not enforced: no RateLimit headers a client would act on
 	}
 	if a.Code != "" || a.Degraded || a.Plan == nil || a.LimitIndex < 0 || a.LimitIndex >= len(a.Plan.Limits) {
 		return
@@ -224,6 +238,13 @@ func (p *Policy) decideSync(ctx context.Context, a Answer, reserve bool) Answer 
 	a.Allowed, a.Outcome, a.Wait = res.Allowed, res.Outcome, res.Wait
 	a.Remaining, a.Limit, a.LimitIndex = res.Remaining, res.Limit, res.LimitIndex
 	a.Reserved = res.Outcome == bucket.Delayed || res.Outcome == bucket.Early
+	if plan.Shadow { // decided on the shadow state; allowed whatever it says
+		a.Shadow, a.ShadowWait = true, a.Wait
+		if a.Allowed {
+			a.ShadowWait = 0
+		}
+		a.Allowed, a.Reserved, a.Wait = true, false, 0
+	}
 	return a
 }
 

@@ -28,7 +28,7 @@ const (
 	AttrPlan      = attribute.Key("admitter.plan")
 	AttrWeight    = attribute.Key("admitter.weight")
 	AttrDecision  = attribute.Key("admitter.decision")
-	AttrWaitMs    = attribute.Key("admitter.wait_ms")
+	AttrWaitMs    = attribute.Key("admitter.wait_ms") // for shadow_delayed: the wait the plan would have given
 	AttrLimit     = attribute.Key("admitter.limit")
 	AttrRemaining = attribute.Key("admitter.remaining")
 	AttrError     = attribute.Key("admitter.error")
@@ -104,7 +104,7 @@ func (t *telemetry) record(ctx context.Context, span trace.Span, a *Answer) {
 	}
 	if span.IsRecording() { // attributes cost allocations: only for spans that are kept
 		span.SetAttributes(AttrSource.String(string(a.Source)), AttrTenant.String(a.Tenant), AttrPlan.String(plan),
-			AttrWeight.Int64(a.Weight), AttrDecision.String(decision), AttrWaitMs.Float64(float64(a.Wait)/float64(time.Millisecond)),
+			AttrWeight.Int64(a.Weight), AttrDecision.String(decision), AttrWaitMs.Float64(float64(max(a.Wait, a.ShadowWait))/float64(time.Millisecond)),
 			AttrLimit.String(a.Limit), AttrRemaining.Int64(a.Remaining))
 		if a.Code != "" {
 			span.SetAttributes(AttrError.String(string(a.Code)))

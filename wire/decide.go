@@ -60,6 +60,10 @@ type Decision struct {
 	// Degraded: allowed without a decision, because the limiter failed and the fail mode is
 	// open.
 	Degraded bool `json:"degraded,omitempty"`
+	// Shadow, when the plan is in shadow mode (trialled, not enforced: the request is
+	// allowed): "admitted", or "delayed <ms>" when the plan would have made it wait (see
+	// HeaderShadow).
+	Shadow string `json:"shadow,omitempty"`
 }
 
 // ErrorBody is the body of a refused request (HTTP 4xx/5xx; a NATS reply with micro error

@@ -250,7 +250,8 @@ func FuzzAppendJSONString(f *testing.F) {
 // false or zero.
 func TestAnswerJSON(t *testing.T) {
 	for _, d := range []Decision{{}, {Allowed: true, Tenant: "a\"cme", Plan: "gold", Limit: "0", Remaining: 12, WaitMs: 0},
-		{Tenant: "zoë\n", Plan: "p", Limit: "burst", WaitMs: 1500, Reserved: true}, {Allowed: true, Degraded: true, Remaining: -1}} {
+		{Tenant: "zoë\n", Plan: "p", Limit: "burst", WaitMs: 1500, Reserved: true}, {Allowed: true, Degraded: true, Remaining: -1},
+		{Allowed: true, Tenant: "t", Plan: "trial", Shadow: ShadowValue(1500 * time.Microsecond)}, {Allowed: true, Shadow: ShadowValue(0)}} {
 		b := d.AppendJSON(nil)
 		var back Decision
 		dec := json.NewDecoder(bytes.NewReader(b))
@@ -258,7 +259,7 @@ func TestAnswerJSON(t *testing.T) {
 		if err := dec.Decode(&back); err != nil || back != d {
 			t.Errorf("%s: %+v, %v; want %+v", b, back, err, d)
 		}
-		if bytes.Contains(b, []byte("reserved")) != d.Reserved || bytes.Contains(b, []byte("degraded")) != d.Degraded {
+		if bytes.Contains(b, []byte("reserved")) != d.Reserved || bytes.Contains(b, []byte("degraded")) != d.Degraded || bytes.Contains(b, []byte("shadow")) != (d.Shadow != "") {
 			t.Errorf("%s: optional fields for %+v", b, d)
 		}
 	}
@@ -267,6 +268,14 @@ func TestAnswerJSON(t *testing.T) {
 		var back ErrorBody
 		if err != nil || json.Unmarshal(b, &back) != nil || back != e || bytes.Contains(b, []byte("wait_ms")) != (e.WaitMs != 0) {
 			t.Errorf("%s: %+v, %v; want %+v", b, back, err, e)
+		}
+	}
+}
+
+func TestShadowValue(t *testing.T) {
+	for wait, want := range map[time.Duration]string{0: "admitted", -time.Second: "admitted", time.Microsecond: "delayed 1", 1500 * time.Millisecond: "delayed 1500"} {
+		if got := ShadowValue(wait); got != want {
+			t.Errorf("ShadowValue(%v) = %q, want %q", wait, got, want)
 		}
 	}
 }

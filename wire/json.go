@@ -29,6 +29,10 @@ func (d Decision) AppendJSON(b []byte) []byte {
 	if d.Degraded {
 		b = append(b, `,"degraded":true`...)
 	}
+	if d.Shadow != "" {
+		b = append(b, `,"shadow":`...)
+		b = appendJSONString(b, d.Shadow)
+	}
 	return append(b, '}')
 }
 

@@ -12,6 +12,9 @@ type TenantState struct {
 	Limits []LimitState `json:"limits"`
 	// LaneOpen: queued jobs of the tenant wait in its lane, in order, and its new jobs join them.
 	LaneOpen bool `json:"lane_open"`
+	// Shadow: the plan is in shadow mode (trialled, not enforced): Limits are its trial's
+	// state, which nothing is held for.
+	Shadow bool `json:"shadow,omitempty"`
 	// PausedUntil: the tenant's jobs are held until then (see admitter plans pause).
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
 	// Reservations counts the slots booked (by reserving requests) and not yet claimed;

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Headers of the contract (see README, "Headers").
@@ -23,6 +24,10 @@ const (
 	// (DegradedFailOpen) when forwarded or allowed without a decision (Redis failed, fail mode
 	// open).
 	HeaderDegraded = "Admit-Degraded"
+	// HeaderShadow, on output and on answers of the HTTP decision API, when the tenant's plan
+	// is in shadow mode (trialled, not enforced): "delayed <ms>" when the plan would have
+	// delayed the job or request that long (ShadowDelayed), else "admitted".
+	HeaderShadow = "Admit-Shadow"
 	// HeaderError, on dead letters: a Code.
 	HeaderError = "Admit-Error"
 	// HeaderErrorDetail, on dead letters: a sentence saying what was wrong.
@@ -122,6 +127,9 @@ const (
 	DecisionDegraded = "degraded" // the limiter failed, fail mode open: forwarded or allowed unchecked
 	DecisionHeld     = "held"     // the limiter failed, fail mode closed: held, asked again later
 	DecisionPaused   = "paused"   // its tenant is paused: moved to (or kept in) its lane until the pause ends
+	// DecisionShadowDelayed: forwarded or allowed now under a plan in shadow mode, which
+	// would have delayed it (HeaderShadow says how long).
+	DecisionShadowDelayed = "shadow_delayed"
 
 	DecisionThrottled   = "throttled"   // a request denied, nothing booked: ask again after the wait
 	DecisionRejected    = "rejected"    // a request refused for what it is (its weight, its tenant)
@@ -177,3 +185,12 @@ var (
 // DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they
 // resolve below a millisecond, a decision being one Redis round trip.
 var DecisionDurationBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+
+// ShadowValue is HeaderShadow's value for a job or request the plan in shadow mode would have
+// delayed by wait (zero: not delayed).
+func ShadowValue(wait time.Duration) string {
+	if wait <= 0 {
+		return "admitted"
+	}
+	return "delayed " + strconv.FormatInt(Millis(wait), 10)
+}

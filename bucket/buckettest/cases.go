@@ -137,6 +137,19 @@ var decideCases = []testCase{
 			}
 		}
 	}},
+	{name: "a plan in shadow mode decides on the shadow state", needs: reserve(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		enforced := mustPlan(t, "p", lim("a", 1, 100*ms))
+		trial := mustPlan(t, "p", lim("a", 1, 100*ms))
+		trial.Shadow = true
+		h.expect(trial, 1, "x", bucket.Admitted, 0, 0)
+		h.expect(trial, 1, "y", bucket.Delayed, 100*ms, 0)
+		h.expectReservations(trial, 1, 100*ms)
+		h.expectTokens(trial, -1)
+		// The enforced state, and its job keys, know nothing of it.
+		h.expectTokens(enforced, 1)
+		h.expectReservations(enforced, 0, 0)
+		h.expect(enforced, 1, "y", bucket.Admitted, 0, 0)
+	}},
 	{name: "invalid requests", needs: decide(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("big", 10, time.Second), lim("small", 3, time.Second))
 		for _, tc := range []struct {
@@ -232,6 +245,42 @@ var admitCases = []testCase{
 		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "AAA", 0, true)
 		h.closeLane(p, 3, false)
 		h.admit(p, bucket.Ingest, jobs("4"), "L", 100*ms, true)
+	}},
+	{name: "shadow admits everything and reports the queue the plan would have made", needs: lanes(), opts: bucket.Options{Horizon: 250 * ms}, run: func(t *testing.T, h *harness) {
+		enforced := mustPlan(t, "p", lim("", 2, 100*ms))
+		trial := mustPlan(t, "p", lim("", 2, 100*ms))
+		trial.Shadow = true
+		r := h.admit(trial, bucket.Ingest, jobs("1", "2", "3", "4", "5", "6"), "AAAAAA", 0, false)
+		// 2 fit now; then one every 100 ms, as the lane would have let them go; past the
+		// horizon (250 ms) nothing is taken and the wait is given as the horizon.
+		h.expectShadow(r, 0, 0, 100*ms, 200*ms, 250*ms, 250*ms)
+		h.expectTokens(trial, -2)   // the shadow state: 2 used, 2 booked ahead
+		h.expectTokens(enforced, 2) // the state enforced plans use: untouched
+		// Asked again within the redeem window: answered as before, charged nothing.
+		// Job 7's slot (300 ms) is now within the horizon: taken.
+		h.c.Advance(50 * ms)
+		r = h.admit(trial, bucket.Lane, jobs("3", "7"), "RA", 0, false)
+		h.expectShadow(r, 50*ms, 250*ms)
+		h.expectTokens(trial, -3)
+		// Once the plan is enforced, the tenant starts from the enforced state.
+		h.admit(enforced, bucket.Ingest, jobs("8", "9", "10"), "AAL", 100*ms, true)
+	}},
+	{name: "shadow keeps the order of jobs that waited before", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		enforced := mustPlan(t, "p", lim("", 1, 100*ms))
+		trial := mustPlan(t, "p", lim("", 1, 100*ms))
+		trial.Shadow = true
+		h.admit(enforced, bucket.Ingest, jobs("1", "2", "3"), "ALL", 100*ms, true)
+		// In shadow mode new jobs still queue behind the lane...
+		r := h.admit(trial, bucket.Ingest, jobs("4"), "L", 0, true)
+		h.expectShadow(r, 0)
+		// ...which lets them all go, each with the wait the plan would have given it.
+		r = h.admit(trial, bucket.Lane, jobs("2", "3", "4"), "AAA", 0, true)
+		h.expectShadow(r, 0, 100*ms, 200*ms)
+		h.closeLane(trial, 4, false)
+		r = h.admit(trial, bucket.Ingest, jobs("5"), "A", 0, false)
+		h.expectShadow(r, 300*ms)
+		// A paused tenant is held whatever the mode.
+		h.admit(trial, bucket.Hold, jobs("6"), "L", 0, true)
 	}},
 	{name: "a plan that changes the rate keeps the tokens used", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		slow := mustPlan(t, "slow", lim("", 2, time.Minute)) // 2 burst, one a minute

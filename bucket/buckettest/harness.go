@@ -134,3 +134,11 @@ func (h *harness) expectLimit(p *bucket.Plan, i int, tokens, used int64, next ti
 			l.Limit, h.c.Now().Sub(Start), l.Tokens, l.Used, l.NextIn, tokens, used, next, l)
 	}
 }
+
+// expectShadow checks the shadow waits of an Admit under a plan in shadow mode.
+func (h *harness) expectShadow(r bucket.BatchResult, want ...time.Duration) {
+	h.t.Helper()
+	if fmt.Sprint(r.ShadowWaits) != fmt.Sprint(want) {
+		h.t.Fatalf("shadow waits at +%v = %v, want %v", h.c.Now().Sub(Start), r.ShadowWaits, want)
+	}
+}

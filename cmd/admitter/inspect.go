@@ -191,6 +191,9 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 		}
 	}
 	tw.Flush()
+	if r.Shadow {
+		fmt.Fprintf(w, "\nplan %s is in shadow mode: its jobs are forwarded at once; the limits above are the trial's, and the waits what it would give\n", r.Plan)
+	}
 	if r.PausedUntil != nil {
 		fmt.Fprintf(w, "\npaused until %s (%v from now): its jobs wait in its lane, in order\n", r.PausedUntil.UTC().Format(time.RFC3339), r.PausedUntil.Sub(r.At).Round(time.Second))
 	}
