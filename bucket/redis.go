@@ -41,6 +41,8 @@ type Redis struct {
 	// born is when the servers' memory began (µs of server time; 0: nothing known lost), see
 	// lua/state.lua clamp_tats; refreshed by refreshBorn.
 	born born
+	// admits sends the queue's batches, many tenants' in one script call (see coalescer).
+	admits coalescer
 }
 
 // NewRedis returns a backend deciding through client, with keys under prefix
@@ -50,7 +52,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
-	return &Redis{
+	r := &Redis{
 		client:  client,
 		script:  newScript(lua.Decide, false),
 		admit:   newScript(lua.Admit, false),
@@ -64,6 +66,11 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		fixed: packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0,
 			opts.Redeem.Microseconds(), 2*opts.LaneSettle.Microseconds()),
 	}
+	r.admits = coalescer{exec: r.execAdmits, maxCalls: coalesceCalls, maxBatches: coalesceBatches, maxJobs: coalesceJobs}
+	if client != nil && client.Mode() == rueidis.ClientModeCluster {
+		r.admits.maxBatches = 1 // a script's keys must share a hash slot
+	}
+	return r
 }
 
 // packInts appends little-endian int64s, the encoding of every value crossing the script
@@ -165,34 +172,33 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 	if err := r.refreshBorn(ctx); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
-	key := []string{r.stateKey(b.Tenant)}
-	shadow := mode >= modeShadow
-	if shadow {
-		key = append(key, r.stateKey(b.Tenant)+shadowSuffix)
-		through = r.horizon
+	c := &admitCall{keys: []string{r.stateKey(b.Tenant)}, jobs: len(b.Jobs), done: make(chan struct{})}
+	if mode >= modeShadow {
+		c.keys = append(c.keys, r.stateKey(b.Tenant)+shadowSuffix)
+		c.shadow, through = true, r.horizon
 	}
-	reply, err := r.run(ctx, r.admit, func() (keys, args []string) {
+	c.arg = func() string {
 		arg := make([]byte, 0, 8*(9+2*len(b.Jobs))+len(p.packed)+p.calendarsLen())
 		arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad, r.born.at.Load())
 		for _, j := range b.Jobs {
 			arg = packInts(arg, j.ID, j.Weight)
 		}
 		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
-		return key, []string{unsafe.String(&arg[0], len(arg))}
-	})
-	if err != nil {
+		return unsafe.String(&arg[0], len(arg))
+	}
+	if err := r.admits.do(ctx, c); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	k := len(b.Jobs)
 	vals := make([]int64, 4+k, 4+2*k)
-	if shadow {
+	if c.shadow {
 		vals = vals[:4+2*k]
 	}
-	if err := unpackInts(reply, vals); err != nil {
+	if err := unpackInts(c.reply, vals); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	var waits []int64
-	if shadow {
+	if c.shadow {
 		waits = vals[4+k:]
 	}
 	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:4+k], waits)
@@ -217,6 +223,11 @@ func newScript(src string, ro bool) *script {
 // take the limits it forgot for refilled since the previous start: a burst. A failed call makes
 // the next one ask too.
 func (r *Redis) run(ctx context.Context, s *script, build func() (keys, args []string)) ([]byte, error) {
+	return r.exec(ctx, s, build).AsBytes()
+}
+
+// exec is run for a reply of any type; its error is the reply's.
+func (r *Redis) exec(ctx context.Context, s *script, build func() (keys, args []string)) rueidis.RedisResult {
 	keys, args := build()
 	cmd := r.client.B()
 	var resp rueidis.RedisResult
@@ -228,7 +239,7 @@ func (r *Redis) run(ctx context.Context, s *script, build func() (keys, args []s
 	if e, ok := rueidis.IsRedisErr(resp.Error()); ok && e.IsNoScript() {
 		r.born.stale()
 		if err := r.refreshBorn(ctx); err != nil {
-			return nil, err
+			return rueidis.NewErrorResult(err)
 		}
 		keys, args = build()
 		if s.ro {
@@ -237,11 +248,10 @@ func (r *Redis) run(ctx context.Context, s *script, build func() (keys, args []s
 			resp = r.client.Do(ctx, cmd.Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 		}
 	}
-	reply, err := resp.AsBytes()
-	if err != nil {
+	if resp.Error() != nil {
 		r.born.stale()
 	}
-	return reply, err
+	return resp
 }
 
 // decodeReply turns the script's packed reply into a Result.

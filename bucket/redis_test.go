@@ -265,9 +265,9 @@ func TestRedisRefusesACalendarThatMissesItsClock(t *testing.T) {
 		arg := packInts(nil, now, 1, r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
 		arg = append(arg, p.packed...)
 		arg = append(arg, newCalendar(&p.Limits[0], est-calMargin, est+calMargin).packed...)
-		_, err := r.run(context.Background(), r.admit, func() (keys, args []string) {
-			return []string{r.stateKey(tenant)}, []string{string(arg)}
-		})
+		c := &admitCall{keys: []string{r.stateKey(tenant)}, jobs: 1, arg: func() string { return string(arg) }, done: make(chan struct{})}
+		r.execAdmits(context.Background(), []*admitCall{c})
+		err := c.err
 		if err == nil || !strings.Contains(err.Error(), "quota calendar") {
 			t.Errorf("calendar around %+dm: error %v, want the calendar refused", (est-now)/60e6, err)
 		}

@@ -84,7 +84,7 @@ else
   if mode == 3 then mode = 0 end
   for i = 1, k do
     local job, w = jid[i], jw[i]
-    local at = find_mark(st, job)
+    local at = find_mark(st, job, mode == 1) -- the lane asks only whether it was admitted
     if at and math.abs(at) + redeem < now then at = nil end
     if at and at > 0 then
       out[i] = 1

@@ -20,7 +20,7 @@ if KEYS[2] then ls = read_state(redis.call('GET', KEYS[2]), lims, n, now) end
 local ws = load(ls, lims, n, now, born)
 local open = 0
 if st.enq > st.done then open = 1 end
-local vals = {now, open, st.enq, #st.marks / 2}
+local vals = {now, open, st.enq, mark_count(st)}
 for i = 1, n do
   if lims[i].kind == BUCKET then
     vals[#vals + 1] = ws[i]

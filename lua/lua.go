@@ -18,11 +18,15 @@ var admit string
 //go:embed inspect.lua
 var inspect string
 
+//go:embed many.lua
+var many string
+
 // Decide decides one request and books a slot when it must wait (see decide.lua).
 var Decide = prelude + decide
 
-// Admit decides a batch of a tenant's queued jobs in order, without booking (see admit.lua).
-var Admit = prelude + admit
+// Admit decides batches of queued jobs, each of one tenant's jobs in order, without booking:
+// many.lua calls admit.lua, wrapped as the function admit_one(KEYS, ARGV), once per batch.
+var Admit = prelude + "local function admit_one(KEYS, ARGV)\n" + admit + "\nend\n" + many
 
 // Inspect reads a tenant's state without changing it (see inspect.lua).
 var Inspect = prelude + inspect

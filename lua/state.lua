@@ -12,8 +12,12 @@
 --   [6] m          number of recent decisions
 --   [7] until      the state's logical expiry (µs): read as absent from then on, whenever Redis
 --                  evicts the key, so that decisions do not depend on when it does
+--   [8] hwm        the highest job id ever marked (below): a job above it was never decided, and
+--                  its decision is not looked up (the common case: input sequences only grow)
+--   [9] hwa        the highest job id ever marked admitted (at > 0), likewise for the lane
 --   then m pairs   (job, at): a job decided within the redeem window; at > 0 admitted at that
---                  time, at < 0 moved to the lane at -at
+--                  time, at < 0 moved to the lane at -at. Oldest first; they are read only when
+--                  a job at or below hwm is asked about, and otherwise carried over as bytes
 --   then n records (limit id, len*4 + kind, then len values): a limit's state, keyed by the
 --                  limit's stable id (a hash of its name) and its kind, so a plan that reorders,
 --                  adds or removes limits keeps the state of every limit it still has, and a
@@ -26,6 +30,10 @@
 --                    2 quota   until death (see the arithmetic below)
 --
 -- OLD_TAG ("ADM2", before limit kinds) has n pairs (limit id, tat) instead of records: buckets.
+-- SHORT_TAG ("ADM3") is the same layout with a header of 7 values, without hwm and hwa: it is
+-- written when there are no recent decisions (m = 0), which is every idle tenant's state (16
+-- bytes fewer, a smaller allocation in Redis). Read with m > 0 (a state written before hwm and
+-- hwa existed), every job is looked up.
 --
 -- Every value is an integer below 2^53 (µs, sequences, 52-bit ids, weights), exact in Lua's
 -- doubles.
@@ -39,9 +47,11 @@
 --           Either log counts used(s) at time s, the weight of the takes whose death is after s,
 --           and weight w fits at s when used(s) + w <= limit. used only falls as s grows: the
 --           earliest fit is found walking the deaths in order, and holds from then on.
-local STATE_TAG = 1094995251 -- "ADM3"
+local STATE_TAG = 1094995252 -- "ADM4"
+local SHORT_TAG = 1094995251 -- "ADM3"
 local OLD_TAG = 1094995250 -- "ADM2"
-local STATE_HDR = 7
+local STATE_HDR = 9
+local UNKNOWN_HWM = 9007199254740991 -- 2^53 - 1: every job may have been decided
 local MAX_MARKS = 64
 local BUCKET, WINDOW, QUOTA = 0, 1, 2
 
@@ -139,11 +149,22 @@ end
 -- stored state of limit i (a tat, or a log as a flat list death, weight, ...), nil when the
 -- state does not know it. A state that does not parse is read as absent.
 local function read_state(raw, lims, n, now)
-  local st = {enq = 0, enq_at = 0, done = 0, marks = {}, byjob = {}, recs = {}}
-  if not raw or #raw < 8 * STATE_HDR then return st end
+  local st = {enq = 0, enq_at = 0, done = 0, m = 0, mraw = '', new = {}, hwm = 0, hwa = 0, recs = {}}
+  if not raw or #raw < 8 * 7 then return st end
   local tag, cnt, enq, enq_at, done, m, expiry = struct.unpack('<lllllll', raw)
-  if (tag ~= STATE_TAG and tag ~= OLD_TAG) or expiry <= now or #raw < 8 * (STATE_HDR + 2 * m) then return st end
-  local marks, pos = unpack_ints(raw, 8 * STATE_HDR + 1, 2 * m)
+  local hdr, hwm, hwa = STATE_HDR, 0, 0
+  if tag == STATE_TAG then
+    if #raw < 8 * STATE_HDR then return st end
+    hwm, hwa = struct.unpack('<ll', raw, 57)
+  elseif tag == SHORT_TAG or tag == OLD_TAG then
+    hdr = 7
+    if m > 0 then hwm, hwa = UNKNOWN_HWM, UNKNOWN_HWM end
+  else
+    return st
+  end
+  local mpos = 8 * hdr + 1
+  if expiry <= now or m < 0 or #raw < mpos - 1 + 16 * m then return st end
+  local pos = mpos + 16 * m
   local recs = {}
   for _ = 1, cnt do
     local id, kind, len
@@ -176,21 +197,45 @@ local function read_state(raw, lims, n, now)
     pos = pos + 8 * len
   end
   if pos ~= #raw + 1 then return st end
-  st.enq, st.enq_at, st.done, st.marks, st.recs = enq, enq_at, done, marks, recs
-  for i = 1, 2 * m, 2 do st.byjob[marks[i]] = marks[i + 1] end
+  st.enq, st.enq_at, st.done, st.recs, st.hwm, st.hwa = enq, enq_at, done, recs, hwm, hwa
+  st.m, st.mraw = m, string.sub(raw, mpos, mpos - 1 + 16 * m)
   return st
 end
 
--- find_mark returns the recent decision of job, or nil.
-local function find_mark(st, job)
-  return st.byjob[job]
+-- marks_of returns the job → at table of the recent decisions, read on first use.
+local function marks_of(st)
+  local byjob = st.byjob
+  if byjob then return byjob end
+  byjob = {}
+  if st.m > 0 then
+    local v = unpack_ints(st.mraw, 1, 2 * st.m)
+    for i = 1, 2 * st.m, 2 do byjob[v[i]] = v[i + 1] end
+  end
+  local new = st.new
+  for i = 1, #new, 2 do byjob[new[i]] = new[i + 1] end
+  st.byjob = byjob
+  return byjob
+end
+
+-- find_mark returns the recent decision of job, or nil. With admitted set, only an admission
+-- (at > 0) is looked for: a job above hwa has none.
+local function find_mark(st, job, admitted)
+  if job > st.hwm or (admitted and job > st.hwa) then return nil end
+  return marks_of(st)[job]
 end
 
 -- add_mark records a decision of job at time at (see the layout above).
 local function add_mark(st, job, at)
-  local marks = st.marks
-  marks[#marks + 1], marks[#marks + 2] = job, at
-  st.byjob[job] = at
+  local new = st.new
+  new[#new + 1], new[#new + 2] = job, at
+  if st.byjob then st.byjob[job] = at end
+  if job > st.hwm then st.hwm = job end
+  if at > 0 and job > st.hwa then st.hwa = job end
+end
+
+-- mark_count is the number of recent decisions.
+local function mark_count(st)
+  return st.m + #st.new / 2
 end
 
 -- load returns each limit's state at now: a bucket's tat, no earlier than now (a full bucket is
@@ -236,13 +281,19 @@ end
 -- an open lane (keep_open µs). When nothing matters the key is deleted. pad is extra ms on every
 -- TTL (tests with a pinned clock).
 local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
-  local marks = st.marks
-  local kept, first = {}, 1
+  -- The oldest recent decisions go: those older than redeem (a prefix: they are kept in the
+  -- order they were made), then those beyond MAX_MARKS. Decisions made now are never older.
   local cut = now - redeem
-  while first < #marks and math.abs(marks[first + 1]) < cut do first = first + 2 end
-  if (#marks - first + 1) / 2 > MAX_MARKS then first = #marks - 2 * MAX_MARKS + 1 end
-  for i = first, #marks do kept[#kept + 1] = marks[i] end
-  local m = #kept / 2
+  local old, raw, new = st.m, st.mraw, st.new
+  local first = 0 -- old decisions dropped
+  while first < old and math.abs(struct.unpack('<l', raw, 16 * first + 9)) < cut do first = first + 1 end
+  local m = old - first + #new / 2
+  local drop_new = 0
+  if m > MAX_MARKS then
+    first = first + m - MAX_MARKS
+    if first > old then first, drop_new = old, first - old end
+    m = MAX_MARKS
+  end
   local life = 0
   for i = 1, n do
     local last = ws[i]
@@ -255,8 +306,14 @@ local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
     redis.call('DEL', key)
     return
   end
-  local vals = {STATE_TAG, n, st.enq, st.enq_at, st.done, m, now + life}
-  for i = 1, #kept do vals[#vals + 1] = kept[i] end
+  local marks = ''
+  if first < old then marks = string.sub(raw, 16 * first + 1) end
+  if #new > 2 * drop_new then
+    local vals = {}
+    for i = 2 * drop_new + 1, #new do vals[#vals + 1] = new[i] end
+    marks = marks .. pack_ints(vals)
+  end
+  local vals = {}
   for i = 1, n do
     local l = lims[i]
     if l.kind == BUCKET then
@@ -267,13 +324,24 @@ local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
       for j = 1, #log do vals[#vals + 1] = log[j] end
     end
   end
-  redis.call('SET', key, pack_ints(vals), 'PX', math.ceil(life / 1000) + pad)
+  local head
+  if m > 0 then
+    head = struct.pack('<lllllllll', STATE_TAG, n, st.enq, st.enq_at, st.done, m, now + life, st.hwm, st.hwa)
+  else
+    head = struct.pack('<lllllll', SHORT_TAG, n, st.enq, st.enq_at, st.done, 0, now + life)
+  end
+  redis.call('SET', key, head .. marks .. pack_ints(vals), 'PX', math.ceil(life / 1000) + pad)
 end
 
--- server_now is the Redis server's clock in µs.
+-- server_now is the Redis server's clock in µs, read once per script call (every batch of a
+-- call decided by admit.lua sees the same time).
+local server_time
 local function server_now()
-  local t = redis.call('TIME')
-  return t[1] * 1000000 + t[2]
+  if not server_time then
+    local t = redis.call('TIME')
+    server_time = t[1] * 1000000 + t[2]
+  end
+  return server_time
 end
 
 -- used is the weight log counts at s.

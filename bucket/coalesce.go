@@ -1,0 +1,183 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// The queue's batches of many tenants go to Redis together: one script call (lua/many.lua)
+// decides each batch as admit.lua would alone, so that the fixed cost of a call (its dispatch,
+// the clock, the script's setup) is paid once for all of them. Nothing waits to fill a call: a
+// batch goes at once while fewer than coalesceCalls calls are under way, and only the batches
+// that arrive meanwhile are sent together by the next call (a group commit). On Redis Cluster a
+// call carries one batch, as a script's keys must share a hash slot.
+const (
+	coalesceCalls   = 4    // script calls under way at once
+	coalesceBatches = 128  // batches in one call
+	coalesceJobs    = 2048 // jobs in one call
+)
+
+// admitCall is one batch on its way: its keys (state, shadow state), its argument (built again
+// after a NOSCRIPT, as it carries when the server's memory began), and its reply once decided.
+type admitCall struct {
+	keys     []string
+	arg      func() string
+	jobs     int
+	shadow   bool
+	deadline time.Time // its caller's, zero when none
+	// Set once done is closed.
+	reply []byte
+	err   error
+	done  chan struct{}
+}
+
+// replyLen is the length of the batch's reply in admit.lua's layout.
+func (c *admitCall) replyLen() int {
+	if c.shadow {
+		return 8 * (4 + 2*c.jobs)
+	}
+	return 8 * (4 + c.jobs)
+}
+
+// coalescer sends batches in calls of many. A batch that finds fewer than maxCalls calls under
+// way starts one (a goroutine of the coalescer's, which takes what is queued, call after call,
+// until the queue is empty); otherwise it waits in the queue for the next call. Every call runs
+// under the latest deadline of the batches it carries: their callers may give up sooner (a call
+// that times out may still run, which the redeem window makes harmless), but none is cut short
+// by another's.
+type coalescer struct {
+	exec                          func(ctx context.Context, calls []*admitCall)
+	maxCalls, maxBatches, maxJobs int
+
+	mu      sync.Mutex
+	queue   []*admitCall
+	running int
+}
+
+// do decides c, alone or with others; it returns when c is decided or ctx ends.
+func (q *coalescer) do(ctx context.Context, c *admitCall) error {
+	c.deadline, _ = ctx.Deadline()
+	q.mu.Lock()
+	q.queue = append(q.queue, c)
+	if q.running < q.maxCalls {
+		q.running++
+		go q.drain()
+	}
+	q.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// drain runs calls until the queue is empty.
+func (q *coalescer) drain() {
+	for {
+		calls := q.take()
+		if calls == nil {
+			return
+		}
+		q.run(calls)
+	}
+}
+
+// take removes the next call's batches from the queue; with none left it ends the drain and
+// returns nil.
+func (q *coalescer) take() []*admitCall {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n, jobs := 0, 0
+	for n < len(q.queue) && n < q.maxBatches && (n == 0 || jobs+q.queue[n].jobs <= q.maxJobs) {
+		jobs += q.queue[n].jobs
+		n++
+	}
+	if n == 0 {
+		q.running--
+		return nil
+	}
+	calls := make([]*admitCall, n)
+	copy(calls, q.queue)
+	clear(q.queue[:n])
+	q.queue = q.queue[n:]
+	return calls
+}
+
+// run makes one call for calls, until the latest of their deadlines (callTimeout at most).
+func (q *coalescer) run(calls []*admitCall) {
+	end := time.Now().Add(callTimeout)
+	latest := time.Time{}
+	for _, c := range calls {
+		if c.deadline.IsZero() {
+			latest = end
+			break
+		}
+		if c.deadline.After(latest) {
+			latest = c.deadline
+		}
+	}
+	if latest.After(end) {
+		latest = end
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), latest)
+	defer cancel()
+	q.exec(ctx, calls)
+	for _, c := range calls {
+		close(c.done)
+	}
+}
+
+// callTimeout bounds a call of the coalescer: every caller has a shorter deadline of its own.
+const callTimeout = 10 * time.Second
+
+// execAdmits is the coalescer's call: lua/many.lua with every batch of calls.
+func (r *Redis) execAdmits(ctx context.Context, calls []*admitCall) {
+	resp := r.exec(ctx, r.admit, func() (keys, args []string) {
+		head := make([]byte, 0, 8*(1+len(calls)))
+		head = packInts(head, int64(len(calls)))
+		args = make([]string, 1, 1+len(calls))
+		for _, c := range calls {
+			head = packInts(head, int64(len(c.keys)))
+			keys = append(keys, c.keys...)
+			args = append(args, c.arg())
+		}
+		args[0] = string(head)
+		return keys, args
+	})
+	vals, err := resp.ToArray()
+	if err == nil && len(vals) != 1+len(calls) {
+		err = fmt.Errorf("reply of %d values for %d batches", len(vals), len(calls))
+	}
+	var replies []byte
+	if err == nil {
+		replies, err = vals[0].AsBytes()
+	}
+	for i, c := range calls {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		why, err2 := vals[1+i].ToString()
+		switch {
+		case err2 != nil:
+			c.err = err2
+		case why != "":
+			c.err = errors.New(why)
+		case len(replies) < c.replyLen():
+			c.err = fmt.Errorf("reply of %d bytes, want %d", len(replies), c.replyLen())
+		default:
+			c.reply, replies = replies[:c.replyLen()], replies[c.replyLen():]
+		}
+	}
+	if err == nil && len(replies) != 0 {
+		for _, c := range calls {
+			if c.err == nil {
+				c.err = fmt.Errorf("reply has %d bytes left over", len(replies))
+			}
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// evalshaCalls reads how many EVALSHA calls the shared test server has run.
+func evalshaCalls(t *testing.T) int64 {
+	t.Helper()
+	c := redisClient(t)
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestRedisCoalescesTenants: 64 tenants' batches decided at once go to Redis in fewer script
+// calls than batches, and every tenant gets exactly what it gets alone (the memory backend,
+// deciding one call at a time, is the reference), ingest and lane, shadow plans included.
+func TestRedisCoalescesTenants(t *testing.T) {
+	c := newClock()
+	opts := Options{Redeem: 700 * ms, LaneSettle: 2 * time.Second, Horizon: time.Second}
+	red := NewRedis(redisClient(t), "", opts)
+	red.pin(c.Now)
+	mem := NewMemory(opts, c.Now)
+	plans := []*Plan{
+		mustPlan(t, "a", lim("burst", 3, 100*ms)),
+		mustPlan(t, "b", lim("burst", 5, 50*ms), lim("daily", 40, time.Second)),
+	}
+	plans = append(plans, shadowOf(plans[0]))
+	const tenants, rounds = 64, 12
+	names := make([]string, tenants)
+	for i := range names {
+		names[i] = uniqueTenant("co")
+	}
+	batch := func(i, round int) Batch {
+		b := Batch{Tenant: names[i], Plan: plans[i%len(plans)], Mode: []Mode{Ingest, Ingest, Lane}[round%3]}
+		for j := range 1 + (i+round)%4 {
+			b.Jobs = append(b.Jobs, Job{ID: int64(round*10 + j + 1), Weight: 1})
+		}
+		return b
+	}
+	before := evalshaCalls(t)
+	ctx := context.Background()
+	for round := range rounds {
+		got := make([]string, tenants)
+		var wg sync.WaitGroup
+		for i := range tenants {
+			wg.Go(func() {
+				r, err := red.Admit(ctx, batch(i, round))
+				got[i] = fmt.Sprintf("%+v %v", r, err)
+			})
+		}
+		wg.Wait()
+		for i := range tenants {
+			r, err := mem.Admit(ctx, batch(i, round))
+			if want := fmt.Sprintf("%+v %v", r, err); got[i] != want {
+				t.Fatalf("round %d tenant %d:\nredis  %s\nmemory %s", round, i, got[i], want)
+			}
+		}
+		c.Advance(40 * ms)
+	}
+	calls := evalshaCalls(t) - before
+	t.Logf("%d batches in %d script calls", tenants*rounds, calls)
+	if calls >= tenants*rounds {
+		t.Errorf("%d batches took %d script calls: none was sent with another", tenants*rounds, calls)
+	}
+}
+
+// TestRedisCoalescedErrorStaysWithItsBatch: a batch the script refuses (a quota calendar that
+// misses the server's clock) fails alone; the batch sent with it is decided.
+func TestRedisCoalescedErrorStaysWithItsBatch(t *testing.T) {
+	c := newClock()
+	r := NewRedis(redisClient(t), "", Options{})
+	r.pin(c.Now)
+	q := mustPlan(t, "q", quota("q", 5, Minute, nil))
+	now := c.Now().UnixMicro()
+	bad := packInts(nil, now, 1, r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
+	bad = append(append(bad, q.packed...), newCalendar(&q.Limits[0], now+10*60e6-calMargin, now+10*60e6+calMargin).packed...)
+	p := mustPlan(t, "p", lim("", 2, 100*ms))
+	good := packInts(nil, now, int64(Ingest), r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
+	good = append(good, p.packed...)
+	calls := []*admitCall{
+		{keys: []string{r.stateKey(uniqueTenant("bad"))}, jobs: 1, arg: func() string { return string(bad) }, done: make(chan struct{})},
+		{keys: []string{r.stateKey(uniqueTenant("good"))}, jobs: 1, arg: func() string { return string(good) }, done: make(chan struct{})},
+	}
+	r.execAdmits(context.Background(), calls)
+	if calls[0].err == nil || !strings.Contains(calls[0].err.Error(), "quota calendar") {
+		t.Errorf("the bad batch: error %v, want the calendar refused", calls[0].err)
+	}
+	if calls[1].err != nil || len(calls[1].reply) != 8*5 {
+		t.Fatalf("the good batch: %v, reply of %d bytes", calls[1].err, len(calls[1].reply))
+	}
+	vals := make([]int64, 5)
+	if err := unpackInts(calls[1].reply, vals); err != nil || vals[4] != int64(JobAdmitted) {
+		t.Errorf("the good batch: %v %v, want its job admitted", vals, err)
+	}
+}
