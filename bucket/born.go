@@ -101,6 +101,12 @@ func DialRedis(url, prefix string, opts Options) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
+	return DialRedisWith(opt, prefix, opts)
+}
+
+// DialRedisWith is DialRedis with client options made by RedisClientOption and then given
+// credentials or TLS settings (a CA, a client certificate) the URL cannot carry.
+func DialRedisWith(opt rueidis.ClientOption, prefix string, opts Options) (*Redis, error) {
 	var r *Redis
 	opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
 		var conn net.Conn
