@@ -158,6 +158,8 @@ func TestCredentialsConfigErrors(t *testing.T) {
 		{"nkey not a seed", []string{"ADMITTER_NATS_NKEY=" + notSeed}, []string{"ADMITTER_NATS_NKEY", notSeed, "seed"}},
 		{"creds not a creds file", []string{"ADMITTER_NATS_CREDS=" + notCreds}, []string{"ADMITTER_NATS_CREDS", notCreds}},
 		{"redis CA on a plain URL", []string{"ADMITTER_REDIS_CA=" + notPEM}, []string{"ADMITTER_REDIS_CA", "rediss://"}},
+		{"sentinel password without sentinels", []string{"ADMITTER_REDIS_SENTINEL_PASSWORD=Kx9w"},
+			[]string{"ADMITTER_REDIS_SENTINEL_PASSWORD", "master_set"}},
 		{"NATS credentials for the embedded server", []string{"ADMITTER_NATS_URL", "ADMITTER_NATS_TOKEN=Kx9w"}, []string{"ADMITTER_NATS_TOKEN", "ADMITTER_NATS_URL"}},
 		{"redis credentials without redis", []string{"ADMITTER_REDIS_URL", "ADMITTER_REDIS_PASSWORD=Kx9w"}, []string{"ADMITTER_REDIS_PASSWORD", "ADMITTER_REDIS_URL"}},
 	} {

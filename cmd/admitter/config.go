@@ -69,6 +69,9 @@ type config struct {
 	RedisCA           string `env:"ADMITTER_REDIS_CA"`
 	RedisCert         string `env:"ADMITTER_REDIS_CERT"`
 	RedisKey          string `env:"ADMITTER_REDIS_KEY"`
+	SentinelUsername  string `env:"ADMITTER_REDIS_SENTINEL_USERNAME"` // the sentinels' own ACL user (URL with ?master_set=)
+	SentinelPassword  string `env:"ADMITTER_REDIS_SENTINEL_PASSWORD"`
+	SentinelPassFile  string `env:"ADMITTER_REDIS_SENTINEL_PASSWORD_FILE"`
 	HTTPTokenFile     string `env:"ADMITTER_HTTP_TOKEN_FILE"`
 
 	// Derived by load.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/nats-io/jwt/v2"
@@ -26,12 +27,13 @@ import (
 // secretVars are the variables holding a secret: check-config prints them masked, and each may
 // be given as <NAME>_FILE instead, the file's content without one trailing newline.
 var secretVars = map[string]func(*config) *string{
-	"ADMITTER_NATS_URL":       func(c *config) *string { return &c.NATSURL },
-	"ADMITTER_NATS_PASSWORD":  func(c *config) *string { return &c.NATSPassword },
-	"ADMITTER_NATS_TOKEN":     func(c *config) *string { return &c.NATSToken },
-	"ADMITTER_REDIS_URL":      func(c *config) *string { return &c.RedisURL },
-	"ADMITTER_REDIS_PASSWORD": func(c *config) *string { return &c.RedisPassword },
-	"ADMITTER_HTTP_TOKEN":     func(c *config) *string { return &c.HTTPToken },
+	"ADMITTER_NATS_URL":                func(c *config) *string { return &c.NATSURL },
+	"ADMITTER_NATS_PASSWORD":           func(c *config) *string { return &c.NATSPassword },
+	"ADMITTER_NATS_TOKEN":              func(c *config) *string { return &c.NATSToken },
+	"ADMITTER_REDIS_URL":               func(c *config) *string { return &c.RedisURL },
+	"ADMITTER_REDIS_PASSWORD":          func(c *config) *string { return &c.RedisPassword },
+	"ADMITTER_REDIS_SENTINEL_PASSWORD": func(c *config) *string { return &c.SentinelPassword },
+	"ADMITTER_HTTP_TOKEN":              func(c *config) *string { return &c.HTTPToken },
 }
 
 // readSecretFiles sets each secret given as <NAME>_FILE from its file. A variable and its file
@@ -87,6 +89,7 @@ var credentialNames = []string{
 	"ADMITTER_NATS_CREDS", "ADMITTER_NATS_NKEY", "ADMITTER_NATS_USER", "ADMITTER_NATS_PASSWORD", "ADMITTER_NATS_TOKEN",
 	"ADMITTER_NATS_CA", "ADMITTER_NATS_CERT", "ADMITTER_NATS_KEY",
 	"ADMITTER_REDIS_USERNAME", "ADMITTER_REDIS_PASSWORD", "ADMITTER_REDIS_CA", "ADMITTER_REDIS_CERT", "ADMITTER_REDIS_KEY",
+	"ADMITTER_REDIS_SENTINEL_USERNAME", "ADMITTER_REDIS_SENTINEL_PASSWORD",
 }
 
 // describeSecret is how check-config prints variable name holding val: URLs with their
@@ -189,6 +192,7 @@ func (c *config) checkRedisCredentials() error {
 	set := []struct{ name, v string }{
 		{"ADMITTER_REDIS_USERNAME", c.RedisUsername}, {"ADMITTER_REDIS_PASSWORD", c.RedisPassword},
 		{"ADMITTER_REDIS_CA", c.RedisCA}, {"ADMITTER_REDIS_CERT", c.RedisCert}, {"ADMITTER_REDIS_KEY", c.RedisKey},
+		{"ADMITTER_REDIS_SENTINEL_USERNAME", c.SentinelUsername}, {"ADMITTER_REDIS_SENTINEL_PASSWORD", c.SentinelPassword},
 	}
 	if c.RedisURL == "" {
 		for _, s := range set {
@@ -213,8 +217,15 @@ func (c *config) checkRedisCredentials() error {
 			return fmt.Errorf("ADMITTER_REDIS_USERNAME and the user in ADMITTER_REDIS_URL (%s) are both set: keep one", redactURL(c.RedisURL))
 		}
 	}
+	if !u.Query().Has("master_set") {
+		for _, s := range set[5:] {
+			if s.v != "" {
+				return fmt.Errorf("%s is set but ADMITTER_REDIS_URL names no Sentinel master (?master_set=NAME): the sentinels' credentials are for Sentinel only", s.name)
+			}
+		}
+	}
 	if tlsURL := u.Scheme == "rediss" || u.Scheme == "valkeys"; !tlsURL {
-		for _, s := range set[2:] {
+		for _, s := range set[2:5] {
 			if s.v != "" {
 				return fmt.Errorf("%s is set but ADMITTER_REDIS_URL is %s:// (no TLS): use rediss://", s.name, u.Scheme)
 			}
@@ -388,6 +399,11 @@ func (c *config) redisClientOption() (rueidis.ClientOption, error) {
 		opt.Password = c.RedisPassword
 	}
 	if opt.TLSConfig != nil {
+		if opt.Sentinel.MasterSet != "" {
+			// The URL's host is a sentinel; the master is where they say: each connection checks
+			// the name it dials.
+			opt.TLSConfig.ServerName = ""
+		}
 		if c.RedisCA != "" {
 			if opt.TLSConfig.RootCAs, err = loadCertPool("ADMITTER_REDIS_CA", c.RedisCA); err != nil {
 				return opt, err
@@ -403,6 +419,15 @@ func (c *config) redisClientOption() (rueidis.ClientOption, error) {
 				return &cert, nil
 			}
 		}
+	}
+	if opt.Sentinel.MasterSet != "" {
+		// The URL's hosts are sentinels: same TLS settings and timeouts as for the master, their
+		// own credentials, and their view of the master checked every 5s besides their
+		// +switch-master events (rueidis recommends it: a missed event would pin the old master).
+		opt.Sentinel.Dialer = opt.Dialer
+		opt.Sentinel.TLSConfig = opt.TLSConfig
+		opt.Sentinel.Username, opt.Sentinel.Password = c.SentinelUsername, c.SentinelPassword
+		opt.Sentinel.TopologyRefreshInterval = 5 * time.Second
 	}
 	return opt, nil
 }

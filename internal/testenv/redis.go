@@ -213,3 +213,49 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// StartRedisSentinel starts a Redis Sentinel on a free loopback port monitoring master as
+// masterSet (quorum 1), authenticating to it with masterPassword (none when empty) and asking
+// its own clients for password (none when empty). Stopped when the test ends.
+func StartRedisSentinel(t TB, master *RedisServer, masterSet, masterPassword, password string) *RedisServer {
+	t.Helper()
+	bin, err := RedisBinary()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	port, err := FreePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	s := &RedisServer{port: port, dir: t.TempDir(), Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	_, masterPort, _ := net.SplitHostPort(master.Addr)
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s 127.0.0.1 %s 1\n",
+		port, s.dir, filepath.Join(s.dir, "redis.log"), masterSet, masterPort)
+	if masterPassword != "" {
+		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", masterSet, masterPassword)
+	}
+	if password != "" {
+		conf += "requirepass " + password + "\n"
+	}
+	file := filepath.Join(s.dir, "sentinel.conf") // Sentinel rewrites it: it must be its own
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	s.cmd = exec.Command(bin, file, "--sentinel")
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("testenv: start redis-server --sentinel: %v", err)
+	}
+	done := make(chan struct{})
+	s.done = done
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(s.cmd)
+	t.Cleanup(s.Kill)
+	deadline := time.Now().Add(10 * time.Second)
+	for ping(s.Addr, nil, 500*time.Millisecond) != nil {
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			t.Fatalf("testenv: sentinel on %s did not answer PING within 10s:\n%s", s.Addr, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s
+}
