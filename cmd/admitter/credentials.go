@@ -381,7 +381,7 @@ func (c *config) natsOptions() ([]nats.Option, error) {
 	if c.NATSCert != "" {
 		opts = append(opts, nats.ClientCert(c.NATSCert, c.NATSKey))
 	}
-	return opts, nil
+	return slices.Clip(opts), nil // callers append their own options: each gets a copy
 }
 
 // redisClientOption is the client option for ADMITTER_REDIS_URL (bucket.RedisClientOption)
