@@ -3,8 +3,10 @@ package bucket
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,12 +145,21 @@ func DialRedis(url, prefix string, opts Options) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
+	return DialRedisWith(opt, prefix, opts)
+}
+
+// DialRedisWith is DialRedis with client options made by RedisClientOption and then given
+// credentials or TLS settings (a CA, a client certificate) the URL cannot carry.
+func DialRedisWith(opt rueidis.ClientOption, prefix string, opts Options) (*Redis, error) {
 	var r *Redis
 	opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
 		var conn net.Conn
 		var err error
 		if cfg != nil {
 			conn, err = (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, "tcp", dst)
+			if err == nil {
+				conn = &handshaken{Conn: conn}
+			}
 		} else {
 			conn, err = d.DialContext(ctx, "tcp", dst)
 		}
@@ -164,6 +175,36 @@ func DialRedis(url, prefix string, opts Options) (*Redis, error) {
 	r = NewRedis(client, prefix, opts)
 	r.owned = true
 	return r, nil
+}
+
+// handshaken is a TLS connection whose server has not answered yet. Under TLS 1.3 the client's
+// handshake ends before the server has checked the client's certificate: a server refusing it
+// sends an alert and closes, and the client may see only its first command's write reset or
+// its read cut short. Until the first answer, such errors say so (as nats.go's do), so that
+// they are not taken for a passing network failure.
+type handshaken struct {
+	net.Conn
+	answered atomic.Bool
+}
+
+func (c *handshaken) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.answered.Store(true)
+	}
+	return n, c.annotate(err)
+}
+
+func (c *handshaken) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	return n, c.annotate(err)
+}
+
+func (c *handshaken) annotate(err error) error {
+	if err == nil || c.answered.Load() || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return fmt.Errorf("connection closed by remote after TLS handshake: %w", err)
 }
 
 // Close releases the client of a backend made by DialRedis; for one made by NewRedis the client

@@ -79,8 +79,10 @@ func await[T any](ctx context.Context, b *boot, what string, f func() (T, error)
 		b.mu.Lock()
 		b.reason = msg
 		b.mu.Unlock()
-		if why != last {
-			last = why
+		// The reason's headline, not its details: those may change at every attempt (a local
+		// port in "write tcp 127.0.0.1:45828->…: broken pipe").
+		if head, _, _ := strings.Cut(why, " ("); head != last {
+			last = head
 			if kind == "permanent" {
 				b.log.Error("cannot "+what+": retrying, but this needs a change of configuration", "reason", why, "permanent", true)
 			} else {
@@ -121,6 +123,11 @@ func classify(err error) (kind, why string) {
 		return "permanent", "TLS: the server's certificate is signed by an unknown certificate authority (" + msg + ")"
 	case errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify):
 		return "permanent", "TLS: the server's certificate does not verify (" + msg + ")"
+	case strings.Contains(low, "remote error: tls: certificate required") || strings.Contains(low, "closed by remote after tls handshake") ||
+		strings.Contains(low, "remote error: tls: bad certificate") || strings.Contains(low, "remote error: tls: unknown certificate authority"):
+		// TLS 1.3: the client's handshake ends before the server checks the client's certificate,
+		// so its refusal arrives as an alert, or as the connection closed right after.
+		return "permanent", "TLS: the server wants a client certificate it trusts (ADMITTER_NATS_CERT or ADMITTER_REDIS_CERT, with its _KEY) (" + msg + ")"
 	case errors.As(err, &alert) || errors.As(err, &record) || strings.Contains(low, "tls:"):
 		return "permanent", "TLS handshake failed (" + msg + ")"
 	case errors.Is(err, syscall.ECONNREFUSED):

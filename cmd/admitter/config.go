@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -56,6 +55,30 @@ type config struct {
 	APISubject       string        `env:"ADMITTER_API_SUBJECT" envDefault:"admitter.decide"` // "off": no NATS decision service
 	TenantMetrics    bool          `env:"ADMITTER_METRICS_TENANT_LABEL" envDefault:"false"`
 
+	// Credentials and TLS (credentials.go). Every secret may be given as <NAME>_FILE instead.
+	NATSURLFile       string `env:"ADMITTER_NATS_URL_FILE"`
+	NATSCreds         string `env:"ADMITTER_NATS_CREDS"` // a .creds file: user JWT and nkey seed
+	NATSNkey          string `env:"ADMITTER_NATS_NKEY"`  // a file holding an nkey user seed
+	NATSUser          string `env:"ADMITTER_NATS_USER"`
+	NATSPassword      string `env:"ADMITTER_NATS_PASSWORD"`
+	NATSPasswordFile  string `env:"ADMITTER_NATS_PASSWORD_FILE"`
+	NATSToken         string `env:"ADMITTER_NATS_TOKEN"`
+	NATSTokenFile     string `env:"ADMITTER_NATS_TOKEN_FILE"`
+	NATSCA            string `env:"ADMITTER_NATS_CA"`   // PEM certificates the server's must chain to
+	NATSCert          string `env:"ADMITTER_NATS_CERT"` // PEM client certificate (with ADMITTER_NATS_KEY)
+	NATSKey           string `env:"ADMITTER_NATS_KEY"`
+	RedisURLFile      string `env:"ADMITTER_REDIS_URL_FILE"`
+	RedisUsername     string `env:"ADMITTER_REDIS_USERNAME"`
+	RedisPassword     string `env:"ADMITTER_REDIS_PASSWORD"`
+	RedisPasswordFile string `env:"ADMITTER_REDIS_PASSWORD_FILE"`
+	RedisCA           string `env:"ADMITTER_REDIS_CA"`
+	RedisCert         string `env:"ADMITTER_REDIS_CERT"`
+	RedisKey          string `env:"ADMITTER_REDIS_KEY"`
+	SentinelUsername  string `env:"ADMITTER_REDIS_SENTINEL_USERNAME"` // the sentinels' own ACL user (URL with ?master_set=)
+	SentinelPassword  string `env:"ADMITTER_REDIS_SENTINEL_PASSWORD"`
+	SentinelPassFile  string `env:"ADMITTER_REDIS_SENTINEL_PASSWORD_FILE"`
+	HTTPTokenFile     string `env:"ADMITTER_HTTP_TOKEN_FILE"`
+
 	// Derived by load.
 	in, out, dead, wait subjects.Template
 	plans               *bucket.Plans
@@ -71,6 +94,9 @@ func loadConfig(environ map[string]string) (*config, error) {
 	var c config
 	if err := env.ParseWithOptions(&c, env.Options{Environment: environ}); err != nil {
 		return nil, fmt.Errorf("%w: %s", errConfig, envError(err))
+	}
+	if err := c.readSecretFiles(environ); err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
@@ -205,19 +231,7 @@ func (c *config) validate() error {
 	if c.EmbeddedNATSPort < 0 || c.EmbeddedNATSPort > 65535 {
 		return fmt.Errorf("ADMITTER_EMBEDDED_NATS_PORT must be a port from 0 (any) to 65535, got %d", c.EmbeddedNATSPort)
 	}
-	if c.NATSURL != "" {
-		for _, u := range strings.Split(c.NATSURL, ",") {
-			if _, err := url.Parse(strings.TrimSpace(u)); err != nil || strings.TrimSpace(u) == "" {
-				return fmt.Errorf("ADMITTER_NATS_URL: %q is not a URL", redact(u))
-			}
-		}
-	}
-	if c.RedisURL != "" {
-		if _, err := bucket.RedisClientOption(c.RedisURL); err != nil {
-			return fmt.Errorf("ADMITTER_REDIS_URL: %s", strings.ReplaceAll(err.Error(), c.RedisURL, redact(c.RedisURL)))
-		}
-	}
-	return nil
+	return c.checkCredentials()
 }
 
 // validateAPI checks the synchronous faces: the API's address, and the NATS service's subject,
@@ -279,30 +293,6 @@ func obsolete(environ map[string]string) []string {
 	return out
 }
 
-// redact hides the password (or the token, a user without password) in each URL of a
-// comma-separated list.
-func redact(list string) string {
-	parts := strings.Split(list, ",")
-	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil {
-			if strings.Contains(p, "@") {
-				parts[i] = "(unparsable URL with credentials)"
-			}
-			continue
-		}
-		if u.User != nil {
-			if _, has := u.User.Password(); has {
-				u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			} else {
-				u.User = url.User("xxxxx")
-			}
-		}
-		parts[i] = u.String()
-	}
-	return strings.Join(parts, ",")
-}
-
 // describe prints the effective configuration, secrets masked.
 func (c *config) describe() string {
 	var b strings.Builder
@@ -315,6 +305,10 @@ func (c *config) describe() string {
 		}
 		name, _, _ := strings.Cut(tag, ",")
 		val := fmt.Sprint(v.Field(i).Interface())
+		if m, secret := describeSecret(name, val); secret {
+			fmt.Fprintf(&b, "%s=%s\n", name, m)
+			continue
+		}
 		switch {
 		case name == "ADMITTER_NATS_URL" && val == "":
 			val = "(unset: embedded JetStream server on 127.0.0.1)"
@@ -328,10 +322,6 @@ func (c *config) describe() string {
 			val = "(unset: retry connecting for ever)"
 		case name == "ADMITTER_DUPLICATE_WINDOW" && val == "0s":
 			val = "(unset: " + max(2*time.Minute, c.AckWait+admission.DuplicateMargin).String() + ")"
-		case name == "ADMITTER_NATS_URL" || name == "ADMITTER_REDIS_URL":
-			val = redact(val)
-		case name == "ADMITTER_HTTP_TOKEN" && val != "":
-			val = "(set, " + strconv.Itoa(len(val)) + " characters)"
 		}
 		fmt.Fprintf(&b, "%s=%s\n", name, val)
 	}

@@ -41,6 +41,8 @@ allowance, and the jobs lost (counted, not assumed).
   -nats URL     NATS server (default $ADMITTER_NATS_URL; unset: an embedded server on a free
                 port, storing in a temporary directory removed at exit)
   -redis URL    Redis for the buckets (default $ADMITTER_REDIS_URL; unset: in-process buckets)
+                (the credential and TLS variables, ADMITTER_NATS_CREDS, ADMITTER_REDIS_CA and
+                the others in the README, apply to the -nats and -redis servers)
   -no-tty       print plain lines even on a terminal
   -json         print the summary as JSON on stdout (the live view and text summary go to stderr)
 
@@ -93,6 +95,9 @@ func runDemo(ctx context.Context, args []string, environ map[string]string, stdo
 		"ADMITTER_LOG_LEVEL":          "warn",           // keep the table readable
 		"ADMITTER_LOG_FORMAT":         "text",
 		"ADMITTER_SHUTDOWN_TIMEOUT":   "5s",
+	}
+	for k, v := range credentialEnv(environ, *natsURL != "", *redisURL != "") {
+		env[k] = v
 	}
 	if *natsURL == "" {
 		dir, err := os.MkdirTemp("", "admitter-demo-")
@@ -149,7 +154,7 @@ func runDemo(ctx context.Context, args []string, environ map[string]string, stdo
 	}
 	buckets := "in-process buckets"
 	if cfg.RedisURL != "" {
-		buckets = "Redis at " + redact(cfg.RedisURL)
+		buckets = "Redis at " + redactURL(cfg.RedisURL)
 	}
 	fmt.Fprintf(human, "admitter runs on %s with %s.\n", where, buckets)
 

@@ -102,9 +102,13 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 	var res *wire.TenantState
 	var source string
 	if c.RedisURL != "" {
-		r, err := bucket.DialRedis(c.RedisURL, c.RedisPrefix, bucket.Options{})
+		opt, err := c.redisClientOption()
 		if err != nil {
-			return fmt.Errorf("connect to redis %s: %w", redact(c.RedisURL), err)
+			return err
+		}
+		r, err := bucket.DialRedisWith(opt, c.RedisPrefix, bucket.Options{})
+		if err != nil {
+			return fmt.Errorf("connect to redis %s: %w", redactURL(c.RedisURL), err)
 		}
 		defer r.Close()
 		plans, until, err := plansInForce(ctx, c, tenant)
@@ -115,7 +119,7 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 			return err
 		}
 		res.PausedUntil = until
-		source = "Redis " + redact(c.RedisURL)
+		source = "Redis " + redactURL(c.RedisURL)
 	} else {
 		if c.HTTPAddr == "off" {
 			return errors.New("ADMITTER_REDIS_URL is unset and ADMITTER_HTTP_ADDR is off: the in-process buckets cannot be read")
@@ -154,7 +158,11 @@ func plansInForce(ctx context.Context, c *config, tenant string) (*bucket.Plans,
 	if u == "" {
 		u = fmt.Sprintf("nats://127.0.0.1:%d", c.EmbeddedNATSPort)
 	}
-	nc, err := nats.Connect(u, nats.Name("admitter-inspect"), nats.Timeout(5*time.Second))
+	auth, err := c.natsOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(u, append(auth, nats.Name("admitter-inspect"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the plans bucket %s: connect to NATS at %s: %w", c.PlansKV, redact(u), err)
 	}

@@ -224,7 +224,12 @@ func runPlans(ctx context.Context, args []string, env map[string]string, stdout,
 	if url == "" {
 		url = fmt.Sprintf("nats://127.0.0.1:%d", c.EmbeddedNATSPort)
 	}
-	nc, err := nats.Connect(url, nats.Name("admitter-plans"), nats.Timeout(5*time.Second))
+	auth, err := c.natsOptions()
+	if err != nil {
+		fmt.Fprintf(stderr, "admitter: %v\n", err)
+		return 2
+	}
+	nc, err := nats.Connect(url, append(auth, nats.Name("admitter-plans"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		fmt.Fprintf(stderr, "admitter plans: connect to NATS at %s: %v\n", redact(url), err)
 		return 1

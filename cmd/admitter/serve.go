@@ -135,8 +135,12 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		})
 		st.natsURL = srv.ClientURL()
 	}
+	auth, err := c.natsOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
 	st.nc, err = await(ctx, b, "connect to NATS at "+redact(st.natsURL), func() (*nats.Conn, error) {
-		nc, err := nats.Connect(st.natsURL,
+		nc, err := nats.Connect(st.natsURL, append(auth,
 			nats.Name("admitter"),
 			nats.MaxReconnects(-1),
 			nats.ReconnectWait(500*time.Millisecond),
@@ -146,7 +150,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 				}
 			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", redact(nc.ConnectedUrl())) }),
-		)
+		)...)
 		if errors.Is(err, nats.ErrNoServers) {
 			err = whyNoServers(ctx, st.natsURL, err)
 		}
@@ -216,11 +220,12 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot) (poli
 		log.Warn("ADMITTER_REDIS_URL is unset: using in-process buckets, which are not shared between processes: run only one replica")
 		return bucket.NewMemory(opts, nil), func() {}, nil
 	}
-	if _, err := bucket.RedisClientOption(c.RedisURL); err != nil {
-		return nil, nil, fmt.Errorf("%w: ADMITTER_REDIS_URL: %w", errConfig, err)
+	ropt, err := c.redisClientOption()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
-	r, err := await(ctx, b, "connect to Redis at "+redact(c.RedisURL), func() (*bucket.Redis, error) {
-		return bucket.DialRedis(c.RedisURL, c.RedisPrefix, opts)
+	r, err := await(ctx, b, "connect to Redis at "+redactURL(c.RedisURL), func() (*bucket.Redis, error) {
+		return bucket.DialRedisWith(ropt, c.RedisPrefix, opts)
 	})
 	if err != nil {
 		return nil, nil, err

@@ -6,6 +6,7 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -31,8 +33,9 @@ type RedisServer struct {
 	Addr  string
 	port  int
 	dir   string
-	aof   bool     // persist with an append-only file
-	extra []string // more redis-server arguments (cluster mode)
+	aof   bool        // persist with an append-only file
+	extra []string    // more redis-server arguments (cluster mode)
+	tls   *tls.Config // set: the server listens on TLS only, and readiness is checked with it
 	cmd   *exec.Cmd
 	done  chan struct{}
 }
@@ -62,13 +65,36 @@ func StartPersistentRedis(t TB) *RedisServer { return startRedis(t, true) }
 // "--maxmemory", "2mb".
 func StartRedisWith(t TB, args ...string) *RedisServer { return startRedis(t, true, args...) }
 
+// StartRedisTLS is StartRedisWith for a server listening on TLS only (rediss://), with a
+// certificate from ca; with clientCerts, clients must present a certificate from ca too.
+func StartRedisTLS(t TB, ca *CA, clientCerts bool, args ...string) *RedisServer {
+	t.Helper()
+	cert, key := ca.Server(t, "redis-server")
+	auth := "no"
+	var ping *tls.Config
+	if clientCerts {
+		auth = "yes"
+		cert, key := ca.Client(t, "testenv-ping")
+		ping = ca.ClientTLS(t, cert, key)
+	} else {
+		ping = ca.ClientTLS(t, "", "")
+	}
+	return startRedisOn(t, true, ping, append([]string{"--tls-cert-file", cert, "--tls-key-file", key,
+		"--tls-ca-cert-file", ca.CertFile, "--tls-auth-clients", auth}, args...)...)
+}
+
 func startRedis(t TB, aof bool, extra ...string) *RedisServer {
+	t.Helper()
+	return startRedisOn(t, aof, nil, extra...)
+}
+
+func startRedisOn(t TB, aof bool, tlsConf *tls.Config, extra ...string) *RedisServer {
 	t.Helper()
 	port, err := FreePort()
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	s := &RedisServer{port: port, dir: t.TempDir(), aof: aof, extra: extra, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	s := &RedisServer{port: port, dir: t.TempDir(), aof: aof, extra: extra, tls: tlsConf, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 	if err := s.Start(); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -76,8 +102,13 @@ func startRedis(t TB, aof bool, extra ...string) *RedisServer {
 	return s
 }
 
-// URL is the redis:// URL of the server.
-func (s *RedisServer) URL() string { return "redis://" + s.Addr }
+// URL is the redis:// (rediss:// for TLS) URL of the server.
+func (s *RedisServer) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr
+	}
+	return "redis://" + s.Addr
+}
 
 // Start starts (or restarts, on the same port) the server and waits until it answers PING.
 func (s *RedisServer) Start() error {
@@ -89,9 +120,13 @@ func (s *RedisServer) Start() error {
 	if s.aof {
 		aof = "yes"
 	}
-	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	ports := []string{"--port", strconv.Itoa(s.port)}
+	if s.tls != nil {
+		ports = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}
+	}
+	args := append(append(ports, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", aof, "--appendfsync", "everysec", "--dir", s.dir, "--daemonize", "no",
-		"--logfile", filepath.Join(s.dir, "redis.log")}, s.extra...)
+		"--logfile", filepath.Join(s.dir, "redis.log")), s.extra...)
 	s.cmd = exec.Command(bin, args...)
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
@@ -101,7 +136,7 @@ func (s *RedisServer) Start() error {
 	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(s.cmd)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := Ping(s.Addr, 500*time.Millisecond); err == nil {
+		if err := ping(s.Addr, s.tls, 500*time.Millisecond); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
 			s.Kill()
@@ -138,11 +173,19 @@ func (s *RedisServer) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
 func (s *RedisServer) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Ping sends a PING over a fresh connection and checks the +PONG reply.
-func Ping(addr string, timeout time.Duration) error {
+func Ping(addr string, timeout time.Duration) error { return ping(addr, nil, timeout) }
+
+// ping is Ping over TLS when tlsConf is set. A server that wants a password (-NOAUTH) is up.
+func ping(addr string, tlsConf *tls.Config, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	var c net.Conn
+	var err error
+	if tlsConf != nil {
+		c, err = (&tls.Dialer{Config: tlsConf}).DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return err
 	}
@@ -155,7 +198,7 @@ func Ping(addr string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
+	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH ") {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil
@@ -169,4 +212,50 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StartRedisSentinel starts a Redis Sentinel on a free loopback port monitoring master as
+// masterSet (quorum 1), authenticating to it with masterPassword (none when empty) and asking
+// its own clients for password (none when empty). Stopped when the test ends.
+func StartRedisSentinel(t TB, master *RedisServer, masterSet, masterPassword, password string) *RedisServer {
+	t.Helper()
+	bin, err := RedisBinary()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	port, err := FreePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	s := &RedisServer{port: port, dir: t.TempDir(), Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	_, masterPort, _ := net.SplitHostPort(master.Addr)
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s 127.0.0.1 %s 1\n",
+		port, s.dir, filepath.Join(s.dir, "redis.log"), masterSet, masterPort)
+	if masterPassword != "" {
+		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", masterSet, masterPassword)
+	}
+	if password != "" {
+		conf += "requirepass " + password + "\n"
+	}
+	file := filepath.Join(s.dir, "sentinel.conf") // Sentinel rewrites it: it must be its own
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	s.cmd = exec.Command(bin, file, "--sentinel")
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("testenv: start redis-server --sentinel: %v", err)
+	}
+	done := make(chan struct{})
+	s.done = done
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(s.cmd)
+	t.Cleanup(s.Kill)
+	deadline := time.Now().Add(10 * time.Second)
+	for ping(s.Addr, nil, 500*time.Millisecond) != nil {
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			t.Fatalf("testenv: sentinel on %s did not answer PING within 10s:\n%s", s.Addr, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s
 }
