@@ -19,6 +19,7 @@ func differentialPlans(t *testing.T) []*Plan {
 		mustPlan(t, "wide", win("wide", 200, 3*time.Second), lim("burst", 60, 5*ms)), // sub-windows of 46.875ms
 		mustPlan(t, "quota", quota("", 25, Minute, nil)),
 		mustPlan(t, "mixed", lim("burst", 6, 150*ms), win("w", 9, 1500*ms), quota("q", 40, Minute, nil)),
+		mustPlan(t, "fast", lim("", 2, 20*ms)), // books more slots than a state keeps entries for
 		mustPlan(t, "zoned", quota("h", 300, Hour, mustLoc(t, "Asia/Kathmandu")), win("w", 100, 700*ms), quota("m", 30, Minute, nil)),
 	}
 }

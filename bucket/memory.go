@@ -35,7 +35,8 @@ type memState struct {
 	enq, enqAt, done int64
 	marks            []mark // oldest first
 	limits           []memLimit
-	expiry           int64 // µs; the state is gone (everything full, lane closed) from then on
+	booked           []entry // Decide's slots booked and not yet claimed: see booked.go
+	expiry           int64   // µs; the state is gone (everything full, lane closed) from then on
 }
 
 type mark struct{ job, at int64 } // at > 0 admitted at, < 0 sent to the lane at -at
@@ -162,6 +163,10 @@ func (sh *memShard) store(tenant string, st *memState, p *Plan, ws []work, now i
 	if st.enq > st.done {
 		life = max(life, 2*o.LaneSettle.Microseconds())
 	}
+	st.booked = liveBooked(st.booked, now)
+	if len(st.booked) > 0 {
+		life = max(life, st.booked[len(st.booked)-1].death-now)
+	}
 	if life <= 0 {
 		delete(sh.tenants, tenant)
 		return
@@ -202,7 +207,11 @@ func (m *Memory) Decide(_ context.Context, req Request) (Result, error) {
 func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Options) (status, rem, wait, lim int64) {
 	p, w := req.Plan, req.Weight
 	ws := sh.load(st, p, now, born)
+	if st != nil {
+		st.booked = liveBooked(st.booked, now)
+	}
 	life := o.MarkerTTL.Microseconds()
+	grace := o.SlotGrace.Microseconds()
 	var jk jobKey
 	if req.JobID != "" {
 		jk = jobKey{req.Tenant, req.JobID}
@@ -211,12 +220,18 @@ func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Option
 				r, b := p.remaining(ws, now)
 				return int64(Duplicate), r, 0, b
 			}
-			if v > 0 && v+o.SlotGrace.Microseconds() > now {
+			if v > 0 && v+grace > now {
 				r, b := p.remaining(ws, now)
 				if now < v {
 					return int64(Early), r, v - now, b
 				}
 				sh.jobs[jk] = -(now + life)
+				if st != nil {
+					var found bool
+					if st.booked, found = unbook(st.booked, v+grace); found {
+						sh.store(req.Tenant, st, p, ws, now, o)
+					}
+				}
 				return int64(AdmittedAtSlot), r, 0, b
 			}
 		}
@@ -229,6 +244,9 @@ func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Option
 	p.take(ws, s, w)
 	if st == nil {
 		st = &memState{}
+	}
+	if s > now {
+		st.booked = book(st.booked, s+grace)
 	}
 	sh.store(req.Tenant, st, p, ws, now, o)
 	r, b := p.remaining(ws, now)

@@ -26,7 +26,11 @@
 --         booked, because the slot lies beyond the horizon or there is no job key to hold it
 --         (wait is the time to the slot, at most the horizon), 5 returned before its booked slot.
 --
--- Redis commands: TIME, one GET or MGET, and at most two SET ... PX.
+-- The tenant's state counts the slots booked and not yet claimed (see book in state.lua), so that
+-- inspect.lua reads them from the one key: a booking adds to it, a claim at the slot takes from
+-- it.
+--
+-- Redis commands: TIME, one GET or MGET, and at most two SET ... PX (or a SET and a DEL).
 local arg = ARGV[1]
 local now, w, horizon, grace, life, pad, redeem, keep_open, born, n = struct.unpack('<llllllllll', arg)
 if now == 0 then now = server_now() end
@@ -54,6 +58,7 @@ if jobval and #jobval == 8 then
     local r, b = remaining(lims, ws, n, now)
     if now < v then return struct.pack('<llll', 5, r, v - now, b) end
     redis.call('SET', job, struct.pack('<l', -(now + life)), 'PX', math.ceil(life / 1000) + pad)
+    if unbook(st, v + grace) then write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad) end
     return struct.pack('<llll', 1, r, 0, b)
   end
 end
@@ -65,6 +70,7 @@ if s - now > horizon or (s > now and not job) then
 end
 
 take(lims, ws, n, s, w)
+if s > now then book(st, s + grace) end
 write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
 
 local r, b = remaining(lims, ws, n, now)

@@ -24,6 +24,12 @@
 --                              owed (len 1, a tat alone, is read as kept under the plan's)
 --                    1 window  len 2k: k takes (death, weight), sorted by death: weight counted
 --                    2 quota   until death (see the arithmetic below)
+--                  and, when Decide has slots booked and not yet claimed, one more record of id
+--                  BOOKED_ID (-1, no limit's) and kind 0: len 2k, k entries (death, count) sorted
+--                  by death, a booked slot counted until its slot + grace; at most MAX_BOOKED
+--                  entries, the two closest merged into the later one when a booking would make
+--                  more (the count then lasts until the later death). n counts it. A reader that
+--                  does not know it skips it as a record of no limit of its plan.
 --
 -- OLD_TAG ("ADM2", before limit kinds) has n pairs (limit id, tat) instead of records: buckets.
 --
@@ -43,6 +49,7 @@ local STATE_TAG = 1094995251 -- "ADM3"
 local OLD_TAG = 1094995250 -- "ADM2"
 local STATE_HDR = 7
 local MAX_MARKS = 64
+local BOOKED_ID, MAX_BOOKED = -1, 16
 local BUCKET, WINDOW, QUOTA = 0, 1, 2
 
 -- fmts caches the struct formats of n int64s.
@@ -139,12 +146,12 @@ end
 -- stored state of limit i (a tat, or a log as a flat list death, weight, ...), nil when the
 -- state does not know it. A state that does not parse is read as absent.
 local function read_state(raw, lims, n, now)
-  local st = {enq = 0, enq_at = 0, done = 0, marks = {}, byjob = {}, recs = {}}
+  local st = {enq = 0, enq_at = 0, done = 0, marks = {}, byjob = {}, recs = {}, booked = {}}
   if not raw or #raw < 8 * STATE_HDR then return st end
   local tag, cnt, enq, enq_at, done, m, expiry = struct.unpack('<lllllll', raw)
   if (tag ~= STATE_TAG and tag ~= OLD_TAG) or expiry <= now or #raw < 8 * (STATE_HDR + 2 * m) then return st end
   local marks, pos = unpack_ints(raw, 8 * STATE_HDR + 1, 2 * m)
-  local recs = {}
+  local recs, booked = {}, {}
   for _ = 1, cnt do
     local id, kind, len
     if tag == OLD_TAG then
@@ -158,6 +165,12 @@ local function read_state(raw, lims, n, now)
       kind, len = desc % 4, math.floor(desc / 4)
     end
     if len < 0 or pos - 1 + 8 * len > #raw then return st end
+    if id == BOOKED_ID and tag == STATE_TAG then
+      local log = unpack_ints(raw, pos, len)
+      for j = 1, #log, 2 do
+        if log[j] > now then booked[#booked + 1], booked[#booked + 2] = log[j], log[j + 1] end
+      end
+    end
     for i = 1, n do
       if lims[i].id == id and lims[i].kind == kind then
         if kind == BUCKET then
@@ -176,7 +189,7 @@ local function read_state(raw, lims, n, now)
     pos = pos + 8 * len
   end
   if pos ~= #raw + 1 then return st end
-  st.enq, st.enq_at, st.done, st.marks, st.recs = enq, enq_at, done, marks, recs
+  st.enq, st.enq_at, st.done, st.marks, st.recs, st.booked = enq, enq_at, done, marks, recs, booked
   for i = 1, 2 * m, 2 do st.byjob[marks[i]] = marks[i + 1] end
   return st
 end
@@ -191,6 +204,49 @@ local function add_mark(st, job, at)
   local marks = st.marks
   marks[#marks + 1], marks[#marks + 2] = job, at
   st.byjob[job] = at
+end
+
+-- book counts a slot booked by Decide, counted until death (its slot + grace), in st.booked:
+-- sorted by death, one entry per death; past MAX_BOOKED entries, the two whose deaths are
+-- closest (the first such pair) are merged into the later one.
+local function book(st, death)
+  local b = st.booked
+  local j = #b - 1
+  while j >= 1 and b[j] > death do j = j - 2 end
+  if j >= 1 and b[j] == death then
+    b[j + 1] = b[j + 1] + 1
+    return
+  end
+  table.insert(b, j + 2, 1)
+  table.insert(b, j + 2, death)
+  if #b / 2 > MAX_BOOKED then
+    local best, at = -1, 1
+    for k = 1, #b - 3, 2 do
+      local gap = b[k + 2] - b[k]
+      if best < 0 or gap < best then best, at = gap, k end
+    end
+    b[at + 3] = b[at + 3] + b[at + 1]
+    table.remove(b, at)
+    table.remove(b, at)
+  end
+end
+
+-- unbook uncounts a booked slot claimed by its job, counted until death: from the first entry
+-- dying at or after death (where a merge put it). It reports whether it found one.
+local function unbook(st, death)
+  local b = st.booked
+  for j = 1, #b, 2 do
+    if b[j] >= death then
+      if b[j + 1] > 1 then
+        b[j + 1] = b[j + 1] - 1
+      else
+        table.remove(b, j)
+        table.remove(b, j)
+      end
+      return true
+    end
+  end
+  return false
 end
 
 -- load returns each limit's state at now: a bucket's tat, no earlier than now (a full bucket is
@@ -251,11 +307,15 @@ local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
   end
   if m > 0 and redeem > life then life = redeem end
   if st.enq > st.done and keep_open > life then life = keep_open end
+  local booked = st.booked
+  if #booked > 0 and booked[#booked - 1] - now > life then life = booked[#booked - 1] - now end
   if life <= 0 then
     redis.call('DEL', key)
     return
   end
-  local vals = {STATE_TAG, n, st.enq, st.enq_at, st.done, m, now + life}
+  local recs = n
+  if #booked > 0 then recs = n + 1 end
+  local vals = {STATE_TAG, recs, st.enq, st.enq_at, st.done, m, now + life}
   for i = 1, #kept do vals[#vals + 1] = kept[i] end
   for i = 1, n do
     local l = lims[i]
@@ -266,6 +326,10 @@ local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
       vals[#vals + 1], vals[#vals + 2] = l.id, 4 * #log + l.kind
       for j = 1, #log do vals[#vals + 1] = log[j] end
     end
+  end
+  if #booked > 0 then
+    vals[#vals + 1], vals[#vals + 2] = BOOKED_ID, 4 * #booked + BUCKET
+    for j = 1, #booked do vals[#vals + 1] = booked[j] end
   end
   redis.call('SET', key, pack_ints(vals), 'PX', math.ceil(life / 1000) + pad)
 end
