@@ -25,6 +25,7 @@ type Redis struct {
 	script  *script
 	admit   *script
 	inspect *script
+	lease   *script
 	prefix  string
 	grace   int64 // SlotGrace in µs, for Inspect
 	redeem  int64 // Redeem in µs
@@ -54,6 +55,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		script:  newScript(lua.Decide, false),
 		admit:   newScript(lua.Admit, false),
 		inspect: newScript(lua.Inspect, true),
+		lease:   newScript(lua.Lease, false),
 		prefix:  prefix,
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
@@ -110,14 +112,14 @@ func (r *Redis) call(req *Request) (keys, args []string) {
 	if req.JobID != "" {
 		job = state + 1 + len(req.JobID)
 	}
-	buf := make([]byte, 0, max(state, job)+32+len(r.fixed)+len(p.packed)+p.calendarsLen())
+	buf := make([]byte, 0, max(state, job)+40+len(r.fixed)+len(p.packed)+p.calendarsLen())
 	buf = append(append(append(append(buf, r.prefix...), '{'), req.Tenant...), '}')
 	if job > 0 {
 		buf = append(append(buf, ':'), req.JobID...)
 	}
 	keyEnd := len(buf)
 	buf = packInts(buf, r.now(), req.Weight)
-	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load(), int64(len(p.Limits))), p.packed...)
+	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load(), int64(len(p.Limits)), LeaseKey(req.JobID)), p.packed...)
 	buf = p.calendars(buf, r.estimate(), r.reach)
 	strs := new([3]string)
 	strs[0] = unsafe.String(&buf[0], state)
@@ -170,11 +172,11 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
-	vals := make([]int64, 4+len(b.Jobs))
+	vals := make([]int64, 5+len(b.Jobs))
 	if err := unpackInts(reply, vals); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
-	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:])
+	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4], vals[5:])
 }
 
 // script is one of lua/'s scripts.
@@ -225,11 +227,11 @@ func (r *Redis) run(ctx context.Context, s *script, build func() (keys, args []s
 
 // decodeReply turns the script's packed reply into a Result.
 func decodeReply(req *Request, reply []byte) (Result, error) {
-	var n [4]int64
+	var n [5]int64
 	if err := unpackInts(reply, n[:]); err != nil {
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
-	return req.Plan.result(n[0], n[1], n[2], n[3])
+	return req.Plan.result(n[0], n[1], n[2], n[3], n[4])
 }
 
 // Prepare readies the backend before its first decision: it learns when the servers' memory
@@ -242,7 +244,7 @@ func (r *Redis) Prepare(ctx context.Context) error {
 		return err
 	}
 	for addr, node := range r.client.Nodes() {
-		for _, s := range []*script{r.script, r.admit, r.inspect} {
+		for _, s := range []*script{r.script, r.admit, r.inspect, r.lease} {
 			if err := node.Do(ctx, node.B().ScriptLoad().Script(s.src).Build()).Error(); err != nil {
 				return fmt.Errorf("bucket: redis %s: script load: %w", addr, err)
 			}

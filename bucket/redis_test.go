@@ -104,6 +104,10 @@ func TestRedisIdleTenantMemory(t *testing.T) {
 		// approximate one with every sub-window in use.
 		{"exact window, 64 takes", mustPlan(t, "w64", win("w", ExactWindowMax, time.Hour)), ExactWindowMax, 0, false, 1400},
 		{"window in sub-windows, all in use", mustPlan(t, "wide", win("w", 1_000_000, 640*ms)), 70, 10 * ms, false, 1400},
+		// A concurrency limit holds one lease of 32 bytes per job in flight.
+		{"concurrency, 1 lease held", mustPlan(t, "c", conc("running", 5, time.Minute)), 1, 0, false, 200},
+		{"concurrency, 5 leases held", mustPlan(t, "c", conc("running", 5, time.Minute)), 5, 0, false, 330},
+		{"bucket+concurrency, 5 leases held", mustPlan(t, "c", lim("burst", 20, 100*ms), conc("running", 5, time.Minute)), 5, 0, false, 400},
 		// Slots booked by Decide are counted in the state, in at most 16 entries.
 		{"bucket with 100 slots booked", mustPlan(t, "b", lim("burst", 1, 100*ms)), 101, 0, true, 460},
 	} {

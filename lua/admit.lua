@@ -32,8 +32,10 @@
 --          production), born (µs, see load), then k × (job id, weight), then the plan's n
 --          limits and calendars (see read_limits).
 --
--- Reply: packed int64s {wait (µs), binding limit (0-based), remaining, lane open (0/1), then one
--- outcome per job}: 0 admitted, 1 admitted before (redeemed, nothing charged), 2 moved to the
+-- A concurrency limit takes a lease for each job admitted, its id the job's (see lease.lua).
+--
+-- Reply: packed int64s {wait (µs), binding limit (0-based), remaining, lane open (0/1), leases
+-- expired (ended unreleased, dropped from the state by this call), then one outcome per job}: 0 admitted, 1 admitted before (redeemed, nothing charged), 2 moved to the
 -- lane, 3 moved to the lane before, 4 not yet (lane mode). wait and the binding limit concern the
 -- first job not admitted (0 when all were); otherwise the limit holding the fewest tokens.
 --
@@ -76,7 +78,7 @@ else
     else
       local s, b = slot(lims, ws, n, now, w)
       if s == now and wait < 0 then
-        take(lims, ws, n, now, w)
+        take(lims, ws, n, now, w, job)
         add_mark(st, job, now)
         out[i], changed = 0, true
       else
@@ -97,6 +99,8 @@ if wait < 0 then wait, bind = 0, rb end
 if changed then write_state(KEYS[1], st, lims, ws, n, now, redeem, 2 * quiet, pad) end
 local o = 0
 if open then o = 1 end
-local vals = {wait, bind, r, o}
-for i = 1, k do vals[4 + i] = out[i] end
-return struct.pack('<' .. string.rep('l', 4 + k), unpack(vals))
+local expired = 0
+if changed then expired = st.expired end
+local vals = {wait, bind, r, o, expired}
+for i = 1, k do vals[5 + i] = out[i] end
+return struct.pack('<' .. string.rep('l', 5 + k), unpack(vals))

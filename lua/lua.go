@@ -18,6 +18,9 @@ var admit string
 //go:embed inspect.lua
 var inspect string
 
+//go:embed lease.lua
+var lease string
+
 // Decide decides one request and books a slot when it must wait (see decide.lua).
 var Decide = prelude + decide
 
@@ -26,3 +29,6 @@ var Admit = prelude + admit
 
 // Inspect reads a tenant's state without changing it (see inspect.lua).
 var Inspect = prelude + inspect
+
+// Lease releases or renews a job's lease and reconciles its cost (see lease.lua).
+var Lease = prelude + lease

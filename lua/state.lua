@@ -24,6 +24,11 @@
 --                              owed (len 1, a tat alone, is read as kept under the plan's)
 --                    1 window  len 2k: k takes (death, weight), sorted by death: weight counted
 --                    2 quota   until death (see the arithmetic below)
+--                    3 concurrency  len 4k: k leases (death, weight, lease id, at), sorted by
+--                              death (then by when they were taken): a job's weight counted
+--                              while it runs, until it is released or its lease ends (death);
+--                              taken at `at`; id 0 is a lease nobody can release (all in flight
+--                              when the memory began, see load)
 --                  and, when Decide has slots booked and not yet claimed, one more record of id
 --                  BOOKED_ID (-1, no limit's) and kind 0: len 2k, k entries (death, count) sorted
 --                  by death, a booked slot counted until its slot + grace; at most MAX_BOOKED
@@ -42,7 +47,9 @@
 --           to max(tat, s) + w*I.
 --   window  a log of takes: a take at s dies at ceil(s/grain)*grain + window (grain 1 µs: exact).
 --   quota   a log of takes: a take at s dies at the end of the calendar period holding s.
---           Either log counts used(s) at time s, the weight of the takes whose death is after s,
+--   concurrency  a log of leases: a take at s dies at s + lease, sooner when released, later
+--           when renewed. Its tags (id, at) ride beside the log in ws.tags[i].
+--           Any log counts used(s) at time s, the weight of the takes whose death is after s,
 --           and weight w fits at s when used(s) + w <= limit. used only falls as s grows: the
 --           earliest fit is found walking the deaths in order, and holds from then on.
 local STATE_TAG = 1094995251 -- "ADM3"
@@ -50,7 +57,7 @@ local OLD_TAG = 1094995250 -- "ADM2"
 local STATE_HDR = 7
 local MAX_MARKS = 64
 local BOOKED_ID, MAX_BOOKED = -1, 16
-local BUCKET, WINDOW, QUOTA = 0, 1, 2
+local BUCKET, WINDOW, QUOTA, CONC = 0, 1, 2, 3
 
 -- fmts caches the struct formats of n int64s.
 local fmts = {}
@@ -95,10 +102,12 @@ local function pack_ints(vals)
 end
 
 -- read_limits parses n plan limits from arg at pos: per limit id, kind and three parameters
--- (bucket: capacity, interval µs; window: limit, window µs, grain µs; quota: limit), then each
+-- (bucket: capacity, interval µs; window: limit, window µs, grain µs; quota: limit; concurrency:
+-- limit, lease µs), then each
 -- quota's calendar: a count m and m ascending period boundaries (µs), from the client, since
 -- Lua knows no time zones. It returns one table per limit: {id, kind, a, b, c, cal}, with a the
--- bucket's span (capacity x interval) or the limit, b the interval or the window, c the grain.
+-- bucket's span (capacity x interval) or the limit, b the interval, the window or the lease, c
+-- the grain.
 local function read_limits(arg, pos, n)
   local v
   v, pos = unpack_ints(arg, pos, 5 * n)
@@ -257,13 +266,29 @@ end
 -- until the end of born's period. A Redis that restarted without its data must not take every
 -- limit for unused, or a burst follows every restart.
 local function load(st, lims, n, now, born)
-  local ws = {}
+  local ws = {tags = {}}
+  st.expired = 0
   for i = 1, n do
     local l, r = lims[i], st.recs[i]
     if l.kind == BUCKET then
       local t = r or (born + l.a)
       if t < now then t = now end
       ws[i] = t
+    elseif l.kind == CONC then
+      local log, tags = {}, {}
+      if r then
+        for j = 1, #r, 4 do
+          if r[j] > now then
+            log[#log + 1], log[#log + 2] = r[j], r[j + 1]
+            tags[#tags + 1], tags[#tags + 2] = r[j + 2], r[j + 3]
+          elseif r[j + 2] ~= 0 then
+            st.expired = st.expired + 1
+          end
+        end
+      elseif born > 0 and born + l.b > now then
+        log[1], log[2], tags[1], tags[2] = born + l.b, l.a, 0, born
+      end
+      ws[i], ws.tags[i] = log, tags
     else
       local log = {}
       if r then
@@ -284,6 +309,38 @@ local function load(st, lims, n, now, born)
     end
   end
   return ws
+end
+
+-- lease_find is the position in ws[i] of lease id (the log's index of its death), or nil.
+local function lease_find(ws, i, id)
+  local tags = ws.tags[i]
+  for j = 1, #tags, 2 do
+    if tags[j] == id then return j end
+  end
+  return nil
+end
+
+-- lease_drop removes the lease at position j of ws[i] and returns its weight and when it was
+-- taken.
+local function lease_drop(ws, i, j)
+  local log, tags = ws[i], ws.tags[i]
+  local w, at = log[j + 1], tags[j + 1]
+  table.remove(log, j)
+  table.remove(log, j)
+  table.remove(tags, j)
+  table.remove(tags, j)
+  return w, at
+end
+
+-- lease_put adds a lease of weight w taken at `at` dying at d, after those dying no later.
+local function lease_put(ws, i, d, w, id, at)
+  local log, tags = ws[i], ws.tags[i]
+  local j = #log - 1
+  while j >= 1 and log[j] > d do j = j - 2 end
+  table.insert(log, j + 2, w)
+  table.insert(log, j + 2, d)
+  table.insert(tags, j + 2, at)
+  table.insert(tags, j + 2, id)
 end
 
 -- write_state stores the state with the limits' states ws, keeping only the recent decisions
@@ -321,6 +378,12 @@ local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
     local l = lims[i]
     if l.kind == BUCKET then
       vals[#vals + 1], vals[#vals + 2], vals[#vals + 3], vals[#vals + 4] = l.id, 4 * 2 + BUCKET, ws[i], l.b
+    elseif l.kind == CONC then
+      local log, tags = ws[i], ws.tags[i]
+      vals[#vals + 1], vals[#vals + 2] = l.id, 4 * 2 * #log + CONC
+      for j = 1, #log, 2 do
+        vals[#vals + 1], vals[#vals + 2], vals[#vals + 3], vals[#vals + 4] = log[j], log[j + 1], tags[j], tags[j + 1]
+      end
     else
       local log = ws[i]
       vals[#vals + 1], vals[#vals + 2] = l.id, 4 * #log + l.kind
@@ -390,8 +453,9 @@ local function slot(lims, ws, n, now, w)
   return s, bind
 end
 
--- take charges weight w to every limit at time s.
-local function take(lims, ws, n, s, w)
+-- take charges weight w to every limit at time s; a concurrency limit takes lease id (a job
+-- already holding one gives it up first: one lease per job).
+local function take(lims, ws, n, s, w, id)
   for i = 1, n do
     local l = lims[i]
     if l.kind == BUCKET then
@@ -400,8 +464,14 @@ local function take(lims, ws, n, s, w)
       ws[i] = t + w * l.b
     elseif l.kind == WINDOW then
       log_add(ws[i], math.ceil(s / l.c) * l.c + l.b, w)
-    else
+    elseif l.kind == QUOTA then
       log_add(ws[i], period_end(l.cal, s), w)
+    else
+      if id ~= 0 then
+        local j = lease_find(ws, i, id)
+        if j then lease_drop(ws, i, j) end
+      end
+      lease_put(ws, i, s + l.b, w, id, s)
     end
   end
 end
