@@ -303,3 +303,41 @@ func TestAckOfTheForwardReleasesItsLease(t *testing.T) {
 	}
 	t.Logf("released by acks: ack to next job received p50 %v p99 %v", percentile(lat, 0.5), percentile(lat, 0.99))
 }
+
+// TestRenewedLeaseOutlivesItsLength: a worker that renews its job's lease keeps its slot past
+// the lease's length; the next job goes only when it says it is done.
+func TestRenewedLeaseOutlivesItsLength(t *testing.T) {
+	w := newWorld(t, "plans:\n  one:\n    limits:\n      - {kind: concurrency, limit: 1, lease: 2s}\ntenants:\n  acme: one\n")
+	w.start()
+	var doneAt time.Time
+	var mu sync.Mutex
+	d := w.work("acme", 2, 0, false, func(m jetstream.Msg, lease int64) {
+		if lease == 1 {
+			for range 4 { // 4 s of work, renewing every second
+				time.Sleep(time.Second)
+				r := nats.NewMsg("jobs.renew.acme.export")
+				r.Header.Set("Admit-Lease", "1")
+				resp, err := w.nc.RequestMsg(r, 5*time.Second)
+				var rep leaseReply
+				if err != nil || json.Unmarshal(resp.Data, &rep) != nil || !rep.Held {
+					t.Errorf("renew: %v %+v", err, rep)
+				}
+			}
+			mu.Lock()
+			doneAt = time.Now()
+			mu.Unlock()
+		}
+		w.done("acme", lease, -1)
+		_ = m.Ack()
+	})
+	w.publish("jobs.submit.acme.export", "1")
+	w.publish("jobs.submit.acme.export", "2")
+	waitFor(t, 30*time.Second, "both jobs done", func() bool { _, _, _, e := d.snapshot(); return len(e) == 2 })
+	_, leases, received, _ := d.snapshot()
+	mu.Lock()
+	defer mu.Unlock()
+	if leases[1] != 2 || received[1].Before(doneAt) {
+		t.Fatalf("job 2 received %v before job 1 was done, its lease renewed: leases %v", doneAt.Sub(received[1]), leases)
+	}
+	t.Logf("job 2 received %v after job 1, renewed past its 2 s lease, was done", received[1].Sub(doneAt).Round(time.Millisecond))
+}
