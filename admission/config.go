@@ -94,6 +94,17 @@ type Config struct {
 	// TenantMetrics adds a tenant label to the decision and wait metrics. Off by default: one
 	// series per tenant can be a lot.
 	TenantMetrics bool
+	// Done and Renew are where workers end and extend the leases of forwarded jobs whose plan
+	// has a concurrency limit (see leases.go): subjects with {tenant}; the zero Template turns the
+	// path off.
+	Done, Renew subjects.Template
+	// LeaseAcks releases a forwarded job's lease when a consumer of the output stream acks it
+	// (sampled acks: the consumer's SampleFrequency "100%") or terminates it.
+	LeaseAcks bool
+	// LeaseWorkers bounds the lease messages handled at once (default 8); LeaseBuffer the ones
+	// waiting for a worker (default 4096; past it they are dropped, and the leases end by
+	// themselves).
+	LeaseWorkers, LeaseBuffer int
 }
 
 // withDefaults returns the config with zero fields set to their defaults.
@@ -140,6 +151,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
+	}
+	if c.LeaseWorkers <= 0 {
+		c.LeaseWorkers = 8
+	}
+	if c.LeaseBuffer <= 0 {
+		c.LeaseBuffer = 4096
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

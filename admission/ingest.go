@@ -202,6 +202,8 @@ type job struct {
 	span    trace.Span
 	verdict policy.Verdict
 	plan    string
+	leased  bool   // its plan has a concurrency limit: forwarded with its lease
+	reason  string // the kind of the limit it waits for
 }
 
 // inputJob reads a delivered input.
@@ -237,6 +239,7 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 	for i := range jobs {
 		j := &jobs[i]
 		j.verdict, j.plan = d.Verdicts[i], plan
+		j.leased, j.reason = d.Plan != nil && d.Plan.Leases(), d.Reason
 		if mode == bucket.Lane && settled < len(jobs) {
 			j.verdict = policy.Verdict{Action: policy.Wait, Wait: j.verdict.Wait}
 			continue
@@ -375,8 +378,13 @@ func (s *Service) forwardMsg(j *job) *nats.Msg {
 	if err != nil { // cannot happen: the input matched the template
 		out = j.subject
 	}
-	h := s.baseHeader(j, 6)
+	h := s.baseHeader(j, 8)
 	forwardHeader(h, wire.MsgID(wire.KindForward, s.cfg.StreamIn, j.seq), j.tenant, j.plan, j.tries, s.cfg.Now().Sub(j.stored), j.verdict)
+	if j.leased && !j.verdict.Degraded && !j.verdict.Shadow {
+		h.Set(wire.HeaderLease, strconv.FormatUint(j.seq, 10))
+	} else {
+		h.Del(wire.HeaderLease) // not the producer's to set
+	}
 	m := &nats.Msg{Subject: out, Data: j.data, Header: h}
 	s.tel.injectSend(j, m, s.cfg.StreamOut)
 	return m

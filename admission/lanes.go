@@ -171,6 +171,15 @@ func (l *lanes) rebalance() {
 	}
 }
 
+// wakeTenant makes tenant's lane ask again now, if this replica runs it (a lease of the tenant ended).
+func (l *lanes) wakeTenant(tenant string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ln := l.byName[tenant]; ln != nil {
+		l.scheduleLocked(ln, 0)
+	}
+}
+
 // wakeAll makes every lane ask again now (the plans changed: waits may have too).
 func (l *lanes) wakeAll() {
 	l.mu.Lock()

@@ -30,6 +30,7 @@ type Service struct {
 	pub     *publisher
 	ingest  *ingest
 	lanes   *lanes
+	leases  *leases
 	members *members
 	cons    jetstream.Consumer
 	kv      jetstream.KeyValue
@@ -48,6 +49,9 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := leaseSubjects(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Replica == "" {
 		cfg.Replica = nuid.Next()
 	}
@@ -59,6 +63,7 @@ func New(cfg Config) (*Service, error) {
 		pub: newPublisher(cfg.JetStream, cfg.Logger), members: newMembers(cfg.Replica, cfg.Heartbeat, cfg.Logger)}
 	s.ingest = newIngest(s)
 	s.lanes = newLanes(s)
+	s.leases = newLeases(s)
 	s.members.changed = s.lanes.rebalance
 	return s, nil
 }
@@ -259,6 +264,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.lanes.stop()
+	if err := s.leases.start(work); err != nil {
+		return err
+	}
+	defer s.leases.stop() // before the lanes stop: the last releases may wake them
 	schedCtx, stopScheduling := context.WithCancel(work)
 	var laneWorkers sync.WaitGroup
 	laneWorkers.Go(func() { s.lanes.schedule(schedCtx) })

@@ -34,6 +34,9 @@ const (
 	AttrAction   = attribute.Key("admitter.action")
 	AttrError    = policy.AttrError
 	AttrMode     = attribute.Key("admitter.mode")
+	// AttrReason is the kind of the limit a waiting job waits for: bucket, window, quota or
+	// concurrency.
+	AttrReason   = attribute.Key("admitter.reason")
 	AttrSequence = attribute.Key("messaging.nats.stream.sequence")
 )
 
@@ -55,6 +58,8 @@ type telemetry struct {
 	latency     metric.Float64Histogram
 	limiterErrs metric.Int64Counter
 	failEvents  metric.Int64Counter
+	leaseMsgs   metric.Int64Counter
+	expired     metric.Int64Counter
 	inFlight    metric.Int64UpDownCounter
 	tenantLabel bool
 	failMode    attribute.Set
@@ -64,7 +69,7 @@ type telemetry struct {
 	sets map[setKey]metric.MeasurementOption
 }
 
-type setKey struct{ plan, outcome, tenant string }
+type setKey struct{ plan, outcome, tenant, reason string }
 
 func newTelemetry(c Config) (*telemetry, error) {
 	m := c.MeterProvider.Meter(instrumentationName)
@@ -87,6 +92,10 @@ func newTelemetry(c Config) (*telemetry, error) {
 	t.limiterErrs, err = m.Int64Counter(wire.MetricRedisErrors.Name, metric.WithDescription(wire.MetricRedisErrors.Help))
 	add(err)
 	t.failEvents, err = m.Int64Counter(wire.MetricFailEvents.Name, metric.WithDescription(wire.MetricFailEvents.Help))
+	add(err)
+	t.leaseMsgs, err = m.Int64Counter(wire.MetricLeaseMessages.Name, metric.WithDescription("Messages that end or extend a forwarded job's lease, by path (done, renew, ack, term) and result (released, renewed, not-held, no-lease, invalid, error)."))
+	add(err)
+	t.expired, err = m.Int64Counter(wire.MetricLeasesExpired.Name, metric.WithDescription("Leases of forwarded jobs that ended without being released (their slot freed by the lease's end)."))
 	add(err)
 	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
 	add(err)
@@ -144,6 +153,7 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 	if d.Took > 0 {
 		t.latency.Record(ctx, d.Took.Seconds())
 	}
+	t.leasesExpired(ctx, d.LeasesExpired)
 	if d.Err != nil {
 		span.RecordError(d.Err)
 		span.SetStatus(codes.Error, "limiter failed")
@@ -152,13 +162,16 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 	}
 	if span.IsRecording() {
 		span.SetAttributes(AttrTenant.String(tenant), AttrMode.String(mode.String()), AttrLimit.String(d.Limit),
-			attribute.Int64("admitter.remaining", d.Remaining), attribute.Int("admitter.batch", len(jobs)))
+			AttrReason.String(d.Reason), attribute.Int64("admitter.remaining", d.Remaining), attribute.Int("admitter.batch", len(jobs)))
 	}
 	for i := range jobs {
 		if s := jobs[i].span; s.IsRecording() {
 			v := d.Verdicts[i]
 			s.SetAttributes(AttrTenant.String(tenant), AttrWeight.Int64(pjobs[i].Weight), AttrLimit.String(d.Limit),
 				AttrAction.String(v.Action.String()), AttrWaitMs.Float64(float64(v.Wait)/float64(time.Millisecond)))
+			if v.Action == policy.ToLane || v.Action == policy.Wait {
+				s.SetAttributes(AttrReason.String(d.Reason))
+			}
 			if d.Plan != nil {
 				s.SetAttributes(AttrPlan.String(d.Plan.Name))
 			}
@@ -189,6 +202,9 @@ func (t *telemetry) conclude(j *job, decision string) {
 	if t.tenantLabel {
 		key.tenant = j.tenant
 	}
+	if decision == wire.DecisionDelayed {
+		key.reason = j.reason
+	}
 	t.mu.RLock()
 	set, ok := t.sets[key]
 	t.mu.RUnlock()
@@ -196,6 +212,9 @@ func (t *telemetry) conclude(j *job, decision string) {
 		attrs := []attribute.KeyValue{attribute.String("source", string(wire.SourceQueue)), attribute.String("outcome", decision), attribute.String("plan", j.plan)}
 		if t.tenantLabel {
 			attrs = append(attrs, attribute.String("tenant", j.tenant))
+		}
+		if key.reason != "" {
+			attrs = append(attrs, attribute.String("reason", key.reason))
 		}
 		set = metric.WithAttributeSet(attribute.NewSet(attrs...))
 		t.mu.Lock()
@@ -207,6 +226,18 @@ func (t *telemetry) conclude(j *job, decision string) {
 	if decision == wire.DecisionDelayed || decision == wire.DecisionShadowDelayed {
 		t.waits.Record(ctx, j.verdict.Wait.Seconds(), set)
 	}
+}
+
+// leasesExpired counts leases found ended unreleased.
+func (t *telemetry) leasesExpired(ctx context.Context, n int64) {
+	if n > 0 {
+		t.expired.Add(ctx, n)
+	}
+}
+
+// leaseMessage counts a message that ended or extended a lease.
+func (t *telemetry) leaseMessage(ctx context.Context, path, result string) {
+	t.leaseMsgs.Add(ctx, 1, leaseAttrs(path, result))
 }
 
 // messagingAttrs are the semantic-convention attributes of a delivery or a publish.

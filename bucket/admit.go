@@ -105,6 +105,9 @@ type BatchResult struct {
 	Remaining int64
 	// LaneOpen reports whether the tenant's lane is open after the call.
 	LaneOpen bool
+	// LeasesExpired counts the tenant's leases (see KindConcurrency) that this call found ended
+	// without being released, and dropped.
+	LeasesExpired int64
 	// ShadowWaits is set when the plan is in shadow mode (Plan.Shadow): one wait per job, how
 	// long the plan would have delayed it (zero: it fitted at once, or it was not decided: sent
 	// to the lane). Every job Ingest or Lane decides is then admitted, and the plan is charged
@@ -155,7 +158,7 @@ func (b *Batch) check() error {
 }
 
 // batchResult builds a BatchResult from the integers both backends compute.
-func (p *Plan) batchResult(wait, limit, remaining, open int64, outcomes, shadow []int64) (BatchResult, error) {
+func (p *Plan) batchResult(wait, limit, remaining, open, expired int64, outcomes, shadow []int64) (BatchResult, error) {
 	if limit < 0 || limit >= int64(len(p.Limits)) {
 		return BatchResult{}, fmt.Errorf("bucket: unexpected binding limit %d", limit)
 	}
@@ -166,6 +169,8 @@ func (p *Plan) batchResult(wait, limit, remaining, open int64, outcomes, shadow 
 		LimitIndex: int(limit),
 		Remaining:  remaining,
 		LaneOpen:   open == 1,
+
+		LeasesExpired: expired,
 	}
 	for i, o := range outcomes {
 		if o < 0 || o > int64(JobNotYet) {

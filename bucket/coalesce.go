@@ -37,9 +37,9 @@ type admitCall struct {
 // replyLen is the length of the batch's reply in admit.lua's layout.
 func (c *admitCall) replyLen() int {
 	if c.shadow {
-		return 8 * (4 + 2*c.jobs)
+		return 8 * (5 + 2*c.jobs)
 	}
-	return 8 * (4 + c.jobs)
+	return 8 * (5 + c.jobs)
 }
 
 // coalescer sends batches in calls of many. A batch that finds fewer than maxCalls calls under

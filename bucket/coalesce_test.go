@@ -101,11 +101,11 @@ func TestRedisCoalescedErrorStaysWithItsBatch(t *testing.T) {
 	if calls[0].err == nil || !strings.Contains(calls[0].err.Error(), "quota calendar") {
 		t.Errorf("the bad batch: error %v, want the calendar refused", calls[0].err)
 	}
-	if calls[1].err != nil || len(calls[1].reply) != 8*5 {
+	if calls[1].err != nil || len(calls[1].reply) != 8*6 {
 		t.Fatalf("the good batch: %v, reply of %d bytes", calls[1].err, len(calls[1].reply))
 	}
-	vals := make([]int64, 5)
-	if err := unpackInts(calls[1].reply, vals); err != nil || vals[4] != int64(JobAdmitted) {
+	vals := make([]int64, 6)
+	if err := unpackInts(calls[1].reply, vals); err != nil || vals[5] != int64(JobAdmitted) {
 		t.Errorf("the good batch: %v %v, want its job admitted", vals, err)
 	}
 }

@@ -71,6 +71,9 @@ type Result struct {
 	Limit string
 	// LimitIndex is the index of Limit in the plan.
 	LimitIndex int
+	// LeasesExpired counts the tenant's leases (see KindConcurrency) that this call found ended
+	// without being released, and dropped: each is counted once, by the call that drops it.
+	LeasesExpired int64
 }
 
 // Options tune both backends. The zero value uses the defaults.
@@ -151,7 +154,7 @@ func checkTenant(t string) error {
 }
 
 // result builds a Result from the integers both backends compute.
-func (p *Plan) result(status, remaining, waitMicros, limit int64) (Result, error) {
+func (p *Plan) result(status, remaining, waitMicros, limit, expired int64) (Result, error) {
 	if status < 0 || status > int64(Early) || limit < 0 || limit >= int64(len(p.Limits)) {
 		return Result{}, fmt.Errorf("bucket: unexpected decision status %d limit %d", status, limit)
 	}
@@ -163,5 +166,7 @@ func (p *Plan) result(status, remaining, waitMicros, limit int64) (Result, error
 		Wait:       time.Duration(waitMicros) * time.Microsecond,
 		Limit:      p.labels[limit],
 		LimitIndex: int(limit),
+
+		LeasesExpired: expired,
 	}, nil
 }

@@ -19,6 +19,9 @@ func differentialPlans(t *testing.T) []*Plan {
 		mustPlan(t, "wide", win("wide", 200, 3*time.Second), lim("burst", 60, 5*ms)), // sub-windows of 46.875ms
 		mustPlan(t, "quota", quota("", 25, Minute, nil)),
 		mustPlan(t, "mixed", lim("burst", 6, 150*ms), win("w", 9, 1500*ms), quota("q", 40, Minute, nil)),
+		mustPlan(t, "fast", lim("", 2, 20*ms)), // books more slots than a state keeps entries for
+		mustPlan(t, "running", conc("running", 3, 4*time.Second), lim("burst", 5, 50*ms)),
+		mustPlan(t, "leased", conc("c", 8, 6*time.Second), win("w", 12, 1500*ms), quota("q", 60, Minute, nil), lim("b", 6, 80*ms)),
 		mustPlan(t, "zoned", quota("h", 300, Hour, mustLoc(t, "Asia/Kathmandu")), win("w", 100, 700*ms), quota("m", 30, Minute, nil)),
 	}
 }
@@ -109,6 +112,7 @@ func shadowOf(p *Plan) *Plan {
 func TestDifferentialAdmit(t *testing.T) {
 	plans := differentialPlans(t)
 	seen := map[JobOutcome]int{}
+	var leases, expired, tries int64
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
@@ -123,6 +127,7 @@ func TestDifferentialAdmit(t *testing.T) {
 			}
 			tenants := make([]string, len(plans))
 			next := make([]int64, len(plans))
+			admitted := make([][]int64, len(plans))
 			for i := range tenants {
 				tenants[i], next[i] = uniqueTenant("a"), 1
 			}
@@ -160,10 +165,40 @@ func TestDifferentialAdmit(t *testing.T) {
 					if err1 != nil || err2 != nil {
 						t.Fatalf("step %d: errors memory=%v redis=%v", step, err1, err2)
 					}
-					for _, o := range r.Outcomes {
+					for i, o := range r.Outcomes {
 						seen[o]++
+						if o == JobAdmitted {
+							admitted[ti] = append(admitted[ti], b.Jobs[i].ID)
+						}
 					}
+					expired += r.LeasesExpired
 					want, got = fmt.Sprintf("%v %+v", b.Mode, a), fmt.Sprintf("%v %+v", b.Mode, r)
+				case op < 9 && p.Leases():
+					id := max(1, next[ti]-1-rng.Int64N(6))
+					if a := admitted[ti]; len(a) > 0 && rng.IntN(4) > 0 { // mostly a job that holds a lease
+						id = a[len(a)-1-rng.IntN(min(len(a), 3))]
+					}
+					req := LeaseRequest{Tenant: tenants[ti], Plan: p, Lease: id, Cost: NoCost}
+					var a, r LeaseResult
+					var err1, err2 error
+					if rng.IntN(3) == 0 {
+						a, err1 = mem.Renew(ctx, req)
+						r, err2 = red.Renew(ctx, req)
+					} else {
+						if rng.IntN(2) == 0 {
+							req.Cost = rng.Int64N(2 * p.MaxWeight())
+						}
+						a, err1 = mem.Release(ctx, req)
+						r, err2 = red.Release(ctx, req)
+					}
+					if err1 != nil || err2 != nil {
+						t.Fatalf("step %d: errors memory=%v redis=%v", step, err1, err2)
+					}
+					tries++
+					if r.Held {
+						leases++
+					}
+					want, got = fmt.Sprintf("lease %+v", a), fmt.Sprintf("lease %+v", r)
 				case op < 9:
 					through := next[ti] - 1 - rng.Int64N(3)
 					a, err1 := mem.CloseLane(ctx, tenants[ti], p, through)
@@ -206,5 +241,8 @@ func TestDifferentialAdmit(t *testing.T) {
 			t.Errorf("outcome %v never occurred: %v", o, seen)
 		}
 	}
-	t.Logf("outcomes: %v", seen)
+	if leases == 0 || expired == 0 {
+		t.Errorf("%d leases released or renewed, %d expired: the sequence proves little", leases, expired)
+	}
+	t.Logf("outcomes: %v; %d leases released or renewed of %d tried, %d expired", seen, leases, tries, expired)
 }

@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/admitter/admitter/wire"
@@ -33,6 +34,10 @@ var (
 	// ErrInvalidTenant: the tenant name cannot be used as a key (empty, or containing '{' or '}',
 	// which would break the per-tenant hash tag).
 	ErrInvalidTenant error = &codedError{wire.CodeInvalidTenant, "bucket: invalid tenant"}
+	// ErrInvalidLease: a lease id is not 1 to 2^53-1.
+	ErrInvalidLease = errors.New("bucket: invalid lease")
+	// ErrInvalidCost: a job's actual cost is not 0 to 2^40.
+	ErrInvalidCost = errors.New("bucket: invalid cost")
 )
 
 // LimitError is NewPlan refusing one limit of a plan: it carries the limit's index, so that a

@@ -2,12 +2,8 @@ package bucket
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // A Snapshot is a tenant's bucket state at one instant, for operators and tests.
@@ -106,7 +102,7 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 	}
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	ls := st
+	ls := st // the state whose limits are read: for a plan in shadow mode, its shadow state
 	if plan.Shadow {
 		ls = sh.tenants[shadowKey(tenant)]
 		if ls != nil && ls.expiry <= now {
@@ -115,28 +111,10 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 	}
 	snap := plan.snapshot(now, sh.load(ls, plan, now, m.born()))
 	snap.LaneOpen = st != nil && st.enq > st.done
-	grace := m.opts.SlotGrace.Microseconds()
-	jt := tenant // whose job keys hold the reservations
-	if plan.Shadow {
-		jt = shadowKey(tenant)
-	}
-	for k, v := range sh.jobs {
-		if k.tenant == jt {
-			snap.addReservation(v, now, grace)
-		}
+	if ls != nil {
+		snap.addBooked(ls.booked, now, m.opts.SlotGrace.Microseconds())
 	}
 	return snap, nil
-}
-
-// addReservation counts a job value (see lua/decide.lua) if it is a live booked slot.
-func (s *Snapshot) addReservation(v, now, grace int64) {
-	if v <= 0 || v+grace <= now {
-		return
-	}
-	s.Reservations++
-	if t := time.UnixMicro(v); t.After(s.LatestSlot) {
-		s.LatestSlot = t
-	}
 }
 
 // Inspect reads the tenant's state under plan from Redis without changing it.
@@ -159,33 +137,31 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	now, open, ws, err := decodeInspect(plan, reply)
+	now, open, ws, booked, err := decodeInspect(plan, reply)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
 	snap := plan.snapshot(now, ws)
 	snap.LaneOpen = open
-	if err := r.scanReservations(ctx, key[len(key)-1], &snap, now); err != nil {
-		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
-	}
+	snap.addBooked(booked, now, r.grace)
 	return snap, nil
 }
 
-// decodeInspect reads inspect.lua's reply: the server's time, whether the lane is open, and every
-// limit's state.
-func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, err error) {
+// decodeInspect reads inspect.lua's reply: the server's time, whether the lane is open, every
+// limit's state, and the slots booked and not yet claimed.
+func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, booked []entry, err error) {
 	vals := make([]int64, len(reply)/8)
 	if len(reply)%8 != 0 || len(vals) < 4 {
-		return 0, false, nil, fmt.Errorf("inspect reply of %d bytes", len(reply))
+		return 0, false, nil, nil, fmt.Errorf("inspect reply of %d bytes", len(reply))
 	}
 	if err := unpackInts(reply, vals); err != nil {
-		return 0, false, nil, err
+		return 0, false, nil, nil, err
 	}
 	now, open, vals = vals[0], vals[1] == 1, vals[4:]
 	ws = make([]work, len(p.specs))
 	for i := range p.specs {
 		if len(vals) == 0 {
-			return 0, false, nil, fmt.Errorf("inspect reply too short at limit %d", i)
+			return 0, false, nil, nil, fmt.Errorf("inspect reply too short at limit %d", i)
 		}
 		if p.specs[i].kind == KindBucket {
 			ws[i].tat, vals = vals[0], vals[1:]
@@ -193,63 +169,18 @@ func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, err 
 		}
 		k := vals[0]
 		if k < 0 || int64(len(vals)) < 1+2*k {
-			return 0, false, nil, fmt.Errorf("inspect reply: limit %d has %d entries in %d values", i, k, len(vals)-1)
+			return 0, false, nil, nil, fmt.Errorf("inspect reply: limit %d has %d entries in %d values", i, k, len(vals)-1)
 		}
 		for j := int64(0); j < k; j++ {
 			ws[i].log = append(ws[i].log, entry{vals[1+2*j], vals[2+2*j]})
 		}
 		vals = vals[1+2*k:]
 	}
-	if len(vals) != 0 {
-		return 0, false, nil, fmt.Errorf("inspect reply: %d values left over", len(vals))
+	if len(vals) == 0 || vals[0] < 0 || int64(len(vals)) != 1+2*vals[0] {
+		return 0, false, nil, nil, fmt.Errorf("inspect reply: %d values where the booked slots should be", len(vals))
 	}
-	return now, open, ws, nil
-}
-
-// scanReservations counts the tenant's booked slots: SCAN for its job keys on every node (they
-// share the tenant's hash tag, so one node holds them all), then read them.
-func (r *Redis) scanReservations(ctx context.Context, state string, snap *Snapshot, now int64) error {
-	pattern := globEscape(state) + ":*"
-	for _, node := range r.client.Nodes() {
-		for cursor := uint64(0); ; {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return fmt.Errorf("scan: %w", err)
-			}
-			if len(e.Elements) > 0 {
-				cmds := make(rueidis.Commands, len(e.Elements))
-				for i, k := range e.Elements {
-					cmds[i] = node.B().Get().Key(k).Build()
-				}
-				for _, res := range node.DoMulti(ctx, cmds...) {
-					b, err := res.AsBytes()
-					if rueidis.IsRedisNil(err) {
-						continue // expired between SCAN and GET
-					}
-					if err != nil {
-						return fmt.Errorf("read job key: %w", err)
-					}
-					if len(b) == 8 {
-						snap.addReservation(int64(binary.LittleEndian.Uint64(b)), now, r.grace)
-					}
-				}
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
-		}
+	for j := int64(0); j < vals[0]; j++ {
+		booked = append(booked, entry{vals[1+2*j], vals[2+2*j]})
 	}
-	return nil
-}
-
-// globEscape quotes the characters SCAN's MATCH treats specially.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, c := range s {
-		if strings.ContainsRune(`*?[]\`, c) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
+	return now, open, ws, booked, nil
 }

@@ -1,5 +1,7 @@
 package bucket
 
+import "slices"
+
 // The arithmetic of every limit kind, in µs, shared by the in-process backend and by snapshots.
 // It mirrors lua/state.lua function by function; the differential test holds them together.
 //
@@ -21,11 +23,17 @@ package bucket
 type entry struct{ death, weight int64 }
 
 // work is one limit's state during a decision: a bucket's tat, or a window's or quota's log
-// (sorted by death, one entry per death).
+// (sorted by death, one entry per death), or a concurrency limit's leases: a log sorted by death
+// (then by when taken), one entry per lease, and their tags beside it.
 type work struct {
-	tat int64
-	log []entry
+	tat  int64
+	log  []entry
+	tags []leaseTag
 }
+
+// leaseTag is a lease's identity beside its log entry: the id it is released or renewed by (0:
+// none) and when it was taken (µs).
+type leaseTag struct{ id, at int64 }
 
 // used is the weight log counts at s.
 func used(log []entry, s int64) int64 {
@@ -101,16 +109,53 @@ func (p *Plan) slot(ws []work, now, w int64) (s, bind int64) {
 	return s, bind
 }
 
-// take charges weight w to every limit at time s.
-func (p *Plan) take(ws []work, s, w int64) {
+// take charges weight w to every limit at time s; a concurrency limit takes lease id (a job
+// already holding one gives it up first: one lease per job).
+func (p *Plan) take(ws []work, s, w, id int64) {
 	for i := range p.specs {
 		sp := &p.specs[i]
-		if sp.kind == KindBucket {
+		switch sp.kind {
+		case KindBucket:
 			ws[i].tat = max(ws[i].tat, s) + w*sp.iv
-		} else {
+		case KindConcurrency:
+			if id != 0 {
+				if j := ws[i].leaseFind(id); j >= 0 {
+					ws[i].leaseDrop(j)
+				}
+			}
+			ws[i].leasePut(s+sp.span, w, leaseTag{id, s})
+		default:
 			ws[i].log = logAdd(ws[i].log, sp.death(s), w)
 		}
 	}
+}
+
+// leaseFind is the index of lease id, or -1.
+func (wk *work) leaseFind(id int64) int {
+	for j, t := range wk.tags {
+		if t.id == id {
+			return j
+		}
+	}
+	return -1
+}
+
+// leaseDrop removes the lease at j and returns its entry and tag.
+func (wk *work) leaseDrop(j int) (entry, leaseTag) {
+	e, t := wk.log[j], wk.tags[j]
+	wk.log = append(wk.log[:j], wk.log[j+1:]...)
+	wk.tags = append(wk.tags[:j], wk.tags[j+1:]...)
+	return e, t
+}
+
+// leasePut adds a lease of weight w dying at d, after those dying no later.
+func (wk *work) leasePut(d, w int64, t leaseTag) {
+	j := len(wk.log) - 1
+	for j >= 0 && wk.log[j].death > d {
+		j--
+	}
+	wk.log = slices.Insert(wk.log, j+1, entry{d, w})
+	wk.tags = slices.Insert(wk.tags, j+1, t)
 }
 
 // remaining is the whole weight every limit lets through now (the minimum, never negative) and
@@ -149,11 +194,19 @@ func (p *Plan) life(ws []work, now int64) int64 {
 // forgotten is the state of limit i when nothing is known of it at now: it was used up when
 // memory began (born µs; 0: nothing was lost, the limit is unused). A bucket was empty at born
 // and has refilled since; a window counted its whole limit until born + window; a quota its
-// whole limit until the end of born's period. log is a buffer to reuse.
-func (p *Plan) forgotten(i int, now, born int64, log []entry) work {
+// whole limit until the end of born's period; a concurrency limit, its whole limit in flight
+// until born + lease. log and tags are buffers to reuse.
+func (p *Plan) forgotten(i int, now, born int64, log []entry, tags []leaseTag) work {
 	sp := &p.specs[i]
 	if sp.kind == KindBucket {
-		return work{tat: max(born+sp.span, now), log: log}
+		return work{tat: max(born+sp.span, now), log: log, tags: tags}
+	}
+	if sp.kind == KindConcurrency {
+		// every job in flight when memory began holds a lease nobody can release
+		if born > 0 && born+sp.span > now {
+			return work{log: append(log, entry{born + sp.span, sp.cap}), tags: append(tags, leaseTag{0, born})}
+		}
+		return work{log: log, tags: tags}
 	}
 	if born > 0 {
 		d := born + sp.span
@@ -164,5 +217,5 @@ func (p *Plan) forgotten(i int, now, born int64, log []entry) work {
 			log = append(log, entry{d, sp.cap})
 		}
 	}
-	return work{log: log}
+	return work{log: log, tags: tags}
 }

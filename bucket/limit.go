@@ -19,9 +19,13 @@ const (
 	// KindQuota is a calendar quota: at most Capacity weight per calendar Period in Location, the
 	// count starting afresh at the start of each period.
 	KindQuota
+	// KindConcurrency counts the weight of the jobs in flight: at most Capacity at once. A job
+	// admitted takes a lease of its weight that ends when it is released (the job is done: see
+	// Release), or Lease after it was taken or last renewed (see Renew), whichever comes first.
+	KindConcurrency
 )
 
-var kindNames = [...]string{"bucket", "window", "quota"}
+var kindNames = [...]string{"bucket", "window", "quota", "concurrency"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -79,6 +83,9 @@ const (
 	// the end of its sub-window, so it leaves the window up to Window/WindowSlices (rounded up to
 	// a microsecond) late, never early, and at most WindowSlices+1 entries are alive at once.
 	WindowSlices = 64
+	// MaxConcurrency is the largest Capacity of a concurrency limit: the tenant's state holds one
+	// lease per job in flight (32 bytes each), read and written by every decision.
+	MaxConcurrency = 1000
 )
 
 // A Limit is one rule of a plan: a token bucket, a sliding window or a calendar quota (Kind).
@@ -103,6 +110,9 @@ type Limit struct {
 	Period Period
 	// Location (quota) is the time zone whose calendar the periods follow; nil means UTC.
 	Location *time.Location
+	// Lease (concurrency) is how long a job holds its lease unless released or renewed, a whole
+	// number of microseconds, 1µs to MaxWindow.
+	Lease time.Duration
 }
 
 // PerSecond is the limit's long-run rate in weight per second: a bucket's refill rate, a
@@ -113,6 +123,8 @@ func (l Limit) PerSecond() float64 {
 		return float64(l.Capacity) / l.Window.Seconds()
 	case KindQuota:
 		return float64(l.Capacity) / l.Period.nominal().Seconds()
+	case KindConcurrency:
+		return float64(l.Capacity) / l.Lease.Seconds() // jobs that each hold their lease to its end
 	}
 	return float64(time.Second) / float64(l.Interval)
 }
@@ -273,6 +285,8 @@ func (l Limit) describe() string {
 		return fmt.Sprintf("window, at most %d in any %s (%s)", l.Capacity, ShortDuration(l.Window), res)
 	case KindQuota:
 		return fmt.Sprintf("quota, %d per calendar %s (%s), reset at its start", l.Capacity, l.Period, l.location())
+	case KindConcurrency:
+		return fmt.Sprintf("concurrency, at most %d in flight, each for at most %s unless renewed", l.Capacity, ShortDuration(l.Lease))
 	}
 	return fmt.Sprintf("capacity %d, rate %s = 1 token every %v (%s tokens/s)", l.Capacity, l.Rate, l.Interval, plansPerSecond(l.PerSecond()))
 }

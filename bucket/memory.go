@@ -30,6 +30,7 @@ type memShard struct {
 	nextSweep int64
 	work      []work // scratch, guarded by mu
 	shadow    []work // scratch for a shadow state, guarded by mu
+	expired   int64  // leases the last load found ended unreleased, guarded by mu
 }
 
 // memState mirrors a tenant's state in lua/state.lua.
@@ -37,19 +38,21 @@ type memState struct {
 	enq, enqAt, done int64
 	marks            []mark // oldest first
 	limits           []memLimit
-	expiry           int64 // µs; the state is gone (everything full, lane closed) from then on
+	booked           []entry // Decide's slots booked and not yet claimed: see booked.go
+	expiry           int64   // µs; the state is gone (everything full, lane closed) from then on
 }
 
 type mark struct{ job, at int64 } // at > 0 admitted at, < 0 sent to the lane at -at
 
 // memLimit is one limit's stored state, by id and kind: a bucket's tat, a window's or quota's
-// log.
+// log, a concurrency limit's leases.
 type memLimit struct {
 	id   int64
 	kind Kind
 	tat  int64
 	iv   int64 // a bucket's: the interval (µs) its tat was kept under
 	log  []entry
+	tags []leaseTag
 }
 
 type jobKey struct{ tenant, id string }
@@ -103,15 +106,16 @@ func (m *Memory) lock(tenant string) (*memShard, *memState, int64) {
 // load fills the shard's scratch with the plan's limits' state at now: read_state and load of
 // lua/state.lua (a limit without state was used up at born, µs; see Plan.forgotten).
 func (sh *memShard) load(st *memState, p *Plan, now, born int64) []work {
-	return loadInto(&sh.work, st, p, now, born)
+	return sh.loadInto(&sh.work, st, p, now, born)
 }
 
 // loadInto is load into the scratch *scratch.
-func loadInto(scratch *[]work, st *memState, p *Plan, now, born int64) []work {
+func (sh *memShard) loadInto(scratch *[]work, st *memState, p *Plan, now, born int64) []work {
 	for len(*scratch) < len(p.specs) {
 		*scratch = append(*scratch, work{})
 	}
 	ws := (*scratch)[:len(p.specs)]
+	sh.expired = 0
 	for i := range p.specs {
 		sp := &p.specs[i]
 		var rec *memLimit
@@ -124,13 +128,23 @@ func loadInto(scratch *[]work, st *memState, p *Plan, now, born int64) []work {
 		}
 		switch {
 		case rec == nil:
-			ws[i] = p.forgotten(i, now, born, ws[i].log[:0])
+			ws[i] = p.forgotten(i, now, born, ws[i].log[:0], ws[i].tags[:0])
 		case sp.kind == KindBucket:
 			t := rec.tat
 			if rec.iv > 0 && rec.iv != sp.iv && t > now { // the tokens used are kept, not the time owed
 				t = now + int64(math.Ceil(float64(t-now)*float64(sp.iv)/float64(rec.iv)))
 			}
 			ws[i].tat = max(t, now)
+		case sp.kind == KindConcurrency:
+			log, tags := ws[i].log[:0], ws[i].tags[:0]
+			for j, e := range rec.log {
+				if e.death > now {
+					log, tags = append(log, e), append(tags, rec.tags[j])
+				} else if rec.tags[j].id != 0 {
+					sh.expired++
+				}
+			}
+			ws[i] = work{log: log, tags: tags}
 		default:
 			log := ws[i].log[:0]
 			for _, e := range rec.log {
@@ -180,6 +194,10 @@ func (sh *memShard) storeWith(tenant string, st *memState, p *Plan, ws []work, n
 	if st.enq > st.done {
 		life = max(life, keepOpen)
 	}
+	st.booked = liveBooked(st.booked, now)
+	if len(st.booked) > 0 {
+		life = max(life, st.booked[len(st.booked)-1].death-now)
+	}
 	if life <= 0 {
 		delete(sh.tenants, tenant)
 		return
@@ -192,6 +210,7 @@ func (sh *memShard) storeWith(tenant string, st *memState, p *Plan, ws []work, n
 		l := &st.limits[i]
 		l.id, l.kind, l.tat, l.iv = p.specs[i].id, p.specs[i].kind, ws[i].tat, p.specs[i].iv
 		l.log = append(l.log[:0], ws[i].log...)
+		l.tags = append(l.tags[:0], ws[i].tags...)
 	}
 	st.expiry = now + life
 	sh.tenants[tenant] = st
@@ -215,41 +234,55 @@ func (m *Memory) Decide(_ context.Context, req Request) (Result, error) {
 	}
 	sh, st, now := m.lock(req.Tenant)
 	defer sh.mu.Unlock()
-	status, rem, wait, lim := sh.decide(now, m.born(), st, &req, m.opts)
-	return req.Plan.result(status, rem, wait, lim)
+	status, rem, wait, lim, expired := sh.decide(now, m.born(), st, &req, m.opts)
+	return req.Plan.result(status, rem, wait, lim, expired)
 }
 
 // decide mirrors lua/decide.lua step by step; the differential test holds them together.
-func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Options) (status, rem, wait, lim int64) {
+func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Options) (status, rem, wait, lim, expired int64) {
 	p, w := req.Plan, req.Weight
 	ws := sh.load(st, p, now, born)
+	if st != nil {
+		st.booked = liveBooked(st.booked, now)
+	}
 	life := o.MarkerTTL.Microseconds()
+	grace := o.SlotGrace.Microseconds()
 	var jk jobKey
 	if req.JobID != "" {
 		jk = jobKey{req.Tenant, req.JobID}
 		if v, ok := sh.jobs[jk]; ok {
 			if v < 0 && -v > now {
 				r, b := p.remaining(ws, now)
-				return int64(Duplicate), r, 0, b
+				return int64(Duplicate), r, 0, b, 0
 			}
-			if v > 0 && v+o.SlotGrace.Microseconds() > now {
+			if v > 0 && v+grace > now {
 				r, b := p.remaining(ws, now)
 				if now < v {
-					return int64(Early), r, v - now, b
+					return int64(Early), r, v - now, b, 0
 				}
 				sh.jobs[jk] = -(now + life)
-				return int64(AdmittedAtSlot), r, 0, b
+				if st != nil {
+					var found bool
+					if st.booked, found = unbook(st.booked, v+grace); found {
+						sh.store(req.Tenant, st, p, ws, now, o)
+						expired = sh.expired
+					}
+				}
+				return int64(AdmittedAtSlot), r, 0, b, expired
 			}
 		}
 	}
 	s, bind := p.slot(ws, now, w)
 	if horizon := o.Horizon.Microseconds(); s-now > horizon || (s > now && req.JobID == "") {
 		r, _ := p.remaining(ws, now)
-		return int64(Throttled), r, min(s-now, horizon), bind
+		return int64(Throttled), r, min(s-now, horizon), bind, 0
 	}
-	p.take(ws, s, w)
+	p.take(ws, s, w, LeaseKey(req.JobID))
 	if st == nil {
 		st = &memState{}
+	}
+	if s > now {
+		st.booked = book(st.booked, s+grace)
 	}
 	sh.store(req.Tenant, st, p, ws, now, o)
 	r, b := p.remaining(ws, now)
@@ -257,12 +290,12 @@ func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Option
 		if req.JobID != "" {
 			sh.jobs[jk] = -(now + life)
 		}
-		return int64(Admitted), r, 0, b
+		return int64(Admitted), r, 0, b, sh.expired
 	}
 	if req.JobID != "" {
 		sh.jobs[jk] = s
 	}
-	return int64(Delayed), r, s - now, bind
+	return int64(Delayed), r, s - now, bind, sh.expired
 }
 
 // Admit decides a batch of one tenant's queued jobs at the backend's current time (see Batch).
@@ -278,8 +311,8 @@ func (m *Memory) Admit(_ context.Context, b Batch) (BatchResult, error) {
 	if mode >= modeShadow {
 		waits, through = make([]int64, len(b.Jobs)), m.opts.Horizon.Microseconds()
 	}
-	wait, bind, rem, open := sh.admit(now, m.born(), st, &b, mode, through, outcomes, waits, m.opts)
-	return b.Plan.batchResult(wait, bind, rem, open, outcomes, waits)
+	wait, bind, rem, open, expired := sh.admit(now, m.born(), st, &b, mode, through, outcomes, waits, m.opts)
+	return b.Plan.batchResult(wait, bind, rem, open, expired, outcomes, waits)
 }
 
 // shadowKey is where the memory backend keeps a tenant's shadow state (Redis: its state key
@@ -294,12 +327,12 @@ func (m *Memory) CloseLane(_ context.Context, tenant string, plan *Plan, through
 	}
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	_, _, _, o := sh.admit(now, m.born(), st, &b, int64(modeClose), through, nil, nil, m.opts)
+	_, _, _, o, _ := sh.admit(now, m.born(), st, &b, int64(modeClose), through, nil, nil, m.opts)
 	return o == 1, nil
 }
 
 // admit mirrors lua/admit.lua step by step; the differential test holds them together.
-func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through int64, out, swait []int64, o Options) (wait, bind, rem, open int64) {
+func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through int64, out, swait []int64, o Options) (wait, bind, rem, open, expired int64) {
 	p := b.Plan
 	ws := sh.load(st, p, now, born)
 	if st == nil {
@@ -319,7 +352,9 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 			delete(sh.tenants, shadowKey(b.Tenant))
 			sst = nil
 		}
-		sws = loadInto(&sh.shadow, sst, p, now, born)
+		mainExpired := sh.expired // leases ended in the tenant's own state, not the trial's
+		sws = sh.loadInto(&sh.shadow, sst, p, now, born)
+		sh.expired = mainExpired
 		if sst == nil {
 			sst = &memState{}
 		}
@@ -367,7 +402,7 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 				}
 				s, _ := p.slot(sws, now, j.Weight)
 				if s-now <= through {
-					p.take(sws, s, j.Weight)
+					p.take(sws, s, j.Weight, j.ID)
 					sst.marks = append(sst.marks, mark{j.ID, s})
 					schanged = true
 				}
@@ -375,7 +410,7 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 			default:
 				s, bi := p.slot(ws, now, j.Weight)
 				if s == now && wait < 0 {
-					p.take(ws, now, j.Weight)
+					p.take(ws, now, j.Weight, j.ID)
 					st.marks = append(st.marks, mark{j.ID, now})
 					out[i], changed = int64(JobAdmitted), true
 				} else {
@@ -406,6 +441,7 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 	}
 	if changed {
 		sh.store(b.Tenant, st, p, ws, now, o)
+		expired = sh.expired
 	}
 	if schanged {
 		sh.storeWith(shadowKey(b.Tenant), sst, p, sws, now, 0, o)
@@ -413,7 +449,7 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 	if isOpen {
 		open = 1
 	}
-	return wait, bind, r, open
+	return wait, bind, r, open, expired
 }
 
 // sweep drops state that has logically expired, as Redis would by TTL. Reservations live until

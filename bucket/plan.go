@@ -54,6 +54,8 @@ type Plan struct {
 	// quotas holds the index of every quota limit, in plan order; cals their calendars.
 	quotas []int
 	cals   []atomic.Pointer[calendar]
+	// concurrent says that the plan has a concurrency limit: admitted jobs take leases.
+	concurrent bool
 }
 
 // spec is a limit as the decisions use it, in µs.
@@ -62,7 +64,7 @@ type spec struct {
 	kind  Kind
 	cap   int64  // Capacity
 	iv    int64  // bucket: Interval
-	span  int64  // bucket: Capacity × Interval; window: Window
+	span  int64  // bucket: Capacity × Interval; window: Window; concurrency: Lease
 	grain int64  // window: Grain
 	lim   *Limit // quota: for its calendar
 }
@@ -93,15 +95,15 @@ func NewPlan(name string, limits ...Limit) (*Plan, error) {
 				return nil, bad("capacity %d takes longer than 285 years to refill", l.Capacity)
 			}
 			s.span = l.Capacity * s.iv
-			if l.Window != 0 || l.Period != NoPeriod || l.Location != nil {
-				return nil, bad("a bucket has no window, period or location")
+			if l.Window != 0 || l.Period != NoPeriod || l.Location != nil || l.Lease != 0 {
+				return nil, bad("a bucket has no window, period, location or lease")
 			}
 		case KindWindow, KindQuota:
 			if l.Capacity < 1 || l.Capacity > MaxLimit {
 				return nil, bad("limit must be 1 to %d, got %d", int64(MaxLimit), l.Capacity)
 			}
-			if l.Interval != 0 || l.Rate != "" {
-				return nil, bad("a %s has no interval or rate", l.Kind)
+			if l.Interval != 0 || l.Rate != "" || l.Lease != 0 {
+				return nil, bad("a %s has no interval, rate or lease", l.Kind)
 			}
 			if l.Kind == KindWindow {
 				if l.Window < time.Microsecond || l.Window%time.Microsecond != 0 || l.Window > MaxWindow {
@@ -121,6 +123,18 @@ func NewPlan(name string, limits ...Limit) (*Plan, error) {
 				s.lim = l
 				p.quotas = append(p.quotas, i)
 			}
+		case KindConcurrency:
+			if l.Capacity < 1 || l.Capacity > MaxConcurrency {
+				return nil, bad("limit must be 1 to %d, got %d", MaxConcurrency, l.Capacity)
+			}
+			if l.Lease < time.Microsecond || l.Lease%time.Microsecond != 0 || l.Lease > MaxWindow {
+				return nil, bad("lease must be a whole number of microseconds from 1µs to 100 years, got %v", l.Lease)
+			}
+			if l.Interval != 0 || l.Rate != "" || l.Window != 0 || l.Period != NoPeriod || l.Location != nil {
+				return nil, bad("a concurrency limit has no interval, rate, window, period or location")
+			}
+			s.span = l.Lease.Microseconds()
+			p.concurrent = true
 		default:
 			return nil, bad("unknown kind %v", l.Kind)
 		}
@@ -135,16 +149,24 @@ func NewPlan(name string, limits ...Limit) (*Plan, error) {
 			}
 		}
 		p.specs = append(p.specs, s)
-		// bucket: capacity, interval; window: limit, window, grain; quota: limit.
+		// bucket: capacity, interval; window: limit, window, grain; quota: limit; concurrency:
+		// limit, lease.
 		x, y := s.iv, int64(0)
-		if s.kind == KindWindow {
+		switch s.kind {
+		case KindWindow:
 			x, y = s.span, s.grain
+		case KindConcurrency:
+			x = s.span
 		}
 		p.packed = packInts(p.packed, s.id, int64(s.kind), s.cap, x, y)
 	}
 	p.cals = make([]atomic.Pointer[calendar], len(p.quotas))
 	return p, nil
 }
+
+// Leases reports whether the plan has a concurrency limit: its admitted jobs then take leases,
+// to be released (Release) or renewed (Renew) by their lease id.
+func (p *Plan) Leases() bool { return p.concurrent }
 
 // MaxWeight is the largest weight the plan can ever admit: its smallest capacity (a bucket's
 // burst, a window's or a quota's limit).

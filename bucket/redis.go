@@ -25,6 +25,7 @@ type Redis struct {
 	script  *script
 	admit   *script
 	inspect *script
+	lease   *script
 	prefix  string
 	grace   int64 // SlotGrace in µs, for Inspect
 	redeem  int64 // Redeem in µs
@@ -57,6 +58,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		script:  newScript(lua.Decide, false),
 		admit:   newScript(lua.Admit, false),
 		inspect: newScript(lua.Inspect, true),
+		lease:   newScript(lua.Lease, false),
 		prefix:  prefix,
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
@@ -122,7 +124,7 @@ func (r *Redis) call(req *Request) (keys, args []string) {
 	if req.JobID != "" {
 		job = state + 1 + len(req.JobID)
 	}
-	buf := make([]byte, 0, max(state, job)+32+len(r.fixed)+len(p.packed)+p.calendarsLen())
+	buf := make([]byte, 0, max(state, job)+40+len(r.fixed)+len(p.packed)+p.calendarsLen())
 	buf = append(append(append(append(buf, r.prefix...), '{'), req.Tenant...), '}')
 	if p.Shadow {
 		buf = append(buf, shadowSuffix...)
@@ -132,7 +134,7 @@ func (r *Redis) call(req *Request) (keys, args []string) {
 	}
 	keyEnd := len(buf)
 	buf = packInts(buf, r.now(), req.Weight)
-	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load(), int64(len(p.Limits))), p.packed...)
+	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load(), int64(len(p.Limits)), LeaseKey(req.JobID)), p.packed...)
 	buf = p.calendars(buf, r.estimate(), r.reach)
 	strs := new([3]string)
 	strs[0] = unsafe.String(&buf[0], state)
@@ -190,18 +192,18 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	k := len(b.Jobs)
-	vals := make([]int64, 4+k, 4+2*k)
+	vals := make([]int64, 5+k, 5+2*k)
 	if c.shadow {
-		vals = vals[:4+2*k]
+		vals = vals[:5+2*k]
 	}
 	if err := unpackInts(c.reply, vals); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	var waits []int64
 	if c.shadow {
-		waits = vals[4+k:]
+		waits = vals[5+k:]
 	}
-	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:4+k], waits)
+	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4], vals[5:5+k], waits)
 }
 
 // script is one of lua/'s scripts.
@@ -256,11 +258,11 @@ func (r *Redis) exec(ctx context.Context, s *script, build func() (keys, args []
 
 // decodeReply turns the script's packed reply into a Result.
 func decodeReply(req *Request, reply []byte) (Result, error) {
-	var n [4]int64
+	var n [5]int64
 	if err := unpackInts(reply, n[:]); err != nil {
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
-	return req.Plan.result(n[0], n[1], n[2], n[3])
+	return req.Plan.result(n[0], n[1], n[2], n[3], n[4])
 }
 
 // Prepare readies the backend before its first decision: it learns when the servers' memory
@@ -273,7 +275,7 @@ func (r *Redis) Prepare(ctx context.Context) error {
 		return err
 	}
 	for addr, node := range r.client.Nodes() {
-		for _, s := range []*script{r.script, r.admit, r.inspect} {
+		for _, s := range []*script{r.script, r.admit, r.inspect, r.lease} {
 			if err := node.Do(ctx, node.B().ScriptLoad().Script(s.src).Build()).Error(); err != nil {
 				return fmt.Errorf("bucket: redis %s: script load: %w", addr, err)
 			}

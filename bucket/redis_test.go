@@ -53,8 +53,8 @@ func TestRedisKeysExpire(t *testing.T) {
 	for k, ttl := range keys {
 		var max time.Duration
 		switch {
-		case strings.HasSuffix(k, "}"): // state: full again 150ms after the last take
-			max = 150 * ms
+		case strings.HasSuffix(k, "}"): // state: counts z's slot, booked 50ms ahead, for the grace after
+			max = 250 * ms
 		case strings.HasSuffix(k, ":z"): // booked 50ms ahead, kept for the grace after
 			max = 250 * ms
 		case strings.HasSuffix(k, ":x"), strings.HasSuffix(k, ":y"): // admitted markers
@@ -93,41 +93,56 @@ func TestRedisIdleTenantMemory(t *testing.T) {
 		plan  *Plan
 		takes int           // decisions of weight 1
 		every time.Duration // between them (on the server's clock: real sleeps)
+		book  bool          // with a job id each: the ones that do not fit book a slot
 		max   int64
 	}{
-		{"bucket", mustPlan(t, "b", lim("burst", 20, time.Second)), 1, 0, 170},
-		{"two buckets", mustPlan(t, "gold", lim("burst", 20, time.Second), lim("daily", 100000, 864*ms)), 1, 0, 200},
-		{"window", mustPlan(t, "w", win("hourly", 1000, time.Hour)), 1, 0, 170},
-		{"quota", mustPlan(t, "q", quota("monthly", 100000, Month, nil)), 1, 0, 170},
-		{"bucket+window+quota", mustPlan(t, "mixed", lim("burst", 20, 100*ms), win("hourly", 1000, time.Hour), quota("monthly", 100000, Month, nil)), 1, 0, 240},
+		{"bucket", mustPlan(t, "b", lim("burst", 20, time.Second)), 1, 0, false, 170},
+		{"two buckets", mustPlan(t, "gold", lim("burst", 20, time.Second), lim("daily", 100000, 864*ms)), 1, 0, false, 200},
+		{"window", mustPlan(t, "w", win("hourly", 1000, time.Hour)), 1, 0, false, 170},
+		{"quota", mustPlan(t, "q", quota("monthly", 100000, Month, nil)), 1, 0, false, 170},
+		{"bucket+window+quota", mustPlan(t, "mixed", lim("burst", 20, 100*ms), win("hourly", 1000, time.Hour), quota("monthly", 100000, Month, nil)), 1, 0, false, 240},
 		// The most a window stores: an exact one at its limit of distinct instants, an
 		// approximate one with every sub-window in use.
-		{"exact window, 64 takes", mustPlan(t, "w64", win("w", ExactWindowMax, time.Hour)), ExactWindowMax, 0, 1400},
-		{"window in sub-windows, all in use", mustPlan(t, "wide", win("w", 1_000_000, 640*ms)), 70, 10 * ms, 1400},
+		{"exact window, 64 takes", mustPlan(t, "w64", win("w", ExactWindowMax, time.Hour)), ExactWindowMax, 0, false, 1400},
+		{"window in sub-windows, all in use", mustPlan(t, "wide", win("w", 1_000_000, 640*ms)), 70, 10 * ms, false, 1400},
+		// A concurrency limit holds one lease of 32 bytes per job in flight.
+		{"concurrency, 1 lease held", mustPlan(t, "c", conc("running", 5, time.Minute)), 1, 0, false, 200},
+		{"concurrency, 5 leases held", mustPlan(t, "c", conc("running", 5, time.Minute)), 5, 0, false, 330},
+		{"bucket+concurrency, 5 leases held", mustPlan(t, "c", lim("burst", 20, 100*ms), conc("running", 5, time.Minute)), 5, 0, false, 400},
+		// Slots booked by Decide are counted in the state, in at most 16 entries.
+		{"bucket with 100 slots booked", mustPlan(t, "b", lim("burst", 1, 100*ms)), 101, 0, true, 460},
 	} {
 		tenant := uniqueTenant("idle")
 		for i := 0; i < tc.takes; i++ {
-			if _, err := r.Decide(ctx, Request{Tenant: tenant, Plan: tc.plan, Weight: 1}); err != nil {
+			req := Request{Tenant: tenant, Plan: tc.plan, Weight: 1}
+			if tc.book {
+				req.JobID = fmt.Sprint("j", i)
+			}
+			if _, err := r.Decide(ctx, req); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(tc.every)
 		}
 		keys := tenantKeys(t, tenant)
-		if len(keys) != 1 {
-			t.Fatalf("%s: keys %v, want the state alone", tc.name, keys)
+		if len(keys) != 1+tc.takes*btoi(tc.book) {
+			t.Fatalf("%s: keys %v, want the state alone (and the job keys)", tc.name, keys)
 		}
-		var n int64
-		for k := range keys {
-			var err error
-			if n, err = c.Do(ctx, c.B().MemoryUsage().Key(k).Samples(0).Build()).AsInt64(); err != nil {
-				t.Fatal(err)
-			}
+		n, err := c.Do(ctx, c.B().MemoryUsage().Key(r.stateKey(tenant)).Samples(0).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
 		}
 		t.Logf("idle tenant, %s: %d bytes", tc.name, n)
 		if n == 0 || n > tc.max {
 			t.Errorf("idle tenant, %s: %d bytes of Redis memory, want (0, %d]", tc.name, n, tc.max)
 		}
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // TestRedisStallDoesNotBlockCallers freezes redis-server (SIGSTOP) under load with large job ids,

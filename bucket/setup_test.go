@@ -172,6 +172,11 @@ func win(name string, limit int64, window time.Duration) Limit {
 	return Limit{Name: name, Kind: KindWindow, Capacity: limit, Window: window}
 }
 
+// conc builds a concurrency limit of at most limit in flight, each for at most lease.
+func conc(name string, limit int64, lease time.Duration) Limit {
+	return Limit{Name: name, Kind: KindConcurrency, Capacity: limit, Lease: lease}
+}
+
 // quota builds a calendar quota of limit per period in loc (nil: UTC).
 func quota(name string, limit int64, p Period, loc *time.Location) Limit {
 	return Limit{Name: name, Kind: KindQuota, Capacity: limit, Period: p, Location: loc}

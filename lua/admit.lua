@@ -42,9 +42,12 @@
 --          production), born (µs, see load), then k × (job id, weight), then the plan's n
 --          limits and calendars (see read_limits).
 --
--- Reply: packed int64s {wait (µs), binding limit (0-based), remaining, lane open (0/1), then one
--- outcome per job}: 0 admitted, 1 admitted before (redeemed, nothing charged), 2 moved to the
--- lane, 3 moved to the lane before, 4 not yet (lane mode). wait and the binding limit concern the
+-- A concurrency limit takes a lease for each job admitted, its id the job's (see lease.lua).
+--
+-- Reply: packed int64s {wait (µs), binding limit (0-based), remaining, lane open (0/1), leases
+-- expired (ended unreleased, dropped from the state by this call), then one outcome per job}:
+-- 0 admitted, 1 admitted before (redeemed, nothing charged), 2 moved to the lane, 3 moved to
+-- the lane before, 4 not yet (lane mode). wait and the binding limit concern the
 -- first job not admitted (0 when all were); otherwise the limit holding the fewest tokens.
 -- Modes 4 and 5 add one value per job: its shadow wait (µs; 0 when it fitted at once or was not
 -- decided here), and remaining and the binding limit are the shadow state's.
@@ -100,7 +103,7 @@ else
       else
         local s = slot(lims, sws, n, now, w)
         if s - now <= through then
-          take(lims, sws, n, s, w)
+          take(lims, sws, n, s, w, job)
           add_mark(sst, job, s)
           schanged = true
         end
@@ -109,7 +112,7 @@ else
     else
       local s, b = slot(lims, ws, n, now, w)
       if s == now and wait < 0 then
-        take(lims, ws, n, now, w)
+        take(lims, ws, n, now, w, job)
         add_mark(st, job, now)
         out[i], changed = 0, true
       else
@@ -131,9 +134,11 @@ if changed then write_state(KEYS[1], st, lims, ws, n, now, redeem, 2 * quiet, pa
 if schanged then write_state(KEYS[2], sst, lims, sws, n, now, redeem, 0, pad) end
 local o = 0
 if open then o = 1 end
-local vals = {wait, bind, r, o}
-for i = 1, k do vals[4 + i] = out[i] end
+local expired = 0
+if changed then expired = st.expired end
+local vals = {wait, bind, r, o, expired}
+for i = 1, k do vals[5 + i] = out[i] end
 if shadow then
-  for i = 1, k do vals[4 + k + i] = swait[i] or 0 end
+  for i = 1, k do vals[5 + k + i] = swait[i] or 0 end
 end
 return pack_ints(vals)

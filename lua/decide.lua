@@ -18,19 +18,26 @@
 --          passes), marker life (µs: how long an admitted job is remembered), extra key life (ms
 --          added to every PX; 0 in production), redeem and lane life (µs: how long the queue's
 --          recent decisions and an open lane are kept, see admit.lua), born (µs, see load),
---          n limits, then the plan's limits and calendars (see read_limits).
+--          n limits, lease id (the id of the lease a concurrency limit takes: a hash of the job
+--          key, 0 for none: such a lease only ends), then the plan's limits and calendars (see
+--          read_limits).
 --
--- Reply: packed int64s {status, remaining, wait (µs), binding limit (0-based)}.
+-- Reply: packed int64s {status, remaining, wait (µs), binding limit (0-based), leases expired
+-- (ended unreleased, dropped from the state by this call)}.
 -- status: 0 admitted and charged, 1 admitted at its booked slot (charged when booked),
 --         2 already admitted (duplicate), 3 delayed with a slot booked, 4 throttled: nothing
 --         booked, because the slot lies beyond the horizon or there is no job key to hold it
 --         (wait is the time to the slot, at most the horizon), 5 returned before its booked slot.
 --
--- Redis commands: TIME, one GET or MGET, and at most two SET ... PX.
+-- The tenant's state counts the slots booked and not yet claimed (see book in state.lua), so that
+-- inspect.lua reads them from the one key: a booking adds to it, a claim at the slot takes from
+-- it.
+--
+-- Redis commands: TIME, one GET or MGET, and at most two SET ... PX (or a SET and a DEL).
 local arg = ARGV[1]
-local now, w, horizon, grace, life, pad, redeem, keep_open, born, n = struct.unpack('<llllllllll', arg)
+local now, w, horizon, grace, life, pad, redeem, keep_open, born, n, lease = struct.unpack('<lllllllllll', arg)
 if now == 0 then now = server_now() end
-local lims = read_limits(arg, 81, n)
+local lims = read_limits(arg, 89, n)
 check_calendars(lims, n, now)
 local job = KEYS[2]
 
@@ -48,23 +55,29 @@ if jobval and #jobval == 8 then
   local v = struct.unpack('<l', jobval)
   if v < 0 and -v > now then
     local r, b = remaining(lims, ws, n, now)
-    return struct.pack('<llll', 2, r, 0, b)
+    return struct.pack('<lllll', 2, r, 0, b, 0)
   end
   if v > 0 and v + grace > now then
     local r, b = remaining(lims, ws, n, now)
-    if now < v then return struct.pack('<llll', 5, r, v - now, b) end
+    if now < v then return struct.pack('<lllll', 5, r, v - now, b, 0) end
     redis.call('SET', job, struct.pack('<l', -(now + life)), 'PX', math.ceil(life / 1000) + pad)
-    return struct.pack('<llll', 1, r, 0, b)
+    local expired = 0
+    if unbook(st, v + grace) then
+      write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
+      expired = st.expired
+    end
+    return struct.pack('<lllll', 1, r, 0, b, expired)
   end
 end
 
 local s, bind = slot(lims, ws, n, now, w)
 if s - now > horizon or (s > now and not job) then
   local r = remaining(lims, ws, n, now)
-  return struct.pack('<llll', 4, r, math.min(s - now, horizon), bind)
+  return struct.pack('<lllll', 4, r, math.min(s - now, horizon), bind, 0)
 end
 
-take(lims, ws, n, s, w)
+take(lims, ws, n, s, w, lease)
+if s > now then book(st, s + grace) end
 write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
 
 local r, b = remaining(lims, ws, n, now)
@@ -72,7 +85,7 @@ if s == now then
   if job then
     redis.call('SET', job, struct.pack('<l', -(now + life)), 'PX', math.ceil(life / 1000) + pad)
   end
-  return struct.pack('<llll', 0, r, 0, b)
+  return struct.pack('<lllll', 0, r, 0, b, st.expired)
 end
 redis.call('SET', job, struct.pack('<l', s), 'PX', math.ceil((s - now + grace) / 1000) + pad)
-return struct.pack('<llll', 3, r, s - now, bind)
+return struct.pack('<lllll', 3, r, s - now, bind, st.expired)

@@ -8,7 +8,10 @@
 --
 -- Reply: packed int64s {now (µs), lane open (0/1), highest sequence moved to the lane, recent
 -- decisions, then per limit its state at now (see load): a bucket's tat (now for a full one); a
--- window's or a quota's count of takes k, then k × (death, weight)}.
+-- window's or a quota's count of takes k, then k × (death, weight); then the slots booked and not
+-- yet claimed: a count of entries k, then k × (death, count), death being slot + grace}.
+--
+-- Redis commands: TIME and one GET (two for a shadow plan), on the tenant's keys alone.
 local arg = ARGV[1]
 local now, born, n = struct.unpack('<lll', arg)
 if now == 0 then now = server_now() end
@@ -30,4 +33,7 @@ for i = 1, n do
     for j = 1, #log do vals[#vals + 1] = log[j] end
   end
 end
+local booked = ls.booked
+vals[#vals + 1] = #booked / 2
+for j = 1, #booked do vals[#vals + 1] = booked[j] end
 return pack_ints(vals)

@@ -21,6 +21,9 @@ var inspect string
 //go:embed many.lua
 var many string
 
+//go:embed lease.lua
+var lease string
+
 // Decide decides one request and books a slot when it must wait (see decide.lua).
 var Decide = prelude + decide
 
@@ -30,3 +33,6 @@ var Admit = prelude + "local function admit_one(KEYS, ARGV)\n" + admit + "\nend\
 
 // Inspect reads a tenant's state without changing it (see inspect.lua).
 var Inspect = prelude + inspect
+
+// Lease releases or renews a job's lease and reconciles its cost (see lease.lua).
+var Lease = prelude + lease

@@ -28,6 +28,17 @@
 --                              owed (len 1, a tat alone, is read as kept under the plan's)
 --                    1 window  len 2k: k takes (death, weight), sorted by death: weight counted
 --                    2 quota   until death (see the arithmetic below)
+--                    3 concurrency  len 4k: k leases (death, weight, lease id, at), sorted by
+--                              death (then by when they were taken): a job's weight counted
+--                              while it runs, until it is released or its lease ends (death);
+--                              taken at `at`; id 0 is a lease nobody can release (all in flight
+--                              when the memory began, see load)
+--                  and, when Decide has slots booked and not yet claimed, one more record of id
+--                  BOOKED_ID (-1, no limit's) and kind 0: len 2k, k entries (death, count) sorted
+--                  by death, a booked slot counted until its slot + grace; at most MAX_BOOKED
+--                  entries, the two closest merged into the later one when a booking would make
+--                  more (the count then lasts until the later death). n counts it. A reader that
+--                  does not know it skips it as a record of no limit of its plan.
 --
 -- OLD_TAG ("ADM2", before limit kinds) has n pairs (limit id, tat) instead of records: buckets.
 -- SHORT_TAG ("ADM3") is the same layout with a header of 7 values, without hwm and hwa: it is
@@ -44,7 +55,9 @@
 --           to max(tat, s) + w*I.
 --   window  a log of takes: a take at s dies at ceil(s/grain)*grain + window (grain 1 µs: exact).
 --   quota   a log of takes: a take at s dies at the end of the calendar period holding s.
---           Either log counts used(s) at time s, the weight of the takes whose death is after s,
+--   concurrency  a log of leases: a take at s dies at s + lease, sooner when released, later
+--           when renewed. Its tags (id, at) ride beside the log in ws.tags[i].
+--           Any log counts used(s) at time s, the weight of the takes whose death is after s,
 --           and weight w fits at s when used(s) + w <= limit. used only falls as s grows: the
 --           earliest fit is found walking the deaths in order, and holds from then on.
 local STATE_TAG = 1094995252 -- "ADM4"
@@ -53,7 +66,8 @@ local OLD_TAG = 1094995250 -- "ADM2"
 local STATE_HDR = 9
 local UNKNOWN_HWM = 9007199254740991 -- 2^53 - 1: every job may have been decided
 local MAX_MARKS = 64
-local BUCKET, WINDOW, QUOTA = 0, 1, 2
+local BOOKED_ID, MAX_BOOKED = -1, 16
+local BUCKET, WINDOW, QUOTA, CONC = 0, 1, 2, 3
 
 -- fmts caches the struct formats of n int64s.
 local fmts = {}
@@ -98,10 +112,12 @@ local function pack_ints(vals)
 end
 
 -- read_limits parses n plan limits from arg at pos: per limit id, kind and three parameters
--- (bucket: capacity, interval µs; window: limit, window µs, grain µs; quota: limit), then each
+-- (bucket: capacity, interval µs; window: limit, window µs, grain µs; quota: limit; concurrency:
+-- limit, lease µs), then each
 -- quota's calendar: a count m and m ascending period boundaries (µs), from the client, since
 -- Lua knows no time zones. It returns one table per limit: {id, kind, a, b, c, cal}, with a the
--- bucket's span (capacity x interval) or the limit, b the interval or the window, c the grain.
+-- bucket's span (capacity x interval) or the limit, b the interval, the window or the lease, c
+-- the grain.
 local function read_limits(arg, pos, n)
   local v
   v, pos = unpack_ints(arg, pos, 5 * n)
@@ -149,7 +165,7 @@ end
 -- stored state of limit i (a tat, or a log as a flat list death, weight, ...), nil when the
 -- state does not know it. A state that does not parse is read as absent.
 local function read_state(raw, lims, n, now)
-  local st = {enq = 0, enq_at = 0, done = 0, m = 0, mraw = '', new = {}, hwm = 0, hwa = 0, recs = {}}
+  local st = {enq = 0, enq_at = 0, done = 0, m = 0, mraw = '', new = {}, hwm = 0, hwa = 0, recs = {}, booked = {}}
   if not raw or #raw < 8 * 7 then return st end
   local tag, cnt, enq, enq_at, done, m, expiry = struct.unpack('<lllllll', raw)
   local hdr, hwm, hwa = STATE_HDR, 0, 0
@@ -165,7 +181,7 @@ local function read_state(raw, lims, n, now)
   local mpos = 8 * hdr + 1
   if expiry <= now or m < 0 or #raw < mpos - 1 + 16 * m then return st end
   local pos = mpos + 16 * m
-  local recs = {}
+  local recs, booked = {}, {}
   for _ = 1, cnt do
     local id, kind, len
     if tag == OLD_TAG then
@@ -179,6 +195,12 @@ local function read_state(raw, lims, n, now)
       kind, len = desc % 4, math.floor(desc / 4)
     end
     if len < 0 or pos - 1 + 8 * len > #raw then return st end
+    if id == BOOKED_ID and tag ~= OLD_TAG then
+      local log = unpack_ints(raw, pos, len)
+      for j = 1, #log, 2 do
+        if log[j] > now then booked[#booked + 1], booked[#booked + 2] = log[j], log[j + 1] end
+      end
+    end
     for i = 1, n do
       if lims[i].id == id and lims[i].kind == kind then
         if kind == BUCKET then
@@ -197,7 +219,7 @@ local function read_state(raw, lims, n, now)
     pos = pos + 8 * len
   end
   if pos ~= #raw + 1 then return st end
-  st.enq, st.enq_at, st.done, st.recs, st.hwm, st.hwa = enq, enq_at, done, recs, hwm, hwa
+  st.enq, st.enq_at, st.done, st.recs, st.hwm, st.hwa, st.booked = enq, enq_at, done, recs, hwm, hwa, booked
   st.m, st.mraw = m, string.sub(raw, mpos, mpos - 1 + 16 * m)
   return st
 end
@@ -238,6 +260,49 @@ local function mark_count(st)
   return st.m + #st.new / 2
 end
 
+-- book counts a slot booked by Decide, counted until death (its slot + grace), in st.booked:
+-- sorted by death, one entry per death; past MAX_BOOKED entries, the two whose deaths are
+-- closest (the first such pair) are merged into the later one.
+local function book(st, death)
+  local b = st.booked
+  local j = #b - 1
+  while j >= 1 and b[j] > death do j = j - 2 end
+  if j >= 1 and b[j] == death then
+    b[j + 1] = b[j + 1] + 1
+    return
+  end
+  table.insert(b, j + 2, 1)
+  table.insert(b, j + 2, death)
+  if #b / 2 > MAX_BOOKED then
+    local best, at = -1, 1
+    for k = 1, #b - 3, 2 do
+      local gap = b[k + 2] - b[k]
+      if best < 0 or gap < best then best, at = gap, k end
+    end
+    b[at + 3] = b[at + 3] + b[at + 1]
+    table.remove(b, at)
+    table.remove(b, at)
+  end
+end
+
+-- unbook uncounts a booked slot claimed by its job, counted until death: from the first entry
+-- dying at or after death (where a merge put it). It reports whether it found one.
+local function unbook(st, death)
+  local b = st.booked
+  for j = 1, #b, 2 do
+    if b[j] >= death then
+      if b[j + 1] > 1 then
+        b[j + 1] = b[j + 1] - 1
+      else
+        table.remove(b, j)
+        table.remove(b, j)
+      end
+      return true
+    end
+  end
+  return false
+end
+
 -- load returns each limit's state at now: a bucket's tat, no earlier than now (a full bucket is
 -- tat = now); a window's or a quota's log of the takes it still counts (death > now). A limit
 -- the state does not know was used up when the server's memory began (born, µs; 0 when it is
@@ -246,13 +311,29 @@ end
 -- until the end of born's period. A Redis that restarted without its data must not take every
 -- limit for unused, or a burst follows every restart.
 local function load(st, lims, n, now, born)
-  local ws = {}
+  local ws = {tags = {}}
+  st.expired = 0
   for i = 1, n do
     local l, r = lims[i], st.recs[i]
     if l.kind == BUCKET then
       local t = r or (born + l.a)
       if t < now then t = now end
       ws[i] = t
+    elseif l.kind == CONC then
+      local log, tags = {}, {}
+      if r then
+        for j = 1, #r, 4 do
+          if r[j] > now then
+            log[#log + 1], log[#log + 2] = r[j], r[j + 1]
+            tags[#tags + 1], tags[#tags + 2] = r[j + 2], r[j + 3]
+          elseif r[j + 2] ~= 0 then
+            st.expired = st.expired + 1
+          end
+        end
+      elseif born > 0 and born + l.b > now then
+        log[1], log[2], tags[1], tags[2] = born + l.b, l.a, 0, born
+      end
+      ws[i], ws.tags[i] = log, tags
     else
       local log = {}
       if r then
@@ -273,6 +354,38 @@ local function load(st, lims, n, now, born)
     end
   end
   return ws
+end
+
+-- lease_find is the position in ws[i] of lease id (the log's index of its death), or nil.
+local function lease_find(ws, i, id)
+  local tags = ws.tags[i]
+  for j = 1, #tags, 2 do
+    if tags[j] == id then return j end
+  end
+  return nil
+end
+
+-- lease_drop removes the lease at position j of ws[i] and returns its weight and when it was
+-- taken.
+local function lease_drop(ws, i, j)
+  local log, tags = ws[i], ws.tags[i]
+  local w, at = log[j + 1], tags[j + 1]
+  table.remove(log, j)
+  table.remove(log, j)
+  table.remove(tags, j)
+  table.remove(tags, j)
+  return w, at
+end
+
+-- lease_put adds a lease of weight w taken at `at` dying at d, after those dying no later.
+local function lease_put(ws, i, d, w, id, at)
+  local log, tags = ws[i], ws.tags[i]
+  local j = #log - 1
+  while j >= 1 and log[j] > d do j = j - 2 end
+  table.insert(log, j + 2, w)
+  table.insert(log, j + 2, d)
+  table.insert(tags, j + 2, at)
+  table.insert(tags, j + 2, id)
 end
 
 -- write_state stores the state with the limits' states ws, keeping only the recent decisions
@@ -302,6 +415,8 @@ local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
   end
   if m > 0 and redeem > life then life = redeem end
   if st.enq > st.done and keep_open > life then life = keep_open end
+  local booked = st.booked
+  if #booked > 0 and booked[#booked - 1] - now > life then life = booked[#booked - 1] - now end
   if life <= 0 then
     redis.call('DEL', key)
     return
@@ -318,17 +433,29 @@ local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
     local l = lims[i]
     if l.kind == BUCKET then
       vals[#vals + 1], vals[#vals + 2], vals[#vals + 3], vals[#vals + 4] = l.id, 4 * 2 + BUCKET, ws[i], l.b
+    elseif l.kind == CONC then
+      local log, tags = ws[i], ws.tags[i]
+      vals[#vals + 1], vals[#vals + 2] = l.id, 4 * 2 * #log + CONC
+      for j = 1, #log, 2 do
+        vals[#vals + 1], vals[#vals + 2], vals[#vals + 3], vals[#vals + 4] = log[j], log[j + 1], tags[j], tags[j + 1]
+      end
     else
       local log = ws[i]
       vals[#vals + 1], vals[#vals + 2] = l.id, 4 * #log + l.kind
       for j = 1, #log do vals[#vals + 1] = log[j] end
     end
   end
+  if #booked > 0 then
+    vals[#vals + 1], vals[#vals + 2] = BOOKED_ID, 4 * #booked + BUCKET
+    for j = 1, #booked do vals[#vals + 1] = booked[j] end
+  end
+  local recs = n
+  if #booked > 0 then recs = n + 1 end
   local head
   if m > 0 then
-    head = struct.pack('<lllllllll', STATE_TAG, n, st.enq, st.enq_at, st.done, m, now + life, st.hwm, st.hwa)
+    head = struct.pack('<lllllllll', STATE_TAG, recs, st.enq, st.enq_at, st.done, m, now + life, st.hwm, st.hwa)
   else
-    head = struct.pack('<lllllll', SHORT_TAG, n, st.enq, st.enq_at, st.done, 0, now + life)
+    head = struct.pack('<lllllll', SHORT_TAG, recs, st.enq, st.enq_at, st.done, 0, now + life)
   end
   redis.call('SET', key, head .. marks .. pack_ints(vals), 'PX', math.ceil(life / 1000) + pad)
 end
@@ -394,8 +521,9 @@ local function slot(lims, ws, n, now, w)
   return s, bind
 end
 
--- take charges weight w to every limit at time s.
-local function take(lims, ws, n, s, w)
+-- take charges weight w to every limit at time s; a concurrency limit takes lease id (a job
+-- already holding one gives it up first: one lease per job).
+local function take(lims, ws, n, s, w, id)
   for i = 1, n do
     local l = lims[i]
     if l.kind == BUCKET then
@@ -404,8 +532,14 @@ local function take(lims, ws, n, s, w)
       ws[i] = t + w * l.b
     elseif l.kind == WINDOW then
       log_add(ws[i], math.ceil(s / l.c) * l.c + l.b, w)
-    else
+    elseif l.kind == QUOTA then
       log_add(ws[i], period_end(l.cal, s), w)
+    else
+      if id ~= 0 then
+        local j = lease_find(ws, i, id)
+        if j then lease_drop(ws, i, j) end
+      end
+      lease_put(ws, i, s + l.b, w, id, s)
     end
   end
 end

@@ -296,13 +296,15 @@ var kindFields = [...][]string{
 	bucket.KindBucket: {"name", "kind", "capacity", "rate"},
 	bucket.KindWindow: {"name", "kind", "limit", "window"},
 	bucket.KindQuota:  {"name", "kind", "limit", "period", "timezone"},
+
+	bucket.KindConcurrency: {"name", "kind", "limit", "lease"},
 }
 
 // parseLimit parses one limit at field: its kind first (default bucket), then its keys against
 // that kind's fields, then their values.
 func (ps *parser) parseLimit(field string, n *yaml.Node) (bucket.Limit, error) {
 	var l bucket.Limit
-	pairs, err := ps.mapping(n, field, "a mapping of a limit's fields (name, kind, and capacity and rate, or limit and window, or limit, period and timezone)")
+	pairs, err := ps.mapping(n, field, "a mapping of a limit's fields (name, kind, and capacity and rate, or limit and window, or limit, period and timezone, or limit and lease)")
 	if err != nil {
 		return l, err
 	}
@@ -353,7 +355,11 @@ func (ps *parser) parseLimit(field string, n *yaml.Node) (bucket.Limit, error) {
 				return l, err
 			}
 		case "limit":
-			if l.Capacity, err = ps.integer(v, f, bucket.MaxLimit); err != nil {
+			most := int64(bucket.MaxLimit)
+			if l.Kind == bucket.KindConcurrency {
+				most = bucket.MaxConcurrency
+			}
+			if l.Capacity, err = ps.integer(v, f, most); err != nil {
 				return l, err
 			}
 		case "rate":
@@ -367,6 +373,10 @@ func (ps *parser) parseLimit(field string, n *yaml.Node) (bucket.Limit, error) {
 			l.Rate, l.Interval = v.Value, iv
 		case "window":
 			if l.Window, err = ps.window(v, f); err != nil {
+				return l, err
+			}
+		case "lease":
+			if l.Lease, err = ps.window(v, f); err != nil {
 				return l, err
 			}
 		case "period":
@@ -388,8 +398,8 @@ func (ps *parser) parseLimit(field string, n *yaml.Node) (bucket.Limit, error) {
 			return l, ps.errorf(n.Line, field+"."+key, "missing (want an integer ≥ 1)")
 		case "rate":
 			return l, ps.errorf(n.Line, field+".rate", "missing (want a rate such as 10/s)")
-		case "window":
-			return l, ps.errorf(n.Line, field+".window", "missing (want a duration such as %s)", durationExamples)
+		case "window", "lease":
+			return l, ps.errorf(n.Line, field+"."+key, "missing (want a duration such as %s)", durationExamples)
 		case "period":
 			return l, ps.errorf(n.Line, field+".period", "missing (want %s)", periodNames)
 		}
@@ -399,12 +409,12 @@ func (ps *parser) parseLimit(field string, n *yaml.Node) (bucket.Limit, error) {
 
 // kind parses a limit's kind.
 func (ps *parser) kind(n *yaml.Node, field string) (bucket.Kind, error) {
-	const want = "bucket, window or quota"
+	const want = "bucket, window, quota or concurrency"
 	if err := ps.noAlias(n, field); err != nil {
 		return 0, err
 	}
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
-		for k := bucket.KindBucket; k <= bucket.KindQuota; k++ {
+		for k := bucket.KindBucket; k <= bucket.KindConcurrency; k++ {
 			if n.Value == k.String() {
 				return k, nil
 			}

@@ -45,6 +45,7 @@ const plansKindsFile = `plans:
       - {name: paris,   kind: quota,  limit: 5000, period: week, timezone: Europe/Paris}
       - {name: tiny,    kind: window, limit: 10, window: 3s}
       - {name: week,    kind: window, limit: 70, window: 7d}
+      - {name: running, kind: concurrency, limit: 50, lease: 10m}  # at most 50 in flight
 default_plan: pro
 `
 
@@ -62,6 +63,7 @@ func TestParseKinds(t *testing.T) {
 		{Name: "paris", Kind: bucket.KindQuota, Capacity: 5000, Period: bucket.Week, Location: paris},
 		{Name: "tiny", Kind: bucket.KindWindow, Capacity: 10, Window: 3 * time.Second},
 		{Name: "week", Kind: bucket.KindWindow, Capacity: 70, Window: 7 * 24 * time.Hour},
+		{Name: "running", Kind: bucket.KindConcurrency, Capacity: 50, Lease: 10 * time.Minute},
 	}
 	if !slices.EqualFunc(pro.Limits, want, limitsEqual) {
 		t.Errorf("limits\n%+v\nwant\n%+v", pro.Limits, want)
@@ -93,13 +95,14 @@ func ExampleParse_kinds() {
 	fmt.Print(p.Describe())
 	// Output:
 	// plans (1):
-	//   pro: 6 limits, max weight 10
+	//   pro: 7 limits, max weight 10
 	//     limit burst: capacity 20, rate 10/s = 1 token every 100ms (10 tokens/s)
 	//     limit hourly: window, at most 1000 in any 1h (counted in sub-windows of 56.25s: a take leaves up to 56.25s late)
 	//     limit monthly: quota, 100000 per calendar month (UTC), reset at its start
 	//     limit paris: quota, 5000 per calendar week (Europe/Paris), reset at its start
 	//     limit tiny: window, at most 10 in any 3s (exact)
 	//     limit week: window, at most 70 in any 7d (counted in sub-windows of 2h37m30s: a take leaves up to 2h37m30s late)
+	//     limit running: concurrency, at most 50 in flight, each for at most 10m unless renewed
 	// tenants (0):
 	// default plan: pro
 }
@@ -194,6 +197,7 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 		Window   string `yaml:"window,omitempty"`
 		Period   string `yaml:"period,omitempty"`
 		Timezone string `yaml:"timezone,omitempty"`
+		Lease    string `yaml:"lease,omitempty"`
 	}
 	type plan struct {
 		Limits []limit `yaml:"limits"`
@@ -220,6 +224,8 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 					q.Timezone = l.Location.String()
 				}
 				ls = append(ls, q)
+			case bucket.KindConcurrency:
+				ls = append(ls, limit{Name: l.Name, Kind: "concurrency", Limit: l.Capacity, Lease: bucket.ShortDuration(l.Lease)})
 			}
 		}
 		mode := ""
@@ -330,7 +336,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty limits", "plans:\n  free:\n    limits: []\n", 3, "plans.free.limits", `plan "free" has no limits`},
 		{"null limits", "plans:\n  free:\n    limits:\n", 3, "plans.free.limits", `plan "free" has no limits`},
 		{"limits a mapping", "plans:\n  free:\n    limits: {capacity: 1, rate: 1/s}\n", 3, "plans.free.limits", "want a list of limits, got a mapping"},
-		{"limit a scalar", free("5/s"), 4, "plans.free.limits[0]", `want a mapping of a limit's fields (name, kind, and capacity and rate, or limit and window, or limit, period and timezone), got "5/s"`},
+		{"limit a scalar", free("5/s"), 4, "plans.free.limits[0]", `want a mapping of a limit's fields (name, kind, and capacity and rate, or limit and window, or limit, period and timezone, or limit and lease), got "5/s"`},
 		{"second limit bad", "plans:\n  free:\n    limits:\n      - {capacity: 1, rate: 1/s}\n      - {capacity: 1, rate: 1/x}\n", 5, "plans.free.limits[1].rate", `"1/x" ` + rateHint},
 
 		// Capacity.
@@ -369,15 +375,15 @@ func TestParseErrors(t *testing.T) {
 		{"null limit name", free(`{name: null, capacity: 1, rate: 1/s}`), 4, "plans.free.limits[0].name", `want a limit name, got nothing`},
 
 		// Kinds: the kind first, then the fields it takes.
-		{"unknown kind", free("{kind: sliding, limit: 1, window: 1s}"), 4, "plans.free.limits[0].kind", `"sliding" is not a kind (want bucket, window or quota)`},
-		{"kind a list", free("{kind: [window], limit: 1, window: 1s}"), 4, "plans.free.limits[0].kind", "want bucket, window or quota, got a list"},
-		{"kind null", free("{kind: ~, capacity: 1, rate: 1/s}"), 4, "plans.free.limits[0].kind", "want bucket, window or quota, got nothing"},
+		{"unknown kind", free("{kind: sliding, limit: 1, window: 1s}"), 4, "plans.free.limits[0].kind", `"sliding" is not a kind (want bucket, window, quota or concurrency)`},
+		{"kind a list", free("{kind: [window], limit: 1, window: 1s}"), 4, "plans.free.limits[0].kind", "want bucket, window, quota or concurrency, got a list"},
+		{"kind null", free("{kind: ~, capacity: 1, rate: 1/s}"), 4, "plans.free.limits[0].kind", "want bucket, window, quota or concurrency, got nothing"},
 		{"rate on a window", free("{kind: window, limit: 10, window: 1h, rate: 1/s}"), 4, "plans.free.limits[0].rate",
 			`"rate" is a field of a bucket limit, not of a window one (a window limit takes name, kind, limit and window)`},
 		{"capacity on a quota", free("{kind: quota, capacity: 10, period: day}"), 4, "plans.free.limits[0].capacity",
 			`"capacity" is a field of a bucket limit, not of a quota one (a quota limit takes name, kind, limit, period and timezone)`},
 		{"limit on a bucket", free("{limit: 10, rate: 1/s}"), 4, "plans.free.limits[0].limit",
-			`"limit" is a field of a window or quota limit, not of a bucket one (a bucket limit takes name, kind, capacity and rate)`},
+			`"limit" is a field of a window, quota or concurrency limit, not of a bucket one (a bucket limit takes name, kind, capacity and rate)`},
 		{"period on a window", free("{kind: window, limit: 10, window: 1h, period: day}"), 4, "plans.free.limits[0].period", `"period" is a field of a quota limit`},
 		{"timezone on a bucket", free("{capacity: 1, rate: 1/s, timezone: UTC}"), 4, "plans.free.limits[0].timezone", `"timezone" is a field of a quota limit, not of a bucket one`},
 		{"unknown key on a quota", free("{kind: quota, limit: 1, period: day, every: 2}"), 4, "plans.free.limits[0].every", `unknown key "every" (a quota limit takes name, kind, limit, period and timezone)`},
@@ -402,6 +408,14 @@ func TestParseErrors(t *testing.T) {
 		{"timezone Local", free("{kind: quota, limit: 5, period: day, timezone: Local}"), 4, "plans.free.limits[0].timezone", `"Local" depends on the machine`},
 		{"timezone empty", free(`{kind: quota, limit: 5, period: day, timezone: ""}`), 4, "plans.free.limits[0].timezone", `want an IANA time zone name such as Europe/Paris or UTC, got ""`},
 		{"timezone a number", free("{kind: quota, limit: 5, period: day, timezone: 2}"), 4, "plans.free.limits[0].timezone", "got 2"},
+		{"concurrency without lease", free("{kind: concurrency, limit: 5}"), 4, "plans.free.limits[0].lease", "missing (want a duration such as 500ms, 3s, 1h30m or 7d)"},
+		{"concurrency without limit", free("{kind: concurrency, lease: 10m}"), 4, "plans.free.limits[0].limit", "missing (want an integer ≥ 1)"},
+		{"concurrency limit too large", free("{kind: concurrency, limit: 1001, lease: 10m}"), 4, "plans.free.limits[0].limit", "1001 is too large (at most 1000)"},
+		{"concurrency lease 0s", free("{kind: concurrency, limit: 5, lease: 0s}"), 4, "plans.free.limits[0].lease", `"0s" is not positive`},
+		{"concurrency lease a number", free("{kind: concurrency, limit: 5, lease: 600}"), 4, "plans.free.limits[0].lease", "want a duration such as 500ms, 3s, 1h30m or 7d, got 600"},
+		{"rate on a concurrency limit", free("{kind: concurrency, limit: 5, lease: 10m, rate: 1/s}"), 4, "plans.free.limits[0].rate",
+			`"rate" is a field of a bucket limit, not of a concurrency one (a concurrency limit takes name, kind, limit and lease)`},
+		{"lease on a bucket", free("{capacity: 1, rate: 1/s, lease: 10m}"), 4, "plans.free.limits[0].lease", `"lease" is a field of a concurrency limit, not of a bucket one`},
 		{"second limit of a kind bad", "plans:\n  pro:\n    limits:\n      - {capacity: 20, rate: 10/s}\n      - kind: window\n        limit: 1000\n        window: 1y\n", 7, "plans.pro.limits[1].window", `"1y" is not a duration`},
 
 		// Tenants and the default plan.
@@ -660,6 +674,10 @@ func FuzzParse(f *testing.F) {
 				case bucket.KindQuota:
 					if l.Period < bucket.Minute || l.Period > bucket.Month || l.Interval != 0 || l.Window != 0 || l.Capacity > bucket.MaxLimit {
 						t.Fatalf("plan %q: bad quota %+v", name, l)
+					}
+				case bucket.KindConcurrency:
+					if l.Lease < time.Microsecond || l.Lease%time.Microsecond != 0 || l.Lease > bucket.MaxWindow || l.Interval != 0 || l.Window != 0 || l.Capacity > bucket.MaxConcurrency {
+						t.Fatalf("plan %q: bad concurrency limit %+v", name, l)
 					}
 				default:
 					t.Fatalf("plan %q: limit of kind %v", name, l.Kind)

@@ -76,6 +76,8 @@ func rule(l bucket.Limit) string {
 			zone = l.Location.String()
 		}
 		return fmt.Sprintf("%d per %s (%s)", l.Capacity, l.Period, zone)
+	case bucket.KindConcurrency:
+		return fmt.Sprintf("%d running, lease %s", l.Capacity, bucket.ShortDuration(l.Lease))
 	}
 	return fmt.Sprintf("%d at %s", l.Capacity, l.Rate)
 }

@@ -222,6 +222,11 @@ type Decision struct {
 	Limit     string
 	Remaining int64
 	LaneOpen  bool
+	// Reason is the kind of the limit that bound the decision ("bucket", "window", "quota",
+	// "concurrency"): why jobs wait. LeasesExpired counts the leases the call found ended
+	// unreleased (see bucket.KindConcurrency).
+	Reason        string
+	LeasesExpired int64
 	// Err is the limiter's error when it failed (verdicts Degraded or Held), or nil.
 	Err error
 	// Took is how long the limiter call took; zero when there was none.
@@ -292,6 +297,7 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 	}
 	p.ok()
 	d.Limit, d.Remaining, d.LaneOpen = res.Limit, res.Remaining, res.LaneOpen
+	d.Reason, d.LeasesExpired = d.Plan.Limits[res.LimitIndex].Kind.String(), res.LeasesExpired
 	for k, o := range res.Outcomes {
 		v := &d.Verdicts[index[k]]
 		switch o {

@@ -43,6 +43,26 @@ const (
 	HeaderInputSubject = "Admit-Input-Subject"
 	HeaderInputSeq     = "Admit-Input-Seq"
 	HeaderInputTime    = "Admit-Input-Time"
+	// HeaderLease, on output: the job's lease (its input sequence) when its plan has a
+	// concurrency limit; on a done or renew message: the lease it ends or extends.
+	HeaderLease = "Admit-Lease"
+	// HeaderCost, on a done message: what the job really cost, an integer from 0 to 2^40; the
+	// difference from its weight is charged or given back (reconciliation).
+	HeaderCost = "Admit-Cost"
+)
+
+// Defaults of the lease subjects (see README, "Concurrency limits and leases").
+const (
+	DefaultDoneSubject  = "jobs.done.{tenant}.>"
+	DefaultRenewSubject = "jobs.renew.{tenant}.>"
+)
+
+// Lease paths: the path label of MetricLeaseMessages, how a lease was released or renewed.
+const (
+	LeasePathDone  = "done"  // a message on the done subject
+	LeasePathRenew = "renew" // a message on the renew subject
+	LeasePathAck   = "ack"   // a downstream consumer's sampled ack of the forwarded job
+	LeasePathTerm  = "term"  // a downstream consumer terminated the forwarded job
 )
 
 // Code is a dead-letter code: the value of HeaderError, and the machine-readable code of an
@@ -180,6 +200,8 @@ var (
 	MetricPending       = Metric{"admitter.consumer.pending", "admitter_consumer_pending", ""}
 	MetricAckPending    = Metric{"admitter.consumer.ack_pending", "admitter_consumer_ack_pending", ""}
 	MetricRedelivered   = Metric{"admitter.consumer.redelivered", "admitter_consumer_redelivered", ""}
+	MetricLeaseMessages = Metric{"admitter.lease.messages", "admitter_lease_messages_total", ""}
+	MetricLeasesExpired = Metric{"admitter.leases.expired", "admitter_leases_expired_total", ""}
 )
 
 // DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they

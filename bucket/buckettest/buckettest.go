@@ -53,14 +53,19 @@ type Features struct {
 	// Forget: the backend honours Options.Born, taking a limit it holds no state for to have
 	// been used up when its memory began.
 	Forget bool
+	// Leases: the backend is a LeaseLimiter: jobs admitted under a concurrency limit
+	// (bucket.KindConcurrency) hold leases that Release ends, reconciling a job's cost, and
+	// Renew extends.
+	Leases bool
 }
 
 // All is every feature: what both backends of package bucket promise.
 var All = Features{
-	Kinds:        []bucket.Kind{bucket.KindBucket, bucket.KindWindow, bucket.KindQuota},
+	Kinds:        []bucket.Kind{bucket.KindBucket, bucket.KindWindow, bucket.KindQuota, bucket.KindConcurrency},
 	Reservations: true,
 	Lanes:        true,
 	Forget:       true,
+	Leases:       true,
 }
 
 // missing says what of need f lacks, or "" when f covers it.
@@ -77,6 +82,8 @@ func (f Features) missing(need Features) string {
 		return "lanes"
 	case need.Forget && !f.Forget:
 		return "forgetting (Options.Born)"
+	case need.Leases && !f.Leases:
+		return "leases (Release and Renew)"
 	}
 	return ""
 }
@@ -95,7 +102,7 @@ func Exercise(t *testing.T, f Features, newLimiter NewLimiter) {
 	for _, group := range []struct {
 		name  string
 		cases []testCase
-	}{{"decide", decideCases}, {"admit", admitCases}, {"forget", forgetCases}, {"kinds", kindCases}} {
+	}{{"decide", decideCases}, {"admit", admitCases}, {"forget", forgetCases}, {"kinds", kindCases}, {"leases", leaseCases}} {
 		t.Run(group.name, func(t *testing.T) {
 			for _, tc := range group.cases {
 				t.Run(tc.name, func(t *testing.T) {

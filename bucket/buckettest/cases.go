@@ -86,6 +86,24 @@ var decideCases = []testCase{
 		h.expectReservations(p, 0, 0)
 		h.expect(p, 1, "j7", bucket.Admitted, 0, 1)
 	}},
+	{name: "more booked slots than the state keeps entries for", needs: reserve(), opts: bucket.Options{SlotGrace: 100 * ms}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 1, 10*ms)) // 100/s
+		h.expect(p, 1, "a", bucket.Admitted, 0, 0)
+		for i := 1; i <= 40; i++ {
+			h.expect(p, 1, fmt.Sprintf("j%d", i), bucket.Delayed, time.Duration(i)*10*ms, 0)
+		}
+		// 40 slots, 10ms apart, in 16 entries: the oldest 25 merged into j25's, which counts
+		// them until j25's slot + grace. The count and the latest slot stay exact.
+		h.expectReservations(p, 40, 400*ms)
+		h.c.Advance(10 * ms)
+		h.expect(p, 1, "j1", bucket.AdmittedAtSlot, 0, 0)
+		h.expectReservations(p, 39, 400*ms)
+		// Past j26's slot + grace, j27 to j40 are left, as if nothing had been merged.
+		h.c.Advance(350 * ms)
+		h.expectReservations(p, 14, 400*ms)
+		h.c.Advance(140 * ms)
+		h.expectReservations(p, 0, 0)
+	}},
 	{name: "weighted reservations", needs: reserve(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 4, 250*ms)) // 4/s
 		h.expect(p, 4, "a", bucket.Admitted, 0, 0)

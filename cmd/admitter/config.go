@@ -54,6 +54,9 @@ type config struct {
 	APIAddr          string        `env:"ADMITTER_API_ADDR" envDefault:"127.0.0.1:9080"`     // "off": no HTTP decision API
 	APISubject       string        `env:"ADMITTER_API_SUBJECT" envDefault:"admitter.decide"` // "off": no NATS decision service
 	TenantMetrics    bool          `env:"ADMITTER_METRICS_TENANT_LABEL" envDefault:"false"`
+	SubjectDone      string        `env:"ADMITTER_SUBJECT_DONE" envDefault:"jobs.done.{tenant}.>"`   // "off": no done messages
+	SubjectRenew     string        `env:"ADMITTER_SUBJECT_RENEW" envDefault:"jobs.renew.{tenant}.>"` // "off": no renew messages
+	LeaseAcks        bool          `env:"ADMITTER_LEASE_ACKS" envDefault:"true"`
 
 	// Credentials and TLS (credentials.go). Every secret may be given as <NAME>_FILE instead.
 	NATSURLFile       string `env:"ADMITTER_NATS_URL_FILE"`
@@ -81,6 +84,7 @@ type config struct {
 
 	// Derived by load.
 	in, out, dead, wait subjects.Template
+	done, renew         subjects.Template // zero when off
 	plans               *bucket.Plans
 	environ             map[string]string // for the OTEL_* variables
 }
@@ -174,6 +178,9 @@ func (c *config) validate() error {
 	}
 	if _, _, err := admission.Mappings(c.in, c.out, c.dead, c.wait); err != nil {
 		return fmt.Errorf("ADMITTER_SUBJECT_IN/OUT/DEAD/WAIT: %w", err)
+	}
+	if err := c.validateLeaseSubjects(); err != nil {
+		return err
 	}
 	switch {
 	case c.FailMode != "open" && c.FailMode != "closed":
@@ -270,6 +277,41 @@ func (c *config) validateAPI() error {
 		if subjects.Overlap(c.APISubject, s.t.Filter()) {
 			return fmt.Errorf("ADMITTER_API_SUBJECT %q is captured by %s (%q): a request would be stored as a job; pick a subject outside it", c.APISubject, s.name, s.t.String())
 		}
+	}
+	return nil
+}
+
+// validateLeaseSubjects parses ADMITTER_SUBJECT_DONE and ADMITTER_SUBJECT_RENEW ("off" turns
+// one off): subjects with {tenant}, disjoint from the others and from each other.
+func (c *config) validateLeaseSubjects() error {
+	all := []struct {
+		name string
+		t    subjects.Template
+	}{{"ADMITTER_SUBJECT_IN", c.in}, {"ADMITTER_SUBJECT_OUT", c.out}, {"ADMITTER_SUBJECT_DEAD", c.dead}, {"ADMITTER_SUBJECT_WAIT", c.wait}}
+	for _, l := range []struct {
+		name, v string
+		t       *subjects.Template
+	}{{"ADMITTER_SUBJECT_DONE", c.SubjectDone, &c.done}, {"ADMITTER_SUBJECT_RENEW", c.SubjectRenew, &c.renew}} {
+		if l.v == "off" {
+			continue
+		}
+		t, err := subjects.Parse(l.v)
+		if err != nil {
+			return fmt.Errorf("%s: %w (or off)", l.name, err)
+		}
+		for _, o := range all {
+			if subjects.Overlap(t.Filter(), o.t.Filter()) {
+				return fmt.Errorf("%s %q overlaps %s %q: a lease message would be taken for a job; use disjoint subjects", l.name, l.v, o.name, o.t.String())
+			}
+		}
+		if subjects.Overlap(t.Filter(), c.APISubject) && c.APISubject != "off" {
+			return fmt.Errorf("%s %q captures ADMITTER_API_SUBJECT %q: use disjoint subjects", l.name, l.v, c.APISubject)
+		}
+		*l.t = t
+		all = append(all, struct {
+			name string
+			t    subjects.Template
+		}{l.name, t})
 	}
 	return nil
 }

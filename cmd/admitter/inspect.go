@@ -242,6 +242,11 @@ func next(l *wire.LimitState) string {
 			return fmt.Sprintf("resets in %s (%s)", d, l.ResetsAt.Format(time.RFC3339))
 		}
 		return fmt.Sprintf("resets in %s", d)
+	case "concurrency":
+		if l.Used == 0 {
+			return "none running"
+		}
+		return fmt.Sprintf("oldest lease ends in %s", d)
 	}
 	if l.NextInMs == 0 {
 		return "full"
@@ -256,6 +261,8 @@ func why(l *wire.LimitState) string {
 		return fmt.Sprintf("counts %d in its window; its oldest take leaves in %s", l.Used, human(msDuration(l.NextInMs)))
 	case "quota":
 		return fmt.Sprintf("has %d used this period; it resets in %s", l.Used, human(msDuration(l.NextInMs)))
+	case "concurrency":
+		return fmt.Sprintf("has %d of %d running; the oldest lease ends in %s, or sooner when a job is done", l.Used, l.Capacity, human(msDuration(l.NextInMs)))
 	}
 	return fmt.Sprintf("holds %d tokens", l.Tokens)
 }

@@ -70,3 +70,39 @@ default_plan: pro
 	}
 	t.Logf("\n%s", text)
 }
+
+// TestPrintInspectionConcurrency: a concurrency limit speaks of jobs running and leases.
+func TestPrintInspectionConcurrency(t *testing.T) {
+	ps, err := plans.Parse("plans.yaml", []byte("plans:\n  exports:\n    limits:\n      - {name: running, kind: concurrency, limit: 5, lease: 10m}\ndefault_plan: exports\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	m := bucket.NewMemory(bucket.Options{}, func() time.Time { return now })
+	plan, _ := ps.Lookup("acme")
+	ctx := context.Background()
+	var jobs []bucket.Job
+	for id := int64(1); id <= 6; id++ {
+		jobs = append(jobs, bucket.Job{ID: id, Weight: 1})
+	}
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Jobs: jobs}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(6*time.Minute + 48*time.Second)
+	res, err := inspect(ctx, m, ps, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	printInspection(&out, res, "this test")
+	text := out.String()
+	for _, want := range []string{
+		"running  concurrency  5 running, lease 10m  5     0     oldest lease ends in 3m12s",
+		"why jobs wait: limit running (concurrency, 5 running, lease 10m) has 5 of 5 running; the oldest lease ends in 3m12s, or sooner when a job is done; a job of weight 1 fits in 3m12s",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	t.Logf("\n%s", text)
+}

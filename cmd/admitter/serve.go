@@ -177,7 +177,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 	}
 	st.svc, err = admission.New(admission.Config{
 		JetStream: st.js, Policy: st.policy,
-		In: c.in, Out: c.out, Dead: c.dead, Wait: c.wait,
+		In: c.in, Out: c.out, Dead: c.dead, Wait: c.wait, Done: c.done, Renew: c.renew, LeaseAcks: c.LeaseAcks,
 		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, StreamWait: c.StreamWait,
 		Consumer: c.Consumer, Replica: c.Replica, Replicas: c.StreamReplicas,
 		AckWait: c.AckWait, DuplicateWindow: c.DuplicateWindow, MaxAckPending: c.MaxAckPending, Workers: c.Workers, LaneWorkers: c.LaneWorkers,

@@ -1,0 +1,258 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/policy"
+	"github.com/admitter/admitter/subjects"
+	"github.com/admitter/admitter/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// leases ends and extends the leases of forwarded jobs whose plan has a concurrency limit (see
+// bucket.KindConcurrency). A lease is released when the job is done, by any of:
+//
+//   - a message on the done subject (Config.Done, e.g. jobs.done.<tenant>.<anything>) carrying
+//     the forwarded job's Admit-Lease or Nats-Msg-Id header, and optionally Admit-Cost;
+//   - with Config.LeaseAcks, a consumer of the output stream acking the forwarded job, seen in
+//     the server's ack metric ($JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>, sent for
+//     every explicit ack when the consumer's SampleFrequency is "100%": the event names the
+//     stream sequence, whose message's headers name the tenant and the lease), or terminating
+//     it ($JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.<stream>.<consumer>);
+//
+// and renewed by a message on the renew subject (Config.Renew). The server sends no event for
+// an in-progress ack (+WPI: consumer.go progressUpdate samples nothing), so renewal needs that
+// message. Every replica listens in one queue group: each message is handled once. Messages are
+// core NATS: one lost (no replica up, a full buffer) leaves the lease to end by itself. A
+// release that frees a slot is broadcast on the wake subject, so that the replica running the
+// tenant's lane asks again at once instead of at the lease's end.
+type leases struct {
+	s      *Service
+	msgs   chan *nats.Msg
+	subs   []*nats.Subscription
+	out    jetstream.Stream
+	wake   string // the wake subject: every replica, no queue group
+	ack    string // prefixes of the output stream's ack metrics and terminations
+	term   string
+	quit   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+	closed bool
+}
+
+func newLeases(s *Service) *leases {
+	return &leases{s: s, quit: make(chan struct{}),
+		wake: "_ADMITTER." + s.cfg.Consumer + ".wake",
+		ack:  "$JS.EVENT.METRIC.CONSUMER.ACK." + s.cfg.StreamOut + ".",
+		term: "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + s.cfg.StreamOut + "."}
+}
+
+// leaseSubjects checks the done and renew subjects against the others: a lease message must not
+// be stored as a job, forwarded, dead-lettered or taken for a lane.
+func leaseSubjects(c Config) error {
+	for _, l := range []struct {
+		name string
+		t    subjects.Template
+	}{{"done", c.Done}, {"renew", c.Renew}} {
+		if l.t.String() == "" {
+			continue
+		}
+		for _, o := range []struct {
+			name string
+			t    subjects.Template
+		}{{"in", c.In}, {"out", c.Out}, {"dead", c.Dead}, {"wait", c.Wait}, {"done", c.Done}} {
+			if o.name == l.name || o.t.String() == "" {
+				continue
+			}
+			if subjects.Overlap(l.t.Filter(), o.t.Filter()) {
+				return fmt.Errorf("%w: %s subject %q overlaps the %s subject %q: use disjoint subjects", ErrConfig, l.name, l.t.String(), o.name, o.t.String())
+			}
+		}
+	}
+	return nil
+}
+
+// start subscribes and starts the workers; stop undoes it.
+func (l *leases) start(ctx context.Context) error {
+	c := l.s.cfg
+	nc := c.JetStream.Conn()
+	l.msgs = make(chan *nats.Msg, c.LeaseBuffer)
+	queue := c.Consumer + "-leases"
+	var filters []string
+	for _, t := range []subjects.Template{c.Done, c.Renew} {
+		if t.String() != "" {
+			filters = append(filters, t.Filter())
+		}
+	}
+	if c.LeaseAcks {
+		out, err := c.JetStream.Stream(ctx, c.StreamOut)
+		if err != nil {
+			return fmt.Errorf("admission: leases: stream %s: %w", c.StreamOut, err)
+		}
+		l.out = out
+		filters = append(filters, l.ack+"*", l.term+"*")
+	}
+	for _, f := range filters {
+		sub, err := nc.ChanQueueSubscribe(f, queue, l.msgs)
+		if err != nil {
+			l.stop()
+			return fmt.Errorf("admission: leases: subscribe %s: %w", f, err)
+		}
+		l.subs = append(l.subs, sub)
+	}
+	sub, err := nc.Subscribe(l.wake, func(m *nats.Msg) { l.s.lanes.wakeTenant(string(m.Data)) })
+	if err != nil {
+		l.stop()
+		return fmt.Errorf("admission: leases: subscribe %s: %w", l.wake, err)
+	}
+	l.subs = append(l.subs, sub)
+	for range c.LeaseWorkers {
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.quit:
+					return
+				case m := <-l.msgs:
+					l.handle(ctx, m)
+				}
+			}
+		})
+	}
+	return nil
+}
+
+// stop unsubscribes and waits for the messages being handled (each bounded by the limiter's
+// timeout and a read of the output stream). Messages still buffered are dropped: their leases
+// end by themselves. Safe to call twice.
+func (l *leases) stop() {
+	l.once.Do(func() {
+		for _, s := range l.subs {
+			_ = s.Unsubscribe()
+		}
+		close(l.quit)
+		l.wg.Wait()
+	})
+}
+
+// leaseReply is the answer to a done or renew message sent as a request.
+type leaseReply struct {
+	Tenant string `json:"tenant,omitempty"`
+	Lease  int64  `json:"lease,omitempty"`
+	Held   bool   `json:"held"`
+	Weight int64  `json:"weight,omitempty"`
+	Ends   string `json:"ends,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// handle releases or renews the lease one message names.
+func (l *leases) handle(ctx context.Context, m *nats.Msg) {
+	c := l.s.cfg
+	var path, tenant string
+	var lease, cost int64 = 0, bucket.NoCost
+	var err error
+	switch {
+	case strings.HasPrefix(m.Subject, l.ack) || strings.HasPrefix(m.Subject, l.term):
+		path = wire.LeasePathAck
+		if strings.HasPrefix(m.Subject, l.term) {
+			path = wire.LeasePathTerm
+		}
+		var ok bool
+		if tenant, lease, ok, err = l.forwarded(ctx, m.Data); err == nil && !ok {
+			return // not a job holding a lease: nothing to count
+		}
+	default:
+		var ok bool
+		if tenant, ok = c.Done.Match(m.Subject); ok && c.Done.String() != "" {
+			path = wire.LeasePathDone
+			lease, err = wire.ParseLease(m.Header, c.StreamIn)
+			if err == nil {
+				cost, err = wire.ParseCost(m.Header)
+			}
+		} else if tenant, ok = c.Renew.Match(m.Subject); ok && c.Renew.String() != "" {
+			path = wire.LeasePathRenew
+			lease, err = wire.ParseLease(m.Header, c.StreamIn)
+		} else {
+			return
+		}
+	}
+	reply := leaseReply{Tenant: tenant, Lease: lease}
+	result := "invalid"
+	if err == nil {
+		var res bucket.LeaseResult
+		if path == wire.LeasePathRenew {
+			res, _, err = c.Policy.Renew(ctx, tenant, lease)
+		} else {
+			res, _, err = c.Policy.Release(ctx, tenant, lease, cost)
+		}
+		l.s.tel.leasesExpired(ctx, res.LeasesExpired)
+		switch {
+		case errors.Is(err, policy.ErrNoLeases), errors.Is(err, bucket.ErrUnknownTenant), errors.Is(err, bucket.ErrInvalidTenant):
+			result = "no-lease"
+		case err != nil:
+			result = "error"
+			l.s.log.Warn("lease", "path", path, "tenant", tenant, "lease", lease, "err", err)
+		case !res.Held:
+			result = "not-held"
+		case path == wire.LeasePathRenew:
+			result = "renewed"
+		default:
+			result = "released"
+		}
+		reply.Held, reply.Weight = res.Held, res.Weight
+		if !res.Ends.IsZero() {
+			reply.Ends = res.Ends.UTC().Format(time.RFC3339Nano)
+		}
+		if (res.Held && path != wire.LeasePathRenew) || res.LeasesExpired > 0 {
+			_ = c.JetStream.Conn().Publish(l.wake, []byte(tenant)) // the tenant's lane may go on now
+		}
+	}
+	if err != nil {
+		reply.Error = err.Error()
+	}
+	l.s.tel.leaseMessage(ctx, path, result)
+	if m.Reply != "" && path != wire.LeasePathAck && path != wire.LeasePathTerm {
+		if b, jerr := json.Marshal(reply); jerr == nil {
+			_ = m.Respond(b)
+		}
+	}
+}
+
+// forwarded reads an ack metric or a termination advisory of the output stream and the
+// forwarded job it names: its tenant and lease. ok is false for a message without a lease.
+func (l *leases) forwarded(ctx context.Context, event []byte) (tenant string, lease int64, ok bool, err error) {
+	var e struct {
+		StreamSeq uint64 `json:"stream_seq"`
+	}
+	if err := json.Unmarshal(event, &e); err != nil || e.StreamSeq == 0 {
+		return "", 0, false, fmt.Errorf("an event without a stream sequence: %q", event)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	msg, err := l.out.GetMsg(ctx, e.StreamSeq)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return "", 0, false, nil // gone (its age): its lease ended long ago
+		}
+		return "", 0, false, fmt.Errorf("read %s sequence %d: %w", l.s.cfg.StreamOut, e.StreamSeq, err)
+	}
+	if msg.Header.Get(wire.HeaderLease) == "" {
+		return "", 0, false, nil
+	}
+	lease, err = wire.ParseLease(msg.Header, l.s.cfg.StreamIn)
+	return msg.Header.Get(wire.HeaderTenant), lease, err == nil, err
+}
+
+// leaseAttrs are the attributes of the lease messages metric.
+func leaseAttrs(path, result string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("path", path), attribute.String("result", result))
+}

@@ -1,0 +1,155 @@
+package buckettest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/bucket"
+)
+
+// LeaseLimiter is a Limiter that releases and renews leases (Features.Leases): *bucket.Memory and
+// *bucket.Redis implement it.
+type LeaseLimiter interface {
+	Limiter
+	Release(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
+	Renew(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
+}
+
+var (
+	_ LeaseLimiter = (*bucket.Memory)(nil)
+	_ LeaseLimiter = (*bucket.Redis)(nil)
+)
+
+// leases is what a case of concurrency limits needs: the kind, lanes, and Release and Renew.
+func leases(kinds ...bucket.Kind) Features {
+	return Features{Kinds: append([]bucket.Kind{bucket.KindConcurrency}, kinds...), Lanes: true, Leases: true}
+}
+
+// conc builds a concurrency limit of at most limit in flight, each for at most lease.
+func conc(name string, limit int64, lease time.Duration) bucket.Limit {
+	return bucket.Limit{Name: name, Kind: bucket.KindConcurrency, Capacity: limit, Lease: lease}
+}
+
+// lease releases (renew false) or renews a lease and checks whether it was held.
+func (h *harness) lease(p *bucket.Plan, id int64, renew bool, cost int64, held bool) bucket.LeaseResult {
+	h.t.Helper()
+	ll, ok := h.l.(LeaseLimiter)
+	if !ok {
+		h.t.Fatalf("the backend %T promises leases but has no Release and Renew", h.l)
+	}
+	req := bucket.LeaseRequest{Tenant: h.tenant, Plan: p, Lease: id, Cost: cost}
+	var r bucket.LeaseResult
+	var err error
+	if renew {
+		r, err = ll.Renew(context.Background(), req)
+	} else {
+		r, err = ll.Release(context.Background(), req)
+	}
+	if err != nil {
+		h.t.Fatalf("lease %d (renew %v): %v", id, renew, err)
+	}
+	if r.Held != held {
+		h.t.Fatalf("lease %d (renew %v) at +%v: %+v, want held %v", id, renew, h.c.Now().Sub(Start), r, held)
+	}
+	return r
+}
+
+// leaseCases exercise concurrency limits: leases taken, released, renewed, ended, reconciled.
+var leaseCases = []testCase{
+	{name: "concurrency: at most the limit in flight, a release frees a slot", needs: leases(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "c", conc("running", 2, 10*time.Second))
+		r := h.admit(p, bucket.Ingest, jobs("1", "2", "3", "4"), "AALL", 10*time.Second, true)
+		if r.Limit != "running" {
+			t.Fatalf("binding limit %q, want running", r.Limit)
+		}
+		h.expectLimit(p, 0, 0, 2, 10*time.Second)
+		h.c.Advance(time.Second)
+		if got := h.lease(p, 1, false, bucket.NoCost, true); got.Weight != 1 {
+			t.Fatalf("released weight %d, want 1", got.Weight)
+		}
+		h.lease(p, 1, false, bucket.NoCost, false) // twice: nothing more
+		h.expectLimit(p, 0, 1, 1, 9*time.Second)
+		h.admit(p, bucket.Lane, jobs("3", "4"), "AN", 9*time.Second, true)
+		h.c.Advance(time.Second)
+		h.admit(p, bucket.Lane, jobs("3", "4"), "RN", 8*time.Second, true) // 3 redeemed: still one lease
+		h.lease(p, 2, false, bucket.NoCost, true)
+		h.admit(p, bucket.Lane, jobs("4"), "A", 0, true)
+		h.expectLimit(p, 0, 0, 2, 9*time.Second)
+	}},
+	{name: "concurrency: weights count, a heavier job waits for enough to end", needs: leases(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "c", conc("running", 5, time.Minute))
+		h.admit(p, bucket.Lane, jobs("1:2", "2:2", "3:2"), "AAN", time.Minute, false)
+		h.c.Advance(10 * time.Second)
+		h.admit(p, bucket.Lane, jobs("3:2"), "N", 50*time.Second, false)
+		h.lease(p, 2, false, bucket.NoCost, true)
+		h.admit(p, bucket.Lane, jobs("3:2", "4:2"), "AN", 50*time.Second, false)
+		if p.MaxWeight() != 5 {
+			t.Fatalf("MaxWeight %d, want the limit 5", p.MaxWeight())
+		}
+	}},
+	{name: "concurrency: a lease ends by itself, once, and a renewal moves its end", needs: leases(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "c", conc("running", 2, 10*time.Second))
+		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "AAN", 10*time.Second, false)
+		h.c.Advance(6 * time.Second)
+		if r := h.lease(p, 2, true, bucket.NoCost, true); !r.Ends.Equal(Start.Add(16 * time.Second)) {
+			t.Fatalf("renewed lease ends at +%v, want +16s", r.Ends.Sub(Start))
+		}
+		h.c.Advance(4 * time.Second) // lease 1 ends unreleased
+		r := h.admit(p, bucket.Lane, jobs("3", "4"), "AN", 6*time.Second, false)
+		if r.LeasesExpired != 1 {
+			t.Fatalf("%d leases expired, want 1 (lease 1)", r.LeasesExpired)
+		}
+		h.lease(p, 1, false, bucket.NoCost, false) // too late: it ended
+		h.c.Advance(6 * time.Second)               // lease 2 ends
+		r = h.admit(p, bucket.Lane, jobs("4"), "A", 0, false)
+		if r.LeasesExpired != 1 {
+			t.Fatalf("%d leases expired, want 1 (lease 2)", r.LeasesExpired)
+		}
+		h.lease(p, 3, true, bucket.NoCost, true)
+		h.expectLimit(p, 0, 0, 2, 10*time.Second)
+	}},
+	{name: "concurrency: a done job's cost is reconciled on every other limit", needs: leases(bucket.KindWindow, bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "r", conc("running", 10, time.Hour), lim("burst", 10, time.Second), win("w", 20, time.Minute), quota("q", 100, bucket.Hour, nil))
+		h.admit(p, bucket.Lane, jobs("1:2", "2:4"), "AA", 0, false)
+		h.expectTokens(p, 4, 4, 14, 94)
+		h.lease(p, 1, false, 5, true) // cost 5 for weight 2: 3 more
+		h.expectTokens(p, 6, 1, 11, 91)
+		h.lease(p, 1, false, 9, false) // again: nothing more
+		h.expectTokens(p, 6, 1, 11, 91)
+		h.c.Advance(2 * time.Second)
+		h.lease(p, 2, false, 1, true) // cost 1 for weight 4: 3 back, off job 2's own take
+		h.expectTokens(p, 10, 6, 14, 94)
+		h.admit(p, bucket.Lane, jobs("3:6"), "A", 0, false)
+		h.lease(p, 3, false, 20, true) // an overspend of 14: every limit goes into debt
+		h.expectTokens(p, 10, -14, -6, 74)
+		// the window counts 20 until +60s, when the takes at +0 leave: the overspend's until +62s
+		r := h.admit(p, bucket.Lane, jobs("4"), "N", 60*time.Second, false)
+		if r.Limit != "w" {
+			t.Fatalf("binding limit %q, want w", r.Limit)
+		}
+		h.c.Advance(50 * time.Second)
+		h.lease(p, 4, false, 0, false)
+		h.expectTokens(p, 10, 10, -6, 74)
+	}},
+	{name: "concurrency: a request decided alone holds a lease by its key", needs: leases(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "c", conc("running", 1, time.Minute))
+		h.expect(p, 1, "a", bucket.Admitted, 0, 0)
+		h.expect(p, 1, "", bucket.Throttled, time.Minute, 0)
+		h.lease(p, bucket.LeaseKey("a"), false, bucket.NoCost, true)
+		h.expect(p, 1, "", bucket.Admitted, 0, 0) // no key: a lease that only ends
+		h.c.Advance(time.Minute)
+		h.expect(p, 1, "b", bucket.Admitted, 0, 0)
+	}},
+	{name: "concurrency: a limiter that forgot takes every slot for held, one lease long", needs: forget(leases()), opts: bucket.Options{Born: Start.Add(-time.Minute)}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "c", conc("running", 3, 5*time.Minute))
+		h.expectLimit(p, 0, 0, 3, 4*time.Minute)
+		h.admit(p, bucket.Lane, jobs("1"), "N", 4*time.Minute, false)
+		h.lease(p, 1, false, bucket.NoCost, false) // nobody can release what was forgotten
+		h.c.Advance(4 * time.Minute)
+		r := h.admit(p, bucket.Lane, jobs("1"), "A", 0, false)
+		if r.LeasesExpired != 0 {
+			t.Fatalf("%d leases expired: the forgotten ones are not leases of jobs", r.LeasesExpired)
+		}
+	}},
+}

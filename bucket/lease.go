@@ -1,0 +1,219 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"time"
+	"unsafe"
+)
+
+// Leases. A plan with a concurrency limit (KindConcurrency) counts the weight of its tenant's jobs
+// in flight: each job admitted takes a lease of its weight, by its lease id, that ends Lease after
+// it was taken unless released first (Release: the job is done) or renewed (Renew: it still
+// runs). A queued job's lease id is its Job.ID (its input sequence); a request decided by Decide
+// has LeaseKey(JobID) (0 without a JobID: a lease that only ends). A job holds one lease at most:
+// admitted again (after Options.Redeem), it takes a new one in place of the old.
+
+// NoCost is LeaseRequest.Cost when the job's actual cost is not known: nothing is reconciled.
+const NoCost = -1
+
+// MaxCost bounds LeaseRequest.Cost, as weights are bounded by the API (2^40).
+const MaxCost = 1 << 40
+
+// A LeaseRequest names a job's lease.
+type LeaseRequest struct {
+	// Tenant names the bucket set; non-empty, without '{' or '}'.
+	Tenant string
+	// Plan is the tenant's plan (its concurrency limits hold the leases).
+	Plan *Plan
+	// Lease is the job's lease id: 1 to 2^53-1 (see the package's note on leases).
+	Lease int64
+	// Cost (Release only) is what the job really cost, 0 to MaxCost, or NoCost. When it differs
+	// from the weight the lease was taken with, the difference is charged to (or given back by)
+	// the plan's other limits at once, atomically with the release (see lua/lease.lua for each
+	// kind). Only a lease still held is reconciled: a repeated release charges nothing.
+	Cost int64
+}
+
+// LeaseResult is Release's or Renew's answer.
+type LeaseResult struct {
+	// Held reports whether the lease was held: released or renewed now. False when it was never
+	// taken, already released, or ended: nothing changed.
+	Held bool
+	// Weight is the weight the lease was taken with (0 when not held).
+	Weight int64
+	// Ends is, for Renew, when the renewed lease ends (zero when not held).
+	Ends time.Time
+	// LeasesExpired counts the tenant's leases that this call found ended unreleased, and
+	// dropped.
+	LeasesExpired int64
+}
+
+// LeaseKey is the lease id of a request decided by Decide with this JobID: a 52-bit hash, never
+// 0; 0 for an empty JobID (a lease nobody can release).
+func LeaseKey(jobID string) int64 {
+	if jobID == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write(unsafe.Slice(unsafe.StringData(jobID), len(jobID)))
+	if k := int64(h.Sum64() & (1<<52 - 1)); k != 0 {
+		return k
+	}
+	return 1
+}
+
+// lease modes of lua/lease.lua.
+const (
+	leaseRelease = 0
+	leaseRenew   = 1
+)
+
+// check validates a lease request before any state is touched.
+func (l *LeaseRequest) check(mode int) error {
+	if l.Plan == nil {
+		return fmt.Errorf("bucket: tenant %q: no plan given", l.Tenant)
+	}
+	if err := checkTenant(l.Tenant); err != nil {
+		return err
+	}
+	if l.Lease < 1 || l.Lease > maxJobID {
+		return fmt.Errorf("%w: lease %d, want 1 to 2^53-1", ErrInvalidLease, l.Lease)
+	}
+	if mode == leaseRenew && l.Cost != NoCost && l.Cost != 0 {
+		return fmt.Errorf("bucket: a renewal carries no cost, got %d", l.Cost)
+	}
+	if mode == leaseRelease && (l.Cost < NoCost || l.Cost > MaxCost) {
+		return fmt.Errorf("%w: cost %d, want 0 to 2^40", ErrInvalidCost, l.Cost)
+	}
+	return nil
+}
+
+// Release ends the job's lease now (the job is done), reconciling its cost (LeaseRequest.Cost).
+func (m *Memory) Release(_ context.Context, req LeaseRequest) (LeaseResult, error) {
+	return m.lease(req, leaseRelease)
+}
+
+// Renew moves the end of the job's lease to Lease from now (the job still runs).
+func (m *Memory) Renew(_ context.Context, req LeaseRequest) (LeaseResult, error) {
+	req.Cost = NoCost
+	return m.lease(req, leaseRenew)
+}
+
+func (m *Memory) lease(req LeaseRequest, mode int) (LeaseResult, error) {
+	if err := req.check(mode); err != nil {
+		return LeaseResult{}, err
+	}
+	sh, st, now := m.lock(req.Tenant)
+	defer sh.mu.Unlock()
+	found, weight, expired, ends := sh.lease(now, m.born(), st, &req, mode, m.opts)
+	return leaseResult(found, weight, expired, ends), nil
+}
+
+func leaseResult(found, weight, expired, ends int64) LeaseResult {
+	res := LeaseResult{Held: found == 1, Weight: weight, LeasesExpired: expired}
+	if ends > 0 {
+		res.Ends = time.UnixMicro(ends)
+	}
+	return res
+}
+
+// lease mirrors lua/lease.lua step by step; the differential test holds them together.
+func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode int, o Options) (found, weight, expired, ends int64) {
+	p := req.Plan
+	ws := sh.load(st, p, now, born)
+	var taken int64
+	for i := range p.specs {
+		if p.specs[i].kind != KindConcurrency {
+			continue
+		}
+		if j := ws[i].leaseFind(req.Lease); j >= 0 {
+			e, t := ws[i].leaseDrop(j)
+			if mode == leaseRenew {
+				ends = now + p.specs[i].span
+				ws[i].leasePut(ends, e.weight, t)
+			}
+			found, weight, taken = 1, e.weight, t.at
+		}
+	}
+	if found == 0 {
+		return 0, 0, 0, 0
+	}
+	if d := req.Cost - weight; mode == leaseRelease && req.Cost >= 0 && d != 0 {
+		p.reconcile(ws, now, taken, d)
+	}
+	if st == nil {
+		st = &memState{}
+	}
+	sh.store(req.Tenant, st, p, ws, now, o)
+	return 1, weight, sh.expired, ends
+}
+
+// reconcile charges d more (d > 0) or gives -d back (d < 0) on every limit but the concurrency
+// ones, for a job taken at `taken`, at now (see lua/lease.lua).
+func (p *Plan) reconcile(ws []work, now, taken, d int64) {
+	for i := range p.specs {
+		sp := &p.specs[i]
+		switch sp.kind {
+		case KindBucket:
+			// a tat as loaded is never before now: more is taken from there, what is given back
+			// never makes the bucket more than full
+			ws[i].tat = max(ws[i].tat+d*sp.iv, now)
+		case KindWindow, KindQuota:
+			if d > 0 {
+				ws[i].log = logAdd(ws[i].log, sp.death(now), d)
+				continue
+			}
+			death := sp.death(taken)
+			for j, e := range ws[i].log {
+				if e.death == death {
+					if back := min(-d, e.weight); back == e.weight {
+						ws[i].log = append(ws[i].log[:j], ws[i].log[j+1:]...)
+					} else {
+						ws[i].log[j].weight -= back
+					}
+					break
+				}
+			}
+		}
+	}
+}
+
+// Release ends the job's lease now (the job is done), reconciling its cost (LeaseRequest.Cost),
+// in one script call. A call that fails or times out may have run: asking again is harmless
+// (the lease is no longer held; nothing is charged twice).
+func (r *Redis) Release(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
+	return r.leaseCall(ctx, req, leaseRelease)
+}
+
+// Renew moves the end of the job's lease to Lease from now (the job still runs).
+func (r *Redis) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
+	req.Cost = NoCost
+	return r.leaseCall(ctx, req, leaseRenew)
+}
+
+func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
+	if err := req.check(mode); err != nil {
+		return LeaseResult{}, err
+	}
+	p := req.Plan
+	if err := r.refreshBorn(ctx); err != nil {
+		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
+	}
+	key := []string{r.stateKey(req.Tenant)}
+	reply, err := r.run(ctx, r.lease, func() (keys, args []string) {
+		arg := make([]byte, 0, 8*9+len(p.packed)+p.calendarsLen())
+		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, r.redeem, 2*r.settle, r.pad, r.born.at.Load(), int64(len(p.Limits)))
+		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
+		return key, []string{unsafe.String(&arg[0], len(arg))}
+	})
+	if err != nil {
+		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
+	}
+	var v [4]int64
+	if err := unpackInts(reply, v[:]); err != nil {
+		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
+	}
+	return leaseResult(v[0], v[1], v[2], v[3]), nil
+}

@@ -1,0 +1,96 @@
+-- admitter: release or renew a job's lease on the tenant's concurrency limits, and reconcile its
+-- cost (see state.lua for the tenant's state).
+--
+-- A concurrency limit counts the weight of the jobs in flight: admit.lua (and decide.lua) take a
+-- lease for each job admitted, by the job's lease id, dying `lease` µs later. This script ends a
+-- lease before that (release: the job is done) or moves its end to now + lease (renew: the job
+-- still runs). A lease that is not held (never taken, released before, or ended) is not found:
+-- nothing changes, so a repeated release or renewal is harmless.
+--
+-- Reconciliation: a release with a cost c (the job's actual weight) charges the difference
+-- c - w to the plan's other limits, w being the weight the lease was taken with, at now:
+--   bucket  c > w: the bucket takes c - w more tokens (it may go into debt: the tenant waits the
+--           longer); c < w: it gets w - c tokens back, never beyond full.
+--   window  c > w: a take of c - w at now, counted one window; c < w: w - c comes off the take
+--           the job was admitted with (at most its weight), if it is still in the window.
+--   quota   c > w: c - w more this period; c < w: w - c comes off the job's take if its period
+--           is the current one (a period over is not reopened).
+-- The reconciliation is applied only with the lease: its weight is known, and releasing it makes
+-- a repeated done message charge nothing.
+--
+-- KEYS[1]  the tenant's state
+-- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode (0 release, 1 renew), lease id,
+--          cost (-1: none), redeem (µs), lane life (µs), extra key life (ms), born (µs, see
+--          load), n limits, then the plan's limits and calendars (see read_limits).
+--
+-- Reply: packed int64s {found (0/1), the lease's weight (0 when not found), leases expired
+-- (ended unreleased, dropped from the state by this call), the lease's new end (µs, renew)}.
+--
+-- Redis commands: TIME, GET, and at most one SET ... PX or DEL.
+local arg = ARGV[1]
+local now, mode, id, cost, redeem, keep_open, pad, born, n = struct.unpack('<lllllllll', arg)
+if now == 0 then now = server_now() end
+local lims = read_limits(arg, 73, n)
+check_calendars(lims, n, now)
+local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
+local ws = load(st, lims, n, now, born)
+
+local found, weight, taken, ends = 0, 0, 0, 0
+for i = 1, n do
+  if lims[i].kind == CONC then
+    local j = lease_find(ws, i, id)
+    if j then
+      local w, at = lease_drop(ws, i, j)
+      if mode == 1 then
+        ends = now + lims[i].b
+        lease_put(ws, i, ends, w, id, at)
+      end
+      found, weight, taken = 1, w, at
+    end
+  end
+end
+if found == 0 then return struct.pack('<llll', 0, 0, 0, 0) end
+
+if mode == 0 and cost >= 0 and cost ~= weight then
+  local d = cost - weight
+  for i = 1, n do
+    local l = lims[i]
+    if l.kind == BUCKET then
+      if d > 0 then
+        local t = ws[i]
+        if t < now then t = now end
+        ws[i] = t + d * l.b
+      else
+        local t = ws[i] + d * l.b
+        if t < now then t = now end
+        ws[i] = t
+      end
+    elseif l.kind == WINDOW or l.kind == QUOTA then
+      local death
+      if l.kind == WINDOW then
+        if d > 0 then death = math.ceil(now / l.c) * l.c + l.b else death = math.ceil(taken / l.c) * l.c + l.b end
+      else
+        if d > 0 then death = period_end(l.cal, now) else death = period_end(l.cal, taken) end
+      end
+      if d > 0 then
+        log_add(ws[i], death, d)
+      else
+        local log = ws[i]
+        for j = 1, #log, 2 do
+          if log[j] == death then
+            local back = math.min(-d, log[j + 1])
+            if back == log[j + 1] then
+              table.remove(log, j)
+              table.remove(log, j)
+            else
+              log[j + 1] = log[j + 1] - back
+            end
+            break
+          end
+        end
+      end
+    end
+  end
+end
+write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
+return struct.pack('<llll', 1, weight, st.expired, ends)

@@ -1,0 +1,89 @@
+package wire
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// MaxLease is the largest lease id: an input stream sequence exact in the limiter's scripts.
+const MaxLease = 1<<53 - 1
+
+// MaxCost is the largest Admit-Cost, as weights are bounded.
+const MaxCost = MaxWeight
+
+// ParseLease reads the lease a done or renew message names: its Admit-Lease header (the
+// forwarded job's, copied), else the forwarded job's Nats-Msg-Id, which must be a forward of
+// input stream in (the lease is the input sequence in it). Header names are matched without
+// regard to case; a header given twice is an error.
+func ParseLease(h nats.Header, in string) (int64, error) {
+	v, ok, err := one(h, HeaderLease)
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		n, err := digits(v)
+		if err != nil || n < 1 || n > MaxLease {
+			return 0, fmt.Errorf("header %s is %q, want an integer from 1 to 2^53-1", HeaderLease, v)
+		}
+		return n, nil
+	}
+	id, ok, err := one(h, nats.MsgIdHdr)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("neither %s nor %s names the forwarded job", HeaderLease, nats.MsgIdHdr)
+	}
+	kind, stream, seq, ok := ParseMsgID(id)
+	if !ok || kind != KindForward || stream != in || seq < 1 || seq > MaxLease {
+		return 0, fmt.Errorf("header %s is %q, want the forwarded job's (%s)", nats.MsgIdHdr, id, MsgID(KindForward, in, 1)[:len("admitter:a:")+len(in)+1]+"<sequence>")
+	}
+	return int64(seq), nil
+}
+
+// ParseCost reads Admit-Cost: what a done job really cost, 0 to MaxCost; absent is -1 (no
+// reconciliation).
+func ParseCost(h nats.Header) (int64, error) {
+	v, ok, err := one(h, HeaderCost)
+	if err != nil || !ok {
+		return -1, err
+	}
+	n, err := digits(v)
+	if err != nil || n > MaxCost {
+		return -1, fmt.Errorf("header %s is %q, want an integer from 0 to %d", HeaderCost, v, int64(MaxCost))
+	}
+	return n, nil
+}
+
+// one is the single value of header name (matched without regard to case).
+func one(h nats.Header, name string) (string, bool, error) {
+	var vals []string
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			vals = append(vals, v...)
+		}
+	}
+	switch len(vals) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return vals[0], true, nil
+	}
+	return "", false, fmt.Errorf("header %s appears %d times (%q), want one value", name, len(vals), vals)
+}
+
+// digits parses a non-negative decimal integer of ASCII digits only.
+func digits(v string) (int64, error) {
+	if v == "" || len(v) > 18 {
+		return 0, strconv.ErrSyntax
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, strconv.ErrSyntax
+		}
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
