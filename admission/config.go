@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/admitter/admitter/activity"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/subjects"
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,6 +95,14 @@ type Config struct {
 	// TenantMetrics adds a tenant label to the decision and wait metrics. Off by default: one
 	// series per tenant can be a lot.
 	TenantMetrics bool
+	// Activity receives every job's decision as it is applied, and every lane's head told to
+	// wait on (default: none); *activity.Index implements it. It must not block.
+	Activity Recorder
+}
+
+// Recorder is told what the queue decided (see Config.Activity).
+type Recorder interface {
+	Record(activity.Event)
 }
 
 // withDefaults returns the config with zero fields set to their defaults.
