@@ -406,7 +406,9 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, _ caller, b *Back
 			d.Codes = append(d.Codes, codeCount{code, 0})
 		}
 	}
-	slices.SortFunc(d.Codes, func(a, b codeCount) int { return cmp.Or(b.Count-a.Count, strings.Compare(string(a.Code), string(b.Code))) })
+	slices.SortFunc(d.Codes, func(a, b codeCount) int {
+		return cmp.Or(b.Count-a.Count, strings.Compare(string(a.Code), string(b.Code)))
+	})
 	c.render(w, r, http.StatusOK, "dead", page{Title: "Dead letters", Nav: "dead", Data: d})
 }
 
