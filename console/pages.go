@@ -46,7 +46,6 @@ var funcs = template.FuncMap{
 		}
 		return strconv.FormatFloat(f*100, 'f', 0, 64) + "%"
 	},
-	"barw":  func(f float64) string { return strconv.FormatFloat(min(max(f, 0), 1)*100, 'f', 0, 64) },
 	"ms":    func(d time.Duration) string { return human(d) },
 	"msf":   func(f float64) string { return human(time.Duration(f * float64(time.Millisecond))) },
 	"msi":   func(n int64) string { return human(time.Duration(n) * time.Millisecond) },
