@@ -41,13 +41,22 @@ type rig struct {
 // package plansource and end to end).
 type fakePlans struct{ calls []string }
 
-func (f *fakePlans) Set(_ context.Context, t, p string) error { f.calls = append(f.calls, "set "+t+" "+p); return nil }
-func (f *fakePlans) Unset(_ context.Context, t string) error  { f.calls = append(f.calls, "unset "+t); return nil }
+func (f *fakePlans) Set(_ context.Context, t, p string) error {
+	f.calls = append(f.calls, "set "+t+" "+p)
+	return nil
+}
+func (f *fakePlans) Unset(_ context.Context, t string) error {
+	f.calls = append(f.calls, "unset "+t)
+	return nil
+}
 func (f *fakePlans) Pause(_ context.Context, t string, u time.Time) error {
 	f.calls = append(f.calls, "pause "+t)
 	return nil
 }
-func (f *fakePlans) Resume(_ context.Context, t string) error { f.calls = append(f.calls, "resume "+t); return nil }
+func (f *fakePlans) Resume(_ context.Context, t string) error {
+	f.calls = append(f.calls, "resume "+t)
+	return nil
+}
 
 func newRig(t testing.TB, plans *bucket.Plans, actToken, readToken string) *rig {
 	t.Helper()
