@@ -98,6 +98,15 @@ func (b *browser) text(sel string) string {
 	return strings.TrimSpace(s)
 }
 
+// tryText is the text of the first element sel matches, "" when there is none yet (a page
+// still loading).
+func (b *browser) tryText(sel string) string {
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+	defer cancel()
+	s, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	return strings.TrimSpace(s)
+}
+
 // errors returns the console messages so far and forgets them.
 func (b *browser) errors() []string {
 	b.mu.Lock()
@@ -115,7 +124,7 @@ func (b *browser) shot(dir, name string) {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
 	if err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -216,10 +225,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.do("sign in", chromedp.Navigate(base+"/console/login?next=/console/tenants/acme"), chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SendKeys(chromedp.CSS("#name"), "alice"), chromedp.SendKeys(chromedp.CSS("#token"), consoleToken),
 		chromedp.Submit(chromedp.CSS("#token")), chromedp.WaitVisible(chromedp.CSS("#pause")))
-	b.do("pause", chromedp.Click(chromedp.CSS("#pause")), chromedp.WaitVisible(chromedp.CSS("#flash p")))
-	if f := b.text("#flash"); !strings.Contains(f, "Paused acme until") {
-		t.Errorf("after the pause the page says %q", f)
+	if f := b.text("#flash"); f != "Signed in." {
+		t.Errorf("after signing in the page says %q", f)
 	}
+	b.do("acme", chromedp.Navigate(base+"/console/tenants/acme"), chromedp.WaitVisible(chromedp.CSS("#pause")))
+	b.do("pause", chromedp.Click(chromedp.CSS("#pause")))
+	waitFor(t, 10*time.Second, "the page to say acme is paused", func() bool { return strings.Contains(b.tryText("#flash"), "Paused acme until") })
 	// Every replica applies it within about a second: the page then offers to resume.
 	waitFor(t, 5*time.Second, "the tenant page to show the pause", func() bool {
 		b.do("acme", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#why")))
@@ -241,7 +252,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("why, while paused: %q", why)
 	}
 	b.shot(shots, "tenant")
-	b.do("resume", chromedp.Click(chromedp.CSS("#resume")), chromedp.WaitVisible(chromedp.CSS("#flash p")))
+	b.do("resume", chromedp.Click(chromedp.CSS("#resume")))
+	waitFor(t, 10*time.Second, "the page to say acme is resumed", func() bool { return strings.Contains(b.tryText("#flash"), "Resumed acme") })
 	waitFor(t, 10*time.Second, "acme's jobs to go after the resume", func() bool { return w.countFor("acme")-before == 5 })
 
 	// Give zed a plan, then replay its dead letter from the dead letters page: once.
@@ -252,10 +264,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.do("dead letters", chromedp.Navigate(base+"/console/dead?tenant=zed"), chromedp.WaitVisible(chromedp.CSS("#letters")))
 	b.shot(shots, "dead")
 	seq := b.text("#letters tbody tr th a")
-	b.do("select and replay", chromedp.Click(chromedp.CSS("#sel-"+seq)), chromedp.Click(chromedp.CSS("#replay-selected")),
-		chromedp.WaitVisible(chromedp.CSS("#results")))
-	if o := b.text("#results td.outcome"); o != "replayed" {
-		t.Fatalf("replay outcome %q, want replayed", o)
+	b.do("select and replay", chromedp.Click(chromedp.CSS("#sel-"+seq)), chromedp.Click(chromedp.CSS("#replay-selected")))
+	var outcome string
+	waitFor(t, 10*time.Second, "the replay's results", func() bool { outcome = b.tryText("#results td.outcome"); return outcome != "" })
+	if outcome != "replayed" {
+		t.Fatalf("replay outcome %q, want replayed", outcome)
 	}
 	waitFor(t, 10*time.Second, "zed's replayed job to be forwarded", func() bool { return w.countFor("zed") == 1 })
 	// The dead letter now says it was replayed and offers no replay; a second replay, by bearer
