@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: all build test test-deploy vet fmt-check deps bench fuzz run demo clean
+.PHONY: all build test test-deploy vet fmt-check deps bench fuzz run demo clean console-shots
 
 all: build
 
@@ -19,6 +19,12 @@ deps:
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || { echo "make: could not install redis-server"; exit 1; }
+	@# The console's tests drive a real browser: Debian's chromium, headless.
+	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || { \
+	  echo "make: chromium not found, installing it (apt-get)"; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || { echo "make: could not install chromium"; exit 1; }
 
 fmt-check:
 	@out=$$(gofmt -l .); \
@@ -50,6 +56,13 @@ test-deploy:
 # BENCHFLAGS=-quick, or BENCHFLAGS='-scenarios e2e -cpuprofile admitter.pprof' (see -h).
 bench: deps
 	PATH="$$PATH:/usr/bin" $(GO) run ./cmd/admitter-bench -json bench-results.json $(BENCHFLAGS)
+
+# console-shots: screenshots of the console's pages (overview, tenants, a tenant, dead letters,
+# a dead letter) under docs/console/, taken by the browser test against a running admitter with
+# traffic.
+console-shots: deps
+	mkdir -p docs/console
+	PATH="$$PATH:/usr/bin" ADMITTER_CONSOLE_SHOTS="$$(pwd)/docs/console" $(GO) test -count=1 -run 'TestConsoleInBrowser$$' ./tests/
 
 # fuzz runs every fuzz target for FUZZTIME each (seeds alone run in `make test`).
 fuzz:

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/admitter/admitter/activity"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/subjects"
 	"github.com/nats-io/nats.go/jetstream"
@@ -105,6 +106,14 @@ type Config struct {
 	// waiting for a worker (default 4096; past it they are dropped, and the leases end by
 	// themselves).
 	LeaseWorkers, LeaseBuffer int
+	// Activity receives every job's decision as it is applied, and every lane's head told to
+	// wait on (default: none); *activity.Index implements it. It must not block.
+	Activity Recorder
+}
+
+// Recorder is told what the queue decided (see Config.Activity).
+type Recorder interface {
+	Record(activity.Event)
 }
 
 // withDefaults returns the config with zero fields set to their defaults.

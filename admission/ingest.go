@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/admitter/admitter/activity"
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
@@ -204,6 +205,7 @@ type job struct {
 	plan    string
 	leased  bool   // its plan has a concurrency limit: forwarded with its lease
 	reason  string // the kind of the limit it waits for
+	limit   string // the limit that bound the decision
 }
 
 // inputJob reads a delivered input.
@@ -240,6 +242,7 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 		j := &jobs[i]
 		j.verdict, j.plan = d.Verdicts[i], plan
 		j.leased, j.reason = d.Plan != nil && d.Plan.Leases(), d.Reason
+		j.verdict, j.plan, j.limit = d.Verdicts[i], plan, d.Limit
 		if mode == bucket.Lane && settled < len(jobs) {
 			j.verdict = policy.Verdict{Action: policy.Wait, Wait: j.verdict.Wait}
 			continue
@@ -303,6 +306,16 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 	for i := settled; i < len(jobs); i++ {
 		s.conclude(&jobs[i], nil)
 	}
+	if mode == bucket.Lane && settled < len(jobs) && s.cfg.Activity != nil {
+		if h := &jobs[settled]; h.verdict.Action == policy.Wait { // the head waits on
+			k := activity.Waiting
+			if h.verdict.Paused {
+				k = activity.Paused
+			}
+			s.cfg.Activity.Record(activity.Event{At: s.cfg.Now(), Tenant: tenant, Plan: plan, Kind: k, Weight: h.weight,
+				Wait: h.verdict.Wait, Limit: d.Limit, FromLane: true})
+		}
+	}
 	return settled
 }
 
@@ -361,6 +374,7 @@ func (s *Service) conclude(j *job, err error) {
 		decision = wire.DecisionHeld
 	}
 	s.tel.conclude(j, decision)
+	s.record(j, decision)
 	if j.in == nil {
 		return
 	}
@@ -370,6 +384,35 @@ func (s *Service) conclude(j *job, err error) {
 	case policy.Dead:
 		_ = j.in.TermWithReason(string(v.Code))
 	}
+}
+
+// record tells Config.Activity what became of a settled job.
+func (s *Service) record(j *job, decision string) {
+	if s.cfg.Activity == nil {
+		return
+	}
+	e := activity.Event{At: s.cfg.Now(), Tenant: j.tenant, Plan: j.plan, Weight: j.weight, Limit: j.limit,
+		FromLane: j.lane != nil, Wait: j.verdict.Wait, Code: j.verdict.Code}
+	switch decision {
+	case wire.DecisionAdmitted:
+		e.Kind, e.Wait = activity.Admitted, 0
+		if j.lane != nil && !j.stored.IsZero() {
+			e.Wait = max(e.At.Sub(j.stored), 0) // how long it waited
+		}
+	case wire.DecisionDegraded:
+		e.Kind, e.Wait = activity.Degraded, 0
+	case wire.DecisionPaused:
+		e.Kind = activity.Paused
+	case wire.DecisionDelayed:
+		e.Kind = activity.Delayed
+	case wire.DecisionDead:
+		e.Kind = activity.Dead
+	case wire.DecisionHeld:
+		e.Kind = activity.Held
+	default:
+		return
+	}
+	s.cfg.Activity.Record(e)
 }
 
 // forwardMsg is the admitted job as published to the output.

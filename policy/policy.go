@@ -142,6 +142,15 @@ func (p *Policy) SetPlans(plans *bucket.Plans) { p.plans.Store(plans) }
 // charged nothing meanwhile.
 func (p *Policy) SetPauses(pauses map[string]time.Time) { p.pauses.Store(&pauses) }
 
+// Pauses returns the pauses in force as last set (tenant → until; some may have ended: see
+// PausedUntil). The map is shared: the caller must not change it.
+func (p *Policy) Pauses() map[string]time.Time {
+	if m := p.pauses.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
 // PausedUntil reports until when tenant's jobs are held, if they are now.
 func (p *Policy) PausedUntil(tenant string) (time.Time, bool) {
 	m := p.pauses.Load()

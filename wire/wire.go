@@ -63,6 +63,10 @@ const (
 	LeasePathRenew = "renew" // a message on the renew subject
 	LeasePathAck   = "ack"   // a downstream consumer's sampled ack of the forwarded job
 	LeasePathTerm  = "term"  // a downstream consumer terminated the forwarded job
+	// HeaderReplayOf, on a job replayed from a dead letter (admitter dead replay, the console):
+	// "<dead stream>:<sequence>" of the dead letter it was replayed from. The forwarded job
+	// carries it on.
+	HeaderReplayOf = "Admit-Replay-Of"
 )
 
 // Code is a dead-letter code: the value of HeaderError, and the machine-readable code of an
@@ -102,6 +106,10 @@ const (
 	KindForward Kind = "a" // the admitted job, on the output stream
 	KindDead    Kind = "d" // the dead letter, on the dead stream
 	KindLane    Kind = "w" // the job moved to its tenant's lane, on the waiting stream
+	// KindReplay is a dead letter replayed to the input stream: its stream is the dead
+	// stream and its sequence the dead letter's, so a second replay of the same dead letter
+	// within the input stream's duplicate window is dropped.
+	KindReplay Kind = "r"
 )
 
 // MsgID is the Nats-Msg-Id of what the admitter publishes for the job at seq of the input
@@ -130,7 +138,7 @@ func ParseMsgID(id string) (kind Kind, stream string, seq uint64, ok bool) {
 		return "", "", 0, false
 	}
 	switch Kind(k) {
-	case KindForward, KindDead, KindLane:
+	case KindForward, KindDead, KindLane, KindReplay:
 		return Kind(k), rest[:i], seq, true
 	}
 	return "", "", 0, false

@@ -115,6 +115,7 @@ func TestMsgID(t *testing.T) {
 		{KindForward, "OTHER", 18446744073709551615, "admitter:a:OTHER:18446744073709551615"},
 		{KindDead, "JOBS", 0, "admitter:d:JOBS:0"},
 		{KindLane, "A:B", 7, "admitter:w:A:B:7"},
+		{KindReplay, "DEAD", 12, "admitter:r:DEAD:12"},
 	} {
 		if got := MsgID(tc.kind, tc.stream, tc.seq); got != tc.want {
 			t.Errorf("MsgID(%q, %q, %d) = %q, want %q", tc.kind, tc.stream, tc.seq, got, tc.want)

@@ -57,6 +57,8 @@ type config struct {
 	SubjectDone      string        `env:"ADMITTER_SUBJECT_DONE" envDefault:"jobs.done.{tenant}.>"`   // "off": no done messages
 	SubjectRenew     string        `env:"ADMITTER_SUBJECT_RENEW" envDefault:"jobs.renew.{tenant}.>"` // "off": no renew messages
 	LeaseAcks        bool          `env:"ADMITTER_LEASE_ACKS" envDefault:"true"`
+	Console          string        `env:"ADMITTER_CONSOLE" envDefault:"on"` // "off": no web console under /console/
+	ConsoleToken     string        `env:"ADMITTER_CONSOLE_TOKEN"`           // set: the console's actions (pause, move, replay) need it
 
 	// Credentials and TLS (credentials.go). Every secret may be given as <NAME>_FILE instead.
 	NATSURLFile       string `env:"ADMITTER_NATS_URL_FILE"`
@@ -81,6 +83,7 @@ type config struct {
 	SentinelPassword  string `env:"ADMITTER_REDIS_SENTINEL_PASSWORD"`
 	SentinelPassFile  string `env:"ADMITTER_REDIS_SENTINEL_PASSWORD_FILE"`
 	HTTPTokenFile     string `env:"ADMITTER_HTTP_TOKEN_FILE"`
+	ConsoleTokenFile  string `env:"ADMITTER_CONSOLE_TOKEN_FILE"`
 
 	// Derived by load.
 	in, out, dead, wait subjects.Template
@@ -217,6 +220,9 @@ func (c *config) validate() error {
 	if err := c.validateAPI(); err != nil {
 		return err
 	}
+	if err := c.validateConsole(); err != nil {
+		return err
+	}
 	for _, s := range []struct{ name, v string }{{"ADMITTER_STREAM_IN", c.StreamIn}, {"ADMITTER_STREAM_OUT", c.StreamOut}, {"ADMITTER_STREAM_DEAD", c.StreamDead}, {"ADMITTER_STREAM_WAIT", c.StreamWait}} {
 		if s.v == "" || strings.ContainsAny(s.v, " \t\r\n.*>/\\") {
 			return fmt.Errorf("%s must be a non-empty name without spaces, '.', '*', '>', '/' or '\\', got %q", s.name, s.v)
@@ -316,6 +322,24 @@ func (c *config) validateLeaseSubjects() error {
 	return nil
 }
 
+// minConsoleToken is the shortest ADMITTER_CONSOLE_TOKEN accepted: it guards actions.
+const minConsoleToken = 16
+
+// validateConsole checks the web console's variables.
+func (c *config) validateConsole() error {
+	switch {
+	case c.Console != "on" && c.Console != "off":
+		return fmt.Errorf("ADMITTER_CONSOLE must be on or off, got %q", c.Console)
+	case c.ConsoleToken != "" && len(c.ConsoleToken) < minConsoleToken:
+		return fmt.Errorf("ADMITTER_CONSOLE_TOKEN must be at least %d characters (it lets its holder pause tenants and replay jobs), got %d; generate one with `openssl rand -hex 16`", minConsoleToken, len(c.ConsoleToken))
+	case c.ConsoleToken != "" && strings.ContainsAny(c.ConsoleToken, " \t\r\n"):
+		return errors.New("ADMITTER_CONSOLE_TOKEN must not contain whitespace")
+	case c.ConsoleToken != "" && c.ConsoleToken == c.HTTPToken:
+		return errors.New("ADMITTER_CONSOLE_TOKEN and ADMITTER_HTTP_TOKEN must differ: the first lets its holder act, the second only read")
+	}
+	return nil
+}
+
 // replicaName is what ADMITTER_REPLICA and ADMITTER_CONSUMER may be: a key of the replicas'
 // bucket and a bucket name.
 var replicaName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
@@ -364,6 +388,8 @@ func (c *config) describe() string {
 			val = "(unset: retry connecting for ever)"
 		case name == "ADMITTER_DUPLICATE_WINDOW" && val == "0s":
 			val = "(unset: " + max(2*time.Minute, c.AckWait+admission.DuplicateMargin).String() + ")"
+		case name == "ADMITTER_CONSOLE_TOKEN" && val == "":
+			val = "(unset: the console is read-only)"
 		}
 		fmt.Fprintf(&b, "%s=%s\n", name, val)
 	}

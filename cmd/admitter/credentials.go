@@ -34,6 +34,7 @@ var secretVars = map[string]func(*config) *string{
 	"ADMITTER_REDIS_PASSWORD":          func(c *config) *string { return &c.RedisPassword },
 	"ADMITTER_REDIS_SENTINEL_PASSWORD": func(c *config) *string { return &c.SentinelPassword },
 	"ADMITTER_HTTP_TOKEN":              func(c *config) *string { return &c.HTTPToken },
+	"ADMITTER_CONSOLE_TOKEN":           func(c *config) *string { return &c.ConsoleToken },
 }
 
 // readSecretFiles sets each secret given as <NAME>_FILE from its file. A variable and its file

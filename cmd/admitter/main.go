@@ -6,6 +6,7 @@
 //	admitter demo            run admitter with three demo tenants and watch it pace them
 //	admitter inspect TENANT  show a tenant's buckets now: tokens, lane, why jobs wait
 //	admitter plans ...       change the plans the replicas follow (ADMITTER_PLANS_KV)
+//	admitter dead ...        list dead letters, replay them to the input exactly once
 package main
 
 import (
@@ -20,7 +21,7 @@ import (
 	"syscall"
 )
 
-const usage = `usage: admitter [run | check-config | demo | inspect TENANT | plans COMMAND | help]
+const usage = `usage: admitter [run | check-config | demo | inspect TENANT | plans COMMAND | dead COMMAND | help]
 
   run            consume, decide and forward jobs (the default)
   check-config   validate the environment and the plans file, print the effective configuration
@@ -29,6 +30,8 @@ const usage = `usage: admitter [run | check-config | demo | inspect TENANT | pla
                  pause, and why its jobs wait: from Redis, or from the running admitter's /inspect
   plans COMMAND  push, show, set, unset, pause, resume: the plans in ADMITTER_PLANS_KV
                  (admitter plans help)
+  dead COMMAND   list, replay: the dead letters, replayed to the input exactly once
+                 (admitter dead help)
 
 Configuration is read from ADMITTER_* environment variables; see README.md.
 `
@@ -61,6 +64,9 @@ func runMain(ctx context.Context, args []string, env map[string]string, stdout, 
 	}
 	if cmd == "plans" {
 		return runPlans(ctx, args[1:], env, stdout, stderr)
+	}
+	if cmd == "dead" {
+		return runDead(ctx, args[1:], env, stdout, stderr)
 	}
 	if cmd == "inspect" {
 		if len(args) != 2 || args[1] == "" {

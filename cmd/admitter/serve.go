@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/admitter/admitter/activity"
 	"github.com/admitter/admitter/admission"
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/policy"
@@ -25,8 +26,10 @@ type stack struct {
 	policy  *policy.Policy
 	limiter policy.Limiter
 	tel     *telemetry
-	natsURL string
-	closers []func() // run in reverse order by close
+	// activity records what this replica's queue decided, for the console.
+	activity *activity.Index
+	natsURL  string
+	closers  []func() // run in reverse order by close
 }
 
 // close releases everything start acquired, in reverse order.
@@ -52,6 +55,10 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 	}()
 	b := newBoot(log, c.ConnectTimeout)
 	var running atomic.Pointer[stack]
+	con, err := newConsole(c, b, log)
+	if err != nil {
+		return err
+	}
 	if c.HTTPAddr != "off" {
 		stop, err := startHTTP(c.HTTPAddr, tel.registry, b.Ready, map[string]http.Handler{
 			"GET /inspect": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +69,7 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 				}
 				inspectHandler(st.limiter, st.policy).ServeHTTP(w, r)
 			}),
-		}, c.HTTPToken, log)
+		}, con, c.HTTPToken, log)
 		if err != nil {
 			return err
 		}
@@ -103,6 +110,7 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 	}
 	b.running(ready)
 	running.Store(st)
+	attachConsole(ctx, con, st, c, log)
 	return st.svc.Run(ctx)
 }
 
@@ -110,7 +118,7 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 // unset) and prepares the streams and consumer, saying in b what it waits for. On error it
 // releases what it acquired.
 func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *boot) (_ *stack, err error) {
-	st := &stack{tel: tel}
+	st := &stack{tel: tel, activity: activity.New(0)}
 	defer func() {
 		if err != nil {
 			st.close()
@@ -183,6 +191,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		AckWait: c.AckWait, DuplicateWindow: c.DuplicateWindow, MaxAckPending: c.MaxAckPending, Workers: c.Workers, LaneWorkers: c.LaneWorkers,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
+		Activity: st.activity,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/admitter/admitter/console"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
@@ -83,7 +84,11 @@ func newTelemetry(ctx context.Context, env map[string]string) (*telemetry, error
 
 // startHTTP serves /metrics, /healthz and /readyz on addr until ctx ends. It returns once the
 // listener is bound, and a function that stops the server (bounded) and waits for it.
-func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context) error, extra map[string]http.Handler, token string, log *slog.Logger) (stop func(), err error) {
+//
+// The console, when not nil, is served under /console/ (and / leads there): it checks its own
+// tokens (ADMITTER_HTTP_TOKEN to read, through a sign-in form a browser can use), so the bearer
+// guard of the other endpoints does not apply to it.
+func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context) error, extra map[string]http.Handler, con *console.Console, token string, log *slog.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -118,6 +123,10 @@ func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context
 	for pattern, h := range extra {
 		mux.Handle(pattern, guard(h, 5*time.Second))
 	}
+	if con != nil {
+		mux.Handle(console.Prefix, http.TimeoutHandler(con, 10*time.Second, "timed out\n"))
+		mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
+	}
 	// Go's profiler, for "where does the time go" on a live replica (loopback by default).
 	mux.Handle("GET /debug/pprof/", guard(http.HandlerFunc(pprof.Index), 0))
 	mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile), 0))
@@ -127,7 +136,7 @@ func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context
 	if err != nil {
 		return nil, err
 	}
-	log.Info("serving /metrics, /healthz, /readyz and /inspect", "addr", bound)
+	log.Info("serving /metrics, /healthz, /readyz, /inspect and /console/", "addr", bound, "console", con != nil)
 	return stop, nil
 }
 

@@ -1,0 +1,329 @@
+// Package activity keeps what this replica's queue decided recently, in memory, bounded
+// whatever the number of tenants: per-second counts of the whole replica over the last
+// SeriesSeconds, and for the tenants seen most recently (at most MaxTenants of them) their
+// counts over the last RateWindow, their latest decision and their last RecentWaits waits.
+//
+// The queue (package admission) records into an Index as it applies each verdict; the console
+// (package console) reads it. The data goes one way: an Index decides nothing, reads no message,
+// talks to no server, and nothing it holds flows back into decisions.
+//
+// Memory: about 1 KiB per tenant (its per-second counts, its recent waits, its names), so at
+// most about 10 MiB with the default MaxTenants of 10,000, plus 600 KiB for the replica's
+// series. Past MaxTenants, the tenant seen least recently is forgotten first; tenants not seen
+// for Retention are not listed.
+package activity
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/admitter/admitter/wire"
+)
+
+// Bounds of an Index.
+const (
+	// SeriesSeconds is how far back the replica's per-second counts go (10 minutes).
+	SeriesSeconds = 600
+	// RateWindow is the window of a tenant's rates: its last RateWindow complete seconds.
+	RateWindow = 10 * time.Second
+	// RecentWaits is how many of a tenant's latest waits are kept.
+	RecentWaits = 8
+	// DefaultMaxTenants bounds the tenants an Index keeps when New is given no bound.
+	DefaultMaxTenants = 10_000
+	// Retention is how long a tenant with no new decision stays listed.
+	Retention = 10 * time.Minute
+)
+
+const (
+	shards     = 16
+	tenantSecs = int(RateWindow/time.Second) + 1 // the window and the second under way
+)
+
+// Kind is what became of a job (or a lane's head) in one decision.
+type Kind uint8
+
+const (
+	// Admitted: forwarded under the plan.
+	Admitted Kind = iota
+	// Delayed: moved to its tenant's lane, where it waits for its weight to fit.
+	Delayed
+	// Paused: moved to (or kept in) its lane because its tenant is paused.
+	Paused
+	// Dead: dead-lettered.
+	Dead
+	// Degraded: forwarded without a decision (the limiter failed, fail mode open).
+	Degraded
+	// Held: kept back without a decision (the limiter failed, fail mode closed).
+	Held
+	// Waiting: a lane's head was asked about again and must wait on (not a new job: it is not
+	// counted in the series, only remembered as the tenant's latest decision and wait).
+	Waiting
+	// NumKinds is the number of kinds.
+	NumKinds
+)
+
+var kindNames = [...]string{"admitted", "delayed", "paused", "dead", "degraded", "held", "waiting"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind?"
+}
+
+// An Event is one job's decision as the queue applied it, or a lane's head told to wait on.
+type Event struct {
+	// At is when it was applied.
+	At time.Time
+	// Tenant and Plan: whose job, under which plan ("" when the tenant has none).
+	Tenant, Plan string
+	Kind         Kind
+	// Weight is the job's weight (0 when it could not be read).
+	Weight int64
+	// Wait: Delayed and Waiting, how long until the job's weight fits; Paused, until the pause
+	// ends; Admitted from a lane (FromLane), how long the job waited since it was published.
+	Wait time.Duration
+	// Limit is the limit that bound the decision, by name or index ("" when none did).
+	Limit string
+	// FromLane: decided at the head of the tenant's lane rather than as it arrived.
+	FromLane bool
+	// Code says why a Dead job is dead.
+	Code wire.Code
+}
+
+// A Wait is one of a tenant's recent waits: a job moved to its lane, a lane's head told to wait
+// on, or a job forwarded after waiting.
+type Wait struct {
+	At     time.Time
+	Kind   Kind // Delayed, Paused, Waiting, or Admitted (forwarded after waiting Wait)
+	Weight int64
+	Wait   time.Duration
+	Limit  string
+}
+
+// An Index is the recent activity. Create it with New; the zero value is not usable. It is
+// safe for concurrent use; Record does not block on readers for longer than a copy.
+type Index struct {
+	seed       maphash.Seed
+	maxPerShrd int
+	shards     [shards]shard
+}
+
+type shard struct {
+	mu      sync.Mutex
+	series  [SeriesSeconds]second
+	tenants map[string]*tenant
+}
+
+// second is one second's counts: jobs per kind.
+type second struct {
+	at int64 // unix second
+	n  [NumKinds]int64
+}
+
+type tenant struct {
+	name, plan string
+	last       int64 // unix ns of the latest event
+	secs       [tenantSecs]tsec
+	latest     Wait // the latest decision
+	waits      [RecentWaits]Wait
+	nwaits     int // waits recorded in all (the ring's next slot is nwaits % RecentWaits)
+}
+
+type tsec struct {
+	at                      int64 // unix second
+	admitted, delayed, dead int32
+	admittedWeight          int64
+}
+
+// New returns an empty index keeping at most maxTenants tenants (DefaultMaxTenants when ≤ 0).
+func New(maxTenants int) *Index {
+	if maxTenants <= 0 {
+		maxTenants = DefaultMaxTenants
+	}
+	x := &Index{seed: maphash.MakeSeed(), maxPerShrd: max(1, (maxTenants+shards-1)/shards)}
+	for i := range x.shards {
+		x.shards[i].tenants = make(map[string]*tenant)
+	}
+	return x
+}
+
+// MaxTenants is how many tenants the index keeps at most.
+func (x *Index) MaxTenants() int { return x.maxPerShrd * shards }
+
+func (x *Index) shard(tenant string) *shard {
+	return &x.shards[maphash.String(x.seed, tenant)%shards]
+}
+
+// Record adds one event. It costs a map lookup and a few additions under one of 16 locks.
+func (x *Index) Record(e Event) {
+	sh := x.shard(e.Tenant)
+	sec := e.At.Unix()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e.Kind != Waiting {
+		s := &sh.series[uint64(sec)%SeriesSeconds]
+		if s.at != sec {
+			*s = second{at: sec}
+		}
+		s.n[e.Kind]++
+	}
+	t := sh.tenants[e.Tenant]
+	if t == nil {
+		if len(sh.tenants) >= x.maxPerShrd {
+			sh.evictLocked()
+		}
+		t = &tenant{name: e.Tenant}
+		sh.tenants[e.Tenant] = t
+	}
+	if e.Plan != "" {
+		t.plan = e.Plan
+	}
+	t.last = max(t.last, e.At.UnixNano())
+	ts := &t.secs[uint64(sec)%uint64(tenantSecs)]
+	if ts.at != sec {
+		*ts = tsec{at: sec}
+	}
+	switch e.Kind {
+	case Admitted, Degraded:
+		ts.admitted++
+		ts.admittedWeight += e.Weight
+	case Delayed, Paused:
+		ts.delayed++
+	case Dead:
+		ts.dead++
+	}
+	w := Wait{At: e.At, Kind: e.Kind, Weight: e.Weight, Wait: e.Wait, Limit: e.Limit}
+	t.latest = w
+	if e.Kind == Delayed || e.Kind == Paused || e.Kind == Waiting || (e.Kind == Admitted && e.FromLane) {
+		t.waits[t.nwaits%RecentWaits] = w
+		t.nwaits++
+	}
+}
+
+// evictLocked forgets the tenant of the shard seen least recently.
+func (sh *shard) evictLocked() {
+	var oldest *tenant
+	for _, t := range sh.tenants {
+		if oldest == nil || t.last < oldest.last {
+			oldest = t
+		}
+	}
+	if oldest != nil {
+		delete(sh.tenants, oldest.name)
+	}
+}
+
+// A Second is the replica's counts of one second: jobs by kind (Waiting is always 0).
+type Second struct {
+	At   time.Time
+	Jobs [NumKinds]int64
+}
+
+// Series returns the replica's counts of the n seconds before now's second (at most
+// SeriesSeconds), oldest first; seconds without a decision are zero.
+func (x *Index) Series(now time.Time, n int) []Second {
+	n = min(max(n, 0), SeriesSeconds)
+	end := now.Unix() // exclusive: the second under way is not complete
+	out := make([]Second, n)
+	for i := range out {
+		out[i].At = time.Unix(end-int64(n-i), 0)
+	}
+	for k := range x.shards {
+		sh := &x.shards[k]
+		sh.mu.Lock()
+		for i := range out {
+			sec := end - int64(n-i)
+			if s := &sh.series[uint64(sec)%SeriesSeconds]; s.at == sec {
+				for j := range s.n {
+					out[i].Jobs[j] += s.n[j]
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// Tenant is a tenant's recent activity.
+type Tenant struct {
+	Tenant, Plan string
+	// LastSeen is when its latest decision was applied.
+	LastSeen time.Time
+	// AdmittedPerSec is the weight admitted per second over the last RateWindow (complete
+	// seconds); Admitted, Delayed and Dead count its jobs over the same window.
+	AdmittedPerSec          float64
+	Admitted, Delayed, Dead int64
+	// Latest is its latest decision: Kind, Limit, and for a wait the time it was told (its
+	// next slot is Latest.At + Latest.Wait).
+	Latest Wait
+}
+
+// NextSlot is when the tenant's latest wait ends: zero when its latest decision was no wait.
+func (t *Tenant) NextSlot() time.Time {
+	switch t.Latest.Kind {
+	case Delayed, Paused, Waiting, Held:
+		return t.Latest.At.Add(t.Latest.Wait)
+	}
+	return time.Time{}
+}
+
+func (t *tenant) view(now time.Time) Tenant {
+	v := Tenant{Tenant: t.name, Plan: t.plan, LastSeen: time.Unix(0, t.last), Latest: t.latest}
+	end := now.Unix()
+	from := end - int64(tenantSecs-1)
+	var w int64
+	for i := range t.secs {
+		s := &t.secs[i]
+		if s.at >= from && s.at < end {
+			w += s.admittedWeight
+			v.Admitted += int64(s.admitted)
+			v.Delayed += int64(s.delayed)
+			v.Dead += int64(s.dead)
+		}
+	}
+	v.AdmittedPerSec = float64(w) / RateWindow.Seconds()
+	return v
+}
+
+// Tenants returns every tenant seen within Retention before now, in no particular order. At
+// most MaxTenants.
+func (x *Index) Tenants(now time.Time) []Tenant {
+	cut := now.Add(-Retention).UnixNano()
+	var out []Tenant
+	for k := range x.shards {
+		sh := &x.shards[k]
+		sh.mu.Lock()
+		if out == nil {
+			out = make([]Tenant, 0, len(sh.tenants)*shards)
+		}
+		for _, t := range sh.tenants {
+			if t.last >= cut {
+				out = append(out, t.view(now))
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// Tenant returns tenant's activity and its recent waits, newest first; ok is false when it
+// was not seen within Retention.
+func (x *Index) Tenant(tenant string, now time.Time) (v Tenant, waits []Wait, ok bool) {
+	sh := x.shard(tenant)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.tenants[tenant]
+	if t == nil || t.last < now.Add(-Retention).UnixNano() {
+		return Tenant{}, nil, false
+	}
+	n := min(t.nwaits, RecentWaits)
+	waits = make([]Wait, 0, n)
+	for i := range n {
+		waits = append(waits, t.waits[(t.nwaits-1-i)%RecentWaits])
+	}
+	slices.SortStableFunc(waits, func(a, b Wait) int { return b.At.Compare(a.At) })
+	return t.view(now), waits, true
+}

@@ -1,0 +1,103 @@
+package console
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"strings"
+
+	"github.com/admitter/admitter/activity"
+)
+
+// A chart is the overview's series drawn as an inline SVG, rendered on the server (it needs no
+// script; the page's script swaps in a fresh one). Each series has a colour and a dash pattern
+// of its own, and the figure's caption and data table say the same in words.
+type chart struct {
+	SVG     template.HTML
+	Summary string
+}
+
+// series drawn, in order: what, colour, dash.
+var chartSeries = []struct {
+	kind        activity.Kind
+	name, color string
+	dash        string
+}{
+	{activity.Admitted, "admitted", "#1a7f37", ""},
+	{activity.Delayed, "delayed", "#9a6700", "6 3"},
+	{activity.Dead, "dead", "#cf222e", "2 3"},
+	{activity.Degraded, "degraded", "#8250df", "10 3 2 3"},
+}
+
+const (
+	chartW, chartH         = 720, 200
+	padL, padR, padT, padB = 44, 8, 8, 22
+)
+
+// drawChart draws secs (one point per second, oldest first).
+func drawChart(secs []activity.Second) chart {
+	top := int64(2)
+	for _, s := range secs {
+		for _, cs := range chartSeries {
+			top = max(top, s.Jobs[cs.kind])
+		}
+	}
+	top = niceCeil(top)
+	n := max(len(secs)-1, 1)
+	x := func(i int) float64 { return padL + float64(i)*float64(chartW-padL-padR)/float64(n) }
+	y := func(v int64) float64 { return padT + float64(chartH-padT-padB)*(1-float64(v)/float64(top)) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg viewBox="0 0 %d %d" width="100%%" preserveAspectRatio="none" aria-hidden="true" focusable="false" class="chart">`, chartW, chartH)
+	for _, v := range []int64{0, top / 2, top} {
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" class="grid"/><text x="%d" y="%.1f" class="axis" text-anchor="end">%d/s</text>`,
+			padL, chartW-padR, y(v), y(v), padL-4, y(v)+4, v)
+	}
+	if len(secs) > 1 {
+		span := len(secs)
+		for m := 0; m*60 <= span; m++ {
+			i := span - 1 - m*60
+			if i < 0 {
+				break
+			}
+			label := "now"
+			if m > 0 {
+				label = fmt.Sprintf("−%dm", m)
+			}
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="axis" text-anchor="middle">%s</text>`, x(i), chartH-6, label)
+		}
+	}
+	for _, cs := range chartSeries {
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6" stroke-dasharray="%s" points="`, cs.color, cs.dash)
+		for i, s := range secs {
+			fmt.Fprintf(&b, "%.0f,%.1f ", x(i), y(s.Jobs[cs.kind]))
+		}
+		b.WriteString(`"/>`)
+	}
+	b.WriteString(`</svg>`)
+	var sum strings.Builder
+	last := min(10, len(secs))
+	for i, cs := range chartSeries {
+		var t int64
+		for _, s := range secs[len(secs)-last:] {
+			t += s.Jobs[cs.kind]
+		}
+		if i > 0 {
+			sum.WriteString(", ")
+		}
+		fmt.Fprintf(&sum, "%s %.1f/s", cs.name, float64(t)/math.Max(float64(last), 1))
+	}
+	return chart{SVG: template.HTML(b.String()), Summary: sum.String() + fmt.Sprintf(" over the last %d seconds; the chart spans %d seconds, up to %d/s", last, len(secs), top)}
+}
+
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
+func niceCeil(v int64) int64 {
+	p := int64(1)
+	for {
+		for _, m := range []int64{1, 2, 5} {
+			if m*p >= v {
+				return m * p
+			}
+		}
+		p *= 10
+	}
+}
