@@ -357,3 +357,32 @@ func BenchmarkTenantsPage(b *testing.B) {
 		}
 	})
 }
+
+// TestShadowBadges: a tenant whose plan is in shadow mode is marked so in the table and on its
+// page; the others are not.
+func TestShadowBadges(t *testing.T) {
+	five, _ := bucket.NewPlan("five", bucket.Limit{Name: "burst", Capacity: 5, Interval: 200 * time.Millisecond, Rate: "5/s"})
+	trial, _ := bucket.NewPlan("trial", bucket.Limit{Name: "burst", Capacity: 5, Interval: 200 * time.Millisecond, Rate: "5/s"})
+	trial.Shadow = true
+	plans, err := bucket.NewPlans([]*bucket.Plan{five, trial}, map[string]string{"bob": "five", "tina": "trial"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, plans, "", "")
+	for _, tenant := range []string{"bob", "tina"} {
+		r.idx.Record(activity.Event{At: time.Now(), Tenant: tenant, Plan: "x", Kind: activity.Admitted, Weight: 1})
+	}
+	_, body := r.get(t, "/console/tenants")
+	badge := regexp.MustCompile(`data-tenant="(\w+)"[\s\S]*?</tr>`)
+	for _, m := range badge.FindAllStringSubmatch(body, -1) {
+		if has := strings.Contains(m[0], `class="badge shadow"`); has != (m[1] == "tina") {
+			t.Errorf("tenant %s: shadow badge %v", m[1], has)
+		}
+	}
+	if _, body := r.get(t, "/console/tenants/tina"); !strings.Contains(body, "shadow mode") {
+		t.Errorf("tina's page does not say her plan is in shadow mode")
+	}
+	if _, body := r.get(t, "/console/tenants/bob"); strings.Contains(body, "shadow mode") {
+		t.Errorf("bob's page says his plan is in shadow mode")
+	}
+}

@@ -112,6 +112,7 @@ type row struct {
 	Use      float64 // AdmittedPerSec / Rate; -1 without a plan
 	Waiting  uint64
 	Paused   time.Time
+	Shadow   bool // its plan is in shadow mode: trialled, nothing held
 	NoPlan   bool
 	NextSlot time.Time
 }
@@ -209,7 +210,7 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request, _ caller, b *B
 				rate = planRate(p)
 				rates[p] = rate
 			}
-			rw.Plan, rw.Rate = p.Name, rate
+			rw.Plan, rw.Rate, rw.Shadow = p.Name, rate, p.Shadow
 			rw.Use = rw.AdmittedPerSec / rate
 		} else {
 			rw.NoPlan, rw.Use = true, -1
