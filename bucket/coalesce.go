@@ -8,25 +8,27 @@ import (
 	"time"
 )
 
-// The queue's batches of many tenants go to Redis together: one script call (lua/many.lua)
-// decides each batch as admit.lua would alone, so that the fixed cost of a call (its dispatch,
-// the clock, the script's setup) is paid once for all of them. Nothing waits to fill a call: a
-// batch goes at once while fewer than coalesceCalls calls are under way, and only the batches
-// that arrive meanwhile are sent together by the next call (a group commit). On Redis Cluster a
-// call carries one batch, as a script's keys must share a hash slot.
+// Decisions of many tenants go to Redis together: one script call (lua/many.lua) runs admit.lua
+// for each of the queue's batches, or decide.lua for each request, as it would alone, so that
+// the fixed cost of a call (its dispatch, the clock, the script's setup) is paid once for all of
+// them. Nothing waits to fill a call: a batch goes at once while fewer than coalesceCalls calls
+// are under way, and only the batches that arrive meanwhile are sent together by the next call
+// (a group commit). On Redis Cluster a call carries one batch, as a script's keys must share a
+// hash slot.
 const (
 	coalesceCalls   = 4    // script calls under way at once
 	coalesceBatches = 128  // batches in one call
 	coalesceJobs    = 2048 // jobs in one call
 )
 
-// admitCall is one batch on its way: its keys (state, shadow state), its argument (built again
-// after a NOSCRIPT, as it carries when the server's memory began), and its reply once decided.
+// admitCall is one batch on its way: its keys, its argument (built again after a NOSCRIPT, as it
+// carries when the server's memory began), the length of its reply, and its reply once decided.
 type admitCall struct {
 	keys     []string
 	arg      func() string
-	jobs     int
-	shadow   bool
+	jobs     int       // the jobs it decides (1 for a request)
+	size     int       // its reply's length in bytes
+	shadow   bool      // a shadow plan's batch (see BatchResult.ShadowWaits)
 	deadline time.Time // its caller's, zero when none
 	// Set once done is closed.
 	reply []byte
@@ -34,13 +36,20 @@ type admitCall struct {
 	done  chan struct{}
 }
 
-// replyLen is the length of the batch's reply in admit.lua's layout.
-func (c *admitCall) replyLen() int {
-	if c.shadow {
-		return 8 * (5 + 2*c.jobs)
+// replyLen is the length of the batch's reply.
+func (c *admitCall) replyLen() int { return c.size }
+
+// admitReplyLen is the length of admit.lua's reply for k jobs: wait, binding limit, remaining,
+// lane open, leases expired, one outcome per job, and for a shadow plan one wait per job.
+func admitReplyLen(k int, shadow bool) int {
+	if shadow {
+		return 8 * (5 + 2*k)
 	}
-	return 8 * (5 + c.jobs)
+	return 8 * (5 + k)
 }
+
+// decideReplyLen is the length of decide.lua's reply.
+const decideReplyLen = 8 * 5
 
 // coalescer sends batches in calls of many. A batch that finds fewer than maxCalls calls under
 // way starts one (a goroutine of the coalescer's, which takes what is queued, call after call,
@@ -134,9 +143,18 @@ func (q *coalescer) run(calls []*admitCall) {
 // callTimeout bounds a call of the coalescer: every caller has a shorter deadline of its own.
 const callTimeout = 10 * time.Second
 
-// execAdmits is the coalescer's call: lua/many.lua with every batch of calls.
-func (r *Redis) execAdmits(ctx context.Context, calls []*admitCall) {
-	resp := r.exec(ctx, r.admit, func() (keys, args []string) {
+// execAdmits is the queue's coalescer's call: admit.lua for every batch of calls.
+func (r *Redis) execAdmits(ctx context.Context, calls []*admitCall) { r.execMany(ctx, r.admit, calls) }
+
+// execDecides is the requests' coalescer's call: decide.lua for every request of calls.
+func (r *Redis) execDecides(ctx context.Context, calls []*admitCall) {
+	r.execMany(ctx, r.script, calls)
+}
+
+// execMany runs script (lua/many.lua over one of the scripts) with every batch of calls, and
+// gives each its reply or error.
+func (r *Redis) execMany(ctx context.Context, script *script, calls []*admitCall) {
+	resp := r.exec(ctx, script, func() (keys, args []string) {
 		head := make([]byte, 0, 8*(1+len(calls)))
 		head = packInts(head, int64(len(calls)))
 		args = make([]string, 1, 1+len(calls))

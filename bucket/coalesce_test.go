@@ -27,9 +27,10 @@ func evalshaCalls(t *testing.T) int64 {
 	return 0
 }
 
-// TestRedisCoalescesTenants: 64 tenants' batches decided at once go to Redis in fewer script
-// calls than batches, and every tenant gets exactly what it gets alone (the memory backend,
-// deciding one call at a time, is the reference), ingest and lane, shadow plans included.
+// TestRedisCoalescesTenants: 64 tenants' batches and requests decided at once go to Redis in
+// fewer script calls than batches, and every tenant gets exactly what it gets alone (the memory
+// backend, deciding one call at a time, is the reference): ingest and lane, requests with and
+// without a key, shadow plans included.
 func TestRedisCoalescesTenants(t *testing.T) {
 	c := newClock()
 	opts := Options{Redeem: 700 * ms, LaneSettle: 2 * time.Second, Horizon: time.Second}
@@ -53,6 +54,13 @@ func TestRedisCoalescesTenants(t *testing.T) {
 		}
 		return b
 	}
+	request := func(i, round int) Request { // a request of the tenant's, a key on every other one
+		r := Request{Tenant: names[i], Plan: plans[i%len(plans)], Weight: 1}
+		if round%2 == 0 {
+			r.JobID = fmt.Sprint("r", round%4)
+		}
+		return r
+	}
 	before := evalshaCalls(t)
 	ctx := context.Background()
 	for round := range rounds {
@@ -61,22 +69,24 @@ func TestRedisCoalescesTenants(t *testing.T) {
 		for i := range tenants {
 			wg.Go(func() {
 				r, err := red.Admit(ctx, batch(i, round))
-				got[i] = fmt.Sprintf("%+v %v", r, err)
+				d, err2 := red.Decide(ctx, request(i, round))
+				got[i] = fmt.Sprintf("%+v %v / %+v %v", r, err, d, err2)
 			})
 		}
 		wg.Wait()
 		for i := range tenants {
 			r, err := mem.Admit(ctx, batch(i, round))
-			if want := fmt.Sprintf("%+v %v", r, err); got[i] != want {
+			d, err2 := mem.Decide(ctx, request(i, round))
+			if want := fmt.Sprintf("%+v %v / %+v %v", r, err, d, err2); got[i] != want {
 				t.Fatalf("round %d tenant %d:\nredis  %s\nmemory %s", round, i, got[i], want)
 			}
 		}
 		c.Advance(40 * ms)
 	}
 	calls := evalshaCalls(t) - before
-	t.Logf("%d batches in %d script calls", tenants*rounds, calls)
-	if calls >= tenants*rounds {
-		t.Errorf("%d batches took %d script calls: none was sent with another", tenants*rounds, calls)
+	t.Logf("%d batches and %d requests in %d script calls", tenants*rounds, tenants*rounds, calls)
+	if calls >= 2*tenants*rounds {
+		t.Errorf("%d batches and requests took %d script calls: none was sent with another", 2*tenants*rounds, calls)
 	}
 }
 
@@ -94,8 +104,8 @@ func TestRedisCoalescedErrorStaysWithItsBatch(t *testing.T) {
 	good := packInts(nil, now, int64(Ingest), r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
 	good = append(good, p.packed...)
 	calls := []*admitCall{
-		{keys: []string{r.stateKey(uniqueTenant("bad"))}, jobs: 1, arg: func() string { return string(bad) }, done: make(chan struct{})},
-		{keys: []string{r.stateKey(uniqueTenant("good"))}, jobs: 1, arg: func() string { return string(good) }, done: make(chan struct{})},
+		{keys: []string{r.stateKey(uniqueTenant("bad"))}, jobs: 1, size: admitReplyLen(1, false), arg: func() string { return string(bad) }, done: make(chan struct{})},
+		{keys: []string{r.stateKey(uniqueTenant("good"))}, jobs: 1, size: admitReplyLen(1, false), arg: func() string { return string(good) }, done: make(chan struct{})},
 	}
 	r.execAdmits(context.Background(), calls)
 	if calls[0].err == nil || !strings.Contains(calls[0].err.Error(), "quota calendar") {

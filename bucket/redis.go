@@ -42,8 +42,9 @@ type Redis struct {
 	// born is when the servers' memory began (µs of server time; 0: nothing known lost), see
 	// lua/state.lua clamp_tats; refreshed by refreshBorn.
 	born born
-	// admits sends the queue's batches, many tenants' in one script call (see coalescer).
-	admits coalescer
+	// admits sends the queue's batches, decides the requests, many tenants' in one script call
+	// (see coalescer).
+	admits, decides coalescer
 }
 
 // NewRedis returns a backend deciding through client, with keys under prefix
@@ -69,8 +70,9 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 			opts.Redeem.Microseconds(), 2*opts.LaneSettle.Microseconds()),
 	}
 	r.admits = coalescer{exec: r.execAdmits, maxCalls: coalesceCalls, maxBatches: coalesceBatches, maxJobs: coalesceJobs}
+	r.decides = coalescer{exec: r.execDecides, maxCalls: coalesceCalls, maxBatches: coalesceBatches, maxJobs: coalesceJobs}
 	if client != nil && client.Mode() == rueidis.ClientModeCluster {
-		r.admits.maxBatches = 1 // a script's keys must share a hash slot
+		r.admits.maxBatches, r.decides.maxBatches = 1, 1 // a script's keys must share a hash slot
 	}
 	return r
 }
@@ -104,11 +106,19 @@ func (r *Redis) Decide(ctx context.Context, req Request) (Result, error) {
 	if err := r.refreshBorn(ctx); err != nil {
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
-	reply, err := r.run(ctx, r.script, func() (keys, args []string) { return r.call(&req) })
-	if err != nil {
+	born := r.born.at.Load()
+	keys, args := r.call(&req)
+	c := &admitCall{keys: keys, jobs: 1, size: decideReplyLen, done: make(chan struct{}), arg: func() string {
+		if r.born.at.Load() == born { // built with the start it carries
+			return args[0]
+		}
+		_, args := r.call(&req)
+		return args[0]
+	}}
+	if err := r.decides.do(ctx, c); err != nil {
 		return Result{}, fmt.Errorf("bucket: redis decision for tenant %q: %w", req.Tenant, err)
 	}
-	return decodeReply(&req, reply)
+	return decodeReply(&req, c.reply)
 }
 
 // call builds the script call's keys and argument in two allocations: one buffer holding both
@@ -179,6 +189,7 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 		c.keys = append(c.keys, r.stateKey(b.Tenant)+shadowSuffix)
 		c.shadow, through = true, r.horizon
 	}
+	c.size = admitReplyLen(len(b.Jobs), c.shadow)
 	c.arg = func() string {
 		arg := make([]byte, 0, 8*(9+2*len(b.Jobs))+len(p.packed)+p.calendarsLen())
 		arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad, r.born.at.Load())

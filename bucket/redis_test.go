@@ -280,7 +280,7 @@ func TestRedisRefusesACalendarThatMissesItsClock(t *testing.T) {
 		arg := packInts(nil, now, 1, r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
 		arg = append(arg, p.packed...)
 		arg = append(arg, newCalendar(&p.Limits[0], est-calMargin, est+calMargin).packed...)
-		c := &admitCall{keys: []string{r.stateKey(tenant)}, jobs: 1, arg: func() string { return string(arg) }, done: make(chan struct{})}
+		c := &admitCall{keys: []string{r.stateKey(tenant)}, jobs: 1, size: admitReplyLen(1, false), arg: func() string { return string(arg) }, done: make(chan struct{})}
 		r.execAdmits(context.Background(), []*admitCall{c})
 		err := c.err
 		if err == nil || !strings.Contains(err.Error(), "quota calendar") {

@@ -19,17 +19,23 @@ var admit string
 var inspect string
 
 //go:embed many.lua
-var many string
+var manyLua string
 
 //go:embed lease.lua
 var lease string
 
-// Decide decides one request and books a slot when it must wait (see decide.lua).
-var Decide = prelude + decide
+// many wraps script as the function one(KEYS, ARGV) that many.lua calls once per batch.
+func many(script string) string {
+	return prelude + "local function one(KEYS, ARGV)\n" + script + "\nend\n" + manyLua
+}
+
+// Decide decides requests, booking a slot for one that must wait: decide.lua once per request
+// (see many.lua).
+var Decide = many(decide)
 
 // Admit decides batches of queued jobs, each of one tenant's jobs in order, without booking:
-// many.lua calls admit.lua, wrapped as the function admit_one(KEYS, ARGV), once per batch.
-var Admit = prelude + "local function admit_one(KEYS, ARGV)\n" + admit + "\nend\n" + many
+// admit.lua once per batch (see many.lua).
+var Admit = many(admit)
 
 // Inspect reads a tenant's state without changing it (see inspect.lua).
 var Inspect = prelude + inspect

@@ -17,7 +17,7 @@ func TestParseArgsDefaults(t *testing.T) {
 	}
 	if path != "bench-results.json" || o.Quick || o.Duration != 5*time.Second || o.Warmup != time.Second ||
 		o.Concurrency != 64 || o.Tenants != 1000 || o.Jobs != 50_000 || o.OverloadDuration != 30*time.Second ||
-		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 5 || o.LatencyRate != 0 ||
+		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 5 || o.LatencyRate != 5000 ||
 		o.FloodJobs != 1_000_000 || o.FloodQuietTenants != 100 || o.FloodDuration != 30*time.Second {
 		t.Errorf("defaults: %+v, json %q", o, path)
 	}

@@ -24,6 +24,8 @@ type contender struct {
 	name   string
 	decide func(ctx context.Context, seq int64) (bool, error)
 	close  func()
+	// per is how many decisions one call makes (0: one).
+	per int
 }
 
 // tenantName is the i-th tenant (0-based): t0001, t0002, …
@@ -53,6 +55,33 @@ func oursContender(name, redisURL string, plan *bucket.Plan, tenants []string) (
 				JobID: "JOBS:" + strconv.FormatInt(seq, 10),
 			})
 			return res.Allowed, err
+		},
+		close: client.Close,
+	}, nil
+}
+
+// batchSize is the jobs of one tenant the batched contender decides per call.
+const batchSize = 16
+
+// batchedContender decides queued jobs through bucket.Redis.Admit, batchSize jobs of one tenant
+// per call, the calls of many tenants sent to Redis together (the queue's path): per decisions
+// per call.
+func batchedContender(redisURL string, plan *bucket.Plan, tenants []string) (contender, error) {
+	client, err := newRueidis(redisURL)
+	if err != nil {
+		return contender{}, err
+	}
+	lim := bucket.NewRedis(client, "", bucket.Options{})
+	return contender{
+		name: "ours batched",
+		per:  batchSize,
+		decide: func(ctx context.Context, seq int64) (bool, error) {
+			b := bucket.Batch{Tenant: tenants[seq%int64(len(tenants))], Plan: plan, Mode: bucket.Ingest, Jobs: make([]bucket.Job, batchSize)}
+			for i := range b.Jobs {
+				b.Jobs[i] = bucket.Job{ID: seq*batchSize + int64(i) + 1, Weight: 1}
+			}
+			res, err := lim.Admit(ctx, b)
+			return err == nil && res.Outcomes[batchSize-1].Admitted(), err
 		},
 		close: client.Close,
 	}, nil
@@ -134,7 +163,7 @@ func measureDecisions(ctx context.Context, c contender, concurrency int, warmup,
 	}
 	n := int64(len(samples))
 	return DecisionRun{
-		Name: c.name, Calls: n, Seconds: round(elapsed.Seconds(), 3), PerSecond: round(PerSecond(n, elapsed), 1),
+		Name: c.name, Calls: n, Seconds: round(elapsed.Seconds(), 3), PerSecond: round(PerSecond(n*int64(max(c.per, 1)), elapsed), 1),
 		Latency: Summarize(samples), Denied: denied,
 	}, nil
 }

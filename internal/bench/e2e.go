@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
@@ -88,6 +89,12 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 		}
 		defer pprof.StopCPUProfile()
 	}
+	var before redisState
+	if kind != "relay" {
+		if before, err = readRedisState(ctx, e.redisURL); err != nil {
+			return Throughput{}, err
+		}
+	}
 	start := time.Now()
 	if err := fw.start(); err != nil {
 		return Throughput{}, fmt.Errorf("%s: %w", kind, err)
@@ -96,6 +103,22 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 	last, err := waitForMessages(ctx, js, streamOut, e.o.Jobs, bound, fw.failed)
 	if err != nil {
 		return Throughput{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	var cost RedisCost
+	if kind != "relay" {
+		after, err := readRedisState(ctx, e.redisURL)
+		if err != nil {
+			return Throughput{}, err
+		}
+		jobs, rate := float64(e.o.Jobs), PerSecond(int64(e.o.Jobs), last.Sub(start))
+		cost = RedisCost{
+			CallsPerJob:      round(float64(after.calls-before.calls-1)/jobs, 3), // less the INFO that read it
+			CPUMicrosPerJob:  round(float64(after.cpuMicros-before.cpuMicros)/jobs, 2),
+			Keys:             after.keys,
+			BytesPerTenant:   round(float64(after.memory-before.memory)/float64(e.o.Tenants), 1),
+			BytesPerJobPerS:  round(float64(after.memory-before.memory)/rate, 3),
+			KeysPerJobPerSec: round(float64(after.keys)/rate, 4),
+		}
 	}
 	if profile != "" {
 		pprof.StopCPUProfile()
@@ -106,7 +129,44 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 		return Throughput{}, fmt.Errorf("%s: %w", kind, err)
 	}
 	d := last.Sub(start)
-	return Throughput{Jobs: e.o.Jobs, Seconds: round(d.Seconds(), 4), PerSecond: round(PerSecond(int64(e.o.Jobs), d), 1)}, nil
+	return Throughput{Jobs: e.o.Jobs, Seconds: round(d.Seconds(), 4), PerSecond: round(PerSecond(int64(e.o.Jobs), d), 1), redis: cost}, nil
+}
+
+// redisState is what readRedisState reads of a Redis server: every command call so far, its
+// CPU time (µs, user and system), its memory in use and its keys.
+type redisState struct{ calls, cpuMicros, memory, keys int64 }
+
+func readRedisState(ctx context.Context, url string) (redisState, error) {
+	c, err := newRueidis(url)
+	if err != nil {
+		return redisState{}, err
+	}
+	defer c.Close()
+	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Section("cpu").Section("memory").Section("keyspace").Build()).ToString()
+	if err != nil {
+		return redisState{}, fmt.Errorf("redis info: %w", err)
+	}
+	var st redisState
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
+			if _, v, ok := strings.Cut(rest, ":calls="); ok {
+				v, _, _ = strings.Cut(v, ",")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				st.calls += n
+			}
+		}
+	}
+	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, _ := strconv.ParseFloat(infoField(info, f), 64)
+		st.cpuMicros += int64(v * 1e6)
+	}
+	st.memory, _ = strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
+	if db := infoField(info, "db0"); db != "" {
+		keys, _, _ := strings.Cut(strings.TrimPrefix(db, "keys="), ",")
+		st.keys, _ = strconv.ParseInt(keys, 10, 64)
+	}
+	return st, nil
 }
 
 // latency publishes at rate jobs/s for LatencyDuration through the forwarder of the given kind,
@@ -185,6 +245,7 @@ func (e *env) endToEnd(ctx context.Context, p *progress) (*EndToEnd, error) {
 	}
 	if err = p.phase(fmt.Sprintf("end to end: admitter drains %s jobs", count(float64(e.o.Jobs))), func() (string, error) {
 		r.Admitter, err = e.throughput(ctx, "admitter", e.o.CPUProfile)
+		r.Redis = r.Admitter.redis
 		s := fmt.Sprintf("%s jobs/s", count(r.Admitter.PerSecond))
 		if e.o.CPUProfile != "" {
 			s += ", CPU profile in " + e.o.CPUProfile

@@ -35,7 +35,8 @@ type Options struct {
 	Tenants     int
 
 	// End to end: Jobs pre-published over Tenants, forwarded by the relay and by admitter; then
-	// LatencyDuration of paced publishing at LatencyRate jobs/s (0: half the relay's rate).
+	// LatencyDuration of paced publishing at LatencyRate jobs/s (default 5000; 0: half the
+	// relay's rate).
 	Jobs            int
 	LatencyDuration time.Duration
 	LatencyRate     float64
@@ -80,6 +81,7 @@ func Defaults() Options {
 		Tenants:           1000,
 		Jobs:              50_000,
 		LatencyDuration:   10 * time.Second,
+		LatencyRate:       5000, // the paced rate: a load both forwarders carry
 		RelayPipelines:    2,
 		OverloadDuration:  30 * time.Second,
 		OverloadTail:      5 * time.Second,

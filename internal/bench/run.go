@@ -210,6 +210,7 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 		{&d.Ours, func() (contender, error) { return oursContender("ours", e.redisURL, plan, tenants) }},
 		{&d.RedisRate, func() (contender, error) { return redisRateContender(e.redisURL, e.o.Concurrency, tenants) }},
 		{&d.Ceiling, func() (contender, error) { return ceilingContender(e.redisURL, tenants) }},
+		{&d.Batched, func() (contender, error) { return batchedContender(e.redisURL, plan, tenants) }},
 	}
 	// The kinds run on a Redis with an append-only file, as the README asks where windows and
 	// quotas matter: a fresh Redis without one is a Redis that forgot, and the limiter then takes
@@ -248,6 +249,7 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 	}
 	d.VsRedisRate = round(Ratio(d.Ours.PerSecond, d.RedisRate.PerSecond), 4)
 	d.VsCeiling = round(Ratio(d.Ours.PerSecond, d.Ceiling.PerSecond), 4)
+	d.BatchedVsCeiling = round(Ratio(d.Batched.PerSecond, d.Ceiling.PerSecond), 4)
 	return d, e.flush(ctx)
 }
 
