@@ -3,28 +3,34 @@ package bucket
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
-// evalshaCalls reads how many EVALSHA calls the shared test server has run.
-func evalshaCalls(t *testing.T) int64 {
+// scriptCalls reads how many script calls (FCALL, EVALSHA, EVAL) the shared test server has run.
+func scriptCalls(t *testing.T) int64 {
 	t.Helper()
 	c := redisClient(t)
 	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var n int64
 	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
-			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			return n
+		for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+				k, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				n += k
+			}
 		}
 	}
-	return 0
+	return n
 }
 
 // TestRedisCoalescesTenants: 64 tenants' batches and requests decided at once go to Redis in
@@ -61,7 +67,7 @@ func TestRedisCoalescesTenants(t *testing.T) {
 		}
 		return r
 	}
-	before := evalshaCalls(t)
+	before := scriptCalls(t)
 	ctx := context.Background()
 	for round := range rounds {
 		got := make([]string, tenants)
@@ -83,7 +89,7 @@ func TestRedisCoalescesTenants(t *testing.T) {
 		}
 		c.Advance(40 * ms)
 	}
-	calls := evalshaCalls(t) - before
+	calls := scriptCalls(t) - before
 	t.Logf("%d batches and %d requests in %d script calls", tenants*rounds, tenants*rounds, calls)
 	if calls >= 2*tenants*rounds {
 		t.Errorf("%d batches and requests took %d script calls: none was sent with another", 2*tenants*rounds, calls)
@@ -117,5 +123,50 @@ func TestRedisCoalescedErrorStaysWithItsBatch(t *testing.T) {
 	vals := make([]int64, 6)
 	if err := unpackInts(calls[1].reply, vals); err != nil || vals[5] != int64(JobAdmitted) {
 		t.Errorf("the good batch: %v %v, want its job admitted", vals, err)
+	}
+}
+
+// TestRedisWithoutFunctions: a client that may not use Redis Functions (an ACL user without
+// FCALL and FUNCTION, as a Redis before 7.0 has none) decides through scripts instead, with the
+// same answers.
+func TestRedisWithoutFunctions(t *testing.T) {
+	admin := redisClient(t)
+	ctx := context.Background()
+	if err := admin.Do(ctx, admin.B().AclSetuser().Username("nofunctions").Rule("reset", "on", ">secret", "~*", "+@all", "-fcall", "-fcall_ro", "-function").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(sharedRedis.server.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("nofunctions", "secret")
+	opt, err := RedisClientOption(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	r := NewRedis(client, "", Options{})
+	r.born.off = true
+	p := mustPlan(t, "p", lim("", 2, time.Second))
+	tenant := uniqueTenant("nofn")
+	res, err := r.Admit(ctx, Batch{Tenant: tenant, Plan: p, Jobs: []Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}, {ID: 3, Weight: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res.Outcomes) != "[admitted admitted to-lane]" || !r.noFunctions.Load() {
+		t.Errorf("outcomes %v, scripts in use %v; want two admitted, one to the lane, through scripts", res.Outcomes, r.noFunctions.Load())
+	}
+	if d, err := r.Decide(ctx, Request{Tenant: tenant, Plan: p, Weight: 1}); err != nil || d.Allowed {
+		t.Errorf("decide: %+v %v, want throttled", d, err)
+	}
+	if s, err := r.Inspect(ctx, tenant, p); err != nil || s.Limits[0].Tokens != 0 {
+		t.Errorf("inspect: %+v %v, want the bucket empty", s, err)
+	}
+	if err := r.Prepare(ctx); err != nil {
+		t.Errorf("prepare without functions: %v", err)
 	}
 }

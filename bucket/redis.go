@@ -5,7 +5,10 @@ import (
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -42,6 +45,8 @@ type Redis struct {
 	// born is when the servers' memory began (µs of server time; 0: nothing known lost), see
 	// lua/state.lua clamp_tats; refreshed by refreshBorn.
 	born born
+	// noFunctions: the server runs no Redis Functions for us (see script); scripts instead.
+	noFunctions atomic.Bool
 	// admits sends the queue's batches, decides the requests, many tenants' in one script call
 	// (see coalescer).
 	admits, decides coalescer
@@ -56,10 +61,10 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 	}
 	r := &Redis{
 		client:  client,
-		script:  newScript(lua.Decide, false),
-		admit:   newScript(lua.Admit, false),
-		inspect: newScript(lua.Inspect, true),
-		lease:   newScript(lua.Lease, false),
+		script:  newScript("decide", lua.Decide, false),
+		admit:   newScript("admit", lua.Admit, false),
+		inspect: newScript("inspect", lua.Inspect, true),
+		lease:   newScript("lease", lua.Lease, false),
 		prefix:  prefix,
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
@@ -217,24 +222,28 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4], vals[5:5+k], waits)
 }
 
-// script is one of lua/'s scripts.
+// script is one of lua/'s scripts: a function of the library lua.Library (FCALL), or on a Redis
+// without functions (before 7.0, or an ACL user that may not load them) the script's text
+// (EVALSHA, EVAL).
 type script struct {
+	fn       string // the library's function
 	src, sha string
-	ro       bool // read-only: EVALSHA_RO, EVAL_RO (a replica may answer)
+	ro       bool // read-only: FCALL_RO, EVALSHA_RO, EVAL_RO (a replica may answer)
 }
 
-func newScript(src string, ro bool) *script {
+func newScript(fn, src string, ro bool) *script {
 	sum := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(sum[:]), ro: ro}
+	return &script{fn: lua.LibraryName + "_" + fn, src: src, sha: hex.EncodeToString(sum[:]), ro: ro}
 }
 
-// run calls s with the keys and argument build makes: EVALSHA, then, when the server does not
-// know the script, EVAL. A server that does not know the script started after the last call
-// that ran it here (or lost its scripts to a flush or a failover), and its memory may be new:
-// before the script runs on it, run learns when that memory began, and builds the argument
-// again, since it carries that time. Without this, the first call on a restarted server would
-// take the limits it forgot for refilled since the previous start: a burst. A failed call makes
-// the next one ask too.
+// run calls s with the keys and argument build makes: FCALL, and when the server does not know
+// the library, FUNCTION LOAD, then FCALL again; or, on a Redis without functions, EVALSHA, and
+// EVAL when the server does not know the script. A server that does not know the library (or
+// the script) started after the last call that ran it here, or lost it to a flush or a
+// failover, and its memory may be new: before the script runs on it, run learns when that
+// memory began, and builds the argument again, since it carries that time. Without this, the
+// first call on a restarted server would take the limits it forgot for refilled since the
+// previous start: a burst. A failed call makes the next one ask too.
 func (r *Redis) run(ctx context.Context, s *script, build func() (keys, args []string)) ([]byte, error) {
 	return r.exec(ctx, s, build).AsBytes()
 }
@@ -242,6 +251,49 @@ func (r *Redis) run(ctx context.Context, s *script, build func() (keys, args []s
 // exec is run for a reply of any type; its error is the reply's.
 func (r *Redis) exec(ctx context.Context, s *script, build func() (keys, args []string)) rueidis.RedisResult {
 	keys, args := build()
+	if r.noFunctions.Load() {
+		return r.evalsha(ctx, s, keys, args, build)
+	}
+	resp := r.fcall(ctx, s, keys, args)
+	if err := resp.Error(); err != nil {
+		switch {
+		case isFunctionNotFound(err):
+			r.born.stale()
+			if err := r.refreshBorn(ctx); err != nil {
+				return rueidis.NewErrorResult(err)
+			}
+			if err := r.loadLibrary(ctx); err != nil {
+				if !noFunctions(err) {
+					r.born.stale()
+					return rueidis.NewErrorResult(err)
+				}
+				r.noFunctions.Store(true)
+				keys, args = build()
+				return r.evalsha(ctx, s, keys, args, build)
+			}
+			keys, args = build()
+			resp = r.fcall(ctx, s, keys, args)
+		case noFunctions(err):
+			r.noFunctions.Store(true)
+			return r.evalsha(ctx, s, keys, args, build)
+		}
+	}
+	if resp.Error() != nil {
+		r.born.stale()
+	}
+	return resp
+}
+
+func (r *Redis) fcall(ctx context.Context, s *script, keys, args []string) rueidis.RedisResult {
+	cmd := r.client.B()
+	if s.ro {
+		return r.client.Do(ctx, cmd.FcallRo().Function(s.fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	return r.client.Do(ctx, cmd.Fcall().Function(s.fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+}
+
+// evalsha is exec on a Redis without functions.
+func (r *Redis) evalsha(ctx context.Context, s *script, keys, args []string, build func() (keys, args []string)) rueidis.RedisResult {
 	cmd := r.client.B()
 	var resp rueidis.RedisResult
 	if s.ro {
@@ -267,6 +319,38 @@ func (r *Redis) exec(ctx context.Context, s *script, build func() (keys, args []
 	return resp
 }
 
+// loadLibrary loads lua.Library on every server (a replica refuses it and gets it from its
+// master).
+func (r *Redis) loadLibrary(ctx context.Context) error {
+	for addr, node := range r.client.Nodes() {
+		err := node.Do(ctx, node.B().FunctionLoad().Replace().FunctionCode(lua.Library).Build()).Error()
+		if e, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(e.Error(), "READONLY") {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("bucket: redis %s: function load: %w", addr, err)
+		}
+	}
+	return nil
+}
+
+// isFunctionNotFound reports whether err is FCALL's answer for a library the server lacks.
+func isFunctionNotFound(err error) bool {
+	e, ok := rueidis.IsRedisErr(err)
+	return ok && strings.Contains(e.Error(), "Function not found")
+}
+
+// noFunctions reports whether err says the server cannot run functions for this client: a
+// Redis before 7.0 (unknown command), or an ACL user not allowed to (NOPERM).
+func noFunctions(err error) bool {
+	var e *rueidis.RedisError
+	if !errors.As(err, &e) {
+		return false
+	}
+	msg := e.Error()
+	return strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "NOPERM")
+}
+
 // decodeReply turns the script's packed reply into a Result.
 func decodeReply(req *Request, reply []byte) (Result, error) {
 	var n [5]int64
@@ -285,6 +369,11 @@ func (r *Redis) Prepare(ctx context.Context) error {
 	if err := r.refreshBorn(ctx); err != nil {
 		return err
 	}
+	err := r.loadLibrary(ctx)
+	if err == nil || !noFunctions(err) {
+		return err
+	}
+	r.noFunctions.Store(true)
 	for addr, node := range r.client.Nodes() {
 		for _, s := range []*script{r.script, r.admit, r.inspect, r.lease} {
 			if err := node.Do(ctx, node.B().ScriptLoad().Script(s.src).Build()).Error(); err != nil {

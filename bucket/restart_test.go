@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/lua"
 	"github.com/redis/rueidis"
 )
 
@@ -134,8 +135,8 @@ func TestRedisRestartNoticedByTheScript(t *testing.T) {
 	}
 }
 
-// TestRedisPrepare: after Prepare the scripts are on the server and the start is known: the
-// first decision is one script call.
+// TestRedisPrepare: after Prepare the library is on the server and the start is known: the
+// first decision is one call.
 func TestRedisPrepare(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	r, err := DialRedis(srv.URL(), "", Options{})
@@ -150,10 +151,8 @@ func TestRedisPrepare(t *testing.T) {
 	if r.born.at.Load() == 0 || r.born.checked.Load() == 0 {
 		t.Errorf("start not learned: at %d, checked %d", r.born.at.Load(), r.born.checked.Load())
 	}
-	for _, s := range []*script{r.script, r.admit, r.inspect} {
-		got, err := r.client.Do(ctx, r.client.B().ScriptExists().Sha1(s.sha).Build()).AsIntSlice()
-		if err != nil || len(got) != 1 || got[0] != 1 {
-			t.Errorf("script %s not loaded: %v %v", s.sha, got, err)
-		}
+	libs, err := r.client.Do(ctx, r.client.B().FunctionList().Libraryname(lua.LibraryName).Build()).ToArray()
+	if err != nil || len(libs) != 1 {
+		t.Errorf("library %s not loaded: %d libraries, %v", lua.LibraryName, len(libs), err)
 	}
 }

@@ -111,7 +111,7 @@ func TestCredentialsRedisSentinel(t *testing.T) {
 		return ""
 	}
 	ranScripts := func(addr string) bool {
-		return info(addr, "commandstats", "cmdstat_evalsha") != "" || info(addr, "commandstats", "cmdstat_eval") != ""
+		return info(addr, "commandstats", "cmdstat_fcall") != "" || info(addr, "commandstats", "cmdstat_evalsha") != "" || info(addr, "commandstats", "cmdstat_eval") != ""
 	}
 
 	p := w.start(append(creds, "ADMITTER_FAIL_MODE=closed")...)

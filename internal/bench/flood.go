@@ -197,7 +197,7 @@ func redisCalls(ctx context.Context, c rueidis.Client) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	for _, cmd := range []string{"evalsha", "eval", "info", "ping"} {
+	for _, cmd := range []string{"fcall", "fcall_ro", "evalsha", "eval", "info", "ping"} {
 		v := infoField(info, "cmdstat_"+cmd)
 		if calls, ok := strings.CutPrefix(v, "calls="); ok {
 			calls, _, _ = strings.Cut(calls, ",")
