@@ -29,8 +29,11 @@ type env struct {
 
 // prepare starts the forwarder of the given kind against a NATS server.
 func (e *env) prepare(ctx context.Context, kind, url string) (*forwarder, error) {
-	if kind == "relay" {
-		return prepareRelay(ctx, url, e.o.RelayPipelines)
+	switch kind {
+	case "relay":
+		return prepareRelay(ctx, url, e.o.RelayPipelines, false)
+	case "relay+msgid":
+		return prepareRelay(ctx, url, e.o.RelayPipelines, true)
 	}
 	if err := e.flush(ctx); err != nil {
 		return nil, err
@@ -90,7 +93,7 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 		defer pprof.StopCPUProfile()
 	}
 	var before redisState
-	if kind != "relay" {
+	if kind == "admitter" {
 		if before, err = readRedisState(ctx, e.redisURL); err != nil {
 			return Throughput{}, err
 		}
@@ -105,7 +108,7 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 		return Throughput{}, fmt.Errorf("%s: %w", kind, err)
 	}
 	var cost RedisCost
-	if kind != "relay" {
+	if kind == "admitter" {
 		after, err := readRedisState(ctx, e.redisURL)
 		if err != nil {
 			return Throughput{}, err
@@ -251,6 +254,12 @@ func (e *env) endToEnd(ctx context.Context, p *progress) (*EndToEnd, error) {
 			s += ", CPU profile in " + e.o.CPUProfile
 		}
 		return s, err
+	}); err != nil {
+		return nil, err
+	}
+	if err = p.phase(fmt.Sprintf("end to end: relay with Nats-Msg-Id drains %s jobs", count(float64(e.o.Jobs))), func() (string, error) {
+		r.RelayMsgID, err = e.throughput(ctx, "relay+msgid", "")
+		return fmt.Sprintf("%s jobs/s", count(r.RelayMsgID.PerSecond)), err
 	}); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,7 +236,7 @@ type forwarder struct {
 // prepareRelay is the baseline: a durable pull consumer with explicit acks (admitter's consumer
 // config), pipelines × (Consume → async JetStream publish to jobs.admitted.<same tokens> → ack
 // when the PubAck arrives), with no limiter and no per-message bookkeeping beyond that.
-func prepareRelay(ctx context.Context, url string, pipelines int) (*forwarder, error) {
+func prepareRelay(ctx context.Context, url string, pipelines int, msgID bool) (*forwarder, error) {
 	nc, js, err := connect(url, "bench-relay")
 	if err != nil {
 		return nil, err
@@ -298,6 +299,14 @@ func prepareRelay(ctx context.Context, url string, pipelines int) (*forwarder, e
 			})
 			cc, err := cons.Consume(func(m jetstream.Msg) {
 				out := &nats.Msg{Subject: prefixOut + strings.TrimPrefix(m.Subject(), prefixIn), Data: m.Data(), Header: m.Headers()}
+				if msgID { // what exactly once costs the server: a duplicate window to keep
+					if meta, err := m.Metadata(); err == nil {
+						h := make(nats.Header, len(out.Header)+1)
+						maps.Copy(h, out.Header)
+						h.Set(nats.MsgIdHdr, "relay:"+strconv.FormatUint(meta.Sequence.Stream, 10))
+						out.Header = h
+					}
+				}
 				f, err := pjs.PublishMsgAsync(out)
 				if err != nil {
 					_ = m.Nak()
