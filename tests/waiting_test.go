@@ -309,7 +309,9 @@ default_plan: slow
 	time.Sleep(time.Second)
 	peak := peakRSS(t, p)
 	t.Logf("admitter peak RSS: %d MiB with 125 MiB of payloads waiting, %d MiB with 375 MiB", first>>20, peak>>20)
-	if grew := peak - first; grew > 32<<20 {
+	// Jobs in flight (pulled, being moved) take up to the pull budget, so the peak moves a little
+	// whatever waits; a process holding what waits would grow by the 250 MiB that came.
+	if grew := peak - first; grew > 250<<20/4 {
 		t.Errorf("admitter RSS grew by %d MiB while 250 MiB more payloads came to wait: it holds them", grew>>20)
 	}
 	if peak > 256<<20 {
