@@ -145,10 +145,10 @@ func TestQuickRun(t *testing.T) {
 	}
 	latency("deep flood quiet", f.Quiet)
 
-	if len(r.Goals) != 11 {
-		t.Errorf("%d goals, want 11: %+v", len(r.Goals), r.Goals)
+	if len(r.Goals) != 12 {
+		t.Errorf("%d goals, want 12: %+v", len(r.Goals), r.Goals)
 	}
-	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalSyncHTTP, bench.GoalEndToEnd, bench.GoalAddedP99, bench.GoalOverloadErr, bench.GoalAttempts,
+	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalBatched, bench.GoalSyncHTTP, bench.GoalEndToEnd, bench.GoalAddedP99, bench.GoalOverloadErr, bench.GoalAttempts,
 		bench.GoalFloodQuiet, bench.GoalFloodNoisy, bench.GoalFloodRSS, bench.GoalFloodRedis} {
 		if _, ok := r.Goal(name); !ok {
 			t.Errorf("no goal %q", name)
