@@ -68,11 +68,13 @@ func TestMain(m *testing.M) {
 // world is one test's servers, plans file and client connection.
 type world struct {
 	t     *testing.T
-	nats  *testenv.NATSServer
+	nats  *testenv.NATSServer // nil when the world runs on servers of another kind (a cluster)
 	redis *testenv.RedisServer
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	plans string
+	// natsURL and redisURL are what the admitter is given.
+	natsURL, redisURL string
+	nc                *nats.Conn
+	js                jetstream.JetStream
+	plans             string
 }
 
 // newWorld starts a world whose Redis persists, as the README recommends: buckets survive its
@@ -85,12 +87,22 @@ func newWorld(t *testing.T, plans string) *world {
 // newWorldWith starts a world around the given Redis.
 func newWorldWith(t *testing.T, plans string, redis *testenv.RedisServer) *world {
 	t.Helper()
-	w := &world{t: t, nats: testenv.StartNATS(t), redis: redis}
+	n := testenv.StartNATS(t)
+	w := newWorldOn(t, plans, n.URL(), redis.URL())
+	w.nats, w.redis = n, redis
+	return w
+}
+
+// newWorldOn is a world on servers the test started: NATS at natsURL (comma-separated URLs of a
+// cluster), Redis at redisURL.
+func newWorldOn(t *testing.T, plans, natsURL, redisURL string) *world {
+	t.Helper()
+	w := &world{t: t, natsURL: natsURL, redisURL: redisURL}
 	w.plans = filepath.Join(t.TempDir(), "plans.yaml")
 	if err := os.WriteFile(w.plans, []byte(plans), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(w.nats.URL())
+	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +118,8 @@ func newWorldWith(t *testing.T, plans string, redis *testenv.RedisServer) *world
 func (w *world) env(over ...string) []string {
 	e := []string{
 		"PATH=" + os.Getenv("PATH"),
-		"ADMITTER_NATS_URL=" + w.nats.URL(),
-		"ADMITTER_REDIS_URL=" + w.redis.URL(),
+		"ADMITTER_NATS_URL=" + w.natsURL,
+		"ADMITTER_REDIS_URL=" + w.redisURL,
 		"ADMITTER_PLANS_FILE=" + w.plans,
 		"ADMITTER_LOG_FORMAT=text",
 		"ADMITTER_ACK_WAIT=5s",

@@ -1,12 +1,18 @@
 package tests
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/admitter/admitter/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The checker of the product's invariants (README, "Invariants") over what a run forwarded:
@@ -272,4 +278,135 @@ func TestCheckInvariants(t *testing.T) {
 	if len(deadOnly.lost) != 0 || deadOnly.dead != 1 {
 		t.Errorf("a dead-lettered job counts as lost: %+v", deadOnly)
 	}
+}
+
+// loadTenant is a tenant of a load: the jobs it publishes per second and the largest weight it
+// gives them (each job's weight is drawn from 1 to maxW).
+type loadTenant struct {
+	name string
+	rate float64
+	maxW int
+}
+
+// load publishes jobs of many tenants at their rates through faults: a publish that fails is
+// retried with the same Nats-Msg-Id (the input stream drops the repeat) until it is stored. A
+// job counts as published once its PubAck arrived; its payload (tenant-n) names it.
+type load struct {
+	stop      chan struct{}
+	halt      sync.Once
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	published map[string]string // payload → tenant
+	weight    map[string]int    // tenant → weight published
+	errs      []error
+}
+
+// publishRetryFor bounds the retries of one publish: a job not stored within it is an error.
+const publishRetryFor = 2 * time.Minute
+
+// startLoad starts publishers goroutines, each on its own connection to natsURL and with its
+// share of the tenants (tenant k goes to publisher k mod publishers), drawing weights from a
+// generator seeded with seed. finish stops them.
+func startLoad(t *testing.T, natsURL string, seed uint64, tenants []loadTenant, publishers int) *load {
+	t.Helper()
+	l := &load{stop: make(chan struct{}), published: map[string]string{}, weight: map[string]int{}}
+	t.Cleanup(l.halted) // a test that ends early stops its load too
+	for p := range publishers {
+		var mine []loadTenant
+		for k, tn := range tenants {
+			if k%publishers == p {
+				mine = append(mine, tn)
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(seed, uint64(2+p)))
+		l.wg.Go(func() {
+			defer nc.Close()
+			l.publish(js, rng, mine)
+		})
+	}
+	return l
+}
+
+// publish is one publisher: the tenant due first goes next.
+func (l *load) publish(js jetstream.JetStream, rng *rand.Rand, tenants []loadTenant) {
+	next := make([]time.Time, len(tenants))
+	sent := make([]int, len(tenants))
+	for {
+		i := 0
+		for k := range next {
+			if next[k].Before(next[i]) {
+				i = k
+			}
+		}
+		select {
+		case <-l.stop:
+			return
+		case <-time.After(time.Until(next[i])):
+		}
+		tn := tenants[i]
+		weight := 1 + rng.IntN(tn.maxW)
+		payload := fmt.Sprintf("%s-%d", tn.name, sent[i])
+		m := nats.NewMsg("jobs.submit." + tn.name + ".work")
+		m.Data = []byte(payload)
+		m.Header.Set(wire.HeaderWeight, strconv.Itoa(weight))
+		if err := publishRetrying(js, m, "load-"+payload); err != nil {
+			l.mu.Lock()
+			l.errs = append(l.errs, fmt.Errorf("job %s: %w", payload, err))
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Lock()
+		l.published[payload] = tn.name
+		l.weight[tn.name] += weight
+		l.mu.Unlock()
+		sent[i]++
+		next[i] = time.Now().Add(time.Duration(float64(time.Second) / tn.rate))
+	}
+}
+
+// halted stops the publishers and waits for them; safe to call twice.
+func (l *load) halted() {
+	l.halt.Do(func() { close(l.stop) })
+	l.wg.Wait()
+}
+
+// publishRetrying publishes m with the Msg-Id id until it is stored, for publishRetryFor.
+func publishRetrying(js jetstream.JetStream, m *nats.Msg, id string) error {
+	begin := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Since(begin) > publishRetryFor {
+			return fmt.Errorf("not stored after %v: %w", publishRetryFor, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// finish stops the publishers, waits for them (each is bounded by publishRetryFor), fails t on
+// a job that could not be stored, and returns what was published (payload → tenant).
+func (l *load) finish(t *testing.T) map[string]string {
+	t.Helper()
+	l.halted()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, err := range l.errs {
+		t.Errorf("load: %v", err)
+	}
+	return l.published
 }

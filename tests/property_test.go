@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/internal/testenv"
-	"github.com/admitter/admitter/wire"
 )
 
 // chaosTenant is a tenant of the property test: its plan's limits and the weights it sends.
@@ -65,33 +64,11 @@ func TestPacingHoldsThroughChaos(t *testing.T) {
 	event("replica started")
 
 	// Load: each tenant above its plan, random weights, published by one goroutine.
-	stop := make(chan struct{})
-	loadDone := make(chan map[string]int)
-	go func() {
-		sent := map[string]int{}
-		next := make([]time.Time, len(chaosTenants))
-		lrng := rand.New(rand.NewPCG(seed, 2))
-		for {
-			select {
-			case <-stop:
-				loadDone <- sent
-				return
-			default:
-			}
-			i := 0
-			for k := range next {
-				if next[k].Before(next[i]) {
-					i = k
-				}
-			}
-			time.Sleep(time.Until(next[i]))
-			tn := chaosTenants[i]
-			weight := 1 + lrng.IntN(tn.maxW)
-			w.publish("jobs.submit."+tn.name+".work", fmt.Sprintf("%s-%d", tn.name, sent[tn.name]), wire.HeaderWeight, strconv.Itoa(weight))
-			sent[tn.name]++
-			next[i] = time.Now().Add(time.Duration(float64(time.Second) / tn.rate))
-		}
-	}()
+	var lt []loadTenant
+	for _, tn := range chaosTenants {
+		lt = append(lt, loadTenant{name: tn.name, rate: tn.rate, maxW: tn.maxW})
+	}
+	ld := startLoad(t, w.natsURL, seed, lt, 1)
 
 	for time.Since(start) < 15*time.Second {
 		time.Sleep(time.Duration(800+rng.IntN(1700)) * time.Millisecond)
@@ -121,24 +98,15 @@ func TestPacingHoldsThroughChaos(t *testing.T) {
 			event("nothing")
 		}
 	}
-	close(stop)
-	sent := <-loadDone
+	published := ld.finish(t)
 	if len(live) == 0 {
 		live = append(live, w.start(env...))
 		event("replica started to finish")
 	}
-	total := 0
-	for _, n := range sent {
-		total += n
-	}
-	t.Logf("fail mode %s; %d jobs published (%v); events:\n%s", failMode, total, sent, strings.Join(events, "\n"))
-	got := w.read("ADMITTED", total, 90*time.Second)
-	published := map[string]string{}
+	t.Logf("fail mode %s; %d jobs published (weights %v); events:\n%s", failMode, len(published), ld.weight, strings.Join(events, "\n"))
+	got := w.read("ADMITTED", len(published), 90*time.Second)
 	var checked []checkedTenant
 	for _, tn := range chaosTenants {
-		for i := range sent[tn.name] {
-			published[fmt.Sprintf("%s-%d", tn.name, i)] = tn.name
-		}
 		checked = append(checked, checkedTenant{name: tn.name, limits: tn.limits, slack: float64(tn.maxW)})
 	}
 	c := checkInvariants(published, got, w.readAll("DEAD"), checked)
