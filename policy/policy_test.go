@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,5 +186,49 @@ func TestNewRejects(t *testing.T) {
 		if _, err := New(c); err == nil {
 			t.Errorf("New(%+v) accepted", c)
 		}
+	}
+}
+
+// flaky is a limiter that fails while down is set.
+type flaky struct {
+	*bucket.Memory
+	down atomic.Bool
+}
+
+func (f *flaky) Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error) {
+	if f.down.Load() {
+		return bucket.BatchResult{}, errors.New("flaky: down")
+	}
+	return f.Memory.Admit(ctx, b)
+}
+
+// TestRecovered: the channel is closed when the limiter answers again after failing, not
+// before, and a new one waits for the next outage's end.
+func TestRecovered(t *testing.T) {
+	l := &flaky{Memory: bucket.NewMemory(bucket.Options{}, nil)}
+	p, _ := newPolicy(t, l, FailClosed, plansYAML)
+	ctx := context.Background()
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	ch := p.Recovered()
+	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
+	l.down.Store(true)
+	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
+	if closed(ch) {
+		t.Fatal("closed before the limiter failed and answered again")
+	}
+	l.down.Store(false)
+	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
+	if !closed(ch) {
+		t.Fatal("not closed when the limiter answered again")
+	}
+	if next := p.Recovered(); closed(next) {
+		t.Fatal("the next channel is closed before the next outage")
 	}
 }
