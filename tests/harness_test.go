@@ -254,9 +254,16 @@ func (w *world) read(stream string, n int, timeout time.Duration) []job {
 }
 
 // readAll returns every message now on the stream.
-func (w *world) readAll(stream string) []job {
+func (w *world) readAll(stream string) []job { return w.readStream(stream, false) }
+
+// readHeaders is readAll without the payloads (job.payload is empty): cheaper for large jobs.
+func (w *world) readHeaders(stream string) []job { return w.readStream(stream, true) }
+
+// readStream reads every message now on the stream with an ordered consumer, in order, bounded
+// by a minute.
+func (w *world) readStream(stream string, headersOnly bool) []job {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := w.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -269,18 +276,40 @@ func (w *world) readAll(stream string) []job {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	var out []job
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		out = append(out, job{subject: m.Subject, payload: string(m.Data), header: m.Header, stored: m.Time})
+	if info.State.Msgs == 0 {
+		return nil
 	}
-	return out
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: headersOnly})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var out []job
+	for {
+		batch, err := c.Fetch(256, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			w.t.Fatalf("read %s: %v", stream, err)
+		}
+		n, pending, last := 0, uint64(0), uint64(0)
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil {
+				w.t.Fatal(err)
+			}
+			out = append(out, job{subject: m.Subject(), payload: string(m.Data()), header: m.Headers(), stored: meta.Timestamp})
+			n, pending, last = n+1, meta.NumPending, meta.Sequence.Stream
+		}
+		if err := batch.Error(); err != nil {
+			w.t.Fatalf("read %s: %v", stream, err)
+		}
+		// Done once the last message there was at the start is read, or none is left (a
+		// work-queue stream may lose messages while it is read).
+		if n == 0 || pending == 0 || last >= info.State.LastSeq {
+			return out
+		}
+		if ctx.Err() != nil {
+			w.t.Fatalf("read %s: %d messages in a minute, not done", stream, len(out))
+		}
+	}
 }
 
 // consumer returns the admitter consumer's info.

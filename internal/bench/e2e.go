@@ -12,6 +12,7 @@ import (
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // env is what the scenarios share: the servers' starter, Redis, the plans and the options.
@@ -29,7 +30,7 @@ type env struct {
 // prepare starts the forwarder of the given kind against a NATS server.
 func (e *env) prepare(ctx context.Context, kind, url string) (*forwarder, error) {
 	if kind == "relay" {
-		return prepareRelay(ctx, url, e.o.RelayPipelines)
+		return prepareRelay(ctx, url, e.o.RelayPipelines, jetstream.PullMaxMessages(512))
 	}
 	if err := e.flush(ctx); err != nil {
 		return nil, err

@@ -233,9 +233,10 @@ type forwarder struct {
 }
 
 // prepareRelay is the baseline: a durable pull consumer with explicit acks (admitter's consumer
-// config), pipelines × (Consume → async JetStream publish to jobs.admitted.<same tokens> → ack
-// when the PubAck arrives), with no limiter and no per-message bookkeeping beyond that.
-func prepareRelay(ctx context.Context, url string, pipelines int) (*forwarder, error) {
+// config), pipelines × (Consume with pull → async JetStream publish to jobs.admitted.<same
+// tokens> → ack when the PubAck arrives), with no limiter and no per-message bookkeeping beyond
+// that.
+func prepareRelay(ctx context.Context, url string, pipelines int, pull jetstream.PullConsumeOpt) (*forwarder, error) {
 	nc, js, err := connect(url, "bench-relay")
 	if err != nil {
 		return nil, err
@@ -307,7 +308,7 @@ func prepareRelay(ctx context.Context, url string, pipelines int) (*forwarder, e
 				case inflight <- pending{m, f}:
 				case <-quit:
 				}
-			}, jetstream.PullMaxMessages(512))
+			}, pull)
 			if err != nil {
 				return fmt.Errorf("relay consume: %w", err)
 			}
