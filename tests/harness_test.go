@@ -284,8 +284,9 @@ func (w *world) readStream(stream string, headersOnly bool) []job {
 		w.t.Fatal(err)
 	}
 	var out []job
+	left := info.State.Msgs // a fetch of what is there returns at once
 	for {
-		batch, err := c.Fetch(256, jetstream.FetchMaxWait(5*time.Second))
+		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			w.t.Fatalf("read %s: %v", stream, err)
 		}
@@ -298,6 +299,7 @@ func (w *world) readStream(stream string, headersOnly bool) []job {
 			out = append(out, job{subject: m.Subject(), payload: string(m.Data()), header: m.Headers(), stored: meta.Timestamp})
 			n, pending, last = n+1, meta.NumPending, meta.Sequence.Stream
 		}
+		left = pending
 		if err := batch.Error(); err != nil {
 			w.t.Fatalf("read %s: %v", stream, err)
 		}
