@@ -259,57 +259,71 @@ func (w *world) readAll(stream string) []job { return w.readStream(stream, false
 // readHeaders is readAll without the payloads (job.payload is empty): cheaper for large jobs.
 func (w *world) readHeaders(stream string) []job { return w.readStream(stream, true) }
 
-// readStream reads every message now on the stream with an ordered consumer, in order, bounded
-// by a minute.
+// readStream reads every message now on the stream with an ordered consumer, in order. A read
+// that fails (a cluster electing a leader) is tried again, five times at most.
 func (w *world) readStream(stream string, headersOnly bool) []job {
 	w.t.Helper()
+	var err error
+	for try := range 5 {
+		var out []job
+		if out, err = w.tryReadStream(stream, headersOnly); err == nil {
+			return out
+		}
+		w.t.Logf("read %s (try %d): %v", stream, try+1, err)
+		time.Sleep(time.Second)
+	}
+	w.t.Fatalf("read %s: %v", stream, err)
+	return nil
+}
+
+func (w *world) tryReadStream(stream string, headersOnly bool) ([]job, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := w.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		w.t.Fatal(err)
+		return nil, err
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		w.t.Fatal(err)
+		return nil, err
 	}
 	if info.State.Msgs == 0 {
-		return nil
+		return nil, nil
 	}
 	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: headersOnly})
 	if err != nil {
-		w.t.Fatal(err)
+		return nil, err
 	}
 	var out []job
 	left := info.State.Msgs // a fetch of what is there returns at once
 	for {
 		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			w.t.Fatalf("read %s: %v", stream, err)
+			return nil, err
 		}
 		n, pending, last := 0, uint64(0), uint64(0)
 		for m := range batch.Messages() {
 			meta, err := m.Metadata()
 			if err != nil {
-				w.t.Fatal(err)
+				return nil, err
 			}
 			out = append(out, job{subject: m.Subject(), payload: string(m.Data()), header: m.Headers(), stored: meta.Timestamp})
 			n, pending, last = n+1, meta.NumPending, meta.Sequence.Stream
 		}
 		left = pending
 		if err := batch.Error(); err != nil {
-			w.t.Fatalf("read %s: %v", stream, err)
+			return nil, err
 		}
 		// Done once the last message there was at the start is read, or none is left (a
 		// work-queue stream may lose messages while it is read).
 		if n == 0 || pending == 0 || last >= info.State.LastSeq {
-			return out
+			return out, nil
 		}
 		if ctx.Err() != nil {
-			w.t.Fatalf("read %s: %d messages in a minute, not done", stream, len(out))
+			return nil, fmt.Errorf("%d messages in a minute, not done", len(out))
 		}
 	}
 }
@@ -333,15 +347,24 @@ func (w *world) consumer() *jetstream.ConsumerInfo {
 // streamMsgs is the number of messages stored on a stream.
 func (w *world) streamMsgs(stream string) uint64 {
 	w.t.Helper()
+	n, err := w.countMsgs(stream)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+// countMsgs is streamMsgs with the error returned.
+func (w *world) countMsgs(stream string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s, err := w.js.Stream(ctx, stream)
 	if err != nil {
-		w.t.Fatal(err)
+		return 0, err
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		w.t.Fatal(err)
+		return 0, err
 	}
-	return info.State.Msgs
+	return info.State.Msgs, nil
 }

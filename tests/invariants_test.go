@@ -286,12 +286,25 @@ type loadTenant struct {
 	name string
 	rate float64
 	maxW int
+	// With every set, the tenant publishes at burst jobs/s instead for the first lasting of each
+	// period of length every, shifted by phase.
+	burst                 float64
+	every, lasting, phase time.Duration
+}
+
+// rateAt is the tenant's rate at elapsed since the load started.
+func (tn loadTenant) rateAt(elapsed time.Duration) float64 {
+	if tn.every > 0 && (elapsed+tn.phase)%tn.every < tn.lasting {
+		return tn.burst
+	}
+	return tn.rate
 }
 
 // load publishes jobs of many tenants at their rates through faults: a publish that fails is
 // retried with the same Nats-Msg-Id (the input stream drops the repeat) until it is stored. A
 // job counts as published once its PubAck arrived; its payload (tenant-n) names it.
 type load struct {
+	begin     time.Time
 	stop      chan struct{}
 	halt      sync.Once
 	wg        sync.WaitGroup
@@ -309,7 +322,7 @@ const publishRetryFor = 2 * time.Minute
 // generator seeded with seed. finish stops them.
 func startLoad(t *testing.T, natsURL string, seed uint64, tenants []loadTenant, publishers int) *load {
 	t.Helper()
-	l := &load{stop: make(chan struct{}), published: map[string]string{}, weight: map[string]int{}}
+	l := &load{begin: time.Now(), stop: make(chan struct{}), published: map[string]string{}, weight: map[string]int{}}
 	t.Cleanup(l.halted) // a test that ends early stops its load too
 	for p := range publishers {
 		var mine []loadTenant
@@ -371,7 +384,7 @@ func (l *load) publish(js jetstream.JetStream, rng *rand.Rand, tenants []loadTen
 		l.weight[tn.name] += weight
 		l.mu.Unlock()
 		sent[i]++
-		next[i] = time.Now().Add(time.Duration(float64(time.Second) / tn.rate))
+		next[i] = time.Now().Add(time.Duration(float64(time.Second) / tn.rateAt(time.Since(l.begin))))
 	}
 }
 
