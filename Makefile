@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: all build test test-deploy vet fmt-check deps bench fuzz run demo clean console-shots
+.PHONY: all build test test-deploy vet fmt-check deps bench soak fuzz run demo clean console-shots
 
 all: build
 
@@ -63,6 +63,17 @@ bench: deps
 console-shots: deps
 	mkdir -p docs/console
 	PATH="$$PATH:/usr/bin" ADMITTER_CONSOLE_SHOTS="$$(pwd)/docs/console" $(GO) test -count=1 -run 'TestConsoleInBrowser$$' ./tests/
+
+# soak: traffic of 40 tenants through 3 admitter replicas (the built binary), a 3-node NATS
+# cluster (nats-server processes, streams R3) and Redis (appendonly yes), with a fault every
+# ~20 s at random (a replica, a NATS node or Redis killed, paused or restarted), for SOAK; then the
+# invariants (nothing lost, nothing twice, pacing within C + r·t) and a table of the faults and
+# what each cost. Not part of `make test`. SOAKFLAGS are ADMITTER_SOAK_* variables, e.g.
+# SOAKFLAGS='ADMITTER_SOAK_SEED=42 ADMITTER_SOAK_REDIS=forget' (see tests/soak_test.go).
+SOAK      ?= 10m
+SOAKFLAGS ?=
+soak: deps
+	ADMITTER_SOAK=$(SOAK) $(SOAKFLAGS) PATH="$$PATH:/usr/bin" $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 24h ./tests/
 
 # fuzz runs every fuzz target for FUZZTIME each (seeds alone run in `make test`).
 fuzz:

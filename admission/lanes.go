@@ -51,6 +51,7 @@ type lane struct {
 	gone    bool          // closed or no longer ours: dropped when its step ends
 	empty   bool          // the last step found it empty but could not close it
 	errs    int           // consecutive failed steps
+	held    bool          // the last step's head was held: the limiter failed (fail mode closed)
 }
 
 func newLanes(s *Service) *lanes {
@@ -189,6 +190,52 @@ func (l *lanes) wakeAll() {
 	}
 }
 
+// wakeFailing makes the lanes that wait out a backoff because the limiter failed (their last
+// step failed, or its head was held) ask again now. A lane's errs and held are written by its
+// step and read here only while it is not running (the step ends under mu).
+func (l *lanes) wakeFailing() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ln := range l.byName {
+		if !ln.running && (ln.errs > 0 || ln.held) {
+			l.scheduleLocked(ln, 0)
+		}
+	}
+}
+
+// recoveryWakeEvery bounds how often wakeOnRecovery wakes the failing lanes: with one server of
+// a Redis Cluster down, the limiter recovers many times a second (see policy.Recovered), and
+// the lanes on that server need not ask each time.
+const recoveryWakeEvery = time.Second
+
+// recoveryWaker returns a loop that wakes the failing lanes when the limiter answers again after
+// an outage, so that they do not sleep out a backoff of up to 5 s after it; at most once per
+// recoveryWakeEvery. The loop returns when its ctx ends. It follows the recoveries from the
+// call of recoveryWaker on.
+func (l *lanes) recoveryWaker() func(ctx context.Context) {
+	ch := l.s.cfg.Policy.Recovered()
+	return func(ctx context.Context) { l.wakeOnRecovery(ctx, ch) }
+}
+
+func (l *lanes) wakeOnRecovery(ctx context.Context, ch <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+		ch = l.s.cfg.Policy.Recovered() // a recovery while this one is handled closes it
+		l.wakeFailing()
+		t := time.NewTimer(recoveryWakeEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // count is the number of lanes this replica runs.
 func (l *lanes) count() int {
 	l.mu.Lock()
@@ -298,6 +345,7 @@ func laneRetry(errs int) time.Duration {
 // (empty) or no longer this replica's.
 func (l *lanes) step(ctx context.Context, ln *lane) (next time.Duration, done bool) {
 	s := l.s
+	ln.held = false
 	if !s.members.owns(ln.tenant) {
 		return 0, true
 	}
@@ -364,6 +412,7 @@ func (l *lanes) step(ctx context.Context, ln *lane) (next time.Duration, done bo
 	if settled < len(jobs) {
 		v := jobs[settled].verdict
 		if v.Action == policy.Held || v.Action == policy.Wait {
+			ln.held = v.Action == policy.Held
 			return max(v.Wait, time.Millisecond), false
 		}
 		return laneRetry(1), false // not stored (shutting down): read again

@@ -271,6 +271,8 @@ func (s *Service) Run(ctx context.Context) error {
 	schedCtx, stopScheduling := context.WithCancel(work)
 	var laneWorkers sync.WaitGroup
 	laneWorkers.Go(func() { s.lanes.schedule(schedCtx) })
+	wakeOnRecovery := s.lanes.recoveryWaker()
+	laneWorkers.Go(func() { wakeOnRecovery(schedCtx) })
 	for range s.cfg.LaneWorkers {
 		laneWorkers.Go(func() { s.lanes.work(schedCtx, work) })
 	}

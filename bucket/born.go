@@ -21,17 +21,21 @@ import (
 // empty at that moment and to have refilled since (lua/state.lua clamp_tats), instead of full:
 // otherwise every restart of Redis would be followed by a burst of a full capacity per tenant.
 // A server that persists with an append-only file (appendonly yes) is trusted to have kept its
-// state.
+// state. A server of a cluster that does not answer is taken to be restarting now, without
+// failing the decisions the others make.
 type born struct {
 	at      atomic.Int64 // µs of server time; 0 when nothing is known lost
+	started int64        // the latest start of the servers that answered, under mu
 	checked atomic.Int64 // unix ns of the last check; 0 forces one
 	mu      sync.Mutex   // held by the one caller checking
 	// starts is each server's start (µs) by run_id, under mu: a server's start is computed
 	// once (its uptime is whole seconds: computed again it would move), so a check of the
 	// same servers finds the same value.
 	starts map[string]int64
-	off    bool // pinned clock (tests): not refreshed
-	// onChange is called, under mu, when a check finds a new start.
+	runs   map[string]string // each server's run_id by address, under mu: another one is a restart
+	off    bool              // pinned clock (tests): not refreshed
+	// onChange is called, under mu, at the first check that finds a server keeping no
+	// append-only file, then when a check finds such a server restarted.
 	onChange func(at time.Time, first bool)
 }
 
@@ -76,48 +80,107 @@ func (r *Redis) refreshBorn(ctx context.Context) error {
 // checkBorn asks the servers, under born.mu.
 func (r *Redis) checkBorn(ctx context.Context) error {
 	b := &r.born
-	at, err := r.memoryBegan(ctx)
+	started, restarted, now, missed, err := r.memoryBegan(ctx)
 	if err != nil {
 		return fmt.Errorf("bucket: when did redis start (a restart forgets every limit): %w", err)
 	}
 	b.checked.Store(time.Now().UnixNano())
-	if old := b.at.Swap(at); old != at && at != 0 && b.onChange != nil {
-		b.onChange(time.UnixMicro(at), old == 0)
+	if b.onChange != nil {
+		switch {
+		case b.started == 0 && started != 0:
+			b.onChange(time.UnixMicro(started), true)
+		case restarted != 0:
+			b.onChange(time.UnixMicro(restarted), false)
+		}
 	}
+	b.started = started
+	at := started
+	if missed {
+		// A server that does not answer may be restarting without its data: its tenants'
+		// limits without state are taken for empty from now on, until it answers again (the
+		// new connection makes the next decision ask). The other servers' tenants keep being
+		// decided; only those without state lose what they would have had.
+		at = max(at, now)
+	}
+	b.at.Store(at)
 	return nil
 }
 
-// memoryBegan is the latest start, in server time, of the servers that do not persist with an
-// append-only file; 0 when every server does. Under born.mu.
-func (r *Redis) memoryBegan(ctx context.Context) (int64, error) {
+// bornInfoTimeout bounds the question to one server: one that does not answer in time is
+// taken as one that may have restarted (see checkBorn), not as a reason to fail every decision.
+const bornInfoTimeout = 100 * time.Millisecond
+
+// memoryBegan asks every server when its memory began. started is the latest start, in server
+// time (µs), of the servers that answer and do not persist with an append-only file (0 when
+// every one does); restarted the latest start of those among them that restarted since the
+// last check (another run_id at the same address; 0 for none); now is the latest server time
+// they gave; missed says that some server did not answer. Only when none answers is it an
+// error. Under born.mu.
+func (r *Redis) memoryBegan(ctx context.Context) (started, restarted, now int64, missed bool, err error) {
 	b := &r.born
-	var latest int64
+	type answer struct {
+		addr   string
+		fields map[string]string
+		err    error
+	}
+	nodes := r.client.Nodes()
+	answers := make(chan answer, len(nodes))
+	for addr, node := range nodes {
+		go func() {
+			ictx, cancel := context.WithTimeout(ctx, bornInfoTimeout)
+			defer cancel()
+			info, err := node.Do(ictx, node.B().Info().Section("server").Section("persistence").Build()).ToString()
+			answers <- answer{addr, infoFields(info), err}
+		}()
+	}
 	seen := map[string]int64{}
-	for addr, node := range r.client.Nodes() {
-		info, err := node.Do(ctx, node.B().Info().Section("server").Section("persistence").Build()).ToString()
-		if err != nil {
-			return 0, fmt.Errorf("bucket: redis %s: info: %w", addr, err)
-		}
-		fields := infoFields(info)
-		if fields["aof_enabled"] == "1" {
+	if b.runs == nil {
+		b.runs = map[string]string{}
+	}
+	var errs []error
+	for range nodes {
+		a := <-answers
+		if a.err != nil {
+			missed = true
+			errs = append(errs, fmt.Errorf("bucket: redis %s: info: %w", a.addr, a.err))
 			continue
 		}
-		start, ok := b.starts[fields["run_id"]]
-		if !ok || fields["run_id"] == "" {
-			now, err1 := strconv.ParseInt(fields["server_time_usec"], 10, 64)
-			up, err2 := strconv.ParseInt(fields["uptime_in_seconds"], 10, 64)
-			if err1 != nil || err2 != nil {
-				return 0, fmt.Errorf("bucket: redis %s: info lacks server_time_usec or uptime_in_seconds", addr)
-			}
+		t, err1 := strconv.ParseInt(a.fields["server_time_usec"], 10, 64)
+		up, err2 := strconv.ParseInt(a.fields["uptime_in_seconds"], 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0, 0, 0, false, fmt.Errorf("bucket: redis %s: info lacks server_time_usec or uptime_in_seconds", a.addr)
+		}
+		now = max(now, t)
+		run := a.fields["run_id"]
+		prev, known := b.runs[a.addr]
+		b.runs[a.addr] = run
+		if a.fields["aof_enabled"] == "1" {
+			continue
+		}
+		start, ok := b.starts[a.fields["run_id"]]
+		if !ok || a.fields["run_id"] == "" {
 			// uptime is whole seconds, rounded down: the start taken is at or after the real
 			// one, the safe side.
-			start = now - up*1_000_000
+			start = t - up*1_000_000
 		}
-		seen[fields["run_id"]] = start
-		latest = max(latest, start)
+		seen[run] = start
+		started = max(started, start)
+		if known && prev != run {
+			restarted = max(restarted, start)
+		}
+	}
+	if now == 0 { // no server answered
+		return 0, 0, 0, true, errors.Join(errs...)
+	}
+	if missed { // a server that answers again with the same run_id keeps the start it had
+		for id, start := range b.starts {
+			if _, ok := seen[id]; !ok {
+				seen[id] = start
+			}
+		}
 	}
 	b.starts = seen
-	return latest, nil
+	return started, restarted, now, missed, nil
 }
 
 // infoFields parses the "key:value" lines of an INFO reply.
@@ -151,7 +214,7 @@ func DialRedis(url, prefix string, opts Options) (*Redis, error) {
 // DialRedisWith is DialRedis with client options made by RedisClientOption and then given
 // credentials or TLS settings (a CA, a client certificate) the URL cannot carry.
 func DialRedisWith(opt rueidis.ClientOption, prefix string, opts Options) (*Redis, error) {
-	var r *Redis
+	var made atomic.Pointer[Redis] // a cluster client dials from its own goroutines, in NewClient too
 	opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
 		var conn net.Conn
 		var err error
@@ -163,7 +226,7 @@ func DialRedisWith(opt rueidis.ClientOption, prefix string, opts Options) (*Redi
 		} else {
 			conn, err = d.DialContext(ctx, "tcp", dst)
 		}
-		if err == nil && r != nil {
+		if r := made.Load(); err == nil && r != nil {
 			r.born.stale()
 		}
 		return conn, err
@@ -172,8 +235,9 @@ func DialRedisWith(opt rueidis.ClientOption, prefix string, opts Options) (*Redi
 	if err != nil {
 		return nil, fmt.Errorf("bucket: connect to redis: %w", err)
 	}
-	r = NewRedis(client, prefix, opts)
+	r := NewRedis(client, prefix, opts)
 	r.owned = true
+	made.Store(r)
 	return r, nil
 }
 

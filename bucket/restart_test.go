@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,5 +155,84 @@ func TestRedisPrepare(t *testing.T) {
 	libs, err := r.client.Do(ctx, r.client.B().FunctionList().Libraryname(lua.LibraryName).Build()).ToArray()
 	if err != nil || len(libs) != 1 {
 		t.Errorf("library %s not loaded: %d libraries, %v", lua.LibraryName, len(libs), err)
+	}
+}
+
+// TestRedisClusterNodeDownLeavesTheOthers: on a Redis Cluster of three masters, one is killed.
+// Tenants whose state is on the others are still decided (knowing when the dead node's memory
+// began does not matter to them); a tenant without state there is taken for empty from the
+// moment the node was missed, not full (it could have restarted then without its data, and
+// its tenants' buckets be full again); and the node, restarted without its data, is noticed
+// before its first decision.
+func TestRedisClusterNodeDownLeavesTheOthers(t *testing.T) {
+	url, nodes := testenv.StartRedisCluster(t, 3)
+	r, err := DialRedis(url, "", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var mu sync.Mutex
+	var seen []bool
+	r.OnForget(func(_ time.Time, first bool) { mu.Lock(); seen = append(seen, first); mu.Unlock() })
+	// Slots of three masters: 0-5460, 5461-10921, 10922-16383. The hash tags: cat 1075 and
+	// dog 254 on the first, ant 14957 on the third.
+	p := mustPlan(t, "p", lim("", 20, 5*time.Second)) // 20 burst, one every 5 s
+	ctx := context.Background()
+	admitted := func(tenant string) (int, error) {
+		b := Batch{Tenant: tenant, Plan: p, Mode: Lane}
+		for i := range 20 {
+			b.Jobs = append(b.Jobs, Job{ID: int64(i + 1), Weight: 1})
+		}
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		res, err := r.Admit(dctx, b)
+		n := 0
+		for _, o := range res.Outcomes {
+			if o == JobAdmitted {
+				n++
+			}
+		}
+		return n, err
+	}
+	for _, tenant := range []string{"cat", "ant"} {
+		if _, err := admitted(tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes[2].Kill()
+	if _, err := admitted("ant"); err == nil {
+		t.Fatal("a decision on the killed node succeeded")
+	}
+	if _, err := admitted("cat"); err != nil {
+		t.Fatalf("a tenant on a live master is not decided while another master is down: %v", err)
+	}
+	n, err := admitted("dog")
+	if err != nil {
+		t.Fatalf("a new tenant on a live master is not decided while another master is down: %v", err)
+	}
+	if n > 2 {
+		t.Errorf("a tenant without state got %d of 20 while a master was down: taken for full", n)
+	}
+	if err := nodes[2].Start(); err != nil {
+		t.Fatal(err)
+	}
+	for tries := 0; ; tries++ {
+		n, err = admitted("ant")
+		if err == nil {
+			break
+		}
+		if tries == 100 {
+			t.Fatalf("no decision on the restarted node: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("after the node restarted without its data: %d of 20 admitted", n)
+	if n > 3 {
+		t.Errorf("after the node restarted without its data, %d of 20 admitted at once: the forgotten bucket was taken for full", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || !seen[0] || seen[1] {
+		t.Errorf("forget events %v, want the first check, then the node's restart (a node missed is not one)", seen)
 	}
 }

@@ -90,6 +90,10 @@ type Policy struct {
 		mu sync.Mutex
 		b  *backoff.ExponentialBackOff
 	}
+	recovered struct { // see Recovered
+		mu sync.Mutex
+		ch chan struct{}
+	}
 }
 
 // New validates the configuration and returns a Policy.
@@ -367,7 +371,27 @@ func (p *Policy) ok() {
 		p.held.b.Reset()
 		p.held.mu.Unlock()
 		p.log.Info("limiter available again", "outage", time.Since(time.Unix(0, p.since.Load())).String())
+		p.recovered.mu.Lock()
+		if p.recovered.ch != nil {
+			close(p.recovered.ch)
+			p.recovered.ch = nil
+		}
+		p.recovered.mu.Unlock()
 	}
+}
+
+// Recovered returns a channel closed the next time the limiter answers after it failed (when
+// "limiter available again" is logged): what waits out a backoff because of the outage may ask
+// again then. With a Redis Cluster one of whose servers is down, the limiter fails and recovers
+// as calls reach that server or the others: a caller that acts on every recovery should bound
+// how often it does.
+func (p *Policy) Recovered() <-chan struct{} {
+	p.recovered.mu.Lock()
+	defer p.recovered.mu.Unlock()
+	if p.recovered.ch == nil {
+		p.recovered.ch = make(chan struct{})
+	}
+	return p.recovered.ch
 }
 
 // Ping checks that the limiter answers, when it can be checked without deciding

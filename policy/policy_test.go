@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,5 +228,49 @@ tenants: {acme: trial, bob: trial}
 		if body := string(a.AppendBody(nil)); !strings.Contains(body, `"shadow":"`+want.header+`"`) {
 			t.Errorf("request %d: body %s lacks the shadow field", i, body)
 		}
+	}
+}
+
+// flaky is a limiter that fails while down is set.
+type flaky struct {
+	*bucket.Memory
+	down atomic.Bool
+}
+
+func (f *flaky) Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error) {
+	if f.down.Load() {
+		return bucket.BatchResult{}, errors.New("flaky: down")
+	}
+	return f.Memory.Admit(ctx, b)
+}
+
+// TestRecovered: the channel is closed when the limiter answers again after failing, not
+// before, and a new one waits for the next outage's end.
+func TestRecovered(t *testing.T) {
+	l := &flaky{Memory: bucket.NewMemory(bucket.Options{}, nil)}
+	p, _ := newPolicy(t, l, FailClosed, plansYAML)
+	ctx := context.Background()
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	ch := p.Recovered()
+	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
+	l.down.Store(true)
+	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
+	if closed(ch) {
+		t.Fatal("closed before the limiter failed and answered again")
+	}
+	l.down.Store(false)
+	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
+	if !closed(ch) {
+		t.Fatal("not closed when the limiter answered again")
+	}
+	if next := p.Recovered(); closed(next) {
+		t.Fatal("the next channel is closed before the next outage")
 	}
 }

@@ -68,11 +68,13 @@ func TestMain(m *testing.M) {
 // world is one test's servers, plans file and client connection.
 type world struct {
 	t     *testing.T
-	nats  *testenv.NATSServer
+	nats  *testenv.NATSServer // nil when the world runs on servers of another kind (a cluster)
 	redis *testenv.RedisServer
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	plans string
+	// natsURL and redisURL are what the admitter is given.
+	natsURL, redisURL string
+	nc                *nats.Conn
+	js                jetstream.JetStream
+	plans             string
 }
 
 // newWorld starts a world whose Redis persists, as the README recommends: buckets survive its
@@ -85,12 +87,22 @@ func newWorld(t *testing.T, plans string) *world {
 // newWorldWith starts a world around the given Redis.
 func newWorldWith(t *testing.T, plans string, redis *testenv.RedisServer) *world {
 	t.Helper()
-	w := &world{t: t, nats: testenv.StartNATS(t), redis: redis}
+	n := testenv.StartNATS(t)
+	w := newWorldOn(t, plans, n.URL(), redis.URL())
+	w.nats, w.redis = n, redis
+	return w
+}
+
+// newWorldOn is a world on servers the test started: NATS at natsURL (comma-separated URLs of a
+// cluster), Redis at redisURL.
+func newWorldOn(t *testing.T, plans, natsURL, redisURL string) *world {
+	t.Helper()
+	w := &world{t: t, natsURL: natsURL, redisURL: redisURL}
 	w.plans = filepath.Join(t.TempDir(), "plans.yaml")
 	if err := os.WriteFile(w.plans, []byte(plans), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(w.nats.URL())
+	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +118,8 @@ func newWorldWith(t *testing.T, plans string, redis *testenv.RedisServer) *world
 func (w *world) env(over ...string) []string {
 	e := []string{
 		"PATH=" + os.Getenv("PATH"),
-		"ADMITTER_NATS_URL=" + w.nats.URL(),
-		"ADMITTER_REDIS_URL=" + w.redis.URL(),
+		"ADMITTER_NATS_URL=" + w.natsURL,
+		"ADMITTER_REDIS_URL=" + w.redisURL,
 		"ADMITTER_PLANS_FILE=" + w.plans,
 		"ADMITTER_LOG_FORMAT=text",
 		"ADMITTER_ACK_WAIT=5s",
@@ -242,33 +254,78 @@ func (w *world) read(stream string, n int, timeout time.Duration) []job {
 }
 
 // readAll returns every message now on the stream.
-func (w *world) readAll(stream string) []job {
+func (w *world) readAll(stream string) []job { return w.readStream(stream, false) }
+
+// readHeaders is readAll without the payloads (job.payload is empty): cheaper for large jobs.
+func (w *world) readHeaders(stream string) []job { return w.readStream(stream, true) }
+
+// readStream reads every message now on the stream with an ordered consumer, in order. A read
+// that fails (a cluster electing a leader) is tried again, five times at most.
+func (w *world) readStream(stream string, headersOnly bool) []job {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	var err error
+	for try := range 5 {
+		var out []job
+		if out, err = w.tryReadStream(stream, headersOnly); err == nil {
+			return out
+		}
+		w.t.Logf("read %s (try %d): %v", stream, try+1, err)
+		time.Sleep(time.Second)
+	}
+	w.t.Fatalf("read %s: %v", stream, err)
+	return nil
+}
+
+func (w *world) tryReadStream(stream string, headersOnly bool) ([]job, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := w.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		w.t.Fatal(err)
+		return nil, err
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		w.t.Fatal(err)
+		return nil, err
+	}
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: headersOnly})
+	if err != nil {
+		return nil, err
 	}
 	var out []job
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
+	left := info.State.Msgs // a fetch of what is there returns at once
+	for {
+		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			w.t.Fatal(err)
+			return nil, err
 		}
-		out = append(out, job{subject: m.Subject, payload: string(m.Data), header: m.Header, stored: m.Time})
+		n, pending, last := 0, uint64(0), uint64(0)
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, job{subject: m.Subject(), payload: string(m.Data()), header: m.Headers(), stored: meta.Timestamp})
+			n, pending, last = n+1, meta.NumPending, meta.Sequence.Stream
+		}
+		left = pending
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		// Done once the last message there was at the start is read, or none is left (a
+		// work-queue stream may lose messages while it is read).
+		if n == 0 || pending == 0 || last >= info.State.LastSeq {
+			return out, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%d messages in a minute, not done", len(out))
+		}
 	}
-	return out
 }
 
 // consumer returns the admitter consumer's info.
@@ -290,15 +347,24 @@ func (w *world) consumer() *jetstream.ConsumerInfo {
 // streamMsgs is the number of messages stored on a stream.
 func (w *world) streamMsgs(stream string) uint64 {
 	w.t.Helper()
+	n, err := w.countMsgs(stream)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+// countMsgs is streamMsgs with the error returned.
+func (w *world) countMsgs(stream string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s, err := w.js.Stream(ctx, stream)
 	if err != nil {
-		w.t.Fatal(err)
+		return 0, err
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		w.t.Fatal(err)
+		return 0, err
 	}
-	return info.State.Msgs
+	return info.State.Msgs, nil
 }

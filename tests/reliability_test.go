@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,4 +232,50 @@ func TestHTTPNeverHangs(t *testing.T) {
 	if took := time.Since(begin); code != 503 || took > 3*time.Second {
 		t.Errorf("/inspect with Redis frozen: %d %q after %v; want 503 within about a second", code, body, took)
 	}
+}
+
+// TestMegabyteBacklogAfterARestart: 300 jobs of 900 KiB (264 MiB), on a plan that lets them all
+// go now, are queued while the admitter is down; started, it forwards them all once, and the
+// server never cuts it off as a slow consumer (its pulls are bounded by bytes under the
+// server's buffer for one client). The time it takes is measured, not asserted (the bound is
+// the wait's).
+func TestMegabyteBacklogAfterARestart(t *testing.T) {
+	const n, size = 300, 900 << 10
+	w := newWorld(t, "plans: {p: {limits: [{capacity: 1000000, rate: 1000000/s}]}}\ndefault_plan: p\n")
+	if code := w.start().signal(syscall.SIGTERM, 15*time.Second); code != 0 { // the streams exist; the admitter is down
+		t.Fatalf("exit %d after SIGTERM", code)
+	}
+	for _, tenant := range []string{"acme", "bob", "carol"} {
+		w.publishMany("jobs.submit."+tenant+".big", tenant, n/3, size)
+	}
+	slow := func() int64 {
+		v, err := w.nats.Varz(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.SlowConsumers
+	}
+	slow0 := slow()
+	begin := time.Now()
+	p := w.start()
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d jobs of 900 KiB forwarded", n), func() bool { return w.streamMsgs("ADMITTED") >= n })
+	took := time.Since(begin)
+	waitFor(t, 10*time.Second, "the input to be settled", func() bool { return w.streamMsgs("JOBS") == 0 })
+	seen := map[string]int{} // by the input each forward comes from
+	for _, j := range w.readHeaders("ADMITTED") {
+		seen[j.header.Get(nats.MsgIdHdr)]++
+	}
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("job %s forwarded %d times", id, c)
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct jobs forwarded, want %d", len(seen), n)
+	}
+	if s := slow() - slow0; s != 0 {
+		t.Errorf("the server cut %d slow consumers off while the backlog moved", s)
+	}
+	t.Logf("%d jobs of 900 KiB (%d MiB) forwarded %v after the admitter started (%.0f MiB/s); peak RSS %d MiB (race build)",
+		n, n*size>>20, took.Round(time.Millisecond), float64(n*size>>20)/took.Seconds(), peakRSS(t, p)>>20)
 }

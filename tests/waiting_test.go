@@ -66,53 +66,6 @@ func arrivals(t *testing.T, jobs []job, tenant string) []time.Time {
 	return times
 }
 
-// worstWindow is the largest excess, over every interval [times[i], times[j]], of the jobs
-// forwarded in it above C + r·(times[j]-times[i]): zero or less when the pacing upper bound
-// holds everywhere. It also returns the interval of the worst excess. O(n): the excess of
-// [i, j] is (j+1 - r·t_j) + (r·t_i - i) - C, maximised over i ≤ j with a running maximum.
-func worstWindow(times []time.Time, capacity, rate float64) (excess float64, from, to time.Time) {
-	if len(times) == 0 {
-		return -capacity, time.Time{}, time.Time{}
-	}
-	t0 := times[0]
-	sec := func(k int) float64 { return times[k].Sub(t0).Seconds() }
-	bestI, bestStart := 0, rate*sec(0)
-	excess = -capacity - 1
-	for j := range times {
-		if v := rate*sec(j) - float64(j); v > bestStart {
-			bestStart, bestI = v, j
-		}
-		if e := float64(j+1) - rate*sec(j) + bestStart - capacity; e > excess {
-			excess, from, to = e, times[bestI], times[j]
-		}
-	}
-	return excess, from, to
-}
-
-// TestWorstWindow checks the window check itself on known arrival patterns.
-func TestWorstWindow(t *testing.T) {
-	base := time.Unix(1000, 0)
-	at := func(ms ...int) []time.Time {
-		var out []time.Time
-		for _, m := range ms {
-			out = append(out, base.Add(time.Duration(m)*time.Millisecond))
-		}
-		return out
-	}
-	// C=2, r=10/s: a burst of 2, then one every 100ms, is exactly on the bound.
-	if e, _, _ := worstWindow(at(0, 0, 100, 200, 300), 2, 10); e > 1e-9 {
-		t.Errorf("paced arrivals: excess %v, want ≤ 0", e)
-	}
-	// Three at once exceed C=2 by one.
-	if e, _, _ := worstWindow(at(0, 100, 100, 100), 2, 10); e < 0.999 {
-		t.Errorf("burst of three: excess %v, want ≥ 1", e)
-	}
-	// A late burst after a quiet stretch: the excess is found inside, not from the start.
-	if e, from, _ := worstWindow(at(0, 1000, 5000, 5000, 5000, 5001), 2, 10); e < 1.98 || !from.Equal(base.Add(5*time.Second)) {
-		t.Errorf("late burst: excess %v from %v, want ≥ 1.98 from 5s", e, from.Sub(base))
-	}
-}
-
 // TestQuietTenantIsNotHeldBehindABacklog: one tenant has a backlog ten times larger than the
 // admitter's window of jobs in flight; another tenant, within its own plan, still gets every job
 // forwarded promptly.
@@ -197,16 +150,6 @@ default_plan: p
 		t.Fatalf("pacing bound broken by %.1f jobs in [%v, %v] (+%v after the kill): %d forwarded there",
 			e, from.Sub(killed), to.Sub(killed), to.Sub(from), countBetween(times, from, to))
 	}
-}
-
-func countBetween(times []time.Time, from, to time.Time) int {
-	n := 0
-	for _, at := range times {
-		if !at.Before(from) && !at.After(to) {
-			n++
-		}
-	}
-	return n
 }
 
 // TestFullOutputStreamIsBackpressure: the output stream is a work queue capped at 50 jobs that

@@ -27,7 +27,8 @@ func TestQuickRun(t *testing.T) {
 	begin := time.Now()
 	code := bench.Main(ctx, []string{"-quick", "-json", path,
 		"-duration", "300ms", "-warmup", "100ms", "-jobs", "1000", "-latency-duration", "1s", "-latency-rate", "300",
-		"-overload-duration", "1500ms", "-overload-tail", "500ms", "-flood-jobs", "3000", "-flood-quiet", "5", "-flood-duration", "1s"}, &out, &errOut, t)
+		"-overload-duration", "1500ms", "-overload-tail", "500ms", "-flood-jobs", "3000", "-flood-quiet", "5", "-flood-duration", "1s",
+		"-large-jobs", "20", "-large-kib", "256"}, &out, &errOut, t)
 	t.Logf("exit %d after %v\n%s%s", code, time.Since(begin).Round(time.Millisecond), out.String(), errOut.String())
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
@@ -35,7 +36,7 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{"start redis-server", "decisions: ours", "decisions: redis_rate", "decisions: ceiling",
 		"sync: admitter http", "sync: admitter nats", "sync: redis_rate net/http",
 		"decisions: ours bucket", "decisions: ours window", "decisions: ours quota", "decisions: ours mixed",
-		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "overload:", "deep flood:",
+		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "large: relay drains", "large: admitter drains", "overload:", "deep flood:",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
@@ -107,6 +108,19 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("added p99 %g, want admitter p99 − relay p99 = %g", e.Latency.AddedP99Ms, got)
 	}
 
+	l := r.Large
+	if l == nil {
+		t.Fatal("no large section")
+	}
+	for name, run := range map[string]bench.LargeRun{"relay": l.Relay, "admitter": l.Admitter} {
+		if run.Jobs != 20 || run.PerSecond <= 0 || run.MiBPerSecond <= 0 || run.SlowConsumers != 0 || run.NATSRSSMiB <= 0 {
+			t.Errorf("large %s: %+v", name, run)
+		}
+	}
+	if l.SizeBytes != 256<<10 || l.Admitter.PeakRSSMiB <= 0 || l.Relay.PeakRSSMiB != 0 || l.Ratio <= 0 {
+		t.Errorf("large: %+v", l)
+	}
+
 	o := r.Overload
 	if o == nil {
 		t.Fatal("no overload section")
@@ -145,10 +159,11 @@ func TestQuickRun(t *testing.T) {
 	}
 	latency("deep flood quiet", f.Quiet)
 
-	if len(r.Goals) != 12 {
-		t.Errorf("%d goals, want 12: %+v", len(r.Goals), r.Goals)
+	if len(r.Goals) != 14 {
+		t.Errorf("%d goals, want 14: %+v", len(r.Goals), r.Goals)
 	}
-	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalBatched, bench.GoalSyncHTTP, bench.GoalEndToEnd, bench.GoalAddedP99, bench.GoalOverloadErr, bench.GoalAttempts,
+	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalBatched, bench.GoalSyncHTTP, bench.GoalEndToEnd, bench.GoalAddedP99,
+		bench.GoalLargeRelay, bench.GoalLargeSlow, bench.GoalOverloadErr, bench.GoalAttempts,
 		bench.GoalFloodQuiet, bench.GoalFloodNoisy, bench.GoalFloodRSS, bench.GoalFloodRedis} {
 		if _, ok := r.Goal(name); !ok {
 			t.Errorf("no goal %q", name)

@@ -20,7 +20,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs := flag.NewFlagSet("admitter-bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported by run, the usage only on -h
 	o := def
-	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, overload, flood (or all)")
+	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, large, overload, flood (or all)")
 	quick := fs.Bool("quick", false, "shorten every phase for a smoke run of seconds (flags given explicitly still apply)")
 	jsonPath := fs.String("json", "bench-results.json", "write the figures as JSON to this `path` (empty: don't)")
 	fs.DurationVar(&o.Duration, "duration", def.Duration, "decisions and sync: measured time per contender")
@@ -33,6 +33,9 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.IntVar(&o.RelayPipelines, "relay-pipelines", def.RelayPipelines, "end to end: the relay's consume→publish→ack pipelines")
 	fs.IntVar(&o.Workers, "workers", def.Workers, "admitter's Workers (0: admission's default)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of admitter's end-to-end throughput run to this `path`")
+	fs.IntVar(&o.LargeJobs, "large-jobs", def.LargeJobs, "large: jobs queued while the forwarder is down")
+	largeKiB := fs.Int("large-kib", def.LargeSize>>10, "large: each job's payload in KiB")
+	fs.IntVar(&o.LargeTenants, "large-tenants", def.LargeTenants, "large: tenants the jobs are spread over")
 	fs.DurationVar(&o.OverloadDuration, "overload-duration", def.OverloadDuration, "overload: how long the tenant is published at the overload factor")
 	fs.DurationVar(&o.OverloadTail, "overload-tail", def.OverloadTail, "overload: how long to keep watching after the load ends")
 	fs.Int64Var(&o.OverloadCapacity, "overload-capacity", def.OverloadCapacity, "overload: the tenant's plan capacity")
@@ -47,7 +50,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 		fs.SetOutput(stderr)
 		fmt.Fprintf(stderr, "usage: admitter-bench [flags]\n\n"+
 			"Measures admitter against redis_rate (alone and behind net/http), a minimal-script ceiling\n"+
-			"and a plain JetStream relay,\n"+
+			"and a plain JetStream relay (small jobs and megabyte jobs),\n"+
 			"on servers it starts itself on 127.0.0.1, and prints a table against the goals.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
@@ -60,6 +63,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	if fs.NArg() > 0 {
 		return o, "", fmt.Errorf("unexpected argument %q (every option is a flag; see -h)", fs.Arg(0))
 	}
+	o.LargeSize = *largeKiB << 10
 	var err error
 	if o.Scenarios, err = ParseScenarios(*scenarios); err != nil {
 		return o, "", fmt.Errorf("-scenarios: %w", err)
@@ -77,6 +81,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 			"overload-duration": func() { q.OverloadDuration = o.OverloadDuration },
 			"overload-tail":     func() { q.OverloadTail = o.OverloadTail },
 			"flood-jobs":        func() { q.FloodJobs = o.FloodJobs },
+			"large-jobs":        func() { q.LargeJobs = o.LargeJobs },
 			"flood-quiet":       func() { q.FloodQuietTenants = o.FloodQuietTenants },
 			"flood-duration":    func() { q.FloodDuration = o.FloodDuration },
 		} {

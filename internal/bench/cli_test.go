@@ -17,7 +17,7 @@ func TestParseArgsDefaults(t *testing.T) {
 	}
 	if path != "bench-results.json" || o.Quick || o.Duration != 5*time.Second || o.Warmup != time.Second ||
 		o.Concurrency != 64 || o.Tenants != 1000 || o.Jobs != 50_000 || o.OverloadDuration != 30*time.Second ||
-		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 5 || o.LatencyRate != 5000 ||
+		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 6 || o.LatencyRate != 5000 || o.LargeJobs != 1000 || o.LargeSize != 1<<20 ||
 		o.FloodJobs != 1_000_000 || o.FloodQuietTenants != 100 || o.FloodDuration != 30*time.Second {
 		t.Errorf("defaults: %+v, json %q", o, path)
 	}
@@ -52,6 +52,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-jobs", "-5"}, "-jobs must be from 1"},
 		{[]string{"-scenarios", "decisions,speed"}, `unknown scenario "speed"`},
 		{[]string{"-overload-factor", "0"}, "overload factor must be positive"},
+		{[]string{"-large-kib", "0"}, "-large-kib must be from 1 to 16384"},
+		{[]string{"-large-jobs", "0"}, "-large-jobs must be from 1"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		_, _, err := ParseArgs(c.args, io.Discard)

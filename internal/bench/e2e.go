@@ -13,6 +13,7 @@ import (
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // env is what the scenarios share: the servers' starter, Redis, the plans and the options.
@@ -31,9 +32,9 @@ type env struct {
 func (e *env) prepare(ctx context.Context, kind, url string) (*forwarder, error) {
 	switch kind {
 	case "relay":
-		return prepareRelay(ctx, url, e.o.RelayPipelines, false)
+		return prepareRelay(ctx, url, e.o.RelayPipelines, false, jetstream.PullMaxMessages(512))
 	case "relay+msgid":
-		return prepareRelay(ctx, url, e.o.RelayPipelines, true)
+		return prepareRelay(ctx, url, e.o.RelayPipelines, true, jetstream.PullMaxMessages(512))
 	}
 	if err := e.flush(ctx); err != nil {
 		return nil, err

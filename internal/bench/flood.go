@@ -73,13 +73,11 @@ func buildProcesses(tb testenv.TB) (admitter, natsServer string, err error) {
 	processes.once.Do(func() {
 		processes.dir = tb.TempDir()
 		processes.admitter = filepath.Join(processes.dir, "admitter")
-		processes.nats = filepath.Join(processes.dir, "nats-server")
-		for _, b := range [][2]string{{processes.admitter, "github.com/admitter/admitter/cmd/admitter"}, {processes.nats, "github.com/nats-io/nats-server/v2"}} {
-			if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
-				processes.err = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
-				return
-			}
+		if out, err := exec.Command("go", "build", "-o", processes.admitter, "github.com/admitter/admitter/cmd/admitter").CombinedOutput(); err != nil {
+			processes.err = fmt.Errorf("go build admitter: %v\n%s", err, out)
+			return
 		}
+		processes.nats, processes.err = testenv.BuildNATSServer(processes.dir)
 	})
 	return processes.admitter, processes.nats, processes.err
 }

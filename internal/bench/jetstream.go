@@ -234,9 +234,10 @@ type forwarder struct {
 }
 
 // prepareRelay is the baseline: a durable pull consumer with explicit acks (admitter's consumer
-// config), pipelines × (Consume → async JetStream publish to jobs.admitted.<same tokens> → ack
-// when the PubAck arrives), with no limiter and no per-message bookkeeping beyond that.
-func prepareRelay(ctx context.Context, url string, pipelines int, msgID bool) (*forwarder, error) {
+// config), pipelines × (Consume with pull → async JetStream publish to jobs.admitted.<same
+// tokens>, with a Nats-Msg-Id when msgID → ack when the PubAck arrives), with no limiter and no
+// per-message bookkeeping beyond that.
+func prepareRelay(ctx context.Context, url string, pipelines int, msgID bool, pull jetstream.PullConsumeOpt) (*forwarder, error) {
 	nc, js, err := connect(url, "bench-relay")
 	if err != nil {
 		return nil, err
@@ -316,7 +317,7 @@ func prepareRelay(ctx context.Context, url string, pipelines int, msgID bool) (*
 				case inflight <- pending{m, f}:
 				case <-quit:
 				}
-			}, jetstream.PullMaxMessages(512))
+			}, pull)
 			if err != nil {
 				return fmt.Errorf("relay consume: %w", err)
 			}

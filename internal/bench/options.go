@@ -15,10 +15,11 @@ const (
 	ScenarioOverload  = "overload"
 	ScenarioFlood     = "flood"
 	ScenarioSync      = "sync"
+	ScenarioLarge     = "large"
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioOverload, ScenarioFlood}
+var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioLarge, ScenarioOverload, ScenarioFlood}
 
 // Options say what to run and for how long. Start from Defaults or Quick.
 type Options struct {
@@ -47,6 +48,12 @@ type Options struct {
 	// CPUProfile, when set, receives a CPU profile of the process during admitter's end-to-end
 	// throughput run (the in-process nats-server included; redis-server is another process).
 	CPUProfile string
+
+	// Large: LargeJobs jobs of LargeSize bytes over LargeTenants tenants, queued while the
+	// forwarder was down, drained by the relay and by the admitter (a process).
+	LargeJobs    int
+	LargeSize    int
+	LargeTenants int
 
 	// Overload: one tenant on a plan of OverloadCapacity at OverloadRate/s, published at
 	// OverloadFactor × its rate for OverloadDuration, measured until OverloadTail after.
@@ -83,6 +90,9 @@ func Defaults() Options {
 		LatencyDuration:   10 * time.Second,
 		LatencyRate:       5000, // the paced rate: a load both forwarders carry
 		RelayPipelines:    2,
+		LargeJobs:         1000,
+		LargeSize:         1 << 20,
+		LargeTenants:      10,
 		OverloadDuration:  30 * time.Second,
 		OverloadTail:      5 * time.Second,
 		OverloadCapacity:  100,
@@ -103,6 +113,7 @@ func (o Options) Shortened() Options {
 	o.Jobs = 3000
 	o.LatencyDuration = 1500 * time.Millisecond
 	o.LatencyRate = 2000 // the relay's rate over a few thousand jobs says little
+	o.LargeJobs = 100
 	o.OverloadDuration = 2 * time.Second
 	o.OverloadTail = time.Second
 	o.FloodJobs = 20_000
@@ -175,6 +186,15 @@ func (o Options) Validate() error {
 	}
 	if o.Workers < 0 || o.Workers > 100_000 {
 		errs = append(errs, fmt.Errorf("-workers must be from 0 (admitter's default) to 100000, got %d", o.Workers))
+	}
+	if o.LargeJobs < 1 || o.LargeJobs > 100_000 {
+		errs = append(errs, fmt.Errorf("-large-jobs must be from 1 to 100000, got %d", o.LargeJobs))
+	}
+	if o.LargeSize < 1 || o.LargeSize > 16<<20 {
+		errs = append(errs, fmt.Errorf("-large-kib must be from 1 to 16384 (16 MiB), got %d bytes", o.LargeSize))
+	}
+	if o.LargeTenants < 1 || o.LargeTenants > 10_000 {
+		errs = append(errs, fmt.Errorf("-large-tenants must be from 1 to 10000, got %d", o.LargeTenants))
 	}
 	if o.OverloadCapacity < 1 {
 		errs = append(errs, fmt.Errorf("overload capacity must be ≥ 1, got %d", o.OverloadCapacity))

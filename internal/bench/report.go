@@ -19,6 +19,7 @@ type Report struct {
 	Decisions *Decisions  `json:"decisions,omitempty"`
 	Sync      *Sync       `json:"sync,omitempty"`
 	EndToEnd  *EndToEnd   `json:"end_to_end,omitempty"`
+	Large     *Large      `json:"large,omitempty"`
 	Overload  *Overload   `json:"overload,omitempty"`
 	Flood     *Flood      `json:"deep_flood,omitempty"`
 	Goals     []Goal      `json:"goals"`
@@ -52,6 +53,8 @@ type OptionsJSON struct {
 	Jobs              int      `json:"jobs"`
 	LatencyDurationS  float64  `json:"latency_duration_s"`
 	RelayPipelines    int      `json:"relay_pipelines"`
+	LargeJobs         int      `json:"large_jobs"`
+	LargeSizeBytes    int      `json:"large_size_bytes"`
 	OverloadDurationS float64  `json:"overload_duration_s"`
 	OverloadTailS     float64  `json:"overload_tail_s"`
 	FloodJobs         int      `json:"flood_jobs"`
@@ -63,6 +66,7 @@ func optionsJSON(o Options) OptionsJSON {
 		Scenarios: o.Scenarios, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(),
 		Concurrency: o.Concurrency, Tenants: o.Tenants, Jobs: o.Jobs,
 		LatencyDurationS: o.LatencyDuration.Seconds(), RelayPipelines: o.RelayPipelines,
+		LargeJobs: o.LargeJobs, LargeSizeBytes: o.LargeSize,
 		OverloadDurationS: o.OverloadDuration.Seconds(), OverloadTailS: o.OverloadTail.Seconds(),
 		FloodJobs: o.FloodJobs, FloodDurationS: o.FloodDuration.Seconds(),
 	}
@@ -211,6 +215,8 @@ const (
 	GoalSyncHTTP    = "sync http ours/redis_rate net/http"
 	GoalEndToEnd    = "end-to-end admitter/relay"
 	GoalAddedP99    = "added p99 latency ms"
+	GoalLargeRelay  = "large jobs admitter/relay"
+	GoalLargeSlow   = "large jobs slow consumers"
 	GoalOverloadErr = "overload admitted error %"
 	GoalAttempts    = "overload mean deliveries"
 	GoalFloodQuiet  = "deep flood quiet p99 ms"
@@ -244,6 +250,9 @@ func (r *Report) EvaluateGoals() {
 	}
 	if e := r.EndToEnd; e != nil {
 		r.Goals = append(r.Goals, goal(GoalEndToEnd, e.Ratio, ">=", 0.85), goal(GoalAddedP99, e.Latency.AddedP99Ms, "<=", 1))
+	}
+	if l := r.Large; l != nil {
+		r.Goals = append(r.Goals, goal(GoalLargeRelay, l.Ratio, ">=", 0.85), goal(GoalLargeSlow, float64(l.Admitter.SlowConsumers), "<=", 0))
 	}
 	if o := r.Overload; o != nil {
 		r.Goals = append(r.Goals, goal(GoalOverloadErr, o.ErrorPct, "abs<=", 2), goal(GoalAttempts, o.AttemptsMean, "<=", 1.5))
@@ -330,6 +339,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 		rc := e.Redis
 		row("redis per forwarded job", fixed(rc.CallsPerJob, 3)+" calls", fixed(rc.CPUMicrosPerJob, 1)+" µs of redis CPU", "", "", "")
 		row("redis after the drain", count(float64(rc.Keys))+" keys", fixed(rc.BytesPerTenant, 0)+" B/tenant", fixed(rc.BytesPerJobPerS, 2)+" B per job/s", "", "")
+	}
+	if l := r.Large; l != nil {
+		t, m := met(GoalLargeRelay)
+		what := fmt.Sprintf("%s × %s", count(float64(l.Jobs)), sizeName(l.SizeBytes))
+		row("large jobs/s ("+what+")", fixed(l.Admitter.PerSecond, 1), "relay "+fixed(l.Relay.PerSecond, 1), fixed(l.Ratio, 2), t, m)
+		row("large MiB/s", fixed(l.Admitter.MiBPerSecond, 1), "relay "+fixed(l.Relay.MiBPerSecond, 1), "", "", "")
+		t, m = met(GoalLargeSlow)
+		row("large slow-consumer disconnects", strconv.FormatInt(l.Admitter.SlowConsumers, 10), "relay "+strconv.FormatInt(l.Relay.SlowConsumers, 10), "", t, m)
+		row("large peak RSS MiB", fixed(l.Admitter.PeakRSSMiB, 1), "nats-server "+fixed(l.Admitter.NATSRSSMiB, 1), "", "", "")
 	}
 	if o := r.Overload; o != nil {
 		t, m := met(GoalOverloadErr)

@@ -172,6 +172,11 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		}
 		rep.Notes = append(rep.Notes, rep.EndToEnd.Notes...)
 	}
+	if o.Has(ScenarioLarge) {
+		if rep.Large, err = e.large(ctx, p); err != nil {
+			return nil, fmt.Errorf("large: %w", err)
+		}
+	}
 	if o.Has(ScenarioOverload) {
 		what := fmt.Sprintf("overload: tenant %s (%d at %d/s) at %g× for %v, watched %v more", overloadTenant,
 			o.OverloadCapacity, o.OverloadRate, o.OverloadFactor, o.OverloadDuration, o.OverloadTail)

@@ -166,6 +166,22 @@ func (s *RedisServer) Kill() {
 	s.cmd = nil
 }
 
+// Stop asks the server to shut down (SIGTERM: it writes its append-only file out and exits)
+// and waits for it, killing it after 10 s. Safe to call twice; Start starts it again.
+func (s *RedisServer) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.Kill()
+	}
+	s.cmd = nil
+}
+
 // Pause stops the process with SIGSTOP: connections stay open but nothing answers.
 func (s *RedisServer) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
 

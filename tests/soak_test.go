@@ -1,0 +1,494 @@
+package tests
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/wire"
+)
+
+// The soak (make soak): many tenants' traffic through admitter replicas (the built binary, without
+// the race detector), a 3-node NATS cluster (nats-server processes, streams R3) and Redis, while
+// a fault is injected every ~20 s at random: a replica, a NATS node or Redis killed (SIGKILL)
+// and restarted, paused (SIGSTOP, then SIGCONT) or restarted (SIGTERM). Afterwards the
+// invariants are checked with the property test's checker: nothing lost, nothing forwarded
+// twice, every tenant's forwards within C + r·t per limit in every interval (fail-open forwards
+// excepted). It prints a table of the faults, what each cost, and the invariants.
+//
+//	ADMITTER_SOAK=10m                 run for this long (unset: skipped)
+//	ADMITTER_SOAK_SEED=n              replay a schedule (printed at the start)
+//	ADMITTER_SOAK_FAULT_EVERY=20s     the mean time between faults
+//	ADMITTER_SOAK_FAIL_MODE=open      or closed (default: drawn from the seed)
+//	ADMITTER_SOAK_REDIS=aof           aof (appendonly yes, appendfsync always), everysec
+//	                                  (appendfsync everysec: a crash may lose the last second)
+//	                                  or forget (no append-only file: a restart forgets)
+
+// soakTenant is a tenant of the soak: its plan's limits and its load.
+type soakTenant struct {
+	plan   string
+	limits []bucketLimit
+	load   loadTenant
+	quiet  bool // publishes within its plan: its jobs should go at once
+}
+
+const soakPlans = `
+plans:
+  small: {limits: [{capacity: 4, rate: 4/s}]}
+  duo:   {limits: [{name: burst, capacity: 8, rate: 8/s}, {name: sustained, capacity: 40, rate: 4/s}]}
+  large: {limits: [{capacity: 20, rate: 20/s}]}
+  roomy: {limits: [{capacity: 20, rate: 10/s}]}
+`
+
+// soakTenants are 40 tenants: 18 publish bursts of several times their plan every 30 s (their
+// jobs wait in their lanes, then drain), 22 stay within theirs. About 120 jobs/s in all.
+func soakTenants(rng *rand.Rand) []soakTenant {
+	var out []soakTenant
+	add := func(n int, prefix, plan string, limits []bucketLimit, quiet bool, lt loadTenant) {
+		for i := range n {
+			lt := lt
+			lt.name = fmt.Sprintf("%s%02d", prefix, i)
+			if lt.every > 0 {
+				lt.phase = time.Duration(rng.Int64N(int64(lt.every)))
+			}
+			out = append(out, soakTenant{plan: plan, limits: limits, load: lt, quiet: quiet})
+		}
+	}
+	period := 30 * time.Second
+	add(8, "small", "small", []bucketLimit{{4, 4}}, false, loadTenant{rate: 1.2, maxW: 1, burst: 12, every: period, lasting: 5 * time.Second})
+	add(6, "duo", "duo", []bucketLimit{{8, 8}, {40, 4}}, false, loadTenant{rate: 1, maxW: 2, burst: 10, every: period, lasting: 4 * time.Second})
+	add(4, "large", "large", []bucketLimit{{20, 20}}, false, loadTenant{rate: 5, maxW: 1, burst: 50, every: period, lasting: 3 * time.Second})
+	add(22, "quiet", "roomy", []bucketLimit{{20, 10}}, true, loadTenant{rate: 2, maxW: 1})
+	return out
+}
+
+// soakFault is one fault injected: when (since the start), for how long, what.
+type soakFault struct {
+	at, held time.Duration
+	kind     string
+	target   string
+}
+
+// soakReplica is one admitter replica: its process, nil while it is down.
+type soakReplica struct {
+	name   string
+	proc   *proc
+	paused bool
+}
+
+func TestSoak(t *testing.T) {
+	spec := os.Getenv("ADMITTER_SOAK")
+	if spec == "" {
+		t.Skip("the soak runs with ADMITTER_SOAK set to a duration (make soak)")
+	}
+	duration, err := time.ParseDuration(spec)
+	if err != nil || duration <= 0 {
+		t.Fatalf("ADMITTER_SOAK=%q: want a positive duration such as 10m", spec)
+	}
+	envDuration := func(name string, def time.Duration) time.Duration {
+		if v := os.Getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				t.Fatalf("%s=%q: want a positive duration", name, v)
+			}
+			return d
+		}
+		return def
+	}
+	every := envDuration("ADMITTER_SOAK_FAULT_EVERY", 20*time.Second)
+	if dl, ok := t.Deadline(); ok && time.Until(dl) < duration+25*time.Minute {
+		t.Fatalf("go test's -timeout leaves %v: the soak needs its duration (%v) and up to 25 minutes more", time.Until(dl).Round(time.Second), duration)
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("ADMITTER_SOAK_SEED"); s != "" {
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("ADMITTER_SOAK_SEED: %v", err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	failMode := []string{"open", "closed"}[rng.IntN(2)]
+	if m := os.Getenv("ADMITTER_SOAK_FAIL_MODE"); m != "" {
+		failMode = m
+	}
+	redisMode := os.Getenv("ADMITTER_SOAK_REDIS")
+	var redis *testenv.RedisServer
+	switch redisMode {
+	case "", "aof":
+		redisMode = "aof"
+		redis = testenv.StartRedisWith(t, "--appendfsync", "always")
+	case "everysec":
+		redis = testenv.StartPersistentRedis(t)
+	case "forget":
+		redis = testenv.StartRedis(t)
+	default:
+		t.Fatalf("ADMITTER_SOAK_REDIS=%q: want aof, everysec or forget", redisMode)
+	}
+	t.Logf("soak: seed %d (replay with ADMITTER_SOAK_SEED=%d), %v, a fault every ~%v, fail mode %s, redis %s",
+		seed, seed, duration, every, failMode, redisMode)
+
+	natsBin, err := testenv.BuildNATSServer(filepath.Dir(binary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := testenv.StartNATSProcessCluster(t, natsBin, 3)
+	tenants := soakTenants(rng)
+	plans := soakPlans + "tenants:\n"
+	for _, tn := range tenants {
+		plans += fmt.Sprintf("  %s: %s\n", tn.load.name, tn.plan)
+	}
+	w := newWorldOn(t, plans, cluster.URLs(), redis.URL())
+	w.redis = redis
+	bin := plainBinary(t)
+	env := []string{"ADMITTER_STREAM_REPLICAS=3", "ADMITTER_FAIL_MODE=" + failMode, "ADMITTER_ACK_WAIT=30s"}
+	replicas := make([]*soakReplica, 3)
+	for i := range replicas {
+		replicas[i] = &soakReplica{name: fmt.Sprintf("r%d", i+1)}
+		replicas[i].proc = w.startBinary(bin, append(env, "ADMITTER_REPLICA="+replicas[i].name)...)
+	}
+	startReplica := func(r *soakReplica) {
+		r.proc = w.startBinary(bin, append(env, "ADMITTER_REPLICA="+r.name)...)
+	}
+	var unexpected []string // replicas that exited by themselves, or badly on SIGTERM
+	checkAlive := func() {
+		for _, r := range replicas {
+			if r.proc == nil {
+				continue
+			}
+			select {
+			case <-r.proc.done:
+				unexpected = append(unexpected, fmt.Sprintf("replica %s exited by itself (%v)", r.name, r.proc.err))
+				startReplica(r)
+			default:
+			}
+		}
+	}
+
+	var loads []loadTenant
+	for _, tn := range tenants {
+		loads = append(loads, tn.load)
+	}
+	start := time.Now()
+	ld := startLoad(t, cluster.URLs(), seed, loads, 4)
+
+	// The faults, one at a time: inject, hold, recover; the next one every ~20 s.
+	sleep := func(d time.Duration) { time.Sleep(d) }
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	kinds := []string{"replica kill", "replica pause", "replica restart", "nats kill", "nats pause", "nats restart", "redis kill", "redis pause", "redis restart"}
+	var faults []soakFault
+	next := start.Add(every / 2)
+	for {
+		sleep(time.Until(next))
+		if time.Since(start) >= duration {
+			break
+		}
+		checkAlive()
+		f := soakFault{at: time.Since(start), kind: kinds[rng.IntN(len(kinds))]}
+		switch f.kind {
+		case "replica kill":
+			r := replicas[rng.IntN(len(replicas))]
+			f.target = r.name
+			r.proc.kill()
+			down := between(time.Second, 10*time.Second)
+			sleep(down)
+			startReplica(r)
+		case "replica pause":
+			r := replicas[rng.IntN(len(replicas))]
+			f.target = r.name
+			_ = r.proc.cmd.Process.Signal(syscall.SIGSTOP)
+			r.paused = true
+			sleep(between(2*time.Second, 8*time.Second))
+			_ = r.proc.cmd.Process.Signal(syscall.SIGCONT)
+			r.paused = false
+		case "replica restart":
+			r := replicas[rng.IntN(len(replicas))]
+			f.target = r.name
+			if code := r.proc.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+				unexpected = append(unexpected, fmt.Sprintf("replica %s exited %d after SIGTERM", r.name, code))
+			}
+			startReplica(r)
+		case "nats kill", "nats pause", "nats restart":
+			n := cluster.Nodes[rng.IntN(len(cluster.Nodes))]
+			f.target = n.Name
+			switch f.kind {
+			case "nats kill":
+				n.Kill()
+				sleep(between(2*time.Second, 10*time.Second))
+			case "nats pause":
+				n.Pause()
+				sleep(between(2*time.Second, 8*time.Second))
+				n.Resume()
+			default:
+				n.Stop()
+			}
+			if !n.Running() {
+				if err := n.Start(); err != nil {
+					t.Fatalf("restart nats-server %s: %v", n.Name, err)
+				}
+			}
+		default: // redis
+			f.target = "redis"
+			switch f.kind {
+			case "redis kill":
+				redis.Kill()
+				sleep(between(0, 3*time.Second))
+			case "redis pause":
+				redis.Pause()
+				sleep(between(time.Second, 5*time.Second))
+				redis.Resume()
+			default:
+				redis.Stop()
+			}
+			if f.kind != "redis pause" {
+				if err := redis.Start(); err != nil {
+					t.Fatalf("restart redis: %v", err)
+				}
+			}
+		}
+		f.held = time.Since(start) - f.at
+		faults = append(faults, f)
+		t.Logf("%7.1fs  %-15s %-6s held %.1fs", f.at.Seconds(), f.kind, f.target, f.held.Seconds())
+		next = start.Add(f.at + between(every*3/4, every*5/4))
+	}
+	loadEnd := time.Since(start)
+	published := ld.finish(t)
+	checkAlive()
+
+	// Everything is up again: wait until every job is forwarded (or nothing moves for 90 s).
+	have, last, moved := uint64(0), uint64(0), time.Now()
+	for deadline := time.Now().Add(20 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		out, err1 := w.countMsgs("ADMITTED")
+		dead, err2 := w.countMsgs("DEAD")
+		if err1 != nil || err2 != nil { // an election under way: ask again
+			continue
+		}
+		have = out + dead
+		if have >= uint64(len(published)) {
+			break
+		}
+		if have != last {
+			last, moved = have, time.Now()
+		} else if time.Since(moved) > 90*time.Second {
+			t.Errorf("nothing forwarded for 90 s with %d of %d jobs forwarded", have, len(published))
+			break
+		}
+	}
+	drained := time.Since(start) - loadEnd
+	got := w.readAll("ADMITTED")
+	c := checkInvariants(published, got, w.readAll("DEAD"), soakChecked(tenants))
+	report := soakReport(start, duration, loadEnd, drained, faults, got, tenants, c, unexpected)
+	t.Logf("soak: seed %d, fail mode %s, redis %s\n%s", seed, failMode, redisMode, report)
+	if out := os.Getenv("ADMITTER_SOAK_REPORT"); out != "" {
+		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, u := range unexpected {
+		t.Error(u)
+	}
+	c.report(t, start)
+}
+
+// soakChecked is the checker's view of the tenants: each limit, slack the largest weight.
+func soakChecked(tenants []soakTenant) []checkedTenant {
+	var out []checkedTenant
+	for _, tn := range tenants {
+		out = append(out, checkedTenant{name: tn.load.name, limits: tn.limits, slack: float64(tn.load.maxW)})
+	}
+	return out
+}
+
+// soakForward is a forward as the report reads it.
+type soakForward struct {
+	stored, input time.Time // stored downstream; its input stored (stored - Admit-Delay-Ms)
+	weight        float64
+	degraded      bool
+}
+
+// faultCost is what the forwards in one window show.
+type faultCost struct {
+	stall       time.Duration // the longest wait of a job beyond its plan's spacing while jobs waited
+	stallTenant string
+	quietMax    time.Duration // the longest publish → forward of a tenant within its plan
+	failOpen    int
+}
+
+// soakCosts measures each fault's window, from its start to 15 s after it ended (or the next
+// fault), and the windows without a fault (the last element).
+func soakCosts(start time.Time, loadEnd time.Duration, faults []soakFault, got []job, tenants []soakTenant) (perFault []faultCost, calm faultCost) {
+	const after = 15 * time.Second
+	window := func(at time.Time) int { // the fault whose window holds at, -1 for none
+		d := at.Sub(start)
+		for i, f := range faults {
+			end := f.at + f.held + after
+			if i+1 < len(faults) {
+				end = min(end, faults[i+1].at)
+			}
+			if d >= f.at && d < end {
+				return i
+			}
+		}
+		return -1
+	}
+	perFault = make([]faultCost, len(faults))
+	cost := func(at time.Time) *faultCost {
+		if i := window(at); i >= 0 {
+			return &perFault[i]
+		}
+		if at.Sub(start) > loadEnd { // the drain after the load is no calm time
+			return &faultCost{}
+		}
+		return &calm
+	}
+	byTenant := map[string][]soakForward{}
+	for _, j := range got {
+		ms, _ := strconv.ParseInt(j.header.Get(wire.HeaderDelayMs), 10, 64)
+		wt, _ := strconv.Atoi(j.header.Get(wire.HeaderWeight))
+		f := soakForward{stored: j.stored, input: j.stored.Add(-time.Duration(ms) * time.Millisecond), weight: float64(max(wt, 1)),
+			degraded: j.header.Get(wire.HeaderDegraded) != ""}
+		tn := j.header.Get(wire.HeaderTenant)
+		byTenant[tn] = append(byTenant[tn], f)
+		if f.degraded {
+			cost(f.stored).failOpen++
+		}
+	}
+	for _, tn := range tenants {
+		fs := byTenant[tn.load.name]
+		slices.SortFunc(fs, func(a, b soakForward) int { return a.stored.Compare(b.stored) })
+		rate := tn.limits[0].rate
+		for _, l := range tn.limits {
+			rate = min(rate, l.rate)
+		}
+		for k, b := range fs {
+			if tn.quiet {
+				if c := cost(b.input); b.stored.Sub(b.input) > c.quietMax {
+					c.quietMax = b.stored.Sub(b.input)
+				}
+			}
+			if k == 0 {
+				continue
+			}
+			a := fs[k-1]
+			if b.input.After(a.stored) { // b was not waiting through the gap
+				continue
+			}
+			spacing := time.Duration(b.weight / rate * float64(time.Second))
+			if s := b.stored.Sub(a.stored) - spacing; s > 0 {
+				if c := cost(a.stored); s > c.stall {
+					c.stall, c.stallTenant = s, tn.load.name
+				}
+			}
+		}
+	}
+	return perFault, calm
+}
+
+// soakReport is the soak's tables: the faults and what each cost, the costs by kind, and the
+// invariants.
+func soakReport(start time.Time, duration, loadEnd, drained time.Duration, faults []soakFault, got []job, tenants []soakTenant,
+	c invariantCheck, unexpected []string) string {
+	perFault, calm := soakCosts(start, loadEnd, faults, got, tenants)
+	var b strings.Builder
+	secs := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) }
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(&b, "faults injected (%d in %v; costs over the fault and the 15 s after it):\n", len(faults), duration)
+	fmt.Fprintln(tw, "#\tat s\tfault\ttarget\theld s\tlongest stall s\t(tenant)\tquiet max delay s\tfail-open")
+	for i, f := range faults {
+		pc := perFault[i]
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", i+1, secs(f.at), f.kind, f.target, secs(f.held), secs(pc.stall), pc.stallTenant, secs(pc.quietMax), pc.failOpen)
+	}
+	fmt.Fprintf(tw, "-\t\tno fault\t\t\t%s\t%s\t%s\t%d\n", secs(calm.stall), calm.stallTenant, secs(calm.quietMax), calm.failOpen)
+	tw.Flush()
+
+	fmt.Fprintf(&b, "\nby kind:\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "fault\tcount\theld s (median)\tlongest stall s (median / max)\tquiet max delay s (median / max)\tfail-open")
+	byKind := map[string][]int{}
+	var kinds []string
+	for i, f := range faults {
+		if byKind[f.kind] == nil {
+			kinds = append(kinds, f.kind)
+		}
+		byKind[f.kind] = append(byKind[f.kind], i)
+	}
+	slices.Sort(kinds)
+	median := func(ds []time.Duration) (time.Duration, time.Duration) {
+		slices.Sort(ds)
+		return ds[len(ds)/2], ds[len(ds)-1]
+	}
+	for _, k := range kinds {
+		var held, stall, quiet []time.Duration
+		open := 0
+		for _, i := range byKind[k] {
+			held, stall, quiet = append(held, faults[i].held), append(stall, perFault[i].stall), append(quiet, perFault[i].quietMax)
+			open += perFault[i].failOpen
+		}
+		hm, _ := median(held)
+		sm, sx := median(stall)
+		qm, qx := median(quiet)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s / %s\t%s / %s\t%d\n", k, len(byKind[k]), secs(hm), secs(sm), secs(sx), secs(qm), secs(qx), open)
+	}
+	tw.Flush()
+
+	held, all := c.pacingHeld()
+	worst := limitPacing{excess: -1e18}
+	for _, p := range c.pacing {
+		if p.excess-p.slack > worst.excess-worst.slack {
+			worst = p
+		}
+	}
+	fmt.Fprintf(&b, "\ninvariants:\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	row := func(name, value string, ok bool) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, value, map[bool]string{true: "held", false: "BROKEN"}[ok])
+	}
+	row("jobs published", strconv.Itoa(c.published), true)
+	row("forwarded", fmt.Sprintf("%d (%d after the load ended, drained in %s s)", c.forwarded, countAfter(got, start.Add(loadEnd)), secs(drained)), true)
+	row("lost", strconv.Itoa(len(c.lost)), len(c.lost) == 0)
+	row("forwarded twice", strconv.Itoa(len(c.twice)), len(c.twice) == 0)
+	row("forwarded, never published", strconv.Itoa(len(c.unknown)), len(c.unknown) == 0)
+	row("dead-lettered", strconv.Itoa(c.dead), c.dead == 0)
+	row("pacing: limits within C + r·t + slack", fmt.Sprintf("%d of %d (fail-open forwards left out: %d); worst: tenant %s, C %v r %v/s, %+.2f over C + r·t (slack %v)",
+		held, all, c.degraded, worst.tenant, worst.limit.capacity, worst.limit.rate, worst.excess, worst.slack), held == all)
+	row("replicas exited on their own or badly", strconv.Itoa(len(unexpected)), len(unexpected) == 0)
+	tw.Flush()
+
+	// Each pacing bound broken: the forwards in its worst interval and the faults around it.
+	for _, p := range c.pacing {
+		if p.held() {
+			continue
+		}
+		fmt.Fprintf(&b, "\ntenant %s, C %v r %v/s: %+.2f over C + r·t in [%.3fs, %.3fs]; forwards there (stored s, job, weight, waited ms, deliveries):\n",
+			p.tenant, p.limit.capacity, p.limit.rate, p.excess, p.from.Sub(start).Seconds(), p.to.Sub(start).Seconds())
+		for _, j := range got {
+			if j.header.Get(wire.HeaderTenant) == p.tenant && j.header.Get(wire.HeaderDegraded) == "" && !j.stored.Before(p.from) && !j.stored.After(p.to) {
+				fmt.Fprintf(&b, "  %.3f %s w%s %sms x%s\n", j.stored.Sub(start).Seconds(), j.payload, j.header.Get(wire.HeaderWeight),
+					j.header.Get(wire.HeaderDelayMs), j.header.Get(wire.HeaderAttempts))
+			}
+		}
+		for _, f := range faults {
+			if at := start.Add(f.at); at.Before(p.to) && at.Add(f.held+15*time.Second).After(p.from) {
+				fmt.Fprintf(&b, "  during or after: %s %s at %.1fs, held %.1fs\n", f.kind, f.target, f.at.Seconds(), f.held.Seconds())
+			}
+		}
+	}
+	return b.String()
+}
+
+func countAfter(got []job, at time.Time) int {
+	n := 0
+	for _, j := range got {
+		if j.stored.After(at) {
+			n++
+		}
+	}
+	return n
+}
