@@ -34,6 +34,7 @@ fmt-check:
 # dependencies): ./... does not enter it, so vet and test name it.
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags soak ./tests/
 	cd deploy && $(GO) vet ./...
 
 # test: formatting, vet, and every test (unit, conformance, fuzz seeds, end-to-end) under the
@@ -73,7 +74,7 @@ console-shots: deps
 SOAK      ?= 10m
 SOAKFLAGS ?=
 soak: deps
-	ADMITTER_SOAK=$(SOAK) $(SOAKFLAGS) PATH="$$PATH:/usr/bin" $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 24h ./tests/
+	ADMITTER_SOAK=$(SOAK) $(SOAKFLAGS) PATH="$$PATH:/usr/bin" $(GO) test -count=1 -tags soak -run '^TestSoak$$' -v -timeout 24h ./tests/
 
 # fuzz runs every fuzz target for FUZZTIME each (seeds alone run in `make test`).
 fuzz:

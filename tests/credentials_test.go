@@ -21,7 +21,7 @@ import (
 // NATS uses opts.
 func securedWorld(t *testing.T, srv *testenv.NATSServer, redis *testenv.RedisServer, opts ...nats.Option) *world {
 	t.Helper()
-	w := &world{t: t, nats: srv, redis: redis}
+	w := &world{t: t, nats: srv, redis: redis, natsURL: srv.URL(), redisURL: redis.URL()}
 	w.plans = filepath.Join(t.TempDir(), "plans.yaml")
 	if err := os.WriteFile(w.plans, []byte(configPlans), 0o644); err != nil {
 		t.Fatal(err)

@@ -297,6 +297,14 @@ func (w *world) tryReadStream(stream string, headersOnly bool) ([]job, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Deleted when read: tests poll with reads, and the server's consumers are limited.
+	defer func() {
+		if ci := c.CachedInfo(); ci != nil {
+			dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer dcancel()
+			_ = s.DeleteConsumer(dctx, ci.Name)
+		}
+	}()
 	var out []job
 	left := info.State.Msgs // a fetch of what is there returns at once
 	for {

@@ -94,7 +94,7 @@ func TestQuickRun(t *testing.T) {
 	if e == nil {
 		t.Fatal("no end-to-end section")
 	}
-	for name, tp := range map[string]bench.Throughput{"relay": e.Relay, "admitter": e.Admitter} {
+	for name, tp := range map[string]bench.Throughput{"relay": e.Relay, "admitter": e.Admitter, "relay+msgid": e.RelayMsgID, "admitter x2": e.Replicas, "admitter cluster": e.Cluster} {
 		if tp.Jobs != 1000 || tp.PerSecond <= 0 || tp.Seconds <= 0 {
 			t.Errorf("end to end %s: %+v", name, tp)
 		}

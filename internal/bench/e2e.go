@@ -36,11 +36,26 @@ func (e *env) prepare(ctx context.Context, kind, url string) (*forwarder, error)
 	case "relay+msgid":
 		return prepareRelay(ctx, url, e.o.RelayPipelines, true, jetstream.PullMaxMessages(512))
 	}
+	if kind == kindCluster {
+		// A cluster of its own, started for this one run: empty, and gone with the bench.
+		clusterURL, _ := testenv.StartRedisCluster(e.tb, 3)
+		return prepareReplicas(ctx, 1, url, clusterURL, e.plans, e.o)
+	}
 	if err := e.flush(ctx); err != nil {
 		return nil, err
 	}
-	return prepareAdmitter(ctx, url, e.redisURL, e.plans, e.o)
+	n := 1
+	if kind == kindReplicas {
+		n = 2
+	}
+	return prepareReplicas(ctx, n, url, e.redisURL, e.plans, e.o)
 }
+
+// The admitter's end-to-end runs besides the one replica on one Redis.
+const (
+	kindReplicas = "admitter x2"      // two replicas on one NATS server and one Redis
+	kindCluster  = "admitter cluster" // one replica on a Redis Cluster of 3 masters
+)
 
 // freshNATS starts a new JetStream server (an empty store) with admitter's three streams.
 func (e *env) freshNATS(ctx context.Context) (*testenv.NATSServer, error) {
@@ -261,6 +276,18 @@ func (e *env) endToEnd(ctx context.Context, p *progress) (*EndToEnd, error) {
 	if err = p.phase(fmt.Sprintf("end to end: relay with Nats-Msg-Id drains %s jobs", count(float64(e.o.Jobs))), func() (string, error) {
 		r.RelayMsgID, err = e.throughput(ctx, "relay+msgid", "")
 		return fmt.Sprintf("%s jobs/s", count(r.RelayMsgID.PerSecond)), err
+	}); err != nil {
+		return nil, err
+	}
+	if err = p.phase(fmt.Sprintf("end to end: 2 admitter replicas drain %s jobs", count(float64(e.o.Jobs))), func() (string, error) {
+		r.Replicas, err = e.throughput(ctx, kindReplicas, "")
+		return fmt.Sprintf("%s jobs/s", count(r.Replicas.PerSecond)), err
+	}); err != nil {
+		return nil, err
+	}
+	if err = p.phase(fmt.Sprintf("end to end: admitter on a Redis Cluster (3 masters) drains %s jobs", count(float64(e.o.Jobs))), func() (string, error) {
+		r.Cluster, err = e.throughput(ctx, kindCluster, "")
+		return fmt.Sprintf("%s jobs/s", count(r.Cluster.PerSecond)), err
 	}); err != nil {
 		return nil, err
 	}

@@ -328,9 +328,42 @@ func prepareRelay(ctx context.Context, url string, pipelines int, msgID bool, pu
 	return &forwarder{name: "relay", start: start, stop: stop}, nil
 }
 
-// prepareAdmitter is admission.Service with the Redis limiter, set up (streams checked,
-// consumer created) but not yet running.
-func prepareAdmitter(ctx context.Context, url, redisURL string, plans *bucket.Plans, o Options) (*forwarder, error) {
+// prepareReplicas is n admitters (prepareAdmitter) sharing the NATS server and Redis, each
+// with its own connections, as n replicas of the service would run: started and stopped together.
+func prepareReplicas(ctx context.Context, n int, url, redisURL string, plans *bucket.Plans, o Options) (*forwarder, error) {
+	if n == 1 {
+		return prepareAdmitterFailing(ctx, url, redisURL, plans, o, make(chan error, 1))
+	}
+	var fws []*forwarder
+	stopAll := func() {
+		for _, f := range fws {
+			f.stop()
+		}
+	}
+	failed := make(chan error, n)
+	for range n {
+		f, err := prepareAdmitterFailing(ctx, url, redisURL, plans, o, failed)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		fws = append(fws, f)
+	}
+	start := func() error {
+		for _, f := range fws {
+			if err := f.start(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return &forwarder{name: fmt.Sprintf("admitter x%d", n), start: start, failed: failed, stop: stopAll}, nil
+}
+
+// prepareAdmitterFailing is admission.Service with the Redis limiter, set up (streams checked,
+// consumer created) but not yet running. If it stops by itself, the error goes to failed (which
+// must have room for it).
+func prepareAdmitterFailing(ctx context.Context, url, redisURL string, plans *bucket.Plans, o Options, failed chan error) (*forwarder, error) {
 	nc, js, err := connect(url, "bench-admitter")
 	if err != nil {
 		return nil, err
@@ -361,7 +394,6 @@ func prepareAdmitter(ctx context.Context, url, redisURL string, plans *bucket.Pl
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	failed := make(chan error, 1)
 	started := false
 	var once sync.Once
 	stop := func() {

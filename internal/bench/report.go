@@ -140,10 +140,14 @@ type EndToEnd struct {
 	Relay   Throughput `json:"relay"`
 	// RelayMsgID is the relay publishing each job with a Nats-Msg-Id (its input sequence), as
 	// admitter does for exactly once: what the output stream's duplicate window costs alone.
-	RelayMsgID Throughput   `json:"relay_msgid"`
-	Admitter   Throughput   `json:"admitter"`
-	Ratio      float64      `json:"admitter_vs_relay"`
-	Latency    PacedLatency `json:"latency"`
+	RelayMsgID Throughput `json:"relay_msgid"`
+	Admitter   Throughput `json:"admitter"`
+	// Replicas is two admitters (each its own connections) draining the same jobs; Cluster is
+	// one admitter on a Redis Cluster of 3 masters.
+	Replicas Throughput   `json:"admitter_2_replicas"`
+	Cluster  Throughput   `json:"admitter_redis_cluster"`
+	Ratio    float64      `json:"admitter_vs_relay"`
+	Latency  PacedLatency `json:"latency"`
 	// Redis is what the admitter's drain cost the Redis server, per forwarded job.
 	Redis RedisCost `json:"redis"`
 	Notes []string  `json:"-"`
@@ -332,6 +336,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		t, m := met(GoalEndToEnd)
 		row(fmt.Sprintf("end-to-end jobs/s (%s tenants)", count(float64(e.Tenants))), count(e.Admitter.PerSecond), "relay "+count(e.Relay.PerSecond), fixed(e.Ratio, 2), t, m)
 		row("", "", "relay+msgid "+count(e.RelayMsgID.PerSecond), fixed(Ratio(e.Admitter.PerSecond, e.RelayMsgID.PerSecond), 2), "", "")
+		row("end-to-end jobs/s, 2 replicas", count(e.Replicas.PerSecond), "relay "+count(e.Relay.PerSecond), fixed(Ratio(e.Replicas.PerSecond, e.Relay.PerSecond), 2), "", "")
+		row("end-to-end jobs/s, Redis Cluster ×3", count(e.Cluster.PerSecond), "relay "+count(e.Relay.PerSecond), fixed(Ratio(e.Cluster.PerSecond, e.Relay.PerSecond), 2), "", "")
 		t, m = met(GoalAddedP99)
 		l := e.Latency
 		row(fmt.Sprintf("latency p99 ms (%s/s paced)", count(l.RatePerSecond)), fixed(l.Admitter.P99Ms, 2), "relay "+fixed(l.Relay.P99Ms, 2), signed(l.AddedP99Ms, 2)+"ms", t, m)
