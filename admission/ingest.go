@@ -299,6 +299,7 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 			outs[k] = again[i]
 		}
 	}
+	s.chargeLate(ctx, tenant, jobs, owner, outs)
 	for k, o := range outs {
 		j := &jobs[owner[k]]
 		s.conclude(j, o.err)
@@ -317,6 +318,38 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 		}
 	}
 	return settled
+}
+
+// lateStore is how long after its decision a forward may be stored without being charged
+// again: the usual PubAck round trip under load stays well below it.
+const lateStore = 100 * time.Millisecond
+
+// chargeLate charges the tenant again for its forwards that were stored lateStore or more after
+// they were decided (a NATS node that stopped answering, a stream electing a leader, the client
+// reconnecting): they reach downstream together with what the tenant's limits gave meanwhile,
+// so the limits take that back (policy.Charge) before the tenant's next decision. Fail-open and
+// shadow forwards are not paced, and not charged.
+func (s *Service) chargeLate(ctx context.Context, tenant string, jobs []job, owner []int, outs []*outMsg) {
+	var weight int64
+	var late time.Duration
+	for k, o := range outs {
+		j := &jobs[owner[k]]
+		if o.err != nil || o.took < lateStore || o.stream != s.cfg.StreamOut || j.verdict.Action != policy.Forward ||
+			j.verdict.Degraded || j.verdict.Shadow {
+			continue
+		}
+		weight += max(j.weight, 1)
+		late = max(late, o.took)
+	}
+	if weight == 0 || ctx.Err() != nil {
+		return
+	}
+	if err := s.cfg.Policy.Charge(ctx, tenant, weight, late); err != nil {
+		s.log.Warn("forwards stored late could not be charged again: downstream may see them beside what the plan gave meanwhile",
+			"tenant", tenant, "weight", weight, "late", late.Round(time.Millisecond).String(), "err", err)
+		return
+	}
+	s.log.Debug("forwards stored late: charged again", "tenant", tenant, "weight", weight, "late", late.Round(time.Millisecond).String())
 }
 
 // streamOf is the stream a verdict's message goes to.

@@ -22,6 +22,9 @@ type outMsg struct {
 	// err is nil once stored (a duplicate counts: it was stored before), else an error that
 	// retrying cannot fix (errTooLarge, or the server's refusal), or the context's error.
 	err error
+	// took is, once stored, how long from the start of publishAll until its store was confirmed:
+	// an upper bound on how late after its decision it was stored.
+	took time.Duration
 }
 
 // errTooLarge: the message cannot be stored on its stream whatever happens; its job is
@@ -94,6 +97,7 @@ func (p *publisher) blocked() (bool, string) {
 // publishAll stores msgs in order, pipelined, and returns once each is stored, refused for good
 // or ctx has ended; see outMsg.err.
 func (p *publisher) publishAll(ctx context.Context, msgs []*outMsg) {
+	begin := time.Now()
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		if m.err = p.fits(m.msg, m.stream); m.err != nil {
@@ -111,6 +115,7 @@ func (p *publisher) publishAll(ctx context.Context, msgs []*outMsg) {
 		if m.err != nil && !p.permanent(m.err) {
 			m.err = p.retry(ctx, m)
 		}
+		m.took = time.Since(begin)
 	}
 }
 

@@ -68,7 +68,13 @@ func LeaseKey(jobID string) int64 {
 const (
 	leaseRelease = 0
 	leaseRenew   = 1
+	leaseCharge  = 2 // a late store: Lease is how late (µs), Cost the weight
 )
+
+// chargeRequest is Charge's request in a LeaseRequest's clothes, as lua/lease.lua takes it.
+func chargeRequest(tenant string, plan *Plan, weight int64, late time.Duration) LeaseRequest {
+	return LeaseRequest{Tenant: tenant, Plan: plan, Lease: max(late.Microseconds(), 1), Cost: weight}
+}
 
 // check validates a lease request before any state is touched.
 func (l *LeaseRequest) check(mode int) error {
@@ -83,6 +89,9 @@ func (l *LeaseRequest) check(mode int) error {
 	}
 	if mode == leaseRenew && l.Cost != NoCost && l.Cost != 0 {
 		return fmt.Errorf("bucket: a renewal carries no cost, got %d", l.Cost)
+	}
+	if mode == leaseCharge && (l.Cost < 1 || l.Cost > MaxCost) {
+		return fmt.Errorf("%w: weight %d stored late, want 1 to 2^40", ErrInvalidCost, l.Cost)
 	}
 	if mode == leaseRelease && (l.Cost < NoCost || l.Cost > MaxCost) {
 		return fmt.Errorf("%w: cost %d, want 0 to 2^40", ErrInvalidCost, l.Cost)
@@ -99,6 +108,16 @@ func (m *Memory) Release(_ context.Context, req LeaseRequest) (LeaseResult, erro
 func (m *Memory) Renew(_ context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
 	return m.lease(req, leaseRenew)
+}
+
+// Charge takes weight again from tenant's limits, but its concurrency ones, for jobs admitted
+// earlier and stored downstream only `late` after (a forward NATS could store only once a node
+// answered again): a bucket takes back what it refilled meanwhile, min(weight, late × rate)
+// tokens, going into debt if need be; a window or a quota takes the weight. What the late jobs
+// add downstream is paid for by the decisions after them, so that pacing holds there.
+func (m *Memory) Charge(_ context.Context, tenant string, plan *Plan, weight int64, late time.Duration) error {
+	_, err := m.lease(chargeRequest(tenant, plan, weight, late), leaseCharge)
+	return err
 }
 
 func (m *Memory) lease(req LeaseRequest, mode int) (LeaseResult, error) {
@@ -123,6 +142,14 @@ func leaseResult(found, weight, expired, ends int64) LeaseResult {
 func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode int, o Options) (found, weight, expired, ends int64) {
 	p := req.Plan
 	ws := sh.load(st, p, now, born)
+	if mode == leaseCharge {
+		p.chargeLate(ws, now, req.Cost, req.Lease)
+		if st == nil {
+			st = &memState{}
+		}
+		sh.store(req.Tenant, st, p, ws, now, o)
+		return 1, req.Cost, sh.expired, 0
+	}
 	var taken int64
 	for i := range p.specs {
 		if p.specs[i].kind != KindConcurrency {
@@ -148,6 +175,20 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 	}
 	sh.store(req.Tenant, st, p, ws, now, o)
 	return 1, weight, sh.expired, ends
+}
+
+// chargeLate takes w again for jobs stored late µs after they were admitted, at now (see
+// lua/lease.lua, mode 2).
+func (p *Plan) chargeLate(ws []work, now, w, late int64) {
+	for i := range p.specs {
+		sp := &p.specs[i]
+		switch sp.kind {
+		case KindBucket:
+			ws[i].tat = max(ws[i].tat, now) + min(late, w*sp.iv)
+		case KindWindow, KindQuota:
+			ws[i].log = logAdd(ws[i].log, sp.death(now), w)
+		}
+	}
 }
 
 // reconcile charges d more (d > 0) or gives -d back (d < 0) on every limit but the concurrency
@@ -191,6 +232,13 @@ func (r *Redis) Release(ctx context.Context, req LeaseRequest) (LeaseResult, err
 func (r *Redis) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
 	return r.leaseCall(ctx, req, leaseRenew)
+}
+
+// Charge takes weight again from tenant's limits for jobs stored late: see Memory.Charge. One
+// script call.
+func (r *Redis) Charge(ctx context.Context, tenant string, plan *Plan, weight int64, late time.Duration) error {
+	_, err := r.leaseCall(ctx, chargeRequest(tenant, plan, weight, late), leaseCharge)
+	return err
 }
 
 func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (LeaseResult, error) {

@@ -19,8 +19,9 @@
 -- a repeated done message charge nothing.
 --
 -- KEYS[1]  the tenant's state
--- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode (0 release, 1 renew), lease id,
---          cost (-1: none), redeem (µs), lane life (µs), extra key life (ms), born (µs, see
+-- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode (0 release, 1 renew, 2 charge a
+--          late store), lease id (mode 2: how late, µs), cost (-1: none; mode 2: the weight),
+--          redeem (µs), lane life (µs), extra key life (ms), born (µs, see
 --          load), n limits, then the plan's limits and calendars (see read_limits).
 --
 -- Reply: packed int64s {found (0/1), the lease's weight (0 when not found), leases expired
@@ -34,6 +35,27 @@ local lims = read_limits(arg, 73, n)
 check_calendars(lims, n, now)
 local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
 local ws = load(st, lims, n, now, born)
+
+if mode == 2 then
+  -- A late store (Charge): cost is the weight of jobs admitted earlier and stored only `id` µs
+  -- later; what they add downstream then is taken again, at now: a bucket what it refilled
+  -- meanwhile, min(cost, late / interval) tokens (it may go into debt), a window or a quota the
+  -- weight. Concurrency limits are left as they are.
+  for i = 1, n do
+    local l = lims[i]
+    if l.kind == BUCKET then
+      local t = ws[i]
+      if t < now then t = now end
+      ws[i] = t + math.min(id, cost * l.b)
+    elseif l.kind == WINDOW then
+      log_add(ws[i], math.ceil(now / l.c) * l.c + l.b, cost)
+    elseif l.kind == QUOTA then
+      log_add(ws[i], period_end(l.cal, now), cost)
+    end
+  end
+  write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
+  return struct.pack('<llll', 1, cost, st.expired, 0)
+end
 
 local found, weight, taken, ends = 0, 0, 0, 0
 for i = 1, n do

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/admitter/admitter/bucket"
 )
@@ -18,7 +19,32 @@ type LeaseLimiter interface {
 var (
 	_ LeaseLimiter = (*bucket.Redis)(nil)
 	_ LeaseLimiter = (*bucket.Memory)(nil)
+	_ Charger      = (*bucket.Redis)(nil)
+	_ Charger      = (*bucket.Memory)(nil)
 )
+
+// Charger is a Limiter that charges jobs stored late (see bucket.Memory.Charge).
+type Charger interface {
+	Charge(ctx context.Context, tenant string, plan *bucket.Plan, weight int64, late time.Duration) error
+}
+
+// Charge takes weight again from tenant's limits for jobs admitted and then stored downstream
+// only `late` after (see bucket.Memory.Charge), in one limiter call bounded by the timeout, so
+// that what their late arrival adds downstream is paid for by the decisions after it. Nothing
+// is charged under a plan in shadow mode (it paces nothing) or by a limiter without Charge.
+func (p *Policy) Charge(ctx context.Context, tenant string, weight int64, late time.Duration) error {
+	plan, err := p.plans.Load().Lookup(tenant)
+	if err != nil {
+		return err
+	}
+	c, ok := p.limiter.(Charger)
+	if !ok || plan.Shadow || weight < 1 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	return c.Charge(ctx, tenant, plan, min(weight, bucket.MaxCost), late)
+}
 
 // ErrNoLeases: the tenant's plan has no concurrency limit, so its jobs hold no lease to release
 // or renew.

@@ -14,6 +14,7 @@ type LeaseLimiter interface {
 	Limiter
 	Release(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
 	Renew(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
+	Charge(ctx context.Context, tenant string, plan *bucket.Plan, weight int64, late time.Duration) error
 }
 
 var (
@@ -55,8 +56,38 @@ func (h *harness) lease(p *bucket.Plan, id int64, renew bool, cost int64, held b
 	return r
 }
 
+// charge charges weight stored late (LeaseLimiter.Charge).
+func (h *harness) charge(p *bucket.Plan, weight int64, late time.Duration) {
+	h.t.Helper()
+	ll, ok := h.l.(LeaseLimiter)
+	if !ok {
+		h.t.Fatalf("the backend %T promises leases but has no Charge", h.l)
+	}
+	if err := ll.Charge(context.Background(), h.tenant, p, weight, late); err != nil {
+		h.t.Fatalf("charge %d late by %v: %v", weight, late, err)
+	}
+}
+
 // leaseCases exercise concurrency limits: leases taken, released, renewed, ended, reconciled.
 var leaseCases = []testCase{
+	{name: "charge: jobs stored late take back what the limits gave meanwhile", needs: leases(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "late", lim("rate", 4, 250*time.Millisecond), win("day", 100, time.Hour))
+		h.admit(p, bucket.Ingest, jobs("1", "2", "3", "4"), "AAAA", 0, false)
+		h.expectTokens(p, 0, 96)
+		h.c.Advance(2 * time.Second) // full again; the 4 are stored only now
+		h.expectTokens(p, 4, 96)
+		h.charge(p, 4, 2*time.Second) // a bucket takes back what it refilled, at most the weight
+		h.expectTokens(p, 0, 92)
+		h.c.Advance(2 * time.Second)
+		h.charge(p, 3, 500*time.Millisecond) // 2 tokens refilled in the 500 ms they were late
+		h.expectTokens(p, 2, 89)
+		h.charge(p, 5, 2*time.Second) // into debt: a token again only 1 s from now
+		h.expectTokens(p, -3, 84)
+		h.c.Advance(999 * time.Millisecond)
+		h.expectTokens(p, 0, 84)
+		h.c.Advance(time.Millisecond)
+		h.expectTokens(p, 1, 84)
+	}},
 	{name: "concurrency: at most the limit in flight, a release frees a slot", needs: leases(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "c", conc("running", 2, 10*time.Second))
 		r := h.admit(p, bucket.Ingest, jobs("1", "2", "3", "4"), "AALL", 10*time.Second, true)

@@ -1,0 +1,197 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// stallProxy is a TCP proxy on loopback between the admitter and NATS that, once armed, stalls
+// what the admitter sends from its first publish to a given subject prefix on, for a while (what
+// NATS sends still arrives): the node holding the output stream stops reading, as a paused
+// process or a leader election look from the client's side, just as forwards go out.
+type stallProxy struct {
+	ln      net.Listener
+	up      string
+	mu      sync.Mutex
+	conns   []net.Conn
+	trigger []byte        // armed: stall at the first line starting with it
+	hold    time.Duration // for this long
+	held    chan struct{} // closed when the stall starts
+	wg      sync.WaitGroup
+	quit    chan struct{}
+}
+
+// startStallProxy proxies to the NATS server at natsURL until the test ends.
+func startStallProxy(t *testing.T, natsURL string) *stallProxy {
+	t.Helper()
+	u, err := url.Parse(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{ln: ln, up: u.Host, held: make(chan struct{}), quit: make(chan struct{})}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		close(p.quit)
+		_ = ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *stallProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+// arm makes the proxy stall for hold at the first publish (PUB or HPUB) to a subject starting
+// with prefix.
+func (p *stallProxy) arm(prefix string, hold time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.trigger, p.hold = []byte("PUB "+prefix), hold
+}
+
+// fire returns where in b the stall begins (the start of the publish's line), or -1, and
+// disarms the proxy when it does.
+func (p *stallProxy) fire(b []byte) (int, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.trigger == nil {
+		return -1, 0
+	}
+	i := bytes.Index(b, p.trigger)
+	if i < 0 {
+		return -1, 0
+	}
+	start := bytes.LastIndexByte(b[:i], '\n') + 1 // the line's start: PUB or HPUB
+	p.trigger = nil
+	close(p.held)
+	return start, p.hold
+}
+
+func (p *stallProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.up)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Go(func() { _, _ = io.Copy(c, s); _ = c.Close(); _ = s.Close() })
+		p.wg.Go(func() {
+			defer func() { _ = c.Close(); _ = s.Close() }()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				b := buf[:n]
+				if at, hold := p.fire(b); at >= 0 {
+					if _, werr := s.Write(b[:at]); werr != nil {
+						return
+					}
+					select {
+					case <-time.After(hold):
+					case <-p.quit:
+						return
+					}
+					b = b[at:]
+				}
+				if len(b) > 0 {
+					if _, werr := s.Write(b); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+const stallPlans = `plans:
+  steady:
+    limits:
+      - {capacity: 20, rate: 20/s}
+tenants:
+  acme: steady
+`
+
+// TestStalledNATSIsNoBurst: a tenant with a full bucket publishes 60 jobs; as the admitter sends
+// the first forward, NATS stops reading what it sends for 3 s. 20 are forwarded at once, the
+// rest move to its lane, and none of it is stored until NATS reads again. Stored 3 s late, the 20 reach downstream beside
+// what the bucket refilled meanwhile; the admitter charges them again, so the tenant's forwards
+// stay within C + r·t (one job of slack) in every interval. Before the charge: 20 over.
+func TestStalledNATSIsNoBurst(t *testing.T) {
+	w := newWorld(t, stallPlans)
+	px := startStallProxy(t, w.natsURL)
+	w.natsURL = px.url() // the admitter's connection goes through the proxy, the test's does not
+	w.start()
+	px.arm("jobs.admitted.", 3*time.Second)
+	// All at once, so that the admitter takes them in one pull: 20 forwarded, 40 to the lane.
+	var acks []jetstream.PubAckFuture
+	for i := range 60 {
+		f, err := w.js.PublishAsync("jobs.submit.acme.report", []byte(fmt.Sprint("r", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, f)
+	}
+	for i, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("publish %d: %v", i, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("publish %d: no PubAck in 5 s", i)
+		}
+	}
+	select {
+	case <-px.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no forward went out within 10 s")
+	}
+	out := w.read("ADMITTED", 60, 60*time.Second)
+	var times []time.Time
+	seen := map[string]bool{}
+	for _, j := range out {
+		if !strings.HasPrefix(j.subject, "jobs.admitted.acme.") {
+			continue
+		}
+		if seen[j.payload] {
+			t.Errorf("%s forwarded twice", j.payload)
+		}
+		seen[j.payload] = true
+		times = append(times, j.stored)
+	}
+	if len(seen) != 60 {
+		t.Fatalf("%d of 60 forwarded", len(seen))
+	}
+	excess, from, to := worstWindow(times, 20, 20)
+	t.Logf("worst interval [%v, %v]: %+.2f over C + r·t; first to last forward %v",
+		from.Sub(times[0]).Round(time.Millisecond), to.Sub(times[0]).Round(time.Millisecond), excess, times[len(times)-1].Sub(times[0]).Round(time.Millisecond))
+	if excess > 1 {
+		t.Errorf("forwards %+.2f over C 20 + r 20/s·t in [%v, %v] after the stall, want at most 1 (the slack)",
+			excess, from.Sub(times[0]).Round(time.Millisecond), to.Sub(times[0]).Round(time.Millisecond))
+	}
+}
