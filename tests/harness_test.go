@@ -260,26 +260,35 @@ func (w *world) readAll(stream string) []job { return w.readStream(stream, false
 func (w *world) readHeaders(stream string) []job { return w.readStream(stream, true) }
 
 // readStream reads every message now on the stream with an ordered consumer, in order. A read
-// that fails (a cluster electing a leader) is tried again, five times at most.
+// that fails (a cluster electing a leader, a node that restarted and is not ready) is tried
+// again, over a new connection (to whichever node answers), for up to a minute.
 func (w *world) readStream(stream string, headersOnly bool) []job {
 	w.t.Helper()
-	var err error
-	for try := range 5 {
-		var out []job
-		if out, err = w.tryReadStream(stream, headersOnly); err == nil {
-			return out
+	out, err := w.tryReadStream(w.js, stream, headersOnly)
+	for try := 1; err != nil && try < 30; try++ {
+		w.t.Logf("read %s (try %d): %v", stream, try, err)
+		time.Sleep(2 * time.Second)
+		nc, cerr := nats.Connect(w.natsURL)
+		if cerr != nil {
+			err = cerr
+			continue
 		}
-		w.t.Logf("read %s (try %d): %v", stream, try+1, err)
-		time.Sleep(time.Second)
+		js, jerr := jetstream.New(nc)
+		if err = jerr; err == nil {
+			out, err = w.tryReadStream(js, stream, headersOnly)
+		}
+		nc.Close()
 	}
-	w.t.Fatalf("read %s: %v", stream, err)
-	return nil
+	if err != nil {
+		w.t.Fatalf("read %s: %v", stream, err)
+	}
+	return out
 }
 
-func (w *world) tryReadStream(stream string, headersOnly bool) ([]job, error) {
+func (w *world) tryReadStream(js jetstream.JetStream, stream string, headersOnly bool) ([]job, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := w.js.Stream(ctx, stream)
+	s, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil
 	}
@@ -295,7 +304,7 @@ func (w *world) tryReadStream(stream string, headersOnly bool) ([]job, error) {
 	}
 	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: headersOnly})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ordered consumer: %w", err)
 	}
 	// Deleted when read: tests poll with reads, and the server's consumers are limited.
 	defer func() {
@@ -310,7 +319,7 @@ func (w *world) tryReadStream(stream string, headersOnly bool) ([]job, error) {
 	for {
 		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("fetch after %d messages: %w", len(out), err)
 		}
 		n, pending, last := 0, uint64(0), uint64(0)
 		for m := range batch.Messages() {
