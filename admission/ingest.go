@@ -262,6 +262,14 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 		outs = append(outs, &outMsg{msg: m, stream: streamOf(s, j.verdict.Action)})
 		owner = append(owner, i)
 	}
+	forwards := false
+	for _, j := range jobs {
+		forwards = forwards || j.verdict.Action == policy.Forward
+	}
+	if forwards {
+		s.forwardingAdd(tenant, 1)
+		defer s.forwardingAdd(tenant, -1) // after chargeLate
+	}
 	s.pub.publishAll(ctx, outs)
 	// What can never be stored is dead-lettered instead; a dead letter that cannot carry the
 	// payload is sent without it.

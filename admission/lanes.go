@@ -352,6 +352,11 @@ func (l *lanes) step(ctx context.Context, ln *lane) (next time.Duration, done bo
 	if blocked, _ := s.pub.blocked(); blocked {
 		return 500 * time.Millisecond, false // downstream is full: the lane waits with everyone
 	}
+	if s.isForwarding(ln.tenant) {
+		// The input's forwards of this tenant are not stored yet: if they are stored late, the
+		// tenant is charged for it (chargeLate) before its lane decides again.
+		return 10 * time.Millisecond, false
+	}
 	subject, err := s.cfg.Wait.Subject(ln.tenant)
 	if err != nil {
 		s.log.Error("lane subject", "tenant", ln.tenant, "err", err)
