@@ -51,7 +51,7 @@ func decisionAllocations(t *testing.T, p *Plan) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		r := NewRedis(nil, "", Options{})
-		reply := packInts(nil, int64(Delayed), 0, 1500, 1)
+		reply := packInts(nil, int64(Delayed), 0, 1500, 1, 0) // outcome, remaining, wait µs, limit, leases expired
 		var res Result
 		i := 0
 		got := testing.AllocsPerRun(500, func() {
