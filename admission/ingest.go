@@ -238,11 +238,11 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 	outs := make([]*outMsg, 0, len(jobs))
 	owner := make([]int, 0, len(jobs))
 	settled := len(jobs)
+	forwards := false
 	for i := range jobs {
 		j := &jobs[i]
-		j.verdict, j.plan = d.Verdicts[i], plan
-		j.leased, j.reason = d.Plan != nil && d.Plan.Leases(), d.Reason
 		j.verdict, j.plan, j.limit = d.Verdicts[i], plan, d.Limit
+		j.leased, j.reason = d.Plan != nil && d.Plan.Leases(), d.Reason
 		if mode == bucket.Lane && settled < len(jobs) {
 			j.verdict = policy.Verdict{Action: policy.Wait, Wait: j.verdict.Wait}
 			continue
@@ -250,7 +250,7 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 		var m *nats.Msg
 		switch j.verdict.Action {
 		case policy.Forward:
-			m = s.forwardMsg(j)
+			m, forwards = s.forwardMsg(j), true
 		case policy.ToLane:
 			m = s.laneMsg(j)
 		case policy.Dead:
@@ -261,10 +261,6 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 		}
 		outs = append(outs, &outMsg{msg: m, stream: streamOf(s, j.verdict.Action)})
 		owner = append(owner, i)
-	}
-	forwards := false
-	for _, j := range jobs {
-		forwards = forwards || j.verdict.Action == policy.Forward
 	}
 	if forwards {
 		s.forwardingAdd(tenant, 1)
@@ -497,7 +493,7 @@ func (s *Service) laneMsg(j *job) *nats.Msg {
 		subject = j.subject
 	}
 	h := laneHeader(s.baseHeader(j, 5), wire.MsgID(wire.KindLane, s.cfg.StreamIn, j.seq), j.subject, j.seq, j.stored, j.tries)
-	s.cfg.Propagator.Inject(j.ctx, headerCarrier(h))
+	s.cfg.Propagator.Inject(j.ctx, wire.HeaderCarrier(h))
 	return &nats.Msg{Subject: subject, Data: j.data, Header: h}
 }
 

@@ -107,7 +107,7 @@ func TestTraceRunsThroughTheQueue(t *testing.T) {
 		m := nats.NewMsg("jobs.submit.acme.email")
 		m.Data = []byte(payload)
 		m.Header.Set("Admit-Weight", "1")
-		prop.Inject(ctx, headerCarrier(m.Header))
+		prop.Inject(ctx, wire.HeaderCarrier(m.Header))
 		if _, err := r.js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestTraceRunsThroughTheQueue(t *testing.T) {
 		return len(forwarded) == 2
 	})
 	for _, m := range forwarded {
-		got := trace.SpanContextFromContext(prop.Extract(context.Background(), headerCarrier(m.Headers())))
+		got := trace.SpanContextFromContext(prop.Extract(context.Background(), wire.HeaderCarrier(m.Headers())))
 		if got.TraceID() != traceID {
 			t.Fatalf("forwarded job %s carries trace %s, want the producer's %s", m.Data(), got.TraceID(), traceID)
 		}
@@ -188,7 +188,7 @@ func TestTraceRunsThroughTheQueue(t *testing.T) {
 		}
 	}
 	// The downstream consumer's parent is admitter's send span.
-	parent := trace.SpanContextFromContext(prop.Extract(context.Background(), headerCarrier(forwarded[0].Headers())))
+	parent := trace.SpanContextFromContext(prop.Extract(context.Background(), wire.HeaderCarrier(forwarded[0].Headers())))
 	found := false
 	for _, s := range sends {
 		found = found || s.SpanContext.SpanID() == parent.SpanID()

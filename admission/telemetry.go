@@ -102,23 +102,10 @@ func newTelemetry(c Config) (*telemetry, error) {
 	return t, errors.Join(errs...)
 }
 
-// headerCarrier lets OpenTelemetry propagators read and write NATS headers.
-type headerCarrier nats.Header
-
-func (h headerCarrier) Get(key string) string { return nats.Header(h).Get(key) }
-func (h headerCarrier) Set(key, value string) { nats.Header(h).Set(key, value) }
-func (h headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
 // startProcess starts a job's consumer span, continuing the trace its headers carry (the
 // producer's, or for a job read from its lane, the span that moved it there).
 func (t *telemetry) startProcess(ctx context.Context, name string, h nats.Header, subject string, seq, attempts uint64, c Config) (context.Context, trace.Span) {
-	ctx = t.propagator.Extract(ctx, headerCarrier(h))
+	ctx = t.propagator.Extract(ctx, wire.HeaderCarrier(h))
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() { // attributes cost allocations: only for spans that are kept
 		span.SetAttributes(messagingAttrs(semconv.MessagingOperationTypeProcess, subject, spanSeq(c.StreamIn, seq))...)
@@ -191,7 +178,7 @@ func (t *telemetry) injectSend(j *job, m *nats.Msg, stream string) {
 	if span.IsRecording() {
 		span.SetAttributes(messagingAttrs(semconv.MessagingOperationTypeSend, m.Subject, m.Header.Get(nats.MsgIdHdr))...)
 	}
-	t.propagator.Inject(ctx, headerCarrier(m.Header))
+	t.propagator.Inject(ctx, wire.HeaderCarrier(m.Header))
 	span.End()
 }
 

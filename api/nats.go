@@ -140,7 +140,7 @@ func (s *Service) decide(data []byte, reply string, hdr nats.Header) {
 		microError(out, wire.HTTPStatus(re.Code()), re.Detail)
 		out.Data = wire.ErrorBody{Error: re.Code(), Detail: re.Detail}.AppendJSON(nil)
 	} else {
-		ctx := s.prop.Extract(context.Background(), headerCarrier(hdr))
+		ctx := s.prop.Extract(context.Background(), wire.HeaderCarrier(hdr))
 		a := s.pol.Ask(ctx, wire.SourceNATS, req)
 		a.Headers(out.Header.Set)
 		if a.Degraded {
@@ -161,17 +161,4 @@ func (s *Service) decide(data []byte, reply string, hdr nats.Header) {
 func microError(out *nats.Msg, status int, detail string) {
 	out.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(status))
 	out.Header.Set(micro.ErrorHeader, detail)
-}
-
-// headerCarrier lets the propagator read NATS headers, whose names keep the producer's case.
-type headerCarrier nats.Header
-
-func (h headerCarrier) Get(key string) string { return nats.Header(h).Get(key) }
-func (h headerCarrier) Set(key, value string) { nats.Header(h).Set(key, value) }
-func (h headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	return keys
 }

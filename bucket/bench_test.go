@@ -12,13 +12,12 @@ import (
 // benchConcurrency is the number of goroutines deciding at once in the benchmarks.
 const benchConcurrency = 64
 
-// benchDecide measures decisions per second at concurrency 64 over 1000 tenants of a two-limit
-// plan that admits everything (the common case), each decision carrying a job id.
-func benchDecide(b *testing.B, l limiter) {
-	p := mustPlan(b, "gold", lim("burst", 1_000_000, time.Microsecond), lim("daily", 1_000_000_000, time.Microsecond))
+// benchParallel runs step at concurrency 64 over 1000 tenants named after prefix, each call with
+// the next sequence number, and reports the calls per second under unit.
+func benchParallel(b *testing.B, prefix, unit string, step func(ctx context.Context, n int64, tenant string) error) {
 	tenants := make([]string, 1000)
 	for i := range tenants {
-		tenants[i] = uniqueTenant("bench")
+		tenants[i] = uniqueTenant(prefix)
 	}
 	var seq atomic.Int64
 	b.SetParallelism(max(1, benchConcurrency/runtime.GOMAXPROCS(0)))
@@ -29,14 +28,23 @@ func benchDecide(b *testing.B, l limiter) {
 		ctx := context.Background()
 		for pb.Next() {
 			n := seq.Add(1)
-			req := Request{Tenant: tenants[n%1000], Plan: p, Weight: 1, JobID: strconv.FormatInt(n, 10)}
-			if _, err := l.Decide(ctx, req); err != nil {
+			if err := step(ctx, n, tenants[n%1000]); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), unit)
+}
+
+// benchDecide measures decisions per second at concurrency 64 over 1000 tenants of a two-limit
+// plan that admits everything (the common case), each decision carrying a job id.
+func benchDecide(b *testing.B, l limiter) {
+	p := mustPlan(b, "gold", lim("burst", 1_000_000, time.Microsecond), lim("daily", 1_000_000_000, time.Microsecond))
+	benchParallel(b, "bench", "decisions/s", func(ctx context.Context, n int64, tenant string) error {
+		_, err := l.Decide(ctx, Request{Tenant: tenant, Plan: p, Weight: 1, JobID: strconv.FormatInt(n, 10)})
+		return err
+	})
 }
 
 func BenchmarkDecideMemory(b *testing.B) { benchDecide(b, NewMemory(Options{}, nil)) }
@@ -53,34 +61,13 @@ func benchLeases(b *testing.B, l interface {
 	Release(context.Context, LeaseRequest) (LeaseResult, error)
 }, release bool) {
 	p := mustPlan(b, "c", conc("running", 100, time.Minute), lim("burst", 1_000_000, time.Microsecond))
-	tenants := make([]string, 1000)
-	for i := range tenants {
-		tenants[i] = uniqueTenant("lease")
-	}
-	var seq atomic.Int64
-	b.SetParallelism(max(1, benchConcurrency/runtime.GOMAXPROCS(0)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := context.Background()
-		for pb.Next() {
-			n := seq.Add(1)
-			t := tenants[n%1000]
-			if _, err := l.Admit(ctx, Batch{Tenant: t, Plan: p, Mode: Lane, Jobs: []Job{{ID: n, Weight: 1}}}); err != nil {
-				b.Error(err)
-				return
-			}
-			if !release {
-				continue
-			}
-			if _, err := l.Release(ctx, LeaseRequest{Tenant: t, Plan: p, Lease: n, Cost: NoCost}); err != nil {
-				b.Error(err)
-				return
-			}
+	benchParallel(b, "lease", "jobs/s", func(ctx context.Context, n int64, tenant string) error {
+		if _, err := l.Admit(ctx, Batch{Tenant: tenant, Plan: p, Mode: Lane, Jobs: []Job{{ID: n, Weight: 1}}}); err != nil || !release {
+			return err
 		}
+		_, err := l.Release(ctx, LeaseRequest{Tenant: tenant, Plan: p, Lease: n, Cost: NoCost})
+		return err
 	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
 }
 
 // BenchmarkLeaseCycleRedis: a job admitted under a concurrency limit and its lease released,

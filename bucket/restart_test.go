@@ -37,10 +37,7 @@ func TestRedisRestartStartsEmpty(t *testing.T) {
 	p := mustPlan(t, "p", lim("", 20, time.Second)) // 20 burst, 1/s: 20 s to refill
 	ctx := context.Background()
 	count := func() int {
-		b := Batch{Tenant: "acme", Plan: p, Mode: Lane}
-		for i := range 20 {
-			b.Jobs = append(b.Jobs, Job{ID: int64(i + 1), Weight: 1})
-		}
+		b := laneBatch("acme", p, 20)
 		res, err := r.Admit(ctx, b)
 		for tries := 0; err != nil && tries < 50; tries++ { // the call on the connection the restart broke fails
 			time.Sleep(20 * time.Millisecond)
@@ -49,13 +46,7 @@ func TestRedisRestartStartsEmpty(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, o := range res.Outcomes {
-			if o == JobAdmitted {
-				n++
-			}
-		}
-		return n
+		return admittedIn(res)
 	}
 	// A server up for less than the refill time: buckets without state are not full yet.
 	time.Sleep(1100 * time.Millisecond)
@@ -98,21 +89,11 @@ func TestRedisRestartNoticedByTheScript(t *testing.T) {
 	p := mustPlan(t, "p", lim("", 100, 10*time.Millisecond)) // 100 burst, 100/s: 1 s to refill
 	ctx := context.Background()
 	count := func() int {
-		b := Batch{Tenant: "acme", Plan: p, Mode: Lane}
-		for i := range 100 {
-			b.Jobs = append(b.Jobs, Job{ID: int64(i + 1), Weight: 1})
-		}
-		res, err := r.Admit(ctx, b)
+		res, err := r.Admit(ctx, laneBatch("acme", p, 100))
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, o := range res.Outcomes {
-			if o == JobAdmitted {
-				n++
-			}
-		}
-		return n
+		return admittedIn(res)
 	}
 	time.Sleep(1500 * time.Millisecond)
 	if n := count(); n < 100 {
@@ -179,20 +160,10 @@ func TestRedisClusterNodeDownLeavesTheOthers(t *testing.T) {
 	p := mustPlan(t, "p", lim("", 20, 5*time.Second)) // 20 burst, one every 5 s
 	ctx := context.Background()
 	admitted := func(tenant string) (int, error) {
-		b := Batch{Tenant: tenant, Plan: p, Mode: Lane}
-		for i := range 20 {
-			b.Jobs = append(b.Jobs, Job{ID: int64(i + 1), Weight: 1})
-		}
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		res, err := r.Admit(dctx, b)
-		n := 0
-		for _, o := range res.Outcomes {
-			if o == JobAdmitted {
-				n++
-			}
-		}
-		return n, err
+		res, err := r.Admit(dctx, laneBatch(tenant, p, 20))
+		return admittedIn(res), err
 	}
 	for _, tenant := range []string{"cat", "ant"} {
 		if _, err := admitted(tenant); err != nil {
@@ -235,4 +206,24 @@ func TestRedisClusterNodeDownLeavesTheOthers(t *testing.T) {
 	if len(seen) != 2 || !seen[0] || seen[1] {
 		t.Errorf("forget events %v, want the first check, then the node's restart (a node missed is not one)", seen)
 	}
+}
+
+// laneBatch is a lane batch of n jobs of weight 1 (ids 1 to n) of tenant under p.
+func laneBatch(tenant string, p *Plan, n int) Batch {
+	b := Batch{Tenant: tenant, Plan: p, Mode: Lane}
+	for i := range n {
+		b.Jobs = append(b.Jobs, Job{ID: int64(i + 1), Weight: 1})
+	}
+	return b
+}
+
+// admittedIn counts the jobs a batch's result admitted now.
+func admittedIn(res BatchResult) int {
+	n := 0
+	for _, o := range res.Outcomes {
+		if o == JobAdmitted {
+			n++
+		}
+	}
+	return n
 }

@@ -116,6 +116,21 @@ func (d *downstream) snapshot() (maxInFlight int, leases []int64, received, ende
 	return d.maxInFlight, slices.Clone(d.leases), slices.Clone(d.received), slices.Clone(d.ended)
 }
 
+// releaseLatencies is, for each job ended, how long until the next job was received by a
+// worker (none when no job came after it).
+func releaseLatencies(ended, received []time.Time) []time.Duration {
+	var lat []time.Duration
+	for _, e := range ended {
+		for _, r := range received {
+			if r.After(e) {
+				lat = append(lat, r.Sub(e))
+				break
+			}
+		}
+	}
+	return lat
+}
+
 // percentile is the p-th percentile (0 to 1) of ds, by rank.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
@@ -185,15 +200,7 @@ func TestConcurrencyLimitBoundsJobsInFlight(t *testing.T) {
 		t.Errorf("acme forwarded %v with leases %v, want %v with increasing leases", order, forwarded, want)
 	}
 	// Release latency: from a done answered to the next job received by a worker.
-	var lat []time.Duration
-	for _, e := range ended {
-		for _, r := range received {
-			if r.After(e) {
-				lat = append(lat, r.Sub(e))
-				break
-			}
-		}
-	}
+	lat := releaseLatencies(ended, received)
 	bob := 0
 	var bobDelay []time.Duration
 	for _, j := range w.readAll("ADMITTED") {
@@ -306,15 +313,7 @@ func TestAckOfTheForwardReleasesItsLease(t *testing.T) {
 	if maxIn > 2 {
 		t.Errorf("%d in flight, want at most 2", maxIn)
 	}
-	var lat []time.Duration
-	for _, e := range ended {
-		for _, r := range received {
-			if r.After(e) {
-				lat = append(lat, r.Sub(e))
-				break
-			}
-		}
-	}
+	lat := releaseLatencies(ended, received)
 	t.Logf("released by acks: ack to next job received p50 %v p99 %v", percentile(lat, 0.5), percentile(lat, 0.99))
 }
 

@@ -224,3 +224,27 @@ func ShadowValue(wait time.Duration) string {
 	}
 	return "delayed " + strconv.FormatInt(Millis(wait), 10)
 }
+
+// HeaderCarrier lets OpenTelemetry propagators read and write trace context (traceparent,
+// tracestate) in message headers, which keep their names as written: convert a nats.Header.
+type HeaderCarrier map[string][]string
+
+// Get returns the first value of key, or "".
+func (h HeaderCarrier) Get(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Set replaces the values of key with value.
+func (h HeaderCarrier) Set(key, value string) { h[key] = []string{value} }
+
+// Keys lists the header names.
+func (h HeaderCarrier) Keys() []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}

@@ -87,17 +87,25 @@ func batchedContender(redisURL string, plan *bucket.Plan, tenants []string) (con
 	}, nil
 }
 
-// redisRateContender decides through github.com/go-redis/redis_rate (GCRA, one limit) on a
-// go-redis client with a connection per goroutine.
-func redisRateContender(redisURL string, concurrency int, tenants []string) (contender, error) {
+// newRedisRate is redis_rate's limiter on a go-redis client with a connection per goroutine.
+func newRedisRate(redisURL string, concurrency int) (*goredis.Client, *redis_rate.Limiter, error) {
 	opt, err := goredis.ParseURL(redisURL)
 	if err != nil {
-		return contender{}, fmt.Errorf("go-redis: %w", err)
+		return nil, nil, fmt.Errorf("go-redis: %w", err)
 	}
 	opt.PoolSize = concurrency
 	opt.MinIdleConns = concurrency
 	client := goredis.NewClient(opt)
-	lim := redis_rate.NewLimiter(client)
+	return client, redis_rate.NewLimiter(client), nil
+}
+
+// redisRateContender decides through github.com/go-redis/redis_rate (GCRA, one limit) on a
+// go-redis client with a connection per goroutine.
+func redisRateContender(redisURL string, concurrency int, tenants []string) (contender, error) {
+	client, lim, err := newRedisRate(redisURL, concurrency)
+	if err != nil {
+		return contender{}, err
+	}
 	limit := redis_rate.PerSecond(1_000_000)
 	return contender{
 		name: "redis_rate",

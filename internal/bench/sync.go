@@ -19,7 +19,6 @@ import (
 	"github.com/admitter/admitter/wire"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/nats-io/nats.go"
-	goredis "github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
@@ -121,14 +120,10 @@ func ourHTTPContender(redisURL string, plans *bucket.Plans, concurrency int, ten
 // decodes the same JSON and answers 200 or 429 with a small JSON body: what a team would write
 // without admitter.
 func peerHTTPContender(redisURL string, concurrency int, tenants []string) (contender, error) {
-	opt, err := goredis.ParseURL(redisURL)
+	client, lim, err := newRedisRate(redisURL, concurrency)
 	if err != nil {
-		return contender{}, fmt.Errorf("go-redis: %w", err)
+		return contender{}, err
 	}
-	opt.PoolSize = concurrency
-	opt.MinIdleConns = concurrency
-	client := goredis.NewClient(opt)
-	lim := redis_rate.NewLimiter(client)
 	limit := redis_rate.PerSecond(1_000_000)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
