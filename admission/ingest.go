@@ -238,7 +238,7 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 	outs := make([]*outMsg, 0, len(jobs))
 	owner := make([]int, 0, len(jobs))
 	settled := len(jobs)
-	forwards := false
+	forwards, paced := false, false
 	for i := range jobs {
 		j := &jobs[i]
 		j.verdict, j.plan, j.limit = d.Verdicts[i], plan, d.Limit
@@ -251,6 +251,7 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 		switch j.verdict.Action {
 		case policy.Forward:
 			m, forwards = s.forwardMsg(j), true
+			paced = paced || !(j.verdict.Degraded || j.verdict.Shadow)
 		case policy.ToLane:
 			m = s.laneMsg(j)
 		case policy.Dead:
@@ -262,9 +263,9 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 		outs = append(outs, &outMsg{msg: m, stream: streamOf(s, j.verdict.Action)})
 		owner = append(owner, i)
 	}
+	var batch *unstored
 	if forwards {
-		s.forwardingAdd(tenant, 1)
-		defer s.forwardingAdd(tenant, -1) // after chargeLate
+		batch = s.storing(ctx, tenant, paced)
 	}
 	s.pub.publishAll(ctx, outs)
 	// What can never be stored is dead-lettered instead; a dead letter that cannot carry the
@@ -303,7 +304,11 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 			outs[k] = again[i]
 		}
 	}
-	s.chargeLate(ctx, tenant, jobs, owner, outs)
+	if batch != nil {
+		batch.stored()
+		s.chargeLate(ctx, tenant, jobs, owner, outs)
+		batch.release()
+	}
 	for k, o := range outs {
 		j := &jobs[owner[k]]
 		s.conclude(j, o.err)

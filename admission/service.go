@@ -38,33 +38,12 @@ type Service struct {
 	running atomic.Bool
 	gauges  metric.Registration
 	// forwarding counts, per tenant, the batches whose forwards are decided and not yet stored
-	// and charged (chargeLate): the tenant's lane does not decide meanwhile, so that a charge for
-	// forwards stored late comes before the decision that would otherwise land beside them.
+	// and charged (see unstored.go); seq names their fences.
 	forwarding struct {
-		mu sync.Mutex
-		n  map[string]int
+		mu  sync.Mutex
+		n   map[string]int
+		seq uint64
 	}
-}
-
-// forwardingAdd adds d to tenant's batches being forwarded.
-func (s *Service) forwardingAdd(tenant string, d int) {
-	s.forwarding.mu.Lock()
-	defer s.forwarding.mu.Unlock()
-	if s.forwarding.n == nil {
-		s.forwarding.n = map[string]int{}
-	}
-	if n := s.forwarding.n[tenant] + d; n > 0 {
-		s.forwarding.n[tenant] = n
-	} else {
-		delete(s.forwarding.n, tenant)
-	}
-}
-
-// isForwarding reports whether a batch of tenant's forwards is under way.
-func (s *Service) isForwarding(tenant string) bool {
-	s.forwarding.mu.Lock()
-	defer s.forwarding.mu.Unlock()
-	return s.forwarding.n[tenant] > 0
 }
 
 // New validates the configuration and returns a service.

@@ -99,8 +99,12 @@ type BatchResult struct {
 	// Limit names the limit that sets Wait; when every job was admitted, the limit holding the
 	// fewest tokens. Its name, or its index when unnamed.
 	Limit string
-	// LimitIndex is Limit's index in the plan.
+	// LimitIndex is Limit's index in the plan; -1 when Fenced.
 	LimitIndex int
+	// Fenced: jobs were not admitted because a fence of the tenant stands (see Memory.Fence):
+	// forwards decided before are not yet confirmed stored. Wait is then until the last fence
+	// ends (it is usually lowered sooner), and Limit is empty.
+	Fenced bool
 	// Remaining is the whole weight the plan lets through now: the minimum over its limits.
 	Remaining int64
 	// LaneOpen reports whether the tenant's lane is open after the call.
@@ -159,18 +163,21 @@ func (b *Batch) check() error {
 
 // batchResult builds a BatchResult from the integers both backends compute.
 func (p *Plan) batchResult(wait, limit, remaining, open, expired int64, outcomes, shadow []int64) (BatchResult, error) {
-	if limit < 0 || limit >= int64(len(p.Limits)) {
+	if limit < -1 || limit >= int64(len(p.Limits)) {
 		return BatchResult{}, fmt.Errorf("bucket: unexpected binding limit %d", limit)
 	}
 	res := BatchResult{
 		Outcomes:   make([]JobOutcome, len(outcomes)),
 		Wait:       time.Duration(wait) * time.Microsecond,
-		Limit:      p.labels[limit],
 		LimitIndex: int(limit),
 		Remaining:  remaining,
 		LaneOpen:   open == 1,
+		Fenced:     limit == -1,
 
 		LeasesExpired: expired,
+	}
+	if limit >= 0 {
+		res.Limit = p.labels[limit]
 	}
 	for i, o := range outcomes {
 		if o < 0 || o > int64(JobNotYet) {

@@ -28,9 +28,10 @@ type memShard struct {
 	tenants   map[string]*memState
 	jobs      map[jobKey]int64 // Decide's job keys: booked slot (> 0) or -(expiry) once admitted
 	nextSweep int64
-	work      []work // scratch, guarded by mu
-	shadow    []work // scratch for a shadow state, guarded by mu
-	expired   int64  // leases the last load found ended unreleased, guarded by mu
+	work      []work                      // scratch, guarded by mu
+	shadow    []work                      // scratch for a shadow state, guarded by mu
+	expired   int64                       // leases the last load found ended unreleased, guarded by mu
+	fences    map[string]map[string]int64 // tenant → fence id → end (µs): see fence.go
 }
 
 // memState mirrors a tenant's state in lua/state.lua.
@@ -359,6 +360,10 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 			sst = &memState{}
 		}
 	}
+	var fenceEnd int64
+	if !shadow && (mode == int64(Ingest) || mode == int64(Lane)) {
+		fenceEnd = sh.fenceEnd(b.Tenant, now)
+	}
 	if mode == int64(modeClose) {
 		if isOpen && (st.enq <= through || now-st.enqAt > o.LaneSettle.Microseconds()) {
 			st.done = st.enq
@@ -407,6 +412,15 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 					schanged = true
 				}
 				swait[i] = min(s-now, through)
+			case fenceEnd > 0:
+				if wait < 0 {
+					wait, bind = fenceEnd-now, -1
+				}
+				if mode == 0 {
+					out[i], moving = int64(JobToLane), true
+				} else {
+					out[i] = int64(JobNotYet)
+				}
 			default:
 				s, bi := p.slot(ws, now, j.Weight)
 				if s == now && wait < 0 {
@@ -463,6 +477,16 @@ func (sh *memShard) sweep(now, grace int64) {
 	for k, v := range sh.jobs {
 		if (v < 0 && -v <= now) || (v > 0 && v+grace <= now) {
 			delete(sh.jobs, k)
+		}
+	}
+	for tenant, f := range sh.fences {
+		for id, end := range f {
+			if end <= now {
+				delete(f, id)
+			}
+		}
+		if len(f) == 0 {
+			delete(sh.fences, tenant)
 		}
 	}
 }

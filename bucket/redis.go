@@ -29,6 +29,7 @@ type Redis struct {
 	admit   *script
 	inspect *script
 	lease   *script
+	fence   *script
 	prefix  string
 	grace   int64 // SlotGrace in µs, for Inspect
 	redeem  int64 // Redeem in µs
@@ -65,6 +66,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		admit:   newScript("admit", lua.Admit, false),
 		inspect: newScript("inspect", lua.Inspect, true),
 		lease:   newScript("lease", lua.Lease, false),
+		fence:   newScript("fence", lua.Fence, false),
 		prefix:  prefix,
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
@@ -190,9 +192,12 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	c := &admitCall{keys: []string{r.stateKey(b.Tenant)}, jobs: len(b.Jobs), done: make(chan struct{})}
-	if mode >= modeShadow {
+	switch {
+	case mode >= modeShadow:
 		c.keys = append(c.keys, r.stateKey(b.Tenant)+shadowSuffix)
 		c.shadow, through = true, r.horizon
+	case mode == int64(Ingest) || mode == int64(Lane):
+		c.keys = append(c.keys, r.stateKey(b.Tenant)+fenceSuffix)
 	}
 	c.size = admitReplyLen(len(b.Jobs), c.shadow)
 	c.arg = func() string {

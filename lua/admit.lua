@@ -29,6 +29,11 @@
 --             waited before the plan became shadow), ingest still moves jobs behind them, so
 --             that the tenant's order holds; the lane then lets them all go.
 --
+-- Fences (modes 0 and 1): while a fence of the tenant stands (KEYS[2], see fence.lua: forwards
+-- decided earlier are not yet confirmed stored), no job is admitted: ingest moves them to the
+-- lane, the lane's head does not fit yet; the reply's wait is until the last fence's end and its
+-- binding limit is -1. A job admitted before (outcome 1) is still answered so.
+--
 -- Idempotency: a job decided less than `redeem` ago is answered as it was (outcomes 1 and 3) and
 -- charged nothing; a job asked about later is decided afresh. That is what makes a retried call
 -- harmless (a call that timed out may have run), and what makes a crash cost capacity rather
@@ -36,7 +41,8 @@
 -- another replica forwards it later.
 --
 -- KEYS[1]  the tenant's state
--- KEYS[2]  modes 4 and 5: the tenant's shadow state (the same layout)
+-- KEYS[2]  modes 4 and 5: the tenant's shadow state (the same layout); modes 0 and 1, when
+--          given: the tenant's fences (see fence.lua)
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode, redeem (µs), quiet (µs),
 --          through (input sequence, mode 2), k jobs, n limits, extra key life (ms, 0 in
 --          production), born (µs, see load), then k × (job id, weight), then the plan's n
@@ -44,7 +50,7 @@
 --
 -- A concurrency limit takes a lease for each job admitted, its id the job's (see lease.lua).
 --
--- Reply: packed int64s {wait (µs), binding limit (0-based), remaining, lane open (0/1), leases
+-- Reply: packed int64s {wait (µs), binding limit (0-based; -1: a fence), remaining, lane open (0/1), leases
 -- expired (ended unreleased, dropped from the state by this call), then one outcome per job}:
 -- 0 admitted, 1 admitted before (redeemed, nothing charged), 2 moved to the lane, 3 moved to
 -- the lane before, 4 not yet (lane mode). wait and the binding limit concern the
@@ -52,7 +58,7 @@
 -- Modes 4 and 5 add one value per job: its shadow wait (µs; 0 when it fitted at once or was not
 -- decided here), and remaining and the binding limit are the shadow state's.
 --
--- Redis commands: TIME, GET, and one SET ... PX or DEL.
+-- Redis commands: TIME, GET, ZRANGE (the fences), and one SET ... PX or DEL.
 local arg = ARGV[1]
 local now, mode, redeem, quiet, through, k, n, pad, born = struct.unpack('<lllllllll', arg)
 if now == 0 then now = server_now() end
@@ -74,6 +80,15 @@ if mode == 4 or mode == 5 then
   shadow, mode = true, mode - 4
   sst = read_state(redis.call('GET', KEYS[2]), lims, n, now)
   sws = load(sst, lims, n, now, born)
+end
+
+local fence_end = 0
+if not shadow and (mode == 0 or mode == 1) and KEYS[2] then
+  local f = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  if f[2] then
+    local e = tonumber(f[2])
+    if e > now then fence_end = e end
+  end
 end
 
 if mode == 2 then
@@ -109,6 +124,9 @@ else
         end
         swait[i] = math.min(s - now, through)
       end
+    elseif fence_end > 0 then
+      if wait < 0 then wait, bind = fence_end - now, -1 end
+      if mode == 0 then out[i], moving = 2, true else out[i] = 4 end
     else
       local s, b = slot(lims, ws, n, now, w)
       if s == now and wait < 0 then

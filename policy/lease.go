@@ -46,6 +46,41 @@ func (p *Policy) Charge(ctx context.Context, tenant string, weight int64, late t
 	return c.Charge(ctx, tenant, plan, min(weight, bucket.MaxCost), late)
 }
 
+// Fencer is a Limiter with fences (see bucket.Memory.Fence).
+type Fencer interface {
+	Fence(ctx context.Context, tenant, id string, life time.Duration) error
+	Unfence(ctx context.Context, tenant, id string) error
+}
+
+var (
+	_ Fencer = (*bucket.Redis)(nil)
+	_ Fencer = (*bucket.Memory)(nil)
+)
+
+// Fence raises the fence id on tenant, or extends it, to end life from now, in one limiter call
+// bounded by the timeout: until it is lowered or ends, no job of the tenant is admitted (see
+// bucket.Memory.Fence). A limiter without fences raises none.
+func (p *Policy) Fence(ctx context.Context, tenant, id string, life time.Duration) error {
+	f, ok := p.limiter.(Fencer)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	return f.Fence(ctx, tenant, id, life)
+}
+
+// Unfence lowers the fence id on tenant, in one limiter call bounded by the timeout.
+func (p *Policy) Unfence(ctx context.Context, tenant, id string) error {
+	f, ok := p.limiter.(Fencer)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	return f.Unfence(ctx, tenant, id)
+}
+
 // ErrNoLeases: the tenant's plan has no concurrency limit, so its jobs hold no lease to release
 // or renew.
 var ErrNoLeases = errors.New("policy: the plan has no concurrency limit")

@@ -236,7 +236,7 @@ type Decision struct {
 	Remaining int64
 	LaneOpen  bool
 	// Reason is the kind of the limit that bound the decision ("bucket", "window", "quota",
-	// "concurrency"): why jobs wait. LeasesExpired counts the leases the call found ended
+	// "concurrency"), or ReasonFence: why jobs wait. LeasesExpired counts the leases the call found ended
 	// unreleased (see bucket.KindConcurrency).
 	Reason        string
 	LeasesExpired int64
@@ -245,6 +245,14 @@ type Decision struct {
 	// Took is how long the limiter call took; zero when there was none.
 	Took time.Duration
 }
+
+// ReasonFence is the reason of jobs held back by a fence (see bucket.Memory.Fence): forwards of
+// the tenant decided before are not yet confirmed stored downstream.
+const ReasonFence = "fence"
+
+// FencePoll bounds the wait of a lane's head held back by a fence: the fence is lowered as soon
+// as the forwards before it are stored, usually long before it would end.
+const FencePoll = 25 * time.Millisecond
 
 // Decide decides jobs of tenant, in order, as mode's side of its queue. Jobs that can never be
 // admitted (no plan, an unreadable or too large weight, an unusable tenant name) are Dead; the
@@ -309,8 +317,14 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 		return d
 	}
 	p.ok()
-	d.Limit, d.Remaining, d.LaneOpen = res.Limit, res.Remaining, res.LaneOpen
-	d.Reason, d.LeasesExpired = d.Plan.Limits[res.LimitIndex].Kind.String(), res.LeasesExpired
+	d.Limit, d.Remaining, d.LaneOpen, d.LeasesExpired = res.Limit, res.Remaining, res.LaneOpen, res.LeasesExpired
+	if res.Fenced {
+		// Earlier forwards of the tenant are not yet stored: they are usually confirmed long
+		// before the fence's end, so the lane asks again soon.
+		d.Reason, res.Wait = ReasonFence, min(res.Wait, FencePoll)
+	} else {
+		d.Reason = d.Plan.Limits[res.LimitIndex].Kind.String()
+	}
 	for k, o := range res.Outcomes {
 		v := &d.Verdicts[index[k]]
 		switch o {

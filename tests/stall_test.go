@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +28,8 @@ type stallProxy struct {
 	trigger []byte        // armed: stall at the first line starting with it
 	hold    time.Duration // for this long
 	held    chan struct{} // closed when the stall starts
+	every   bool          // armAll: every connection stalls, until `until`
+	until   time.Time     // armAll: when the stall ends, once it started
 	wg      sync.WaitGroup
 	quit    chan struct{}
 }
@@ -66,12 +70,26 @@ func (p *stallProxy) arm(prefix string, hold time.Duration) {
 	p.trigger, p.hold = []byte("PUB "+prefix), hold
 }
 
-// fire returns where in b the stall begins (the start of the publish's line), or -1, and
-// disarms the proxy when it does.
+// armAll makes the proxy stall every connection at its first publish to a subject starting
+// with prefix, from the first such publish on any connection until hold after it: a node
+// holding the output stream that stops answering everyone for a while, whichever replica
+// publishes.
+func (p *stallProxy) armAll(prefix string, hold time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.trigger, p.hold, p.every = []byte("PUB "+prefix), hold, true
+}
+
+// fire returns where in b the stall begins (the start of the publish's line), or -1, and how
+// long it lasts; it disarms the proxy when it does (armAll: when the stall is over).
 func (p *stallProxy) fire(b []byte) (int, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.trigger == nil {
+		return -1, 0
+	}
+	if p.every && !p.until.IsZero() && !time.Now().Before(p.until) {
+		p.trigger = nil
 		return -1, 0
 	}
 	i := bytes.Index(b, p.trigger)
@@ -79,9 +97,16 @@ func (p *stallProxy) fire(b []byte) (int, time.Duration) {
 		return -1, 0
 	}
 	start := bytes.LastIndexByte(b[:i], '\n') + 1 // the line's start: PUB or HPUB
-	p.trigger = nil
-	close(p.held)
-	return start, p.hold
+	if !p.every {
+		p.trigger = nil
+		close(p.held)
+		return start, p.hold
+	}
+	if p.until.IsZero() {
+		p.until = time.Now().Add(p.hold)
+		close(p.held)
+	}
+	return start, time.Until(p.until)
 }
 
 func (p *stallProxy) accept() {
@@ -193,5 +218,87 @@ func TestStalledNATSIsNoBurst(t *testing.T) {
 	if excess > 1 {
 		t.Errorf("forwards %+.2f over C 20 + r 20/s·t in [%v, %v] after the stall, want at most 1 (the slack)",
 			excess, from.Sub(times[0]).Round(time.Millisecond), to.Sub(times[0]).Round(time.Millisecond))
+	}
+}
+
+const stallTenants = 4
+
+// stallPlansTwo: four tenants of {10, 10/s}.
+var stallPlansTwo = func() string {
+	s := "plans:\n  steady:\n    limits:\n      - {capacity: 10, rate: 10/s}\ntenants:\n"
+	for i := range stallTenants {
+		s += fmt.Sprintf("  t%d: steady\n", i)
+	}
+	return s
+}()
+
+// TestStalledNATSTwoReplicasIsNoBurst: two replicas share four tenants of {10, 10/s}; each
+// tenant publishes 30 jobs at once. As the first forward goes out, the node holding the output
+// stream stops reading for 3 s, from every replica (each replica's connection stalls at its
+// first forward from then until the 3 s are over). A tenant's jobs are decided by whichever
+// replica pulled them and by its lane's owner: a second decider that forwards the jobs its
+// bucket refilled while the first one's forwards were not yet stored sends them into the same
+// instant. Every tenant's forwards must stay within C + r·t (one job of slack) in every
+// interval. Before the fence across replicas: up to +10 over.
+func TestStalledNATSTwoReplicasIsNoBurst(t *testing.T) {
+	w := newWorld(t, stallPlansTwo)
+	px := startStallProxy(t, w.natsURL)
+	w.natsURL = px.url()
+	replicas := []*proc{w.start("ADMITTER_WORKERS=4"), w.start("ADMITTER_WORKERS=4")}
+	px.armAll("jobs.admitted.", 3*time.Second)
+	var acks []jetstream.PubAckFuture
+	for i := range 30 {
+		for k := range stallTenants {
+			f, err := w.js.PublishAsync(fmt.Sprintf("jobs.submit.t%d.x", k), []byte(fmt.Sprintf("t%d-%d", k, i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks = append(acks, f)
+		}
+	}
+	for i, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("publish %d: %v", i, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("publish %d: no PubAck in 5 s", i)
+		}
+	}
+	select {
+	case <-px.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no forward went out within 10 s")
+	}
+	n := 30 * stallTenants
+	out := w.read("ADMITTED", n, 60*time.Second)
+	times := map[string][]time.Time{}
+	seen := map[string]bool{}
+	for _, j := range out {
+		if seen[j.payload] {
+			t.Errorf("%s forwarded twice", j.payload)
+		}
+		seen[j.payload] = true
+		tenant, _, _ := strings.Cut(j.payload, "-")
+		times[tenant] = append(times[tenant], j.stored)
+	}
+	if len(seen) != n {
+		t.Fatalf("%d of %d forwarded", len(seen), n)
+	}
+	for k := range stallTenants {
+		tenant := fmt.Sprintf("t%d", k)
+		ts := times[tenant]
+		excess, from, to := worstWindow(ts, 10, 10)
+		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+		t.Logf("%s: worst interval [%v, %v]: %+.2f over C + r·t", tenant, from.Sub(ts[0]).Round(time.Millisecond), to.Sub(ts[0]).Round(time.Millisecond), excess)
+		if excess > 1 {
+			t.Errorf("%s: forwards %+.2f over C 10 + r 10/s·t in [%v, %v] after the stall, want at most 1 (the slack)",
+				tenant, excess, from.Sub(ts[0]).Round(time.Millisecond), to.Sub(ts[0]).Round(time.Millisecond))
+		}
+	}
+	for _, p := range replicas {
+		if p.signal(syscall.SIGTERM, 15*time.Second) != 0 {
+			t.Errorf("replica exited non-zero:\n%s", p.logs.String())
+		}
 	}
 }

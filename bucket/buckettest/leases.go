@@ -15,6 +15,8 @@ type LeaseLimiter interface {
 	Release(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
 	Renew(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
 	Charge(ctx context.Context, tenant string, plan *bucket.Plan, weight int64, late time.Duration) error
+	Fence(ctx context.Context, tenant, id string, life time.Duration) error
+	Unfence(ctx context.Context, tenant, id string) error
 }
 
 var (
@@ -68,8 +70,60 @@ func (h *harness) charge(p *bucket.Plan, weight int64, late time.Duration) {
 	}
 }
 
+// fence raises (life > 0) or lowers (life 0) the fence id (LeaseLimiter.Fence, Unfence).
+func (h *harness) fence(id string, life time.Duration) {
+	h.t.Helper()
+	ll, ok := h.l.(LeaseLimiter)
+	if !ok {
+		h.t.Fatalf("the backend %T promises leases but has no Fence", h.l)
+	}
+	var err error
+	if life > 0 {
+		err = ll.Fence(context.Background(), h.tenant, id, life)
+	} else {
+		err = ll.Unfence(context.Background(), h.tenant, id)
+	}
+	if err != nil {
+		h.t.Fatalf("fence %s (life %v): %v", id, life, err)
+	}
+}
+
+// expectFenced checks whether a batch's result says a fence held its jobs back.
+func (h *harness) expectFenced(r bucket.BatchResult, want bool) {
+	h.t.Helper()
+	if r.Fenced != want || (want && (r.Limit != "" || r.LimitIndex != -1)) {
+		h.t.Fatalf("at +%v: fenced %v (limit %q, index %d), want fenced %v", h.c.Now().Sub(Start), r.Fenced, r.Limit, r.LimitIndex, want)
+	}
+}
+
 // leaseCases exercise concurrency limits: leases taken, released, renewed, ended, reconciled.
 var leaseCases = []testCase{
+	{name: "fence: nothing is admitted while a fence stands, until it is lowered or ends", needs: leases(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "fenced", lim("rate", 4, 250*time.Millisecond))
+		h.expectFenced(h.admit(p, bucket.Ingest, jobs("1", "2"), "AA", 0, false), false)
+		h.fence("d1", 2*time.Second)
+		// Ingest moves what would fit to the lane; the lane's head waits for the fence.
+		h.expectFenced(h.admit(p, bucket.Ingest, jobs("3", "4"), "LL", 2*time.Second, true), true)
+		h.expectFenced(h.admit(p, bucket.Lane, jobs("3", "4"), "NN", 2*time.Second, true), true)
+		// A job admitted before is still answered so: its forward is a duplicate, not a new one.
+		h.admit(p, bucket.Lane, jobs("1", "3"), "RN", 2*time.Second, true)
+		// Requests forward nothing: Decide is not fenced.
+		h.expect(p, 1, "", bucket.Admitted, 0, 1)
+		h.c.Advance(500 * time.Millisecond)
+		h.fence("d1", 2*time.Second) // extended: ends 2 s from now
+		h.admit(p, bucket.Lane, jobs("3"), "N", 2*time.Second, true)
+		h.fence("d1", 0)
+		h.expectFenced(h.admit(p, bucket.Lane, jobs("3", "4"), "AA", 0, true), false)
+		// Two deciders' fences: the tenant is fenced while either stands.
+		h.fence("d2", time.Second)
+		h.fence("d3", 3*time.Second)
+		h.admit(p, bucket.Lane, jobs("5"), "N", 3*time.Second, true)
+		h.fence("d3", 0)
+		h.admit(p, bucket.Lane, jobs("5"), "N", time.Second, true)
+		h.fence("d3", 0)         // lowering a fence not held is harmless
+		h.c.Advance(time.Second) // d2 ends on its own (a decider that died)
+		h.expectFenced(h.admit(p, bucket.Lane, jobs("5"), "A", 0, true), false)
+	}},
 	{name: "charge: jobs stored late take back what the limits gave meanwhile", needs: leases(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "late", lim("rate", 4, 250*time.Millisecond), win("day", 100, time.Hour))
 		h.admit(p, bucket.Ingest, jobs("1", "2", "3", "4"), "AAAA", 0, false)

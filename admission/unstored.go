@@ -1,0 +1,130 @@
+package admission
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Forwards decided and not yet stored. NATS may store a forward seconds after its decision (a
+// node that stopped answering, a stream electing a leader, the client reconnecting); it then
+// reaches downstream beside whatever the tenant's limits gave meanwhile. Three things keep the
+// tenant's pace through that:
+//   - on this replica, the tenant's lane does not decide while a batch of its forwards is
+//     being stored (isForwarding);
+//   - across replicas, a batch not stored within fenceAfter raises a fence on the tenant in the
+//     limiter (policy.Fence): no replica admits the tenant's jobs until it is lowered, once
+//     the batch is stored, or until it ends, fenceLife after its last extension, when the
+//     replica died;
+//   - a batch stored lateStore or more after its decision is charged again for what the
+//     limits refilled meanwhile (chargeLate), before the fence is lowered.
+
+// fenceAfter is how long a batch's forwards may take to be stored before its replica fences the
+// tenant. Decisions made meanwhile by others may still land beside it: at most what the limits
+// give in fenceAfter (r·fenceAfter) plus what they held. A PubAck under load comes well within.
+const fenceAfter = 25 * time.Millisecond
+
+// fenceLife is how long a fence stands unless extended; its replica extends it every
+// fenceLife/3 while the batch waits to be stored. A replica that dies leaves the tenant fenced
+// for at most this long.
+const fenceLife = 3 * time.Second
+
+// unstored is one batch of a tenant's forwards being stored.
+type unstored struct {
+	s      *Service
+	ctx    context.Context
+	tenant string
+	id     string // the fence's id: the replica's name and a count
+	paced  bool   // the batch holds forwards its plan paced (not fail-open, not shadow)
+
+	mu     sync.Mutex
+	timer  *time.Timer // raises or extends the fence; owned by the batch, stopped by stored
+	done   bool
+	raised bool
+}
+
+// storing notes that a batch of tenant's forwards is about to be stored; paced: its plan paced
+// them. stored ends it.
+func (s *Service) storing(ctx context.Context, tenant string, paced bool) *unstored {
+	s.forwarding.mu.Lock()
+	if s.forwarding.n == nil {
+		s.forwarding.n = map[string]int{}
+	}
+	s.forwarding.n[tenant]++
+	s.forwarding.seq++
+	id := s.cfg.Replica + "/" + strconv.FormatUint(s.forwarding.seq, 36)
+	s.forwarding.mu.Unlock()
+	u := &unstored{s: s, ctx: ctx, tenant: tenant, id: id, paced: paced}
+	if paced {
+		u.mu.Lock() // before fence can run
+		u.timer = time.AfterFunc(fenceAfter, u.fence)
+		u.mu.Unlock()
+	}
+	return u
+}
+
+// fence raises or extends the batch's fence: the batch is late.
+func (u *unstored) fence() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.done {
+		return
+	}
+	next := fenceLife / 3
+	if err := u.s.cfg.Policy.Fence(u.ctx, u.tenant, u.id, fenceLife); err != nil {
+		if u.ctx.Err() == nil {
+			u.s.log.Warn("forwards not stored yet, and the tenant could not be fenced: another replica may forward beside them",
+				"tenant", u.tenant, "err", err)
+		}
+		next = 100 * time.Millisecond
+	} else {
+		if !u.raised {
+			u.s.log.Debug("forwards not stored yet: tenant fenced", "tenant", u.tenant, "fence", u.id)
+		}
+		u.raised = true
+	}
+	u.timer.Reset(next)
+}
+
+// stored ends the fence's extensions: the batch's stores are settled. It returns once no
+// extension is under way.
+func (u *unstored) stored() {
+	if u.timer == nil {
+		return
+	}
+	u.mu.Lock()
+	u.done = true
+	u.timer.Stop()
+	u.mu.Unlock()
+}
+
+// release lowers the batch's fence, if it raised one (after chargeLate charged what the batch
+// was late for), and lets the tenant's lane decide again. A batch cut short by ctx leaves its
+// fence to end on its own: its forwards may still be stored late.
+func (u *unstored) release() {
+	u.mu.Lock()
+	raised := u.raised
+	u.mu.Unlock()
+	if raised && u.ctx.Err() == nil {
+		if err := u.s.cfg.Policy.Unfence(u.ctx, u.tenant, u.id); err != nil {
+			u.s.log.Warn("the tenant's fence could not be lowered: its jobs wait until it ends",
+				"tenant", u.tenant, "ends_within", fenceLife.String(), "err", err)
+		}
+	}
+	s := u.s
+	s.forwarding.mu.Lock()
+	defer s.forwarding.mu.Unlock()
+	if n := s.forwarding.n[u.tenant] - 1; n > 0 {
+		s.forwarding.n[u.tenant] = n
+	} else {
+		delete(s.forwarding.n, u.tenant)
+	}
+}
+
+// isForwarding reports whether a batch of tenant's forwards is being stored by this replica.
+func (s *Service) isForwarding(tenant string) bool {
+	s.forwarding.mu.Lock()
+	defer s.forwarding.mu.Unlock()
+	return s.forwarding.n[tenant] > 0
+}
