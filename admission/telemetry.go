@@ -35,7 +35,7 @@ const (
 	AttrError    = policy.AttrError
 	AttrMode     = attribute.Key("admitter.mode")
 	// AttrReason is the kind of the limit a waiting job waits for: bucket, window, quota or
-	// concurrency.
+	// concurrency; or fence (policy.ReasonFence): earlier forwards of its tenant are not yet stored.
 	AttrReason   = attribute.Key("admitter.reason")
 	AttrSequence = attribute.Key("messaging.nats.stream.sequence")
 )
@@ -60,6 +60,7 @@ type telemetry struct {
 	failEvents  metric.Int64Counter
 	leaseMsgs   metric.Int64Counter
 	expired     metric.Int64Counter
+	fences      metric.Int64Counter
 	inFlight    metric.Int64UpDownCounter
 	tenantLabel bool
 	failMode    attribute.Set
@@ -96,6 +97,8 @@ func newTelemetry(c Config) (*telemetry, error) {
 	t.leaseMsgs, err = m.Int64Counter(wire.MetricLeaseMessages.Name, metric.WithDescription("Messages that end or extend a forwarded job's lease, by path (done, renew, ack, term) and result (released, renewed, not-held, no-lease, invalid, error)."))
 	add(err)
 	t.expired, err = m.Int64Counter(wire.MetricLeasesExpired.Name, metric.WithDescription("Leases of forwarded jobs that ended without being released (their slot freed by the lease's end)."))
+	add(err)
+	t.fences, err = m.Int64Counter(wire.MetricFences.Name, metric.WithDescription("Batches of forwards not stored within 25 ms of their decision: their tenant was fenced (no replica admitted its jobs) until they were."))
 	add(err)
 	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
 	add(err)

@@ -80,6 +80,7 @@ func (u *unstored) fence() {
 		next = 100 * time.Millisecond
 	} else {
 		if !u.raised {
+			u.s.tel.fences.Add(u.ctx, 1)
 			u.s.log.Debug("forwards not stored yet: tenant fenced", "tenant", u.tenant, "fence", u.id)
 		}
 		u.raised = true

@@ -21,6 +21,10 @@ type Snapshot struct {
 	// LaneOpen reports whether the tenant's lane is open: jobs of its wait there, in order, and
 	// its new jobs join them.
 	LaneOpen bool
+	// FencedUntil is when the last fence of the tenant ends (see Memory.Fence), zero when none
+	// stands: forwards decided before are not yet stored, and no job of the tenant is admitted
+	// until they are (usually well before then).
+	FencedUntil time.Time
 }
 
 // LimitState is one limit's state in a Snapshot.
@@ -111,6 +115,9 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 	}
 	snap := plan.snapshot(now, sh.load(ls, plan, now, m.born()))
 	snap.LaneOpen = st != nil && st.enq > st.done
+	if end := sh.fenceEnd(tenant, now); end > 0 {
+		snap.FencedUntil = time.UnixMicro(end)
+	}
 	if ls != nil {
 		snap.addBooked(ls.booked, now, m.opts.SlotGrace.Microseconds())
 	}
@@ -125,7 +132,7 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err := r.refreshBorn(ctx); err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	key := []string{r.stateKey(tenant)}
+	key := []string{r.stateKey(tenant), r.stateKey(tenant) + fenceSuffix}
 	if plan.Shadow {
 		key = append(key, r.stateKey(tenant)+shadowSuffix)
 	}
@@ -137,31 +144,34 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	now, open, ws, booked, err := decodeInspect(plan, reply)
+	now, open, ws, booked, fence, err := decodeInspect(plan, reply)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
 	snap := plan.snapshot(now, ws)
 	snap.LaneOpen = open
+	if fence > 0 {
+		snap.FencedUntil = time.UnixMicro(fence)
+	}
 	snap.addBooked(booked, now, r.grace)
 	return snap, nil
 }
 
 // decodeInspect reads inspect.lua's reply: the server's time, whether the lane is open, every
-// limit's state, and the slots booked and not yet claimed.
-func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, booked []entry, err error) {
+// limit's state, the slots booked and not yet claimed, and when the last fence ends (0: none).
+func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, booked []entry, fence int64, err error) {
 	vals := make([]int64, len(reply)/8)
 	if len(reply)%8 != 0 || len(vals) < 4 {
-		return 0, false, nil, nil, fmt.Errorf("inspect reply of %d bytes", len(reply))
+		return 0, false, nil, nil, 0, fmt.Errorf("inspect reply of %d bytes", len(reply))
 	}
 	if err := unpackInts(reply, vals); err != nil {
-		return 0, false, nil, nil, err
+		return 0, false, nil, nil, 0, err
 	}
 	now, open, vals = vals[0], vals[1] == 1, vals[4:]
 	ws = make([]work, len(p.specs))
 	for i := range p.specs {
 		if len(vals) == 0 {
-			return 0, false, nil, nil, fmt.Errorf("inspect reply too short at limit %d", i)
+			return 0, false, nil, nil, 0, fmt.Errorf("inspect reply too short at limit %d", i)
 		}
 		if p.specs[i].kind == KindBucket {
 			ws[i].tat, vals = vals[0], vals[1:]
@@ -169,18 +179,18 @@ func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, book
 		}
 		k := vals[0]
 		if k < 0 || int64(len(vals)) < 1+2*k {
-			return 0, false, nil, nil, fmt.Errorf("inspect reply: limit %d has %d entries in %d values", i, k, len(vals)-1)
+			return 0, false, nil, nil, 0, fmt.Errorf("inspect reply: limit %d has %d entries in %d values", i, k, len(vals)-1)
 		}
 		for j := int64(0); j < k; j++ {
 			ws[i].log = append(ws[i].log, entry{vals[1+2*j], vals[2+2*j]})
 		}
 		vals = vals[1+2*k:]
 	}
-	if len(vals) == 0 || vals[0] < 0 || int64(len(vals)) != 1+2*vals[0] {
-		return 0, false, nil, nil, fmt.Errorf("inspect reply: %d values where the booked slots should be", len(vals))
+	if len(vals) == 0 || vals[0] < 0 || int64(len(vals)) != 2+2*vals[0] {
+		return 0, false, nil, nil, 0, fmt.Errorf("inspect reply: %d values where the booked slots should be", len(vals))
 	}
 	for j := int64(0); j < vals[0]; j++ {
 		booked = append(booked, entry{vals[1+2*j], vals[2+2*j]})
 	}
-	return now, open, ws, booked, nil
+	return now, open, ws, booked, vals[len(vals)-1], nil
 }

@@ -41,6 +41,10 @@ func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.Te
 		t := snap.LatestSlot.UTC()
 		s.LatestSlot = &t
 	}
+	if !snap.FencedUntil.IsZero() {
+		t := snap.FencedUntil.UTC()
+		s.FencedUntil = &t
+	}
 	var wait time.Duration
 	for i, ls := range snap.Limits {
 		l := plan.Limits[i]

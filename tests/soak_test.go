@@ -30,6 +30,8 @@ import (
 //	ADMITTER_SOAK=10m                 run for this long (unset: 10m)
 //	ADMITTER_SOAK_SEED=n              replay a schedule (printed at the start)
 //	ADMITTER_SOAK_FAULT_EVERY=20s     the mean time between faults
+//	ADMITTER_SOAK_FAULTS=k,...        draw only these kinds of fault (e.g. "nats pause,nats kill")
+//	ADMITTER_SOAK_LOGS=dir            write each replica's log (level debug) there at the end
 //	ADMITTER_SOAK_FAIL_MODE=open      or closed (default: drawn from the seed)
 //	ADMITTER_SOAK_REDIS=aof           aof (appendonly yes, appendfsync always), everysec
 //	                                  (appendfsync everysec: a crash may lose the last second)
@@ -151,6 +153,9 @@ func TestSoak(t *testing.T) {
 	w.redis = redis
 	bin := plainBinary(t)
 	env := []string{"ADMITTER_STREAM_REPLICAS=3", "ADMITTER_FAIL_MODE=" + failMode, "ADMITTER_ACK_WAIT=30s"}
+	if os.Getenv("ADMITTER_SOAK_LOGS") != "" {
+		env = append(env, "ADMITTER_LOG_LEVEL=debug")
+	}
 	replicas := make([]*soakReplica, 3)
 	for i := range replicas {
 		replicas[i] = &soakReplica{name: fmt.Sprintf("r%d", i+1)}
@@ -185,6 +190,27 @@ func TestSoak(t *testing.T) {
 	sleep := func(d time.Duration) { time.Sleep(d) }
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	kinds := []string{"replica kill", "replica pause", "replica restart", "nats kill", "nats pause", "nats restart", "redis kill", "redis pause", "redis restart"}
+	if only := os.Getenv("ADMITTER_SOAK_FAULTS"); only != "" {
+		var chosen []string
+		for _, k := range strings.Split(only, ",") {
+			if k = strings.TrimSpace(k); !slices.Contains(kinds, k) {
+				t.Fatalf("ADMITTER_SOAK_FAULTS: unknown fault %q, want some of %q", k, kinds)
+			}
+			chosen = append(chosen, k)
+		}
+		kinds = chosen
+	}
+	if dir := os.Getenv("ADMITTER_SOAK_LOGS"); dir != "" {
+		t.Cleanup(func() {
+			for _, r := range replicas {
+				if r.proc != nil {
+					if err := os.WriteFile(filepath.Join(dir, r.name+".log"), []byte(r.proc.logs.String()), 0o644); err != nil {
+						t.Errorf("ADMITTER_SOAK_LOGS: %v", err)
+					}
+				}
+			}
+		})
+	}
 	var faults []soakFault
 	next := start.Add(every / 2)
 	for {
@@ -310,6 +336,7 @@ func soakChecked(tenants []soakTenant) []checkedTenant {
 
 // soakForward is a forward as the report reads it.
 type soakForward struct {
+	job           string
 	stored, input time.Time // stored downstream; its input stored (stored - Admit-Delay-Ms)
 	weight        float64
 	degraded      bool
@@ -320,6 +347,7 @@ type faultCost struct {
 	stall       time.Duration // the longest wait of a job beyond its plan's spacing while jobs waited
 	stallTenant string
 	quietMax    time.Duration // the longest publish → forward of a tenant within its plan
+	quietJob    string        // that job
 	failOpen    int
 }
 
@@ -354,7 +382,7 @@ func soakCosts(start time.Time, loadEnd time.Duration, faults []soakFault, got [
 	for _, j := range got {
 		ms, _ := strconv.ParseInt(j.header.Get(wire.HeaderDelayMs), 10, 64)
 		wt, _ := strconv.Atoi(j.header.Get(wire.HeaderWeight))
-		f := soakForward{stored: j.stored, input: j.stored.Add(-time.Duration(ms) * time.Millisecond), weight: float64(max(wt, 1)),
+		f := soakForward{job: j.payload, stored: j.stored, input: j.stored.Add(-time.Duration(ms) * time.Millisecond), weight: float64(max(wt, 1)),
 			degraded: j.header.Get(wire.HeaderDegraded) != ""}
 		tn := j.header.Get(wire.HeaderTenant)
 		byTenant[tn] = append(byTenant[tn], f)
@@ -372,7 +400,7 @@ func soakCosts(start time.Time, loadEnd time.Duration, faults []soakFault, got [
 		for k, b := range fs {
 			if tn.quiet {
 				if c := cost(b.input); b.stored.Sub(b.input) > c.quietMax {
-					c.quietMax = b.stored.Sub(b.input)
+					c.quietMax, c.quietJob = b.stored.Sub(b.input), fmt.Sprintf("%s (published %.3fs, stored %.3fs)", b.job, b.input.Sub(start).Seconds(), b.stored.Sub(start).Seconds())
 				}
 			}
 			if k == 0 {
@@ -409,6 +437,15 @@ func soakReport(start time.Time, duration, loadEnd, drained time.Duration, fault
 	}
 	fmt.Fprintf(tw, "-\t\tno fault\t\t\t%s\t%s\t%s\t%d\n", secs(calm.stall), calm.stallTenant, secs(calm.quietMax), calm.failOpen)
 	tw.Flush()
+	slowest := calm
+	for _, pc := range perFault {
+		if pc.quietMax > slowest.quietMax {
+			slowest = pc
+		}
+	}
+	if slowest.quietJob != "" {
+		fmt.Fprintf(&b, "slowest job of a tenant within its plan: %s, %s s\n", slowest.quietJob, secs(slowest.quietMax))
+	}
 
 	fmt.Fprintf(&b, "\nby kind:\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)

@@ -15,6 +15,9 @@ type TenantState struct {
 	// Shadow: the plan is in shadow mode (trialled, not enforced): Limits are its trial's
 	// state, which nothing is held for.
 	Shadow bool `json:"shadow,omitempty"`
+	// FencedUntil: forwards of the tenant are not yet stored downstream (a NATS node slow or
+	// down), and none of its jobs is admitted until they are, or at the latest until then.
+	FencedUntil *time.Time `json:"fenced_until,omitempty"`
 	// PausedUntil: the tenant's jobs are held until then (see admitter plans pause).
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
 	// Reservations counts the slots booked (by reserving requests) and not yet claimed;

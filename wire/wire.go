@@ -210,6 +210,7 @@ var (
 	MetricRedelivered   = Metric{"admitter.consumer.redelivered", "admitter_consumer_redelivered", ""}
 	MetricLeaseMessages = Metric{"admitter.lease.messages", "admitter_lease_messages_total", ""}
 	MetricLeasesExpired = Metric{"admitter.leases.expired", "admitter_leases_expired_total", ""}
+	MetricFences        = Metric{"admitter.fences", "admitter_fences_total", ""}
 )
 
 // DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they

@@ -102,6 +102,9 @@ var leaseCases = []testCase{
 		p := mustPlan(t, "fenced", lim("rate", 4, 250*time.Millisecond))
 		h.expectFenced(h.admit(p, bucket.Ingest, jobs("1", "2"), "AA", 0, false), false)
 		h.fence("d1", 2*time.Second)
+		if snap, err := h.l.Inspect(context.Background(), h.tenant, p); err != nil || !snap.FencedUntil.Equal(h.c.Now().Add(2*time.Second)) {
+			t.Fatalf("inspect while fenced: fenced until %v (%v), want %v", snap.FencedUntil, err, h.c.Now().Add(2*time.Second))
+		}
 		// Ingest moves what would fit to the lane; the lane's head waits for the fence.
 		h.expectFenced(h.admit(p, bucket.Ingest, jobs("3", "4"), "LL", 2*time.Second, true), true)
 		h.expectFenced(h.admit(p, bucket.Lane, jobs("3", "4"), "NN", 2*time.Second, true), true)
@@ -123,6 +126,9 @@ var leaseCases = []testCase{
 		h.fence("d3", 0)         // lowering a fence not held is harmless
 		h.c.Advance(time.Second) // d2 ends on its own (a decider that died)
 		h.expectFenced(h.admit(p, bucket.Lane, jobs("5"), "A", 0, true), false)
+		if snap, err := h.l.Inspect(context.Background(), h.tenant, p); err != nil || !snap.FencedUntil.IsZero() {
+			t.Fatalf("inspect after the fences: fenced until %v (%v), want none", snap.FencedUntil, err)
+		}
 	}},
 	{name: "charge: jobs stored late take back what the limits gave meanwhile", needs: leases(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "late", lim("rate", 4, 250*time.Millisecond), win("day", 100, time.Hour))

@@ -205,6 +205,10 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 	if r.PausedUntil != nil {
 		fmt.Fprintf(w, "\npaused until %s (%v from now): its jobs wait in its lane, in order\n", r.PausedUntil.UTC().Format(time.RFC3339), r.PausedUntil.Sub(r.At).Round(time.Second))
 	}
+	if r.FencedUntil != nil {
+		fmt.Fprintf(w, "\nfenced: forwards of %s are not yet stored downstream (a NATS node slow or down); none of its jobs is admitted until they are, at the latest in %v\n",
+			r.Tenant, r.FencedUntil.Sub(r.At).Round(time.Millisecond))
+	}
 	if r.LaneOpen {
 		fmt.Fprintf(w, "\nlane: open: jobs of %s wait in it, in order, and its new jobs join them\n", r.Tenant)
 	} else {

@@ -106,3 +106,36 @@ func TestPrintInspectionConcurrency(t *testing.T) {
 	}
 	t.Logf("\n%s", text)
 }
+
+// TestPrintInspectionFenced: a tenant whose forwards are not yet stored says so, and until when
+// at the latest its jobs wait for them.
+func TestPrintInspectionFenced(t *testing.T) {
+	ps, err := plans.Parse("plans.yaml", []byte("plans:\n  pro:\n    limits:\n      - {capacity: 10, rate: 10/s}\ndefault_plan: pro\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	m := bucket.NewMemory(bucket.Options{}, func() time.Time { return now })
+	ctx := context.Background()
+	if err := m.Fence(ctx, "acme", "r1/1", 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	res, err := inspect(ctx, m, ps, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	printInspection(&out, res, "this test")
+	text := out.String()
+	want := "fenced: forwards of acme are not yet stored downstream (a NATS node slow or down); none of its jobs is admitted until they are, at the latest in 2s"
+	if !strings.Contains(text, want) {
+		t.Errorf("output lacks %q:\n%s", want, text)
+	}
+	if err := m.Unfence(ctx, "acme", "r1/1"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = inspect(ctx, m, ps, "acme"); err != nil || res.FencedUntil != nil {
+		t.Errorf("after the fence was lowered: fenced until %v (%v), want none", res.FencedUntil, err)
+	}
+}
