@@ -305,9 +305,8 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 		}
 	}
 	if batch != nil {
-		batch.stored()
-		s.chargeLate(ctx, tenant, jobs, owner, outs)
-		batch.release()
+		fence := batch.stored()
+		batch.release(s.chargeLate(ctx, tenant, jobs, owner, outs, fence))
 	}
 	for k, o := range outs {
 		j := &jobs[owner[k]]
@@ -337,8 +336,9 @@ const lateStore = 100 * time.Millisecond
 // they were decided (a NATS node that stopped answering, a stream electing a leader, the client
 // reconnecting): they reach downstream together with what the tenant's limits gave meanwhile,
 // so the limits take that back (policy.Charge) before the tenant's next decision. Fail-open and
-// shadow forwards are not paced, and not charged.
-func (s *Service) chargeLate(ctx context.Context, tenant string, jobs []job, owner []int, outs []*outMsg) {
+// shadow forwards are not paced, and not charged. fence (when not empty) is the batch's fence,
+// lowered with the charge; it reports whether it was.
+func (s *Service) chargeLate(ctx context.Context, tenant string, jobs []job, owner []int, outs []*outMsg, fence string) (lowered bool) {
 	var weight int64
 	var late time.Duration
 	for k, o := range outs {
@@ -351,14 +351,16 @@ func (s *Service) chargeLate(ctx context.Context, tenant string, jobs []job, own
 		late = max(late, o.took)
 	}
 	if weight == 0 || ctx.Err() != nil {
-		return
+		return false
 	}
-	if err := s.cfg.Policy.Charge(ctx, tenant, weight, late); err != nil {
+	charged, err := s.cfg.Policy.Charge(ctx, tenant, weight, late, fence)
+	if err != nil {
 		s.log.Warn("forwards stored late could not be charged again: downstream may see them beside what the plan gave meanwhile",
 			"tenant", tenant, "weight", weight, "late", late.Round(time.Millisecond).String(), "err", err)
-		return
+		return false
 	}
 	s.log.Debug("forwards stored late: charged again", "tenant", tenant, "weight", weight, "late", late.Round(time.Millisecond).String())
+	return charged && fence != ""
 }
 
 // streamOf is the stream a verdict's message goes to.

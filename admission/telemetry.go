@@ -98,7 +98,7 @@ func newTelemetry(c Config) (*telemetry, error) {
 	add(err)
 	t.expired, err = m.Int64Counter(wire.MetricLeasesExpired.Name, metric.WithDescription("Leases of forwarded jobs that ended without being released (their slot freed by the lease's end)."))
 	add(err)
-	t.fences, err = m.Int64Counter(wire.MetricFences.Name, metric.WithDescription("Batches of forwards not stored within 25 ms of their decision: their tenant was fenced (no replica admitted its jobs) until they were."))
+	t.fences, err = m.Int64Counter(wire.MetricFences.Name, metric.WithDescription("Batches of forwards not stored within 50 ms of their decision: their tenant was fenced (no replica admitted its jobs) until they were."))
 	add(err)
 	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
 	add(err)

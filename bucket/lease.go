@@ -115,9 +115,19 @@ func (m *Memory) Renew(_ context.Context, req LeaseRequest) (LeaseResult, error)
 // answered again): a bucket takes back what it refilled meanwhile, min(weight, late × rate)
 // tokens, going into debt if need be; a window or a quota takes the weight. What the late jobs
 // add downstream is paid for by the decisions after them, so that pacing holds there.
-func (m *Memory) Charge(_ context.Context, tenant string, plan *Plan, weight int64, late time.Duration) error {
-	_, err := m.lease(chargeRequest(tenant, plan, weight, late), leaseCharge)
-	return err
+//
+// fence, when not empty, is the id of a fence (see Memory.Fence) the late jobs' decider raised:
+// it is lowered with the charge, so that nothing is admitted between them.
+func (m *Memory) Charge(ctx context.Context, tenant string, plan *Plan, weight int64, late time.Duration, fence string) error {
+	if fence != "" {
+		if err := checkFence(tenant, fence, time.Millisecond); err != nil {
+			return err
+		}
+	}
+	if _, err := m.lease(chargeRequest(tenant, plan, weight, late), leaseCharge); err != nil || fence == "" {
+		return err
+	}
+	return m.Unfence(ctx, tenant, fence)
 }
 
 func (m *Memory) lease(req LeaseRequest, mode int) (LeaseResult, error) {
@@ -235,13 +245,19 @@ func (r *Redis) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error
 }
 
 // Charge takes weight again from tenant's limits for jobs stored late: see Memory.Charge. One
-// script call.
-func (r *Redis) Charge(ctx context.Context, tenant string, plan *Plan, weight int64, late time.Duration) error {
-	_, err := r.leaseCall(ctx, chargeRequest(tenant, plan, weight, late), leaseCharge)
+// script call, which also lowers fence (when not empty).
+func (r *Redis) Charge(ctx context.Context, tenant string, plan *Plan, weight int64, late time.Duration, fence string) error {
+	if fence != "" {
+		if err := checkFence(tenant, fence, time.Millisecond); err != nil {
+			return err
+		}
+	}
+	_, err := r.leaseCall(ctx, chargeRequest(tenant, plan, weight, late), leaseCharge, fence)
 	return err
 }
 
-func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
+// leaseCall runs lua/lease.lua in mode; fence (a charge's, or "") is lowered in the same call.
+func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int, fence ...string) (LeaseResult, error) {
 	if err := req.check(mode); err != nil {
 		return LeaseResult{}, err
 	}
@@ -250,11 +266,18 @@ func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (Leas
 		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
 	}
 	key := []string{r.stateKey(req.Tenant)}
+	if len(fence) > 0 && fence[0] != "" {
+		key = append(key, r.stateKey(req.Tenant)+fenceSuffix)
+	}
 	reply, err := r.run(ctx, r.lease, func() (keys, args []string) {
 		arg := make([]byte, 0, 8*9+len(p.packed)+p.calendarsLen())
 		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, r.redeem, 2*r.settle, r.pad, r.born.at.Load(), int64(len(p.Limits)))
 		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
-		return key, []string{unsafe.String(&arg[0], len(arg))}
+		args = []string{unsafe.String(&arg[0], len(arg))}
+		if len(key) > 1 {
+			args = append(args, fence[0])
+		}
+		return key, args
 	})
 	if err != nil {
 		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)

@@ -19,6 +19,8 @@
 -- a repeated done message charge nothing.
 --
 -- KEYS[1]  the tenant's state
+-- KEYS[2]  mode 2, optional: the tenant's fences (see fence.lua); ARGV[2] names the fence that
+--          the charge lowers
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode (0 release, 1 renew, 2 charge a
 --          late store), lease id (mode 2: how late, µs), cost (-1: none; mode 2: the weight),
 --          redeem (µs), lane life (µs), extra key life (ms), born (µs, see
@@ -27,7 +29,7 @@
 -- Reply: packed int64s {found (0/1), the lease's weight (0 when not found), leases expired
 -- (ended unreleased, dropped from the state by this call), the lease's new end (µs, renew)}.
 --
--- Redis commands: TIME, GET, and at most one SET ... PX or DEL.
+-- Redis commands: TIME, GET, and at most one SET ... PX or DEL; mode 2 with a fence, ZREM.
 local arg = ARGV[1]
 local now, mode, id, cost, redeem, keep_open, pad, born, n = struct.unpack('<lllllllll', arg)
 if now == 0 then now = server_now() end
@@ -54,6 +56,7 @@ if mode == 2 then
     end
   end
   write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
+  if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[2]) end
   return struct.pack('<llll', 1, cost, st.expired, 0)
 end
 

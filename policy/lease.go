@@ -25,25 +25,27 @@ var (
 
 // Charger is a Limiter that charges jobs stored late (see bucket.Memory.Charge).
 type Charger interface {
-	Charge(ctx context.Context, tenant string, plan *bucket.Plan, weight int64, late time.Duration) error
+	Charge(ctx context.Context, tenant string, plan *bucket.Plan, weight int64, late time.Duration, fence string) error
 }
 
 // Charge takes weight again from tenant's limits for jobs admitted and then stored downstream
 // only `late` after (see bucket.Memory.Charge), in one limiter call bounded by the timeout, so
 // that what their late arrival adds downstream is paid for by the decisions after it. Nothing
 // is charged under a plan in shadow mode (it paces nothing) or by a limiter without Charge.
-func (p *Policy) Charge(ctx context.Context, tenant string, weight int64, late time.Duration) error {
+// fence, when not empty, is lowered in the same call (see Fence); charged reports whether the
+// call was made (else the caller lowers fence itself).
+func (p *Policy) Charge(ctx context.Context, tenant string, weight int64, late time.Duration, fence string) (charged bool, err error) {
 	plan, err := p.plans.Load().Lookup(tenant)
 	if err != nil {
-		return err
+		return false, err
 	}
 	c, ok := p.limiter.(Charger)
 	if !ok || plan.Shadow || weight < 1 {
-		return nil
+		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	return c.Charge(ctx, tenant, plan, min(weight, bucket.MaxCost), late)
+	return true, c.Charge(ctx, tenant, plan, min(weight, bucket.MaxCost), late, fence)
 }
 
 // Fencer is a Limiter with fences (see bucket.Memory.Fence).

@@ -14,7 +14,7 @@ type LeaseLimiter interface {
 	Limiter
 	Release(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
 	Renew(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
-	Charge(ctx context.Context, tenant string, plan *bucket.Plan, weight int64, late time.Duration) error
+	Charge(ctx context.Context, tenant string, plan *bucket.Plan, weight int64, late time.Duration, fence string) error
 	Fence(ctx context.Context, tenant, id string, life time.Duration) error
 	Unfence(ctx context.Context, tenant, id string) error
 }
@@ -65,7 +65,7 @@ func (h *harness) charge(p *bucket.Plan, weight int64, late time.Duration) {
 	if !ok {
 		h.t.Fatalf("the backend %T promises leases but has no Charge", h.l)
 	}
-	if err := ll.Charge(context.Background(), h.tenant, p, weight, late); err != nil {
+	if err := ll.Charge(context.Background(), h.tenant, p, weight, late, ""); err != nil {
 		h.t.Fatalf("charge %d late by %v: %v", weight, late, err)
 	}
 }
@@ -129,6 +129,13 @@ var leaseCases = []testCase{
 		if snap, err := h.l.Inspect(context.Background(), h.tenant, p); err != nil || !snap.FencedUntil.IsZero() {
 			t.Fatalf("inspect after the fences: fenced until %v (%v), want none", snap.FencedUntil, err)
 		}
+		// The charge of a late batch lowers its decider's fence in the same call.
+		h.fence("d4", 3*time.Second)
+		h.admit(p, bucket.Lane, jobs("6"), "N", 3*time.Second, true)
+		if err := h.l.(LeaseLimiter).Charge(context.Background(), h.tenant, p, 1, 500*time.Millisecond, "d4"); err != nil {
+			t.Fatal(err)
+		}
+		h.expectFenced(h.admit(p, bucket.Lane, jobs("6"), "A", 0, true), false)
 	}},
 	{name: "charge: jobs stored late take back what the limits gave meanwhile", needs: leases(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "late", lim("rate", 4, 250*time.Millisecond), win("day", 100, time.Hour))
