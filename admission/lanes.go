@@ -87,9 +87,10 @@ func (l *lanes) start(ctx context.Context) error {
 		if tenant, ok := s.cfg.Wait.Match(m.Subject()); ok {
 			l.touch(tenant)
 		}
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		s.log.Debug("lanes feed", "err", err)
-	}))
+	}, jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			s.log.Debug("lanes feed", "err", err)
+		}))
 	if err != nil {
 		return fmt.Errorf("admission: lanes feed on %s: %w", s.cfg.StreamWait, err)
 	}

@@ -189,6 +189,10 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 
 // chargeLate takes w again for jobs stored late µs after they were admitted, at now (see
 // lua/lease.lua, mode 2).
+//
+// Admit charges a job it redeems redeemLate µs or more after its admission the same way (the
+// answer of the call that admitted it was lost, and it is forwarded only now): lua/state.lua's
+// charge_late and LATE.
 func (p *Plan) chargeLate(ws []work, now, w, late int64) {
 	for i := range p.specs {
 		sp := &p.specs[i]
@@ -200,6 +204,9 @@ func (p *Plan) chargeLate(ws []work, now, w, late int64) {
 		}
 	}
 }
+
+// redeemLate is lua/state.lua's LATE (µs).
+const redeemLate = 100_000
 
 // reconcile charges d more (d > 0) or gives -d back (d < 0) on every limit but the concurrency
 // ones, for a job taken at `taken`, at now (see lua/lease.lua).

@@ -388,6 +388,11 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 			switch {
 			case found && at > 0:
 				out[i] = int64(JobRedeemed)
+				if !shadow && now-at >= redeemLate {
+					p.chargeLate(ws, now, j.Weight, now-at)
+					st.marks = append(st.marks, mark{j.ID, now})
+					changed = true
+				}
 			case mode == 0 && found && at < 0:
 				out[i], moving = int64(JobToLaneBefore), true
 			case mode == 0 && (isOpen || moving):

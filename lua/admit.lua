@@ -35,7 +35,9 @@
 -- binding limit is -1. A job admitted before (outcome 1) is still answered so.
 --
 -- Idempotency: a job decided less than `redeem` ago is answered as it was (outcomes 1 and 3) and
--- charged nothing; a job asked about later is decided afresh. That is what makes a retried call
+-- charged nothing, but for an admission 100 ms (LATE) or more ago: its forward reaches
+-- downstream only now, beside what the limits refilled since, so that is taken back
+-- (charge_late, as for a store confirmed late) and its admission becomes now; a job asked about later is decided afresh. That is what makes a retried call
 -- harmless (a call that timed out may have run), and what makes a crash cost capacity rather
 -- than a burst: a job admitted by a replica that died before forwarding it is charged again when
 -- another replica forwards it later.
@@ -106,6 +108,13 @@ else
     if at and math.abs(at) + redeem < now then at = nil end
     if at and at > 0 then
       out[i] = 1
+      if not shadow and now - at >= LATE then
+        -- Admitted by a call whose answer was lost, forwarded only now: charged for what the
+        -- limits gave since (see charge_late), and its admission is now.
+        charge_late(lims, ws, n, now, w, now - at)
+        add_mark(st, job, now)
+        changed = true
+      end
     elseif mode == 0 and at and at < 0 then
       out[i], moving = 3, true
     elseif mode == 0 and (open or moving) then

@@ -40,21 +40,8 @@ local ws = load(st, lims, n, now, born)
 
 if mode == 2 then
   -- A late store (Charge): cost is the weight of jobs admitted earlier and stored only `id` µs
-  -- later; what they add downstream then is taken again, at now: a bucket what it refilled
-  -- meanwhile, min(cost, late / interval) tokens (it may go into debt), a window or a quota the
-  -- weight. Concurrency limits are left as they are.
-  for i = 1, n do
-    local l = lims[i]
-    if l.kind == BUCKET then
-      local t = ws[i]
-      if t < now then t = now end
-      ws[i] = t + math.min(id, cost * l.b)
-    elseif l.kind == WINDOW then
-      log_add(ws[i], math.ceil(now / l.c) * l.c + l.b, cost)
-    elseif l.kind == QUOTA then
-      log_add(ws[i], period_end(l.cal, now), cost)
-    end
-  end
+  -- later; what they add downstream then is taken again, at now (see charge_late).
+  charge_late(lims, ws, n, now, cost, id)
   write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
   if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[2]) end
   return struct.pack('<llll', 1, cost, st.expired, 0)

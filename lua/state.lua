@@ -544,6 +544,28 @@ local function take(lims, ws, n, s, w, id)
   end
 end
 
+-- LATE (µs): a job admitted and forwarded (or redeemed) this much or more after its admission
+-- reaches downstream late: charge_late takes back what the limits gave meanwhile.
+local LATE = 100000
+
+-- charge_late charges cost, admitted `late` µs before now and reaching downstream only now,
+-- again at now: a bucket what it refilled meanwhile, min(cost, late / interval) tokens (it may
+-- go into debt), a window or a quota the weight. Concurrency limits are left as they are.
+local function charge_late(lims, ws, n, now, cost, late)
+  for i = 1, n do
+    local l = lims[i]
+    if l.kind == BUCKET then
+      local t = ws[i]
+      if t < now then t = now end
+      ws[i] = t + math.min(late, cost * l.b)
+    elseif l.kind == WINDOW then
+      log_add(ws[i], math.ceil(now / l.c) * l.c + l.b, cost)
+    elseif l.kind == QUOTA then
+      log_add(ws[i], period_end(l.cal, now), cost)
+    end
+  end
+end
+
 -- remaining is the whole weight every limit lets through now (the minimum, never negative) and
 -- the limit holding it (0-based).
 local function remaining(lims, ws, n, now)

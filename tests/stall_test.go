@@ -154,6 +154,40 @@ func (p *stallProxy) accept() {
 	}
 }
 
+// publishAtOnce publishes n jobs (job gives the i-th's subject and payload) without waiting
+// between them, then waits for every PubAck.
+func publishAtOnce(t *testing.T, w *world, n int, job func(i int) (subject, payload string)) {
+	t.Helper()
+	acks := make([]jetstream.PubAckFuture, 0, n)
+	for i := range n {
+		subject, payload := job(i)
+		f, err := w.js.PublishAsync(subject, []byte(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, f)
+	}
+	for i, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("publish %d: %v", i, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("publish %d: no PubAck in 5 s", i)
+		}
+	}
+}
+
+// awaitStall waits until the armed stall has started.
+func (p *stallProxy) awaitStall(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no forward went out within 10 s")
+	}
+}
+
 const stallPlans = `plans:
   steady:
     limits:
@@ -174,28 +208,8 @@ func TestStalledNATSIsNoBurst(t *testing.T) {
 	w.start()
 	px.arm("jobs.admitted.", 3*time.Second)
 	// All at once, so that the admitter takes them in one pull: 20 forwarded, 40 to the lane.
-	var acks []jetstream.PubAckFuture
-	for i := range 60 {
-		f, err := w.js.PublishAsync("jobs.submit.acme.report", []byte(fmt.Sprint("r", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		acks = append(acks, f)
-	}
-	for i, f := range acks {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatalf("publish %d: %v", i, err)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("publish %d: no PubAck in 5 s", i)
-		}
-	}
-	select {
-	case <-px.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no forward went out within 10 s")
-	}
+	publishAtOnce(t, w, 60, func(i int) (string, string) { return "jobs.submit.acme.report", fmt.Sprint("r", i) })
+	px.awaitStall(t)
 	out := w.read("ADMITTED", 60, 60*time.Second)
 	var times []time.Time
 	seen := map[string]bool{}
@@ -246,31 +260,12 @@ func TestStalledNATSTwoReplicasIsNoBurst(t *testing.T) {
 	w.natsURL = px.url()
 	replicas := []*proc{w.start("ADMITTER_WORKERS=4"), w.start("ADMITTER_WORKERS=4")}
 	px.armAll("jobs.admitted.", 3*time.Second)
-	var acks []jetstream.PubAckFuture
-	for i := range 30 {
-		for k := range stallTenants {
-			f, err := w.js.PublishAsync(fmt.Sprintf("jobs.submit.t%d.x", k), []byte(fmt.Sprintf("t%d-%d", k, i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			acks = append(acks, f)
-		}
-	}
-	for i, f := range acks {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatalf("publish %d: %v", i, err)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("publish %d: no PubAck in 5 s", i)
-		}
-	}
-	select {
-	case <-px.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no forward went out within 10 s")
-	}
 	n := 30 * stallTenants
+	publishAtOnce(t, w, n, func(i int) (string, string) {
+		k := i % stallTenants
+		return fmt.Sprintf("jobs.submit.t%d.x", k), fmt.Sprintf("t%d-%d", k, i/stallTenants)
+	})
+	px.awaitStall(t)
 	out := w.read("ADMITTED", n, 60*time.Second)
 	times := map[string][]time.Time{}
 	seen := map[string]bool{}

@@ -244,6 +244,26 @@ var admitCases = []testCase{
 		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "AAN", 100*ms, true)
 		h.expectTokens(p, 0)
 	}},
+	{name: "a job redeemed late is charged for what the limits gave since its admission", needs: lanes(bucket.KindWindow), opts: bucket.Options{Redeem: 2 * time.Second}, run: func(t *testing.T, h *harness) {
+		// A call admits jobs 1 to 3 but its answer is lost (the server was paused, the client
+		// timed out); asked again 1 s later they are redeemed and forwarded only now. The bucket
+		// refilled meanwhile as if they had gone out at their admission: it takes that back,
+		// min(weight, late × rate), and a window counts them again, now.
+		p := mustPlan(t, "p", lim("rate", 4, 250*ms), win("w", 100, time.Hour))
+		h.admit(p, bucket.Ingest, jobs("1", "2", "3"), "AAA", 0, false)
+		h.expectTokens(p, 1, 97)
+		h.c.Advance(time.Second) // the bucket is full again
+		h.expectTokens(p, 4, 97)
+		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "RRR", 0, false)
+		h.expectTokens(p, 1, 94)
+		// Redeemed again at once (a retried retry): nothing more, the admission is now.
+		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "RRR", 0, false)
+		h.expectTokens(p, 1, 94)
+		// Redeemed within 100 ms of the admission (a plain retry): charged nothing.
+		h.c.Advance(50 * ms)
+		h.admit(p, bucket.Lane, jobs("3"), "R", 0, false)
+		h.expectTokens(p, 1, 94)
+	}},
 	{name: "the lane closes only once every job moved to it has been seen", needs: lanes(), opts: bucket.Options{LaneSettle: 5 * time.Second}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 1, time.Second))
 		h.admit(p, bucket.Ingest, jobs("10", "11"), "AL", time.Second, true)

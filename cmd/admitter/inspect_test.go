@@ -10,41 +10,55 @@ import (
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/plans"
+	"github.com/admitter/admitter/wire"
 )
+
+// inspectAt parses plans and returns an in-process backend whose clock reads *now (Saturday
+// 2026-11-21 12:00 UTC until the test moves it).
+func inspectAt(t *testing.T, plansYAML string) (*bucket.Plans, *bucket.Memory, *time.Time) {
+	t.Helper()
+	ps, err := plans.Parse("plans.yaml", []byte(plansYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	return ps, bucket.NewMemory(bucket.Options{}, func() time.Time { return now }), &now
+}
+
+// inspection is what `admitter inspect` prints for tenant.
+func inspection(t *testing.T, m *bucket.Memory, ps *bucket.Plans, tenant string) (*wire.TenantState, string) {
+	t.Helper()
+	res, err := inspect(context.Background(), m, ps, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	printInspection(&out, res, "this test")
+	return res, out.String()
+}
 
 // TestPrintInspectionKinds: `admitter inspect` shows each kind in its own terms: a bucket's
 // tokens and next token, a window's use and when its oldest take leaves, a quota's use this
 // period and when it resets.
 func TestPrintInspectionKinds(t *testing.T) {
-	ps, err := plans.Parse("plans.yaml", []byte(`plans:
+	ps, m, now := inspectAt(t, `plans:
   pro:
     limits:
       - {name: burst, capacity: 20, rate: 10/s}
       - {name: hourly, kind: window, limit: 5, window: 1h}
       - {name: monthly, kind: quota, limit: 100000, period: month, timezone: Europe/Paris}
 default_plan: pro
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	m := bucket.NewMemory(bucket.Options{}, func() time.Time { return now })
+`)
 	plan, _ := ps.Lookup("acme")
 	ctx := context.Background()
 	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Jobs: []bucket.Job{{ID: 1, Weight: 3}}}); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(10 * time.Minute)
+	*now = now.Add(10 * time.Minute)
 	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Jobs: []bucket.Job{{ID: 2, Weight: 2}, {ID: 3, Weight: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := inspect(ctx, m, ps, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	printInspection(&out, res, "this test")
-	text := out.String()
+	_, text := inspection(t, m, ps, "acme")
 	rows := map[string]string{}
 	for _, line := range strings.Split(text, "\n") {
 		fields := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
@@ -73,12 +87,7 @@ default_plan: pro
 
 // TestPrintInspectionConcurrency: a concurrency limit speaks of jobs running and leases.
 func TestPrintInspectionConcurrency(t *testing.T) {
-	ps, err := plans.Parse("plans.yaml", []byte("plans:\n  exports:\n    limits:\n      - {name: running, kind: concurrency, limit: 5, lease: 10m}\ndefault_plan: exports\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	m := bucket.NewMemory(bucket.Options{}, func() time.Time { return now })
+	ps, m, now := inspectAt(t, "plans:\n  exports:\n    limits:\n      - {name: running, kind: concurrency, limit: 5, lease: 10m}\ndefault_plan: exports\n")
 	plan, _ := ps.Lookup("acme")
 	ctx := context.Background()
 	var jobs []bucket.Job
@@ -88,14 +97,8 @@ func TestPrintInspectionConcurrency(t *testing.T) {
 	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Jobs: jobs}); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(6*time.Minute + 48*time.Second)
-	res, err := inspect(ctx, m, ps, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	printInspection(&out, res, "this test")
-	text := out.String()
+	*now = now.Add(6*time.Minute + 48*time.Second)
+	_, text := inspection(t, m, ps, "acme")
 	for _, want := range []string{
 		"running  concurrency  5 running, lease 10m  5     0     oldest lease ends in 3m12s",
 		"why jobs wait: limit running (concurrency, 5 running, lease 10m) has 5 of 5 running; the oldest lease ends in 3m12s, or sooner when a job is done; a job of weight 1 fits in 3m12s",
@@ -110,24 +113,13 @@ func TestPrintInspectionConcurrency(t *testing.T) {
 // TestPrintInspectionFenced: a tenant whose forwards are not yet stored says so, and until when
 // at the latest its jobs wait for them.
 func TestPrintInspectionFenced(t *testing.T) {
-	ps, err := plans.Parse("plans.yaml", []byte("plans:\n  pro:\n    limits:\n      - {capacity: 10, rate: 10/s}\ndefault_plan: pro\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	m := bucket.NewMemory(bucket.Options{}, func() time.Time { return now })
+	ps, m, now := inspectAt(t, "plans:\n  pro:\n    limits:\n      - {capacity: 10, rate: 10/s}\ndefault_plan: pro\n")
 	ctx := context.Background()
 	if err := m.Fence(ctx, "acme", "r1/1", 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(time.Second)
-	res, err := inspect(ctx, m, ps, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	printInspection(&out, res, "this test")
-	text := out.String()
+	*now = now.Add(time.Second)
+	_, text := inspection(t, m, ps, "acme")
 	want := "fenced: forwards of acme are not yet stored downstream (a NATS node slow or down); none of its jobs is admitted until they are, at the latest in 2s"
 	if !strings.Contains(text, want) {
 		t.Errorf("output lacks %q:\n%s", want, text)
@@ -135,7 +127,7 @@ func TestPrintInspectionFenced(t *testing.T) {
 	if err := m.Unfence(ctx, "acme", "r1/1"); err != nil {
 		t.Fatal(err)
 	}
-	if res, err = inspect(ctx, m, ps, "acme"); err != nil || res.FencedUntil != nil {
-		t.Errorf("after the fence was lowered: fenced until %v (%v), want none", res.FencedUntil, err)
+	if res, _ := inspection(t, m, ps, "acme"); res.FencedUntil != nil {
+		t.Errorf("after the fence was lowered: fenced until %v, want none", res.FencedUntil)
 	}
 }
