@@ -328,41 +328,6 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 	return settled
 }
 
-// lateStore is how long after its decision a forward may be stored without being charged
-// again: the usual PubAck round trip under load stays well below it.
-const lateStore = 100 * time.Millisecond
-
-// chargeLate charges the tenant again for its forwards that were stored lateStore or more after
-// they were decided (a NATS node that stopped answering, a stream electing a leader, the client
-// reconnecting): they reach downstream together with what the tenant's limits gave meanwhile,
-// so the limits take that back (policy.Charge) before the tenant's next decision. Fail-open and
-// shadow forwards are not paced, and not charged. fence (when not empty) is the batch's fence,
-// lowered with the charge; it reports whether it was.
-func (s *Service) chargeLate(ctx context.Context, tenant string, jobs []job, owner []int, outs []*outMsg, fence string) (lowered bool) {
-	var weight int64
-	var late time.Duration
-	for k, o := range outs {
-		j := &jobs[owner[k]]
-		if o.err != nil || o.took < lateStore || o.stream != s.cfg.StreamOut || j.verdict.Action != policy.Forward ||
-			j.verdict.Degraded || j.verdict.Shadow {
-			continue
-		}
-		weight += max(j.weight, 1)
-		late = max(late, o.took)
-	}
-	if weight == 0 || ctx.Err() != nil {
-		return false
-	}
-	charged, err := s.cfg.Policy.Charge(ctx, tenant, weight, late, fence)
-	if err != nil {
-		s.log.Warn("forwards stored late could not be charged again: downstream may see them beside what the plan gave meanwhile",
-			"tenant", tenant, "weight", weight, "late", late.Round(time.Millisecond).String(), "err", err)
-		return false
-	}
-	s.log.Debug("forwards stored late: charged again", "tenant", tenant, "weight", weight, "late", late.Round(time.Millisecond).String())
-	return charged && fence != ""
-}
-
 // streamOf is the stream a verdict's message goes to.
 func streamOf(s *Service, a policy.Action) string {
 	switch a {
