@@ -86,7 +86,11 @@ func TestRedisRestartNoticedByTheScript(t *testing.T) {
 	}
 	defer client.Close()
 	r := NewRedis(client, "", Options{})
-	p := mustPlan(t, "p", lim("", 100, 10*time.Millisecond)) // 100 burst, 100/s: 1 s to refill
+	// 100 burst at 25/s: 4 s to refill. A restart and reconnection take up to a second or two on
+	// a busy machine, in which the bucket refills since the new start (25 a second): the test
+	// tells that from a bucket taken for refilled since the previous start (100) while they
+	// take under 3 s (at 100/s, a reconnection of over 1 s made it fail 1 run in 16).
+	p := mustPlan(t, "p", lim("", 100, 40*time.Millisecond))
 	ctx := context.Background()
 	count := func() int {
 		res, err := r.Admit(ctx, laneBatch("acme", p, 100))
@@ -95,9 +99,9 @@ func TestRedisRestartNoticedByTheScript(t *testing.T) {
 		}
 		return admittedIn(res)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(4500 * time.Millisecond)
 	if n := count(); n < 100 {
-		t.Fatalf("1.5 s after the server started: %d admitted, want the bucket refilled since (100)", n)
+		t.Fatalf("4.5 s after the server started: %d admitted, want the bucket refilled since (100)", n)
 	}
 	srv.Kill()
 	if err := srv.Start(); err != nil {
@@ -112,7 +116,7 @@ func TestRedisRestartNoticedByTheScript(t *testing.T) {
 	// Taken for refilled since the previous start, the bucket would let all 100 through.
 	n := count()
 	t.Logf("after a restart of redis: %d admitted of 100 asked", n)
-	if n > 50 {
+	if n > 75 {
 		t.Fatalf("after a restart of redis, %d of 100 admitted at once: the forgotten bucket was taken for refilled since the previous start", n)
 	}
 }
