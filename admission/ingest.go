@@ -306,7 +306,7 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 	}
 	if batch != nil {
 		fence := batch.stored()
-		batch.release(s.chargeLate(ctx, tenant, jobs, owner, outs, fence))
+		batch.release(fence, s.chargeLate(ctx, tenant, jobs, owner, outs, fence))
 	}
 	for k, o := range outs {
 		j := &jobs[owner[k]]

@@ -2,29 +2,15 @@ package admission
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/bucket/buckettest"
 	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/policy"
 )
-
-// flakyLimiter fails while down is set.
-type flakyLimiter struct {
-	*bucket.Memory
-	down atomic.Bool
-}
-
-func (f *flakyLimiter) Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error) {
-	if f.down.Load() {
-		return bucket.BatchResult{}, errors.New("flaky: down")
-	}
-	return f.Memory.Admit(ctx, b)
-}
 
 // TestLanesWakeWhenTheLimiterRecovers: lanes that wait out a backoff because the limiter failed
 // (a failed step, a held head) ask again as soon as the limiter answers again, instead of
@@ -34,7 +20,7 @@ func TestLanesWakeWhenTheLimiterRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := &flakyLimiter{Memory: bucket.NewMemory(bucket.Options{}, nil)}
+	lim := &buckettest.Flaky{Memory: bucket.NewMemory(bucket.Options{}, nil)}
 	pol, err := policy.New(policy.Config{Limiter: lim, Plans: ps, FailMode: policy.FailClosed, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -54,9 +40,9 @@ func TestLanesWakeWhenTheLimiterRecovers(t *testing.T) {
 	go func() { defer close(done); wake(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	lim.down.Store(true)
+	lim.Down.Store(true)
 	pol.Decide(ctx, "acme", bucket.Ingest, []policy.Job{{ID: 1, Weight: 1}})
-	lim.down.Store(false)
+	lim.Down.Store(false)
 	pol.Decide(ctx, "acme", bucket.Ingest, []policy.Job{{ID: 2, Weight: 1}}) // the limiter answers again
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -41,7 +41,6 @@ type unstored struct {
 	ctx    context.Context
 	tenant string
 	id     string // the fence's id: the replica's name and a count
-	paced  bool   // the batch holds forwards its plan paced (not fail-open, not shadow)
 
 	mu     sync.Mutex
 	timer  *time.Timer // raises or extends the fence; owned by the batch, stopped by stored
@@ -50,7 +49,8 @@ type unstored struct {
 }
 
 // storing notes that a batch of tenant's forwards is about to be stored; paced: its plan paced
-// them. stored ends it.
+// them (not fail-open, not shadow), so it raises a fence if they are late. stored, then release
+// end it.
 func (s *Service) storing(ctx context.Context, tenant string, paced bool) *unstored {
 	s.forwarding.mu.Lock()
 	if s.forwarding.n == nil {
@@ -60,7 +60,7 @@ func (s *Service) storing(ctx context.Context, tenant string, paced bool) *unsto
 	s.forwarding.seq++
 	id := s.cfg.Replica + "/" + strconv.FormatUint(s.forwarding.seq, 36)
 	s.forwarding.mu.Unlock()
-	u := &unstored{s: s, ctx: ctx, tenant: tenant, id: id, paced: paced}
+	u := &unstored{s: s, ctx: ctx, tenant: tenant, id: id}
 	if paced {
 		u.mu.Lock() // before fence can run
 		u.timer = time.AfterFunc(fenceAfter, u.fence)
@@ -110,15 +110,12 @@ func (u *unstored) stored() string {
 	return ""
 }
 
-// release lowers the batch's fence, if it raised one and the charge of its lateness did not
+// release lowers fence (what stored returned), if the charge of the batch's lateness did not
 // (lowered), and lets the tenant's lane decide again. A batch cut short by ctx leaves its fence
 // to end on its own: its forwards may still be stored late.
-func (u *unstored) release(lowered bool) {
-	u.mu.Lock()
-	raised := u.raised
-	u.mu.Unlock()
-	if raised && !lowered && u.ctx.Err() == nil {
-		if err := u.s.cfg.Policy.Unfence(u.ctx, u.tenant, u.id); err != nil {
+func (u *unstored) release(fence string, lowered bool) {
+	if fence != "" && !lowered && u.ctx.Err() == nil {
+		if err := u.s.cfg.Policy.Unfence(u.ctx, u.tenant, fence); err != nil {
 			u.s.log.Warn("the tenant's fence could not be lowered: its jobs wait until it ends",
 				"tenant", u.tenant, "ends_within", fenceLife.String(), "err", err)
 		}

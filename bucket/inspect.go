@@ -132,9 +132,9 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err := r.refreshBorn(ctx); err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	key := []string{r.stateKey(tenant), r.stateKey(tenant) + fenceSuffix}
+	key := r.keys(tenant, fenceSuffix)
 	if plan.Shadow {
-		key = append(key, r.stateKey(tenant)+shadowSuffix)
+		key = r.keys(tenant, fenceSuffix, shadowSuffix)
 	}
 	reply, err := r.run(ctx, r.inspect, func() (keys, args []string) {
 		arg := append(packInts(nil, r.now(), r.born.at.Load(), int64(len(plan.Limits))), plan.packed...)

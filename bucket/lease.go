@@ -242,13 +242,13 @@ func (p *Plan) reconcile(ws []work, now, taken, d int64) {
 // in one script call. A call that fails or times out may have run: asking again is harmless
 // (the lease is no longer held; nothing is charged twice).
 func (r *Redis) Release(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-	return r.leaseCall(ctx, req, leaseRelease)
+	return r.leaseCall(ctx, req, leaseRelease, "")
 }
 
 // Renew moves the end of the job's lease to Lease from now (the job still runs).
 func (r *Redis) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
-	return r.leaseCall(ctx, req, leaseRenew)
+	return r.leaseCall(ctx, req, leaseRenew, "")
 }
 
 // Charge takes weight again from tenant's limits for jobs stored late: see Memory.Charge. One
@@ -264,7 +264,7 @@ func (r *Redis) Charge(ctx context.Context, tenant string, plan *Plan, weight in
 }
 
 // leaseCall runs lua/lease.lua in mode; fence (a charge's, or "") is lowered in the same call.
-func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int, fence ...string) (LeaseResult, error) {
+func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int, fence string) (LeaseResult, error) {
 	if err := req.check(mode); err != nil {
 		return LeaseResult{}, err
 	}
@@ -272,17 +272,17 @@ func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int, fence
 	if err := r.refreshBorn(ctx); err != nil {
 		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
 	}
-	key := []string{r.stateKey(req.Tenant)}
-	if len(fence) > 0 && fence[0] != "" {
-		key = append(key, r.stateKey(req.Tenant)+fenceSuffix)
+	key := r.keys(req.Tenant)
+	if fence != "" {
+		key = r.keys(req.Tenant, fenceSuffix)
 	}
 	reply, err := r.run(ctx, r.lease, func() (keys, args []string) {
 		arg := make([]byte, 0, 8*9+len(p.packed)+p.calendarsLen())
 		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, r.redeem, 2*r.settle, r.pad, r.born.at.Load(), int64(len(p.Limits)))
 		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
 		args = []string{unsafe.String(&arg[0], len(arg))}
-		if len(key) > 1 {
-			args = append(args, fence[0])
+		if fence != "" {
+			args = append(args, fence)
 		}
 		return key, args
 	})

@@ -191,13 +191,15 @@ func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (B
 	if err := r.refreshBorn(ctx); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
-	c := &admitCall{keys: []string{r.stateKey(b.Tenant)}, jobs: len(b.Jobs), done: make(chan struct{})}
+	c := &admitCall{jobs: len(b.Jobs), done: make(chan struct{})}
 	switch {
 	case mode >= modeShadow:
-		c.keys = append(c.keys, r.stateKey(b.Tenant)+shadowSuffix)
+		c.keys = r.keys(b.Tenant, shadowSuffix)
 		c.shadow, through = true, r.horizon
 	case mode == int64(Ingest) || mode == int64(Lane):
-		c.keys = append(c.keys, r.stateKey(b.Tenant)+fenceSuffix)
+		c.keys = r.keys(b.Tenant, fenceSuffix)
+	default:
+		c.keys = r.keys(b.Tenant)
 	}
 	c.size = admitReplyLen(len(b.Jobs), c.shadow)
 	c.arg = func() string {
@@ -416,6 +418,36 @@ func (r *Redis) estimate() int64 {
 
 // stateKey is the key of a tenant's bucket state; its job keys extend it with ":" + job id.
 func (r *Redis) stateKey(tenant string) string { return r.prefix + "{" + tenant + "}" }
+
+// keys returns the keys of one script call on tenant: its state key, then the state key
+// followed by each suffix (shadowSuffix, fenceSuffix), built in one string.
+func (r *Redis) keys(tenant string, suffixes ...string) []string {
+	state := len(r.prefix) + len(tenant) + 2
+	n := state
+	for _, s := range suffixes {
+		n += state + len(s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i := -1; i < len(suffixes); i++ {
+		b.WriteString(r.prefix)
+		b.WriteByte('{')
+		b.WriteString(tenant)
+		b.WriteByte('}')
+		if i >= 0 {
+			b.WriteString(suffixes[i])
+		}
+	}
+	all := b.String()
+	keys := make([]string, 1, 1+len(suffixes))
+	keys[0] = all[:state]
+	at := state
+	for _, s := range suffixes {
+		keys = append(keys, all[at:at+state+len(s)])
+		at += state + len(s)
+	}
+	return keys
+}
 
 // shadowSuffix follows a tenant's state key to name its shadow state (see
 // BatchResult.ShadowWaits): same hash slot; job keys follow it with ':', so none is this.

@@ -37,7 +37,8 @@
 -- Idempotency: a job decided less than `redeem` ago is answered as it was (outcomes 1 and 3) and
 -- charged nothing, but for an admission 100 ms (LATE) or more ago: its forward reaches
 -- downstream only now, beside what the limits refilled since, so that is taken back
--- (charge_late, as for a store confirmed late) and its admission becomes now; a job asked about later is decided afresh. That is what makes a retried call
+-- (charge_late, as for a store confirmed late) and its admission becomes now; a job asked
+-- about later is decided afresh. That is what makes a retried call
 -- harmless (a call that timed out may have run), and what makes a crash cost capacity rather
 -- than a burst: a job admitted by a replica that died before forwarding it is charged again when
 -- another replica forwards it later.
@@ -84,14 +85,8 @@ if mode == 4 or mode == 5 then
   sws = load(sst, lims, n, now, born)
 end
 
-local fence_end = 0
-if not shadow and (mode == 0 or mode == 1) and KEYS[2] then
-  local f = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  if f[2] then
-    local e = tonumber(f[2])
-    if e > now then fence_end = e end
-  end
-end
+local fenced = 0 -- when the last fence ends
+if not shadow and (mode == 0 or mode == 1) and KEYS[2] then fenced = fence_end(KEYS[2], now) end
 
 if mode == 2 then
   if open and (st.enq <= through or now - st.enq_at > quiet) then
@@ -133,8 +128,8 @@ else
         end
         swait[i] = math.min(s - now, through)
       end
-    elseif fence_end > 0 then
-      if wait < 0 then wait, bind = fence_end - now, -1 end
+    elseif fenced > 0 then
+      if wait < 0 then wait, bind = fenced - now, -1 end
       if mode == 0 then out[i], moving = 2, true else out[i] = 4 end
     else
       local s, b = slot(lims, ws, n, now, w)

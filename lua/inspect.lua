@@ -39,8 +39,5 @@ end
 local booked = ls.booked
 vals[#vals + 1] = #booked / 2
 for j = 1, #booked do vals[#vals + 1] = booked[j] end
-local fence_end = 0
-local f = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-if f[2] and tonumber(f[2]) > now then fence_end = tonumber(f[2]) end
-vals[#vals + 1] = fence_end
+vals[#vals + 1] = fence_end(KEYS[2], now)
 return pack_ints(vals)

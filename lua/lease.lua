@@ -78,18 +78,12 @@ if mode == 0 and cost >= 0 and cost ~= weight then
         ws[i] = t
       end
     elseif l.kind == WINDOW or l.kind == QUOTA then
-      local death
-      if l.kind == WINDOW then
-        if d > 0 then death = math.ceil(now / l.c) * l.c + l.b else death = math.ceil(taken / l.c) * l.c + l.b end
-      else
-        if d > 0 then death = period_end(l.cal, now) else death = period_end(l.cal, taken) end
-      end
       if d > 0 then
-        log_add(ws[i], death, d)
+        log_add(ws[i], death(l, now), d)
       else
-        local log = ws[i]
+        local log, dt = ws[i], death(l, taken)
         for j = 1, #log, 2 do
-          if log[j] == death then
+          if log[j] == dt then
             local back = math.min(-d, log[j + 1])
             if back == log[j + 1] then
               table.remove(log, j)

@@ -161,6 +161,23 @@ local function period_end(cal, s)
   error({err = 'ERR admitter: a take at ' .. string.format('%.0f', s) .. ' µs lies past the quota calendar'})
 end
 
+-- death is when a take at s of window or quota limit l leaves its count: the end of the sub-window
+-- holding s plus the window, or the end of the period holding s (Go: spec.death).
+local function death(l, s)
+  if l.kind == QUOTA then return period_end(l.cal, s) end
+  return math.ceil(s / l.c) * l.c + l.b
+end
+
+-- fence_end is when the last fence standing at now in key (see fence.lua) ends, 0 when none.
+local function fence_end(key, now)
+  local f = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if f[2] then
+    local e = tonumber(f[2])
+    if e > now then return e end
+  end
+  return 0
+end
+
 -- read_state parses raw (nil when absent) at time now for the plan's limits. recs[i] is the
 -- stored state of limit i (a tat, or a log as a flat list death, weight, ...), nil when the
 -- state does not know it. A state that does not parse is read as absent.
@@ -530,10 +547,8 @@ local function take(lims, ws, n, s, w, id)
       local t = ws[i]
       if t < s then t = s end
       ws[i] = t + w * l.b
-    elseif l.kind == WINDOW then
-      log_add(ws[i], math.ceil(s / l.c) * l.c + l.b, w)
-    elseif l.kind == QUOTA then
-      log_add(ws[i], period_end(l.cal, s), w)
+    elseif l.kind == WINDOW or l.kind == QUOTA then
+      log_add(ws[i], death(l, s), w)
     else
       if id ~= 0 then
         local j = lease_find(ws, i, id)
@@ -558,10 +573,8 @@ local function charge_late(lims, ws, n, now, cost, late)
       local t = ws[i]
       if t < now then t = now end
       ws[i] = t + math.min(late, cost * l.b)
-    elseif l.kind == WINDOW then
-      log_add(ws[i], math.ceil(now / l.c) * l.c + l.b, cost)
-    elseif l.kind == QUOTA then
-      log_add(ws[i], period_end(l.cal, now), cost)
+    elseif l.kind == WINDOW or l.kind == QUOTA then
+      log_add(ws[i], death(l, now), cost)
     end
   end
 end

@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/bucket/buckettest"
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/wire"
@@ -231,23 +231,10 @@ tenants: {acme: trial, bob: trial}
 	}
 }
 
-// flaky is a limiter that fails while down is set.
-type flaky struct {
-	*bucket.Memory
-	down atomic.Bool
-}
-
-func (f *flaky) Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error) {
-	if f.down.Load() {
-		return bucket.BatchResult{}, errors.New("flaky: down")
-	}
-	return f.Memory.Admit(ctx, b)
-}
-
 // TestRecovered: the channel is closed when the limiter answers again after failing, not
 // before, and a new one waits for the next outage's end.
 func TestRecovered(t *testing.T) {
-	l := &flaky{Memory: bucket.NewMemory(bucket.Options{}, nil)}
+	l := &buckettest.Flaky{Memory: bucket.NewMemory(bucket.Options{}, nil)}
 	p, _ := newPolicy(t, l, FailClosed, plansYAML)
 	ctx := context.Background()
 	closed := func(ch <-chan struct{}) bool {
@@ -260,12 +247,12 @@ func TestRecovered(t *testing.T) {
 	}
 	ch := p.Recovered()
 	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
-	l.down.Store(true)
+	l.Down.Store(true)
 	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
 	if closed(ch) {
 		t.Fatal("closed before the limiter failed and answered again")
 	}
-	l.down.Store(false)
+	l.Down.Store(false)
 	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
 	if !closed(ch) {
 		t.Fatal("not closed when the limiter answered again")
