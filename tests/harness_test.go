@@ -261,11 +261,13 @@ func (w *world) readHeaders(stream string) []job { return w.readStream(stream, t
 
 // readStream reads every message now on the stream with an ordered consumer, in order. A read
 // that fails (a cluster electing a leader, a node that restarted and is not ready) is tried
-// again, over a new connection (to whichever node answers), for up to a minute.
+// again, over a new connection (to whichever node answers), while readRetries have not passed;
+// a try takes at most a minute more, and its read by sequence five.
 func (w *world) readStream(stream string, headersOnly bool) []job {
 	w.t.Helper()
+	until := time.Now().Add(readRetries)
 	out, err := w.tryReadStream(w.js, stream, headersOnly)
-	for try := 1; err != nil && try < 30; try++ {
+	for try := 1; err != nil && time.Now().Before(until); try++ {
 		w.t.Logf("read %s (try %d): %v", stream, try, err)
 		time.Sleep(2 * time.Second)
 		nc, cerr := nats.Connect(w.natsURL)
@@ -287,6 +289,9 @@ func (w *world) readStream(stream string, headersOnly bool) []job {
 	}
 	return out
 }
+
+// readRetries bounds how long readStream tries again.
+const readRetries = 3 * time.Minute
 
 // readBySequence reads every message now on the stream one by one from the stream's leader,
 // without a consumer: after NATS nodes were killed and restarted, a node may lack the interest

@@ -82,11 +82,10 @@ type soakFault struct {
 	target   string
 }
 
-// soakReplica is one admitter replica: its process, nil while it is down.
+// soakReplica is one admitter replica: its name and its current process.
 type soakReplica struct {
-	name   string
-	proc   *proc
-	paused bool
+	name string
+	proc *proc
 }
 
 func TestSoak(t *testing.T) {
@@ -157,19 +156,16 @@ func TestSoak(t *testing.T) {
 		env = append(env, "ADMITTER_LOG_LEVEL=debug")
 	}
 	replicas := make([]*soakReplica, 3)
-	for i := range replicas {
-		replicas[i] = &soakReplica{name: fmt.Sprintf("r%d", i+1)}
-		replicas[i].proc = w.startBinary(bin, append(env, "ADMITTER_REPLICA="+replicas[i].name)...)
-	}
 	startReplica := func(r *soakReplica) {
 		r.proc = w.startBinary(bin, append(env, "ADMITTER_REPLICA="+r.name)...)
+	}
+	for i := range replicas {
+		replicas[i] = &soakReplica{name: fmt.Sprintf("r%d", i+1)}
+		startReplica(replicas[i])
 	}
 	var unexpected []string // replicas that exited by themselves, or badly on SIGTERM
 	checkAlive := func() {
 		for _, r := range replicas {
-			if r.proc == nil {
-				continue
-			}
 			select {
 			case <-r.proc.done:
 				unexpected = append(unexpected, fmt.Sprintf("replica %s exited by itself (%v)", r.name, r.proc.err))
@@ -187,7 +183,6 @@ func TestSoak(t *testing.T) {
 	ld := startLoad(t, cluster.URLs(), seed, loads, 4)
 
 	// The faults, one at a time: inject, hold, recover; the next one every ~20 s.
-	sleep := func(d time.Duration) { time.Sleep(d) }
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	kinds := []string{"replica kill", "replica pause", "replica restart", "nats kill", "nats pause", "nats restart", "redis kill", "redis pause", "redis restart"}
 	if only := os.Getenv("ADMITTER_SOAK_FAULTS"); only != "" {
@@ -203,10 +198,8 @@ func TestSoak(t *testing.T) {
 	if dir := os.Getenv("ADMITTER_SOAK_LOGS"); dir != "" {
 		t.Cleanup(func() {
 			for _, r := range replicas {
-				if r.proc != nil {
-					if err := os.WriteFile(filepath.Join(dir, r.name+".log"), []byte(r.proc.logs.String()), 0o644); err != nil {
-						t.Errorf("ADMITTER_SOAK_LOGS: %v", err)
-					}
+				if err := os.WriteFile(filepath.Join(dir, r.name+".log"), []byte(r.proc.logs.String()), 0o644); err != nil {
+					t.Errorf("ADMITTER_SOAK_LOGS: %v", err)
 				}
 			}
 		})
@@ -214,7 +207,7 @@ func TestSoak(t *testing.T) {
 	var faults []soakFault
 	next := start.Add(every / 2)
 	for {
-		sleep(time.Until(next))
+		time.Sleep(time.Until(next))
 		if time.Since(start) >= duration {
 			break
 		}
@@ -226,16 +219,14 @@ func TestSoak(t *testing.T) {
 			f.target = r.name
 			r.proc.kill()
 			down := between(time.Second, 10*time.Second)
-			sleep(down)
+			time.Sleep(down)
 			startReplica(r)
 		case "replica pause":
 			r := replicas[rng.IntN(len(replicas))]
 			f.target = r.name
 			_ = r.proc.cmd.Process.Signal(syscall.SIGSTOP)
-			r.paused = true
-			sleep(between(2*time.Second, 8*time.Second))
+			time.Sleep(between(2*time.Second, 8*time.Second))
 			_ = r.proc.cmd.Process.Signal(syscall.SIGCONT)
-			r.paused = false
 		case "replica restart":
 			r := replicas[rng.IntN(len(replicas))]
 			f.target = r.name
@@ -249,10 +240,10 @@ func TestSoak(t *testing.T) {
 			switch f.kind {
 			case "nats kill":
 				n.Kill()
-				sleep(between(2*time.Second, 10*time.Second))
+				time.Sleep(between(2*time.Second, 10*time.Second))
 			case "nats pause":
 				n.Pause()
-				sleep(between(2*time.Second, 8*time.Second))
+				time.Sleep(between(2*time.Second, 8*time.Second))
 				n.Resume()
 			default:
 				n.Stop()
@@ -267,10 +258,10 @@ func TestSoak(t *testing.T) {
 			switch f.kind {
 			case "redis kill":
 				redis.Kill()
-				sleep(between(0, 3*time.Second))
+				time.Sleep(between(0, 3*time.Second))
 			case "redis pause":
 				redis.Pause()
-				sleep(between(time.Second, 5*time.Second))
+				time.Sleep(between(time.Second, 5*time.Second))
 				redis.Resume()
 			default:
 				redis.Stop()

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // stallProxy is a TCP proxy on loopback between the admitter and NATS that, once armed, stalls
@@ -154,30 +152,6 @@ func (p *stallProxy) accept() {
 	}
 }
 
-// publishAtOnce publishes n jobs (job gives the i-th's subject and payload) without waiting
-// between them, then waits for every PubAck.
-func publishAtOnce(t *testing.T, w *world, n int, job func(i int) (subject, payload string)) {
-	t.Helper()
-	acks := make([]jetstream.PubAckFuture, 0, n)
-	for i := range n {
-		subject, payload := job(i)
-		f, err := w.js.PublishAsync(subject, []byte(payload))
-		if err != nil {
-			t.Fatal(err)
-		}
-		acks = append(acks, f)
-	}
-	for i, f := range acks {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatalf("publish %d: %v", i, err)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("publish %d: no PubAck in 5 s", i)
-		}
-	}
-}
-
 // awaitStall waits until the armed stall has started.
 func (p *stallProxy) awaitStall(t *testing.T) {
 	t.Helper()
@@ -208,7 +182,7 @@ func TestStalledNATSIsNoBurst(t *testing.T) {
 	w.start()
 	px.arm("jobs.admitted.", 3*time.Second)
 	// All at once, so that the admitter takes them in one pull: 20 forwarded, 40 to the lane.
-	publishAtOnce(t, w, 60, func(i int) (string, string) { return "jobs.submit.acme.report", fmt.Sprint("r", i) })
+	w.publishMany("jobs.submit.acme.report", "r", 60, 0)
 	px.awaitStall(t)
 	out := w.read("ADMITTED", 60, 60*time.Second)
 	var times []time.Time
@@ -261,10 +235,9 @@ func TestStalledNATSTwoReplicasIsNoBurst(t *testing.T) {
 	replicas := []*proc{w.start("ADMITTER_WORKERS=4"), w.start("ADMITTER_WORKERS=4")}
 	px.armAll("jobs.admitted.", 3*time.Second)
 	n := 30 * stallTenants
-	publishAtOnce(t, w, n, func(i int) (string, string) {
-		k := i % stallTenants
-		return fmt.Sprintf("jobs.submit.t%d.x", k), fmt.Sprintf("t%d-%d", k, i/stallTenants)
-	})
+	for k := range stallTenants {
+		w.publishMany(fmt.Sprintf("jobs.submit.t%d.x", k), fmt.Sprintf("t%d", k), 30, 0)
+	}
 	px.awaitStall(t)
 	out := w.read("ADMITTED", n, 60*time.Second)
 	times := map[string][]time.Time{}
