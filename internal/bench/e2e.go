@@ -37,9 +37,24 @@ func (e *env) prepare(ctx context.Context, kind, url string) (*forwarder, error)
 		return prepareRelay(ctx, url, e.o.RelayPipelines, true, jetstream.PullMaxMessages(512))
 	}
 	if kind == kindCluster {
-		// A cluster of its own, started for this one run: empty, and gone with the bench.
-		clusterURL, _ := testenv.StartRedisCluster(e.tb, 3)
-		return prepareReplicas(ctx, 1, url, clusterURL, e.plans, e.o)
+		// A cluster of its own, started for this one run: empty, and stopped with the forwarder
+		// (its servers would otherwise gossip through the scenarios after it).
+		clusterURL, nodes := testenv.StartRedisCluster(e.tb, 3)
+		fw, err := prepareReplicas(ctx, 1, url, clusterURL, e.plans, e.o)
+		if err != nil {
+			for _, n := range nodes {
+				n.Kill()
+			}
+			return nil, err
+		}
+		stop := fw.stop
+		fw.stop = func() {
+			stop()
+			for _, n := range nodes {
+				n.Kill()
+			}
+		}
+		return fw, nil
 	}
 	if err := e.flush(ctx); err != nil {
 		return nil, err

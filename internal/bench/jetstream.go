@@ -328,7 +328,7 @@ func prepareRelay(ctx context.Context, url string, pipelines int, msgID bool, pu
 	return &forwarder{name: "relay", start: start, stop: stop}, nil
 }
 
-// prepareReplicas is n admitters (prepareAdmitter) sharing the NATS server and Redis, each
+// prepareReplicas is n admitters (prepareAdmitterFailing) sharing the NATS server and Redis, each
 // with its own connections, as n replicas of the service would run: started and stopped together.
 func prepareReplicas(ctx context.Context, n int, url, redisURL string, plans *bucket.Plans, o Options) (*forwarder, error) {
 	if n == 1 {
