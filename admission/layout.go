@@ -29,6 +29,23 @@ type Layout struct {
 	Ingest jetstream.ConsumerConfig
 	// Replicas is the bucket where each replica keeps a heartbeat (see members.go).
 	Replicas jetstream.KeyValueConfig
+	// Limiter is the bucket where the deployment records that it has used a Redis (see
+	// LimiterRecord).
+	Limiter jetstream.KeyValueConfig
+}
+
+// LimiterRecord is the key-value bucket in which the replicas sharing consumer record, outside
+// Redis, that they have marked a Redis as theirs (bucket.MemoryRecord): with it, a Redis that
+// lost everything while no replica ran is told from one that never knew admitter. File storage,
+// kept for ever: one small key.
+func LimiterRecord(consumer string, replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      consumer + "_limiter",
+		Description: "admitter: what the replicas sharing consumer " + consumer + " know of their limiter",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
 }
 
 // DuplicateMargin is how much longer than the ack wait the duplicate window of the streams the
@@ -84,6 +101,7 @@ func NewLayout(cfg Config) Layout {
 			Replicas:    c.Replicas,
 		},
 	}
+	l.Limiter = LimiterRecord(c.Consumer, c.Replicas)
 	for _, st := range []*jetstream.StreamConfig{&l.In, &l.Out, &l.Dead, &l.Wait} {
 		st.Replicas = c.Replicas
 	}

@@ -13,34 +13,87 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/admitter/admitter/lua"
 	"github.com/redis/rueidis"
 )
 
-// born tracks when the Redis servers' memory began. A Redis that restarted without persisting
-// its data has forgotten every tenant's state; a limit without state is then taken to have been
-// empty at that moment and to have refilled since (lua/state.lua clamp_tats), instead of full:
-// otherwise every restart of Redis would be followed by a burst of a full capacity per tenant.
-// A server that persists with an append-only file (appendonly yes) is trusted to have kept its
-// state. A server of a cluster that does not answer is taken to be restarting now, without
-// failing the decisions the others make.
+// born tracks whether the Redis servers have lost admitter's state, and since when. A server
+// that restarted without its data, or was emptied, has forgotten every tenant's state; a limit
+// without state is then taken to have been used up to a stated bound at that moment (lua/state.lua
+// load): otherwise every loss would be followed by a burst of a full capacity per tenant. A
+// server that never held admitter's state (a new deployment) has forgotten nothing: its limits
+// start full, as the plans say.
+//
+// The two are told apart by a marker (lua/memory.lua) that every replica keeps on every server
+// (on Redis Cluster, every master, under a hash tag of a slot it owns) and rewrites each
+// bornCheckEvery: a server without it lost admitter's state if this deployment had marked a
+// Redis before, which the replica knows from its own checks and, across restarts of every
+// replica, from a MemoryRecord kept outside Redis (cmd/admitter: in NATS). A marker restored
+// from a snapshot older than the server's start by more than snapshotGap (no append-only file)
+// means what came after the snapshot is lost. The first replica to find a loss writes it into
+// the marker; every replica adopts the latest. A server of a cluster that does not answer is
+// taken to be restarting now, without failing the decisions the others make.
 type born struct {
 	at      atomic.Int64 // µs of server time; 0 when nothing is known lost
-	started int64        // the latest start of the servers that answered, under mu
 	checked atomic.Int64 // unix ns of the last check; 0 forces one
 	mu      sync.Mutex   // held by the one caller checking
-	// starts is each server's start (µs) by run_id, under mu: a server's start is computed
-	// once (its uptime is whole seconds: computed again it would move), so a check of the
-	// same servers finds the same value.
-	starts map[string]int64
-	runs   map[string]string // each server's run_id by address, under mu: another one is a restart
-	off    bool              // pinned clock (tests): not refreshed
-	// onChange is called, under mu, at the first check that finds a server keeping no
-	// append-only file, then when a check finds such a server restarted.
-	onChange func(at time.Time, first bool)
+	lost    int64        // the latest loss the markers record (µs), under mu
+	nodes   map[string]*nodeMemory
+	// marked: this deployment has marked a Redis (a marker was found, or the record says so),
+	// under mu; until then a server without the marker never knew admitter.
+	marked   bool
+	recorded bool          // the record knows it (Mark succeeded, or Marked said so), under mu
+	record   MemoryRecord  // nil: only this process's own checks
+	off      bool          // pinned clock (tests): not refreshed
+	gap      time.Duration // snapshotGap; shorter in tests
+	// onForget is called, under mu, for each loss this process finds (not for one another
+	// replica found first).
+	onForget func(Forgetting)
 }
 
-// bornCheckEvery is how often the servers are asked when they started.
+// nodeMemory is what the checks know of one server, by address.
+type nodeMemory struct {
+	run   string // the server's run_id at the last check
+	start int64  // its start (µs), computed once per run: uptime is whole seconds
+	seen  int64  // server time of the last check that found the marker on this run; 0: none
+	tag   string // the hash tag of the server's marker; "" until found
+	probe int    // candidate tags tried so far without finding one the server owns
+}
+
+// A MemoryRecord remembers, outside Redis, that this deployment has marked a Redis: with it, a
+// Redis that lost everything while no replica ran is told from one that never knew admitter.
+// Safe for concurrent use. cmd/admitter keeps it in a NATS key-value bucket.
+type MemoryRecord interface {
+	// Marked reports whether a Redis was ever marked.
+	Marked(ctx context.Context) (bool, error)
+	// Mark notes that one is; marking again is harmless.
+	Mark(ctx context.Context) error
+}
+
+// A Forgetting is a loss of admitter's state that a check found on a Redis server.
+type Forgetting struct {
+	// Node is the server's address.
+	Node string
+	// At is when the state began to be lost: limits without state are taken to have been used
+	// up (to the bound README's "A Redis that forgot" states per kind) at At.
+	At time.Time
+	// Why says what happened, for the log.
+	Why string
+}
+
+// bornCheckEvery is how often the servers are asked when they started, and the markers
+// rewritten.
 const bornCheckEvery = time.Second
+
+// snapshotGap is how much older than its server's start a marker restored without an
+// append-only file may be before what came after it is taken as lost: a marker is rewritten
+// every bornCheckEvery, so a server shut down cleanly (which saves a snapshot) and started again
+// finds one younger than this.
+const snapshotGap = 10 * time.Second
+
+// markerTags is how many hash tags a check tries at once to find one whose slot a server owns:
+// on a cluster of n masters, (1 - 1/n)^markerTags that none is (1.5e-11 for 3).
+const markerTags = 64
 
 // stale forces a check before the next decision: a new connection or a failed call may mean a
 // restarted server.
@@ -49,10 +102,10 @@ func (b *born) stale() { b.checked.Store(0) }
 // refreshBorn asks the servers when their memory began before a decision uses it. After a new
 // connection or a failed call (stale) every decision waits for that answer, and fails with the
 // error when it cannot be had: a decision on a restarted server with the old start would take
-// its forgotten limits for refilled since then, a burst. Otherwise it asks at most once per
-// bornCheckEvery, by one caller while the others go on with the value they have (a restart is
-// always a new connection, so the value cannot be stale unnoticed); a failure there makes the
-// next decision wait.
+// its forgotten limits for unused, a burst. Otherwise it asks at most once per bornCheckEvery,
+// by one caller while the others go on with the value they have (a restart is always a new
+// connection, so the value cannot be stale unnoticed); a failure there makes the next decision
+// wait.
 func (r *Redis) refreshBorn(ctx context.Context) error {
 	b := &r.born
 	if b.off {
@@ -77,27 +130,103 @@ func (r *Redis) refreshBorn(ctx context.Context) error {
 	return nil
 }
 
-// checkBorn asks the servers, under born.mu.
+// bornInfoTimeout bounds the questions to one server: one that does not answer in time is
+// taken as one that may have restarted (see checkBorn), not as a reason to fail every decision.
+const bornInfoTimeout = 100 * time.Millisecond
+
+// nodeCheck is one server's answer to a check.
+type nodeCheck struct {
+	addr   string
+	node   rueidis.Client
+	fields map[string]string
+	now    int64 // the server's time (µs)
+	start  int64
+	aof    bool
+	tag    string // found by this check's probe
+	owns   bool   // the server owns a tag's slot (a master)
+	lost   int64  // the marker's loss time after the check
+	found  bool   // this check recorded a new loss
+	err    error
+}
+
+// checkBorn asks every server when it started and reads and rewrites its marker, under born.mu.
 func (r *Redis) checkBorn(ctx context.Context) error {
 	b := &r.born
-	started, restarted, now, missed, err := r.memoryBegan(ctx)
-	if err != nil {
-		return fmt.Errorf("bucket: when did redis start (a restart forgets every limit): %w", err)
+	if b.nodes == nil {
+		b.nodes = map[string]*nodeMemory{}
+	}
+	if !b.marked && b.record != nil {
+		marked, err := b.record.Marked(ctx)
+		if err != nil {
+			return fmt.Errorf("bucket: has this deployment used a redis before (its record): %w", err)
+		}
+		b.marked, b.recorded = marked, marked
+	}
+	nodes := r.client.Nodes()
+	answers := make(chan *nodeCheck, len(nodes))
+	used, gap := b.marked, b.gap
+	if gap == 0 {
+		gap = snapshotGap
+	}
+	for addr, node := range nodes {
+		n := b.nodes[addr]
+		if n == nil {
+			n = &nodeMemory{}
+			b.nodes[addr] = n
+		}
+		go func() { answers <- r.checkNode(ctx, addr, node, *n, used, gap) }()
+	}
+	var errs []error
+	missed, now := false, int64(0)
+	for range nodes {
+		a := <-answers
+		if a.err != nil {
+			missed = true
+			errs = append(errs, fmt.Errorf("bucket: redis %s: %w", a.addr, a.err))
+			continue
+		}
+		now = max(now, a.now)
+		n := b.nodes[a.addr]
+		restarted := n.run != "" && n.run != a.fields["run_id"]
+		n.run, n.start = a.fields["run_id"], a.start
+		if a.tag != "" {
+			n.tag, n.probe = a.tag, 0
+		} else if !a.owns {
+			n.probe += markerTags
+		}
+		if !a.owns {
+			continue
+		}
+		if a.found && b.onForget != nil {
+			why := "lost admitter's keys without restarting (flushed, evicted, or a replica promoted before it had them)"
+			switch {
+			case a.lost < a.start:
+				why = fmt.Sprintf("restarted from a snapshot taken about %v before it started, without an append-only file: what admitter decided after the snapshot is lost",
+					(time.Duration(a.start-a.lost) * time.Microsecond).Round(time.Second))
+			case restarted:
+				why = "restarted without its data"
+			case n.seen == 0:
+				why = "restarted or emptied while no admitter of this deployment watched it"
+			}
+			b.onForget(Forgetting{Node: a.addr, At: time.UnixMicro(a.lost), Why: why})
+		}
+		n.seen = a.now
+		b.marked = true
+		b.lost = max(b.lost, a.lost)
+	}
+	if now == 0 { // no server answered
+		return errors.Join(errs...)
 	}
 	b.checked.Store(time.Now().UnixNano())
-	if b.onChange != nil {
-		switch {
-		case b.started == 0 && started != 0:
-			b.onChange(time.UnixMicro(started), true)
-		case restarted != 0:
-			b.onChange(time.UnixMicro(restarted), false)
+	if b.marked && !b.recorded && b.record != nil {
+		if err := b.record.Mark(ctx); err == nil {
+			b.recorded = true
 		}
 	}
-	b.started = started
-	at := started
+	at := b.lost
 	if missed {
 		// A server that does not answer may be restarting without its data: its tenants'
-		// limits without state are taken for empty from now on, until it answers again (the
+		// limits without state are taken as lost from now on, until it answers again (the
 		// new connection makes the next decision ask). The other servers' tenants keep being
 		// decided; only those without state lose what they would have had.
 		at = max(at, now)
@@ -106,81 +235,92 @@ func (r *Redis) checkBorn(ctx context.Context) error {
 	return nil
 }
 
-// bornInfoTimeout bounds the question to one server: one that does not answer in time is
-// taken as one that may have restarted (see checkBorn), not as a reason to fail every decision.
-const bornInfoTimeout = 100 * time.Millisecond
+// checkNode asks one server when it started (INFO), finds the hash tag of its marker when n
+// does not know it (a server that owns no candidate's slot, a replica, has none: owns false),
+// then reads and rewrites the marker (lua/memory.lua). used: this deployment has marked a Redis.
+func (r *Redis) checkNode(ctx context.Context, addr string, node rueidis.Client, n nodeMemory, used bool, gap time.Duration) *nodeCheck {
+	a := &nodeCheck{addr: addr, node: node, tag: n.tag}
+	ctx, cancel := context.WithTimeout(ctx, bornInfoTimeout)
+	defer cancel()
+	cmds := rueidis.Commands{node.B().Info().Section("server").Section("persistence").Build()}
+	if n.tag == "" {
+		for i := range markerTags {
+			cmds = append(cmds, node.B().Exists().Key(r.markerKey(strconv.Itoa(n.probe+i))).Build())
+		}
+	}
+	res := node.DoMulti(ctx, cmds...)
+	info, err := res[0].ToString()
+	if err != nil {
+		a.err = fmt.Errorf("info: %w", err)
+		return a
+	}
+	a.fields = infoFields(info)
+	t, err1 := strconv.ParseInt(a.fields["server_time_usec"], 10, 64)
+	up, err2 := strconv.ParseInt(a.fields["uptime_in_seconds"], 10, 64)
+	if err1 != nil || err2 != nil {
+		a.err = errors.New("info lacks server_time_usec or uptime_in_seconds")
+		return a
+	}
+	a.now, a.aof = t, a.fields["aof_enabled"] == "1"
+	if a.start = n.start; n.run != a.fields["run_id"] || a.fields["run_id"] == "" {
+		// uptime is whole seconds, rounded down: the start taken is at or after the real one,
+		// the safe side.
+		a.start = t - up*1_000_000
+	}
+	for i, c := range res[1:] {
+		err := c.Error()
+		if err == nil {
+			a.tag = strconv.Itoa(n.probe + i)
+			break
+		}
+		if e, ok := rueidis.IsRedisErr(err); !ok || !isRedirect(e) {
+			a.err = fmt.Errorf("look for the marker: %w", err)
+			return a
+		}
+	}
+	if a.tag == "" {
+		return a // no slot of a candidate here: a replica, or a master of few slots (next time)
+	}
+	since := max(a.start, n.seen)
+	if n.run != a.fields["run_id"] {
+		since = a.start
+	}
+	reply, err := memoryScript.Exec(ctx, node, []string{r.markerKey(a.tag)}, []string{
+		b2s(used), strconv.FormatInt(since, 10), strconv.FormatInt(a.start, 10), b2s(a.aof),
+		strconv.FormatInt(gap.Microseconds(), 10)}).AsIntSlice()
+	if e, ok := rueidis.IsRedisErr(err); ok && isRedirect(e) {
+		a.tag = "" // the slot moved: find another tag next time
+		return a
+	}
+	if err == nil && len(reply) != 3 {
+		err = fmt.Errorf("marker script replied %v, want 3 integers", reply)
+	}
+	if err != nil {
+		a.err = fmt.Errorf("marker: %w", err)
+		return a
+	}
+	a.owns, a.lost, a.found, a.now = true, reply[0], reply[1] == 1, max(a.now, reply[2])
+	return a
+}
 
-// memoryBegan asks every server when its memory began. started is the latest start, in server
-// time (µs), of the servers that answer and do not persist with an append-only file (0 when
-// every one does); restarted the latest start of those among them that restarted since the
-// last check (another run_id at the same address; 0 for none); now is the latest server time
-// they gave; missed says that some server did not answer. Only when none answers is it an
-// error. Under born.mu.
-func (r *Redis) memoryBegan(ctx context.Context) (started, restarted, now int64, missed bool, err error) {
-	b := &r.born
-	type answer struct {
-		addr   string
-		fields map[string]string
-		err    error
+// memoryScript is lua/memory.lua, sent by EVALSHA (EVAL when the server lacks it).
+var memoryScript = rueidis.NewLuaScript(lua.Memory)
+
+// markerKey is the key of the marker under hash tag tag.
+func (r *Redis) markerKey(tag string) string { return r.prefix + "memory{" + tag + "}" }
+
+// isRedirect reports a cluster's redirection: the key's slot is another server's.
+func isRedirect(e *rueidis.RedisError) bool {
+	_, moved := e.IsMoved()
+	_, ask := e.IsAsk()
+	return moved || ask
+}
+
+func b2s(b bool) string {
+	if b {
+		return "1"
 	}
-	nodes := r.client.Nodes()
-	answers := make(chan answer, len(nodes))
-	for addr, node := range nodes {
-		go func() {
-			ictx, cancel := context.WithTimeout(ctx, bornInfoTimeout)
-			defer cancel()
-			info, err := node.Do(ictx, node.B().Info().Section("server").Section("persistence").Build()).ToString()
-			answers <- answer{addr, infoFields(info), err}
-		}()
-	}
-	seen := map[string]int64{}
-	if b.runs == nil {
-		b.runs = map[string]string{}
-	}
-	var errs []error
-	for range nodes {
-		a := <-answers
-		if a.err != nil {
-			missed = true
-			errs = append(errs, fmt.Errorf("bucket: redis %s: info: %w", a.addr, a.err))
-			continue
-		}
-		t, err1 := strconv.ParseInt(a.fields["server_time_usec"], 10, 64)
-		up, err2 := strconv.ParseInt(a.fields["uptime_in_seconds"], 10, 64)
-		if err1 != nil || err2 != nil {
-			return 0, 0, 0, false, fmt.Errorf("bucket: redis %s: info lacks server_time_usec or uptime_in_seconds", a.addr)
-		}
-		now = max(now, t)
-		run := a.fields["run_id"]
-		prev, known := b.runs[a.addr]
-		b.runs[a.addr] = run
-		if a.fields["aof_enabled"] == "1" {
-			continue
-		}
-		start, ok := b.starts[a.fields["run_id"]]
-		if !ok || a.fields["run_id"] == "" {
-			// uptime is whole seconds, rounded down: the start taken is at or after the real
-			// one, the safe side.
-			start = t - up*1_000_000
-		}
-		seen[run] = start
-		started = max(started, start)
-		if known && prev != run {
-			restarted = max(restarted, start)
-		}
-	}
-	if now == 0 { // no server answered
-		return 0, 0, 0, true, errors.Join(errs...)
-	}
-	if missed { // a server that answers again with the same run_id keeps the start it had
-		for id, start := range b.starts {
-			if _, ok := seen[id]; !ok {
-				seen[id] = start
-			}
-		}
-	}
-	b.starts = seen
-	return started, restarted, now, missed, nil
+	return "0"
 }
 
 // infoFields parses the "key:value" lines of an INFO reply.
@@ -194,10 +334,14 @@ func infoFields(info string) map[string]string {
 	return out
 }
 
-// OnForget calls f when the limiter learns when a Redis server that keeps no append-only file
-// began (first: at its first check) or finds that one restarted: every tenant without state is
-// then taken to have been empty at that time. Call it before the first decision.
-func (r *Redis) OnForget(f func(at time.Time, first bool)) { r.born.onChange = f }
+// OnForget calls f for each loss of admitter's state that this process finds on a Redis server
+// (one another replica found first is adopted without a call): every tenant's limits without
+// state are then taken to have been used up, to a bound per kind, at Forgetting.At. Call it
+// before the first decision.
+func (r *Redis) OnForget(f func(Forgetting)) { r.born.onForget = f }
+
+// Record gives the backend the deployment's MemoryRecord. Call it before the first decision.
+func (r *Redis) Record(rec MemoryRecord) { r.born.record = rec }
 
 // DialRedis connects to the Redis at url (see RedisClientOption) and returns a backend that
 // owns the client (Close releases it). Every connection the client opens, a reconnection after

@@ -19,8 +19,9 @@ const (
 	// Delayed: the job does not fit now; a slot was booked for it Wait from now.
 	Delayed
 	// Throttled: the job does not fit now and nothing was booked, because its earliest slot lies
-	// beyond the horizon (Wait is the horizon) or the request has no JobID that could claim a
-	// slot (Wait is the time to the earliest slot). Nothing was taken; ask again after Wait.
+	// beyond the horizon or the request has no JobID that could claim a slot. Wait is the time
+	// to the earliest slot, however far (a monthly quota's reset may be weeks away). Nothing was
+	// taken; ask again after Wait.
 	Throttled
 	// Early: the job came back before its booked slot; the slot still stands, Wait away.
 	Early
@@ -79,7 +80,7 @@ type Result struct {
 // Options tune both backends. The zero value uses the defaults.
 type Options struct {
 	// Horizon is the furthest ahead a slot is booked (default 1 minute). A job whose earliest
-	// slot lies further is told to wait the horizon and books nothing.
+	// slot lies further books nothing and is told the time to it (Throttled).
 	Horizon time.Duration
 	// SlotGrace is how long a booked slot is honoured after it passes (default 1 minute). A job
 	// returning later than that is treated as new and charged again.

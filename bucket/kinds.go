@@ -1,6 +1,10 @@
 package bucket
 
-import "slices"
+import (
+	"math"
+	"slices"
+	"time"
+)
 
 // The arithmetic of every limit kind, in µs, shared by the in-process backend and by snapshots.
 // It mirrors lua/state.lua function by function; the differential test holds them together.
@@ -191,11 +195,13 @@ func (p *Plan) life(ws []work, now int64) int64 {
 	return life
 }
 
-// forgotten is the state of limit i when nothing is known of it at now: it was used up when
-// memory began (born µs; 0: nothing was lost, the limit is unused). A bucket was empty at born
-// and has refilled since; a window counted its whole limit until born + window; a quota its
-// whole limit until the end of born's period; a concurrency limit, its whole limit in flight
-// until born + lease. log and tags are buffers to reuse.
+// forgotten is the state of limit i when nothing is known of it at now. Unless memory was lost
+// (born µs: when; 0: nothing was lost, a tenant never seen) the limit is unused. Otherwise it
+// was used up to a stated bound at born: a bucket was empty at born and has refilled since; a
+// window counted its whole limit until born + window; a quota, the share of its period elapsed
+// at born (limit × elapsed / period, rounded down: never blocked for the rest of the period)
+// until the period's end; a concurrency limit, its whole limit in flight until born + lease.
+// log and tags are buffers to reuse. lua/state.lua load is its twin.
 func (p *Plan) forgotten(i int, now, born int64, log []entry, tags []leaseTag) work {
 	sp := &p.specs[i]
 	if sp.kind == KindBucket {
@@ -209,12 +215,15 @@ func (p *Plan) forgotten(i int, now, born int64, log []entry, tags []leaseTag) w
 		return work{log: log, tags: tags}
 	}
 	if born > 0 {
-		d := born + sp.span
+		d, w := born+sp.span, sp.cap
 		if sp.kind == KindQuota {
-			d = sp.lim.periodEnd(born)
+			start, end := sp.lim.PeriodBounds(time.UnixMicro(born))
+			d = end.UnixMicro()
+			// in doubles, in the order the script computes it, for the same rounding
+			w = int64(math.Floor(float64(sp.cap) * float64(born-start.UnixMicro()) / float64(d-start.UnixMicro())))
 		}
-		if d > now {
-			log = append(log, entry{d, sp.cap})
+		if d > now && w > 0 {
+			log = append(log, entry{d, w})
 		}
 	}
 	return work{log: log, tags: tags}

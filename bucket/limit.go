@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -127,6 +128,43 @@ func (l Limit) PerSecond() float64 {
 		return float64(l.Capacity) / l.Lease.Seconds() // jobs that each hold their lease to its end
 	}
 	return float64(time.Second) / float64(l.Interval)
+}
+
+// Span is the time over which the limit counts its Capacity, at t: a bucket's refill from empty
+// (Capacity × Interval), a window's length, the length of the quota's period holding t (a
+// month's days, a day of 23 or 25 hours across a daylight-saving change), a concurrency limit's
+// lease. It is the window of the limit's RateLimit-Policy header.
+func (l Limit) Span(t time.Time) time.Duration {
+	switch l.Kind {
+	case KindWindow:
+		return l.Window
+	case KindQuota:
+		start, end := l.PeriodBounds(t)
+		return end.Sub(start)
+	case KindConcurrency:
+		return l.Lease
+	}
+	if l.Interval > 0 && l.Capacity <= int64(math.MaxInt64/l.Interval) {
+		return time.Duration(l.Capacity) * l.Interval
+	}
+	return time.Duration(math.MaxInt64)
+}
+
+// FullIn bounds, at t, how long until the limit holding remaining lets its whole Capacity
+// through again: exact for a bucket ((Capacity − remaining) × Interval) and a quota (its
+// period's end), and for a window and a concurrency limit their length and lease (what is
+// counted now has left by then). It is the t of the RateLimit header of an allowed request.
+func (l Limit) FullIn(t time.Time, remaining int64) time.Duration {
+	switch l.Kind {
+	case KindWindow:
+		return l.Window
+	case KindQuota:
+		_, end := l.PeriodBounds(t)
+		return end.Sub(t)
+	case KindConcurrency:
+		return l.Lease
+	}
+	return time.Duration(max(l.Capacity-remaining, 0)) * l.Interval
 }
 
 // nominal is the period's usual length.

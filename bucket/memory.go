@@ -276,7 +276,7 @@ func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Option
 	s, bind := p.slot(ws, now, w)
 	if horizon := o.Horizon.Microseconds(); s-now > horizon || (s > now && req.JobID == "") {
 		r, _ := p.remaining(ws, now)
-		return int64(Throttled), r, min(s-now, horizon), bind, 0
+		return int64(Throttled), r, s - now, bind, 0
 	}
 	p.take(ws, s, w, LeaseKey(req.JobID))
 	if st == nil {

@@ -43,8 +43,8 @@ type Redis struct {
 	// clock pins the script's clock (tests only); nil reads the server's TIME.
 	clock func() time.Time
 	owned bool // the client is ours to close (DialRedis)
-	// born is when the servers' memory began (µs of server time; 0: nothing known lost), see
-	// lua/state.lua clamp_tats; refreshed by refreshBorn.
+	// born is when the servers last lost admitter's state (µs of server time; 0: nothing known
+	// lost), see born.go and lua/state.lua load; refreshed by refreshBorn.
 	born born
 	// noFunctions: the server runs no Redis Functions for us (see script); scripts instead.
 	noFunctions atomic.Bool
@@ -381,8 +381,16 @@ func (r *Redis) Prepare(ctx context.Context) error {
 		return err
 	}
 	r.noFunctions.Store(true)
+	return r.loadScripts(ctx)
+}
+
+// scripts is every script the backend runs.
+func (r *Redis) scripts() []*script { return []*script{r.script, r.admit, r.inspect, r.lease, r.fence} }
+
+// loadScripts loads every script on every server, for EVALSHA on a Redis without functions.
+func (r *Redis) loadScripts(ctx context.Context) error {
 	for addr, node := range r.client.Nodes() {
-		for _, s := range []*script{r.script, r.admit, r.inspect, r.lease} {
+		for _, s := range r.scripts() {
 			if err := node.Do(ctx, node.B().ScriptLoad().Script(s.src).Build()).Error(); err != nil {
 				return fmt.Errorf("bucket: redis %s: script load: %w", addr, err)
 			}

@@ -27,7 +27,7 @@
 -- status: 0 admitted and charged, 1 admitted at its booked slot (charged when booked),
 --         2 already admitted (duplicate), 3 delayed with a slot booked, 4 throttled: nothing
 --         booked, because the slot lies beyond the horizon or there is no job key to hold it
---         (wait is the time to the slot, at most the horizon), 5 returned before its booked slot.
+--         (wait is the time to the slot, however far), 5 returned before its booked slot.
 --
 -- The tenant's state counts the slots booked and not yet claimed (see book in state.lua), so that
 -- inspect.lua reads them from the one key: a booking adds to it, a claim at the slot takes from
@@ -73,7 +73,7 @@ end
 local s, bind = slot(lims, ws, n, now, w)
 if s - now > horizon or (s > now and not job) then
   local r = remaining(lims, ws, n, now)
-  return struct.pack('<lllll', 4, r, math.min(s - now, horizon), bind, 0)
+  return struct.pack('<lllll', 4, r, s - now, bind, 0)
 end
 
 take(lims, ws, n, s, w, lease)

@@ -32,6 +32,12 @@ var lease string
 //go:embed fence.lua
 var fence string
 
+// Memory is the marker script that tells a Redis that never knew admitter from one that forgot
+// (see memory.lua). It stands alone: it reads no tenant's state.
+//
+//go:embed memory.lua
+var Memory string
+
 // many wraps script as the function one(KEYS, ARGV) that many.lua calls once per batch.
 func many(script string) string {
 	return prelude + "local function one(KEYS, ARGV)\n" + script + "\nend\n" + manyLua

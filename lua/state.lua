@@ -168,6 +168,19 @@ local function death(l, s)
   return math.ceil(s / l.c) * l.c + l.b
 end
 
+-- forgotten_share is what quota l counts as used when it was forgotten at born, in the
+-- period ending at d: the share of the period elapsed by then, limit x (born - start) / (d -
+-- start) rounded down (doubles, as Go's Plan.forgotten computes it). born lies in the calendar
+-- whenever d is after now (the calendar starts before now's period).
+local function forgotten_share(l, born, d)
+  local cal, start = l.cal, l.cal[1]
+  for j = 2, #cal do
+    if cal[j] > born then break end
+    start = cal[j]
+  end
+  return math.floor(l.a * (born - start) / (d - start))
+end
+
 -- fence_end is when the last fence standing at now in key (see fence.lua) ends, 0 when none.
 local function fence_end(key, now)
   local f = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
@@ -322,11 +335,14 @@ end
 
 -- load returns each limit's state at now: a bucket's tat, no earlier than now (a full bucket is
 -- tat = now); a window's or a quota's log of the takes it still counts (death > now). A limit
--- the state does not know was used up when the server's memory began (born, µs; 0 when it is
--- not known to have lost anything: the limit is unused): a bucket was empty then and has
--- refilled since; a window counted its whole limit until born + window; a quota its whole limit
--- until the end of born's period. A Redis that restarted without its data must not take every
--- limit for unused, or a burst follows every restart.
+-- the state does not know is unused, unless the server is known to have forgotten (born, µs,
+-- when what it knew was lost; 0 when nothing is known lost: a tenant never seen): then it was
+-- used up to a stated bound at born. A bucket was empty then and has refilled since; a window
+-- counted its whole limit until born + window; a quota, the share of its period elapsed at born
+-- (limit x elapsed / period, rounded down) until the period's end; a concurrency limit, every
+-- slot until born + lease. A Redis that restarted without its data must not take every limit
+-- for unused, or a burst follows every restart; nor a quota for used up, or its tenants wait
+-- for the rest of the period (see Go's Plan.forgotten, the twin of this).
 local function load(st, lims, n, now, born)
   local ws = {tags = {}}
   st.expired = 0
@@ -363,9 +379,12 @@ local function load(st, lims, n, now, born)
           for j = first, #r do log[j - first + 1] = r[j] end
         end
       elseif born > 0 then
-        local d = born + l.b
-        if l.kind == QUOTA then d = period_end(l.cal, born) end
-        if d > now then log[1], log[2] = d, l.a end
+        local d, w = born + l.b, l.a
+        if l.kind == QUOTA then
+          d = period_end(l.cal, born)
+          if d > now then w = forgotten_share(l, born, d) end
+        end
+        if d > now and w > 0 then log[1], log[2] = d, w end
       end
       ws[i] = log
     end

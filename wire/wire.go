@@ -211,6 +211,8 @@ var (
 	MetricLeaseMessages = Metric{"admitter.lease.messages", "admitter_lease_messages_total", ""}
 	MetricLeasesExpired = Metric{"admitter.leases.expired", "admitter_leases_expired_total", ""}
 	MetricFences        = Metric{"admitter.fences", "admitter_fences_total", ""}
+	MetricRedisForgot   = Metric{"admitter.redis.forgot", "admitter_redis_forgot_total", ""}
+	MetricSettleErrors  = Metric{"admitter.settle.errors", "admitter_settle_errors_total", ""}
 )
 
 // DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they

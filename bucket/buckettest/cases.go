@@ -54,7 +54,7 @@ var decideCases = []testCase{
 		h.c.Advance(time.Second)
 		h.expect(p, 3, "", bucket.Admitted, 0, 0)
 		h.c.Advance(time.Second)
-		r = h.expect(p, 2, "", bucket.Throttled, time.Minute, 1) // daily needs an hour: capped at the horizon
+		r = h.expect(p, 2, "", bucket.Throttled, time.Hour-2300*ms, 1) // daily needs an hour: the whole wait, beyond the horizon
 		if r.Limit != "daily" || r.LimitIndex != 1 {
 			t.Fatalf("binding limit = %q/%d, want daily/1", r.Limit, r.LimitIndex)
 		}
@@ -114,9 +114,9 @@ var decideCases = []testCase{
 	{name: "horizon", needs: reserve(), opts: bucket.Options{Horizon: time.Second}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 1, time.Second))
 		h.expect(p, 1, "a", bucket.Admitted, 0, 0)
-		h.expect(p, 1, "b", bucket.Delayed, time.Second, 0) // exactly at the horizon: booked
-		h.expect(p, 1, "c", bucket.Throttled, time.Second, 0)
-		h.expect(p, 1, "d", bucket.Throttled, time.Second, 0)
+		h.expect(p, 1, "b", bucket.Delayed, time.Second, 0)     // exactly at the horizon: booked
+		h.expect(p, 1, "c", bucket.Throttled, 2*time.Second, 0) // beyond: told the time to its slot
+		h.expect(p, 1, "d", bucket.Throttled, 2*time.Second, 0)
 		h.expectTokens(p, -1) // c and d booked nothing
 		h.c.Advance(time.Second)
 		h.expect(p, 1, "b", bucket.AdmittedAtSlot, 0, 0)
@@ -447,7 +447,7 @@ var kindCases = []testCase{
 		h.c.Advance(10 * time.Minute)
 		h.expect(p, 4, "", bucket.Admitted, 0, 0)
 		h.c.Advance(10 * time.Minute)
-		h.expect(p, 5, "", bucket.Throttled, time.Minute, 0) // 40 minutes: capped at the horizon
+		h.expect(p, 5, "", bucket.Throttled, 40*time.Minute, 0) // 40 minutes, beyond the horizon
 		h.c.Advance(40 * time.Minute)
 		h.expect(p, 5, "", bucket.Admitted, 0, 1)
 		if _, err := h.l.Decide(context.Background(), bucket.Request{Tenant: h.tenant, Plan: p, Weight: 11}); !errors.Is(err, bucket.ErrWeightOverCapacity) {
@@ -527,7 +527,7 @@ var kindCases = []testCase{
 				t.Fatalf("binding limit %q, want %s", r.Limit, n+c.binding)
 			}
 			h.expectTokens(p, c.b-1, c.w-1, c.q-1)
-			h.expect(p, 1, "", bucket.Throttled, min(c.wait, time.Minute), 0)
+			h.expect(p, 1, "", bucket.Throttled, c.wait, 0)
 			h.expectTokens(p, c.b-1, c.w-1, c.q-1)
 		}
 		p := mustPlan(t, "all", lim("all-b", 5, time.Minute), win("all-w", 5, time.Hour), quota("all-q", 5, bucket.Day, nil))
@@ -542,14 +542,48 @@ var kindCases = []testCase{
 		b := mustPlan(t, "b", quota("y", 5, bucket.Day, nil), lim("x", 2, time.Second), win("z", 1, time.Second))
 		h.expectTokens(b, 3, 2, 1)
 	}},
-	{name: "a limiter that forgot takes windows and quotas for used up", needs: forget(lanes(bucket.KindWindow, bucket.KindQuota)), opts: bucket.Options{Born: Start.Add(-10 * time.Minute)}, run: func(t *testing.T, h *harness) {
-		p := mustPlan(t, "p", win("w", 10, time.Hour), quota("q", 10, bucket.Day, nil), lim("b", 10, time.Minute))
-		h.expectLimit(p, 0, -0, 10, 50*time.Minute)
-		h.expectLimit(p, 1, 0, 10, 12*time.Hour)
-		h.expectTokens(p, 0, 0, 10)
-		h.admit(p, bucket.Lane, jobs("1"), "N", 12*time.Hour, false)
-		h.c.Advance(12 * time.Hour)
+	{name: "a limiter that never knew the tenant starts full, every kind", needs: lanes(bucket.KindWindow, bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		// No memory lost (Born zero): a new deployment, a tenant never seen. Its burst, its
+		// window and its monthly quota are whole from the first job.
+		p := mustPlan(t, "p", lim("b", 4, time.Minute), win("w", 3, time.Hour), quota("q", 100000, bucket.Month, nil))
+		h.expectTokens(p, 4, 3, 100000)
+		h.admit(p, bucket.Ingest, jobs("1", "2", "3", "4"), "AAAL", time.Hour, true)
+		h.expectTokens(p, 1, 0, 99997)
+	}},
+	{name: "a limiter that forgot takes a window for full, one window long", needs: forget(lanes(bucket.KindWindow)), opts: bucket.Options{Born: Start.Add(-10 * time.Minute)}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", win("w", 10, time.Hour), lim("b", 10, time.Minute))
+		h.expectLimit(p, 0, 0, 10, 50*time.Minute)
+		h.expectTokens(p, 0, 10)
+		h.admit(p, bucket.Lane, jobs("1"), "N", 50*time.Minute, false)
+		h.c.Advance(50 * time.Minute)
 		h.admit(p, bucket.Lane, jobs("1"), "A", 0, false)
+	}},
+	{name: "a limiter that forgot counts the share of a quota's period elapsed, never the rest", needs: forget(lanes(bucket.KindQuota)), opts: bucket.Options{Born: Start.Add(-10 * time.Minute)}, run: func(t *testing.T, h *harness) {
+		// Forgotten at 2026-11-21 11:50 UTC: 29,510 of November's 43,200 minutes had passed,
+		// so 1000 × 29510 / 43200 = 683.1: 683 counted as used until December, 317 left.
+		p := mustPlan(t, "p", quota("q", 1000, bucket.Month, nil), lim("b", 1000, time.Millisecond))
+		h.expectLimit(p, 0, 317, 683, 9*24*time.Hour+12*time.Hour)
+		var js []bucket.Job
+		for i := 1; i <= 318; i++ {
+			js = append(js, bucket.Job{ID: int64(i), Weight: 1})
+		}
+		r := h.l
+		res, err := r.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Mode: bucket.Lane, Jobs: js})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted := 0
+		for _, o := range res.Outcomes {
+			if o.Admitted() {
+				admitted++
+			}
+		}
+		if admitted != 317 || res.Wait != 9*24*time.Hour+12*time.Hour || res.Limit != "q" {
+			t.Fatalf("after forgetting: %d admitted, wait %v on %q; want 317, then the quota's reset in 9d12h", admitted, res.Wait, res.Limit)
+		}
+		// A daily quota forgotten at 11:50: 49 % of the day had passed.
+		d := mustPlan(t, "d", quota("day", 100, bucket.Day, nil))
+		h.expectLimit(d, 0, 51, 49, 12*time.Hour)
 	}},
 	{name: "window: a large limit is counted in sub-windows, never early", needs: lanes(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "big", win("", 1000, 64*time.Second)) // sub-windows of 1s

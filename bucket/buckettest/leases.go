@@ -239,6 +239,11 @@ var leaseCases = []testCase{
 		h.c.Advance(time.Minute)
 		h.expect(p, 1, "b", bucket.Admitted, 0, 0)
 	}},
+	{name: "concurrency: a limiter that never knew the tenant has every slot free", needs: leases(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "c", conc("running", 3, 5*time.Minute))
+		h.expectLimit(p, 0, 3, 0, 0)
+		h.admit(p, bucket.Ingest, jobs("1", "2", "3", "4"), "AAAL", 5*time.Minute, true)
+	}},
 	{name: "concurrency: a limiter that forgot takes every slot for held, one lease long", needs: forget(leases()), opts: bucket.Options{Born: Start.Add(-time.Minute)}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "c", conc("running", 3, 5*time.Minute))
 		h.expectLimit(p, 0, 0, 3, 4*time.Minute)

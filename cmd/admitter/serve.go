@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,9 +14,11 @@ import (
 	"github.com/admitter/admitter/admission"
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/policy"
+	"github.com/admitter/admitter/wire"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // stack is a connected, set-up admitter: what serve runs and the demo runs beside its load.
@@ -130,6 +133,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 	if c.PlansFile == "" {
 		log.Info("ADMITTER_PLANS_FILE is unset: using the built-in example plans (see README)", "plans", c.plans.Names())
 	}
+	var asyncTo atomic.Pointer[admission.Service] // the connection's own errors, once the service runs
 	st.natsURL = c.NATSURL
 	if st.natsURL == "" {
 		srv, err := startEmbeddedNATS(c.DataDir, c.EmbeddedNATSPort, log)
@@ -158,6 +162,13 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 				}
 			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", redact(nc.ConnectedUrl())) }),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				if svc := asyncTo.Load(); svc != nil {
+					svc.AsyncError(err) // a refused ack is only seen here
+					return
+				}
+				log.Warn("nats", "err", err)
+			}),
 		)...)
 		if errors.Is(err, nats.ErrNoServers) {
 			err = whyNoServers(ctx, st.natsURL, err)
@@ -171,7 +182,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 	if st.js, err = jetstream.New(st.nc); err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	limiter, closeLimiter, err := newLimiter(ctx, c, log, b)
+	limiter, closeLimiter, err := newLimiter(ctx, c, log, b, st.js, tel)
 	if err != nil {
 		return nil, err
 	}
@@ -196,6 +207,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
+	asyncTo.Store(st.svc)
 	if _, err := await(ctx, b, "set up streams, consumer and replicas bucket on NATS", func() (struct{}, error) {
 		err := st.svc.Setup(ctx)
 		var api *jetstream.APIError
@@ -223,7 +235,10 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 }
 
 // newLimiter returns the Redis limiter, or the in-process one when ADMITTER_REDIS_URL is unset.
-func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot) (policy.Limiter, func(), error) {
+// The Redis limiter keeps its record of having marked a Redis (bucket.MemoryRecord) in the
+// deployment's limiter bucket on NATS, and each loss of admitter's state it finds is logged
+// with its cost and counted.
+func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot, js jetstream.JetStream, tel *telemetry) (policy.Limiter, func(), error) {
 	opts := bucket.Options{}
 	if c.RedisURL == "" {
 		log.Warn("ADMITTER_REDIS_URL is unset: using in-process buckets, which are not shared between processes: run only one replica")
@@ -233,19 +248,33 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot) (poli
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
+	kv, err := await(ctx, b, "set up the limiter's record on NATS", func() (jetstream.KeyValue, error) {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, admission.LimiterRecord(c.Consumer, c.StreamReplicas))
+		var api *jetstream.APIError
+		if errors.As(err, &api) {
+			return nil, backoff.Permanent(fmt.Errorf("limiter record bucket %s_limiter: %w", c.Consumer, err))
+		}
+		return kv, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	forgot, err := tel.meter.Meter("github.com/admitter/admitter/cmd/admitter").Int64Counter(wire.MetricRedisForgot.Name,
+		metric.WithDescription("Losses of admitter's state found on a Redis server (restarted without its data, emptied, or restored from an old snapshot): limits without state are taken as used up to a bound per kind at the loss."))
+	if err != nil {
+		return nil, nil, err
+	}
 	r, err := await(ctx, b, "connect to Redis at "+redactURL(c.RedisURL), func() (*bucket.Redis, error) {
 		return bucket.DialRedisWith(ropt, c.RedisPrefix, opts)
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	r.OnForget(func(at time.Time, first bool) {
-		if first {
-			log.Warn("redis keeps no append-only file (appendonly no): a restart of it forgets every tenant's buckets; they are then taken for empty from its start and refill, so no burst follows, but tenants lose what they had. Enable appendonly to keep them (see README)",
-				"redis_started", at.UTC().Format(time.RFC3339))
-			return
-		}
-		log.Warn("redis restarted without its data: every tenant's buckets without state are taken for empty from its start and refill", "redis_started", at.UTC().Format(time.RFC3339))
+	r.Record(limiterRecord{kv: kv, replica: c.Replica})
+	r.OnForget(func(f bucket.Forgetting) {
+		forgot.Add(context.Background(), 1)
+		log.Warn("redis forgot admitter's state: "+f.Why+"; tenants' limits without state are taken as used up at that time: buckets empty then and refilling, windows full for one window, quotas counting the share of their period elapsed then, concurrency slots held for one lease (README: A Redis that forgot)",
+			"node", f.Node, "lost_at", f.At.UTC().Format(time.RFC3339Nano))
 	})
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -253,6 +282,32 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot) (poli
 		log.Warn("redis: could not load the scripts at start; the first decisions will", "err", err)
 	}
 	return r, r.Close, nil
+}
+
+// limiterRecord is the deployment's bucket.MemoryRecord: key recordKey of its limiter bucket
+// exists once a replica has marked a Redis.
+type limiterRecord struct {
+	kv      jetstream.KeyValue
+	replica string
+}
+
+const recordKey = "redis"
+
+func (r limiterRecord) Marked(ctx context.Context) (bool, error) {
+	_, err := r.kv.Get(ctx, recordKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (r limiterRecord) Mark(ctx context.Context) error {
+	v, _ := json.Marshal(map[string]string{"marked_by": r.replica, "at": time.Now().UTC().Format(time.RFC3339)})
+	_, err := r.kv.Create(ctx, recordKey, v)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil
+	}
+	return err
 }
 
 // isTransient reports whether a set-up error may go away by itself (NATS not reachable yet).

@@ -30,14 +30,18 @@ type TB interface {
 
 // RedisServer is a redis-server child process bound to 127.0.0.1.
 type RedisServer struct {
-	Addr  string
-	port  int
-	dir   string
-	aof   bool        // persist with an append-only file
-	extra []string    // more redis-server arguments (cluster mode)
-	tls   *tls.Config // set: the server listens on TLS only, and readiness is checked with it
-	cmd   *exec.Cmd
-	done  chan struct{}
+	Addr string
+	port int
+	dir  string
+	aof  bool // persist with an append-only file
+	// defaults: the server runs with redis-server's own defaults (no append-only file, RDB
+	// snapshots at its default save points), as `apt-get install redis-server` or `docker run
+	// redis` give it; aof is ignored.
+	defaults bool
+	extra    []string    // more redis-server arguments (cluster mode)
+	tls      *tls.Config // set: the server listens on TLS only, and readiness is checked with it
+	cmd      *exec.Cmd
+	done     chan struct{}
 }
 
 // RedisBinary finds redis-server on PATH or in the usual Debian location.
@@ -56,6 +60,40 @@ func RedisBinary() (string, error) {
 // StartRedis starts a redis-server on a free loopback port, stopped when the test ends. It
 // keeps nothing on disk: a restart forgets every key.
 func StartRedis(t TB) *RedisServer { return startRedis(t, false) }
+
+// StartDefaultRedis starts a redis-server with its own defaults, as a new user's is: no
+// append-only file, RDB snapshots at the default save points (a SIGTERM writes one; a SIGKILL
+// loses what came after the last). Only its port, address and directory are set.
+func StartDefaultRedis(t TB) *RedisServer {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	s := &RedisServer{port: port, dir: t.TempDir(), defaults: true, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	if err := s.Start(); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Forget deletes what the server keeps on disk (its RDB snapshot and append-only files): the
+// next Start begins empty. Call it while the server is stopped.
+func (s *RedisServer) Forget() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() != "redis.log" {
+			if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // StartPersistentRedis is StartRedis with an append-only file (appendonly yes, fsync every
 // second), as admitter recommends in production: its data survives a restart.
@@ -124,9 +162,12 @@ func (s *RedisServer) Start() error {
 	if s.tls != nil {
 		ports = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}
 	}
-	args := append(append(ports, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", aof, "--appendfsync", "everysec", "--dir", s.dir, "--daemonize", "no",
-		"--logfile", filepath.Join(s.dir, "redis.log")), s.extra...)
+	persist := []string{"--save", "", "--appendonly", aof, "--appendfsync", "everysec"}
+	if s.defaults {
+		persist = nil
+	}
+	args := append(append(append(ports, "--bind", "127.0.0.1"), persist...), append([]string{"--dir", s.dir, "--daemonize", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log")}, s.extra...)...)
 	s.cmd = exec.Command(bin, args...)
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
