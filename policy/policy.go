@@ -73,6 +73,9 @@ type Config struct {
 	MeterProvider  metric.MeterProvider
 	// TenantMetrics adds a tenant label to the synchronous decisions' metric.
 	TenantMetrics bool
+	// Now is the clock answers are stamped with (Answer.At; default time.Now): the limiter's,
+	// where a test drives it.
+	Now func() time.Time
 }
 
 // Policy decides. Create it with New.
@@ -82,6 +85,7 @@ type Policy struct {
 	pauses   atomic.Pointer[map[string]time.Time] // tenant → until
 	failMode FailMode
 	timeout  time.Duration
+	now      func() time.Time
 	log      *slog.Logger
 	tel      *telemetry
 	down     atomic.Bool
@@ -120,7 +124,10 @@ func New(c Config) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: telemetry: %w", err)
 	}
-	p := &Policy{limiter: c.Limiter, failMode: c.FailMode, timeout: c.Timeout, log: c.Logger, tel: tel}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	p := &Policy{limiter: c.Limiter, failMode: c.FailMode, timeout: c.Timeout, log: c.Logger, tel: tel, now: c.Now}
 	p.plans.Store(c.Plans)
 	p.held.b = backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(250*time.Millisecond),

@@ -51,9 +51,9 @@ type Answer struct {
 	ShadowWait time.Duration
 	// Outcome is the limiter's, when it decided (Code empty and not Degraded).
 	Outcome bucket.Outcome
-	// Wait: zero when allowed; when denied, the time until the weight fits (Allow; at most the
-	// limiter's horizon) or until the slot booked (Reserve); for CodeLimiterUnavailable, the
-	// fail-closed backoff: when to ask again.
+	// Wait: zero when allowed; when denied, the time until the weight fits (Allow, however far:
+	// a monthly quota's reset may be weeks away) or until the slot booked (Reserve); for
+	// CodeLimiterUnavailable, the fail-closed backoff: when to ask again.
 	Wait time.Duration
 	// Remaining, Limit and LimitIndex are the limiter's (bucket.Result) when it decided.
 	Remaining  int64
@@ -66,6 +66,9 @@ type Answer struct {
 	Err error
 	// Took is how long the limiter call took; zero when there was none.
 	Took time.Duration
+	// At is when the answer was made (Config.Now): the RateLimit headers of a quota are
+	// measured from it.
+	At time.Time
 }
 
 // Refused reports whether the request was refused rather than decided.
@@ -143,6 +146,13 @@ func (a *Answer) decision() wire.Decision {
 // limiter is unavailable, and RateLimit-Policy and RateLimit for the binding limit when the
 // limiter decided. Degraded answers carry neither (the limiter said nothing), nor do other
 // refusals. Which header says the answer is degraded depends on the face.
+//
+// Retry-After is the whole wait in seconds, rounded up and not capped: RFC 9110 bounds
+// delay-seconds by nothing, and the RateLimit draft asks only that its t not be earlier than
+// the end of the window, which it is not (t is that same wait when denied). RateLimit-Policy
+// gives the binding limit's capacity over its span (bucket.Limit.Span: a bucket's refill from
+// empty, a window's length, a quota's period); RateLimit's t, when allowed, bounds the time
+// until the limit is whole again (bucket.Limit.FullIn: a quota's reset).
 func (a *Answer) Headers(set func(name, value string)) {
 	denied := !a.Allowed && (a.Code == "" || a.Code == wire.CodeLimiterUnavailable)
 	if denied {
@@ -157,16 +167,20 @@ func (a *Answer) Headers(set func(name, value string)) {
 	}
 	l := a.Plan.Limits[a.LimitIndex]
 	name := wire.RateLimitName(a.Limit, a.LimitIndex)
-	set(wire.HeaderRateLimitPolicy, wire.RateLimitPolicy(name, l.Capacity, l.Interval))
+	at := a.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	set(wire.HeaderRateLimitPolicy, wire.RateLimitPolicy(name, l.Capacity, l.Span(at)))
 	window := a.Wait
-	if a.Allowed { // until the binding limit is full again, at most
-		window = time.Duration(max(l.Capacity-a.Remaining, 0)) * l.Interval
+	if a.Allowed {
+		window = l.FullIn(at, a.Remaining)
 	}
 	set(wire.HeaderRateLimit, wire.RateLimit(name, a.Remaining, window))
 }
 
 // Allow decides whether tenant may spend weight now, booking nothing: denied, the answer's Wait
-// is the time until the weight would fit (at most the limiter's horizon), and nothing is taken.
+// is the time until the weight would fit (however far), and nothing is taken.
 // src labels the telemetry.
 func (p *Policy) Allow(ctx context.Context, src wire.Source, tenant string, weight int64) Answer {
 	return p.decideSync(ctx, Answer{Source: src, Tenant: tenant, Weight: weight}, false)
@@ -177,7 +191,7 @@ func (p *Policy) Allow(ctx context.Context, src wire.Source, tenant string, weig
 // answer, Reserved, says how long until it. Asked again with the same key at or after the slot
 // (within the limiter's grace), or within a minute of being allowed, the answer is allowed
 // without a second charge. A slot further than the limiter's horizon is not booked: the answer
-// is denied, not Reserved, with the horizon as its Wait.
+// is denied, not Reserved, with the time to that slot as its Wait.
 func (p *Policy) Reserve(ctx context.Context, src wire.Source, tenant string, weight int64, key string) Answer {
 	return p.decideSync(ctx, Answer{Source: src, Tenant: tenant, Weight: weight, Key: key}, true)
 }
@@ -194,7 +208,7 @@ func (p *Policy) Ask(ctx context.Context, src wire.Source, r wire.DecideRequest)
 func (p *Policy) decideSync(ctx context.Context, a Answer, reserve bool) Answer {
 	ctx, span := p.tel.start(ctx)
 	defer p.tel.record(ctx, span, &a)
-	a.LimitIndex = -1
+	a.LimitIndex, a.At = -1, p.now()
 	plan, err := p.plans.Load().Lookup(a.Tenant)
 	if err == nil {
 		a.Plan = plan

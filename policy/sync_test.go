@@ -370,3 +370,50 @@ func TestInspectRefusals(t *testing.T) {
 		t.Errorf("inspect of a fresh tenant: %+v, %v", st, err)
 	}
 }
+
+// TestHeadersOfEveryKind: RateLimit-Policy carries the binding limit's own span (a window's
+// length, a quota's period), RateLimit's t the time to the quota's reset, and Retry-After the
+// whole wait, however far: a spent monthly quota says nine and a half days, not a minute.
+func TestHeadersOfEveryKind(t *testing.T) {
+	lim, clk := memoryAt() // Saturday 2026-11-21 12:00 UTC
+	ps, err := plans.Parse("plans.yaml", []byte(`
+plans:
+  w:
+    limits: [{name: hourly, kind: window, limit: 2, window: 1h}]
+  d:
+    limits: [{name: daily, kind: quota, limit: 2, period: day}]
+  m:
+    limits: [{name: monthly, kind: quota, limit: 2, period: month}]
+tenants: {win: w, day: d, month: m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Limiter: lim, Plans: ps, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		tenant, policy, allowed, denied, retry string
+		waitMs                                 int64
+	}{
+		{"win", `"hourly";q=2;w=3600`, `"hourly";r=0;t=3600`, `"hourly";r=0;t=3600`, "3600", 3600_000},
+		{"day", `"daily";q=2;w=86400`, `"daily";r=0;t=43200`, `"daily";r=0;t=43200`, "43200", 43200_000},
+		{"month", `"monthly";q=2;w=2592000`, `"monthly";r=0;t=820800`, `"monthly";r=0;t=820800`, "820800", 820800_000},
+	} {
+		p.Allow(ctx, wire.SourceHTTP, c.tenant, 1)
+		a := p.Allow(ctx, wire.SourceHTTP, c.tenant, 1)
+		if h := headers(a); !a.Allowed || h[wire.HeaderRateLimitPolicy] != c.policy || h[wire.HeaderRateLimit] != c.allowed {
+			t.Errorf("%s allowed: %+v headers %v, want policy %s and %s", c.tenant, a, h, c.policy, c.allowed)
+		}
+		a = p.Allow(ctx, wire.SourceHTTP, c.tenant, 1)
+		h := headers(a)
+		if a.Allowed || h[wire.HeaderRetryAfter] != c.retry || h[wire.HeaderRateLimit] != c.denied || h[wire.HeaderRateLimitPolicy] != c.policy {
+			t.Errorf("%s denied: %+v headers %v, want Retry-After %s, %s", c.tenant, a, h, c.retry, c.denied)
+		}
+		if b := a.Body().(wire.Decision); b.WaitMs != c.waitMs {
+			t.Errorf("%s denied: wait_ms %d, want %d", c.tenant, b.WaitMs, c.waitMs)
+		}
+	}
+}

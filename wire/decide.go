@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -527,23 +526,21 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// RateLimitPolicy is the RateLimit-Policy value of a token bucket limit (draft-11 §3): the
-// quota q is its capacity, the window w the time it takes to refill from empty (capacity ×
-// interval, in whole seconds rounded up, at least 1), so q/w is its long-run rate:
+// RateLimitPolicy is the RateLimit-Policy value of a limit (draft-11 §3): the quota q is its
+// capacity, the window w the time over which it counts q (bucket.Limit.Span: a bucket's refill
+// from empty, so that q/w is its long-run rate; a window's length; a quota's period), in whole
+// seconds rounded up, at least 1:
 //
 //	"burst";q=20;w=2
+//	"monthly";q=100000;w=2592000
 //
 // name must come from RateLimitName.
-func RateLimitPolicy(name string, capacity int64, interval time.Duration) string {
-	window := time.Duration(math.MaxInt64) // a plan's limits refill within 2^53 µs: never in practice
-	if interval > 0 && capacity <= int64(math.MaxInt64/interval) {
-		window = time.Duration(capacity) * interval
-	}
+func RateLimitPolicy(name string, quota int64, window time.Duration) string {
 	b := appendSFString(make([]byte, 0, len(name)+32), name)
 	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, capacity, 10)
+	b = strconv.AppendInt(b, quota, 10)
 	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, Seconds(window), 10)
+	b = strconv.AppendInt(b, max(Seconds(window), 1), 10)
 	return string(b)
 }
 

@@ -143,9 +143,10 @@ func TestRateLimitHeaders(t *testing.T) {
 		got, want string
 	}{
 		// {5, 2/s}: 5 tokens refill from empty in 2.5 s, rounded up.
-		{RateLimitPolicy("0", 5, 500*time.Millisecond), `"0";q=5;w=3`},
-		{RateLimitPolicy("burst", 20, 100*time.Millisecond), `"burst";q=20;w=2`},
-		{RateLimitPolicy("daily", 100000, 864*time.Millisecond), `"daily";q=100000;w=86400`},
+		{RateLimitPolicy("0", 5, 2500*time.Millisecond), `"0";q=5;w=3`},
+		{RateLimitPolicy("burst", 20, 2*time.Second), `"burst";q=20;w=2`},
+		{RateLimitPolicy("daily", 100000, 24*time.Hour), `"daily";q=100000;w=86400`},
+		{RateLimitPolicy("monthly", 100000, 30*24*time.Hour), `"monthly";q=100000;w=2592000`},
 		{RateLimitPolicy("tiny", 1, time.Microsecond), `"tiny";q=1;w=1`},
 		{RateLimitPolicy(`a"b\c`, 1, time.Second), `"a\"b\\c";q=1;w=1`},
 		{RateLimit("burst", 3, 1200*time.Millisecond), `"burst";r=3;t=2`},
