@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -55,18 +58,18 @@ func (in *ingest) add(m jetstream.Msg) {
 	if !ok {
 		// The consumer filters on the input template, so this is a broken set-up: keep the job.
 		in.s.log.Error("subject does not match the input template: redelivering in a minute", "subject", m.Subject(), "template", in.s.cfg.In.String())
-		_ = m.NakWithDelay(time.Minute)
+		in.s.settled(m, "nak", m.NakWithDelay(time.Minute))
 		return
 	}
 	if !in.bytes.acquire(len(m.Data())) {
-		_ = m.Nak() // shutting down
+		in.s.settled(m, "nak", m.Nak()) // shutting down
 		return
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.closed {
 		in.bytes.release(len(m.Data()))
-		_ = m.Nak()
+		in.s.settled(m, "nak", m.Nak())
 		return
 	}
 	t := in.byName[tenant]
@@ -151,7 +154,7 @@ func (in *ingest) decide(ctx context.Context, tenant string, msgs []jetstream.Ms
 			j, err := s.inputJob(ctx, tenant, m)
 			if err != nil {
 				s.log.Error("message without JetStream metadata: redelivering", "subject", m.Subject(), "err", err)
-				_ = m.NakWithDelay(time.Second)
+				s.settled(m, "nak", m.NakWithDelay(time.Second))
 				in.bytes.release(len(m.Data()))
 				continue
 			}
@@ -164,7 +167,7 @@ func (in *ingest) decide(ctx context.Context, tenant string, msgs []jetstream.Ms
 			if j.verdict.Action == policy.Held {
 				msgs = append(msgs, j.in)
 				wait = j.verdict.Wait
-				_ = j.in.InProgress()
+				s.settled(j.in, "in-progress", j.in.InProgress())
 				continue
 			}
 			in.bytes.release(len(j.in.Data()))
@@ -177,7 +180,7 @@ func (in *ingest) decide(ctx context.Context, tenant string, msgs []jetstream.Ms
 		case <-ctx.Done():
 			t.Stop()
 			for _, m := range msgs {
-				_ = m.Nak()
+				s.settled(m, "nak", m.Nak())
 				in.bytes.release(len(m.Data()))
 			}
 			return
@@ -354,14 +357,14 @@ func (s *Service) conclude(j *job, err error) {
 			s.log.Error("a job can be neither forwarded nor dead-lettered: it is left where it is; remove it by hand",
 				"subject", j.subject, "tenant", j.tenant, "sequence", j.seq, "err", err)
 			if j.in != nil {
-				_ = j.in.NakWithDelay(time.Minute)
+				s.settled(j.in, "nak", j.in.NakWithDelay(time.Minute))
 			}
 			return
 		}
 		// Not stored and not refused for good: the context ended (shutdown). The input is
 		// redelivered; a lane job stays in its lane.
 		if j.in != nil {
-			_ = j.in.Nak()
+			s.settled(j.in, "nak", j.in.Nak())
 		}
 		return
 	}
@@ -389,9 +392,9 @@ func (s *Service) conclude(j *job, err error) {
 	}
 	switch v.Action {
 	case policy.Forward, policy.ToLane:
-		_ = j.in.Ack()
+		s.settled(j.in, "ack", j.in.Ack())
 	case policy.Dead:
-		_ = j.in.TermWithReason(string(v.Code))
+		s.settled(j.in, "term", j.in.TermWithReason(string(v.Code)))
 	}
 }
 
@@ -519,6 +522,29 @@ func (b *budget) close() {
 	b.closed = true
 	b.cond.Broadcast()
 	b.mu.Unlock()
+}
+
+// settled counts and logs an acknowledgement of input m that failed (op: ack, nak, term,
+// in-progress): the server refused it or did not answer, and the job comes back after the ack
+// wait, where it is recognised (its decision redeemed, its forward deduplicated).
+func (s *Service) settled(m jetstream.Msg, op string, err error) {
+	if err == nil {
+		return
+	}
+	s.tel.settleErrs.Add(context.Background(), 1, metric.WithAttributes(attribute.String("op", op)))
+	s.log.Warn("acknowledging an input job failed: it comes back after the ack wait", "op", op, "subject", m.Subject(), "err", err)
+}
+
+// AsyncError takes an error the NATS connection reports on its own (its ErrorHandler): an
+// acknowledgement the server refused (a permissions violation on $JS.ACK.>) arrives only so,
+// since an ack is not answered. It is counted and logged as settled counts a failed one.
+func (s *Service) AsyncError(err error) {
+	if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"$JS.ACK.`) {
+		s.tel.settleErrs.Add(context.Background(), 1, metric.WithAttributes(attribute.String("op", "ack")))
+		s.log.Warn("acknowledging an input job failed: it comes back after the ack wait", "op", "ack", "err", err)
+		return
+	}
+	s.log.Warn("nats", "err", err)
 }
 
 // spanSeq is the messaging message id of a job: stream and sequence.

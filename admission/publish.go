@@ -215,8 +215,8 @@ func (p *publisher) permanent(err error) bool {
 // tooLargeAPI reports whether err is the server refusing a message for its size.
 func tooLargeAPI(err error) bool {
 	var api *jetstream.APIError
-	return errors.Is(err, nats.ErrMaxPayload) || (errors.As(err, &api) && (api.ErrorCode == 10054 || api.ErrorCode == 10097 ||
-		(api.ErrorCode == 10077 && strings.Contains(api.Description, "message too large"))))
+	return errors.Is(err, nats.ErrMaxPayload) || (errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum ||
+		api.ErrorCode == errCodeHeaderExceedsMaximum || (api.ErrorCode == errCodeStoreFailed && strings.Contains(api.Description, "message too large"))))
 }
 
 // fullStream reports whether err is a stream refusing messages because it is full, and how.
@@ -226,9 +226,9 @@ func fullStream(err error) (string, bool) {
 		return "", false
 	}
 	switch {
-	case api.ErrorCode == 10077 && strings.Contains(api.Description, "maximum"):
+	case api.ErrorCode == errCodeStoreFailed && strings.Contains(api.Description, "maximum"):
 		return api.Description, true
-	case api.ErrorCode == 10023:
+	case api.ErrorCode == errCodeInsufficientResources:
 		return api.Description, true
 	}
 	return "", false

@@ -319,12 +319,16 @@ func (s *Service) Run(ctx context.Context) error {
 	<-ctx.Done()
 
 	s.log.Info("stopping: settling jobs in flight", "bound", s.cfg.ShutdownTimeout.String())
+	// One bound for the whole shutdown: its timer fires once, so a wait that saw it fire is
+	// remembered in late, and the waits after it do not wait for it again.
 	bound := time.NewTimer(s.cfg.ShutdownTimeout)
 	defer bound.Stop()
+	late := false
 	cc.Drain() // stop pulling; what is buffered still reaches ingest
 	select {
 	case <-cc.Closed():
 	case <-bound.C:
+		late = true
 		abort()
 		cc.Stop()
 		<-cc.Closed()
@@ -333,12 +337,14 @@ func (s *Service) Run(ctx context.Context) error {
 	stopScheduling() // no new lane steps; steps under way finish
 	done := make(chan struct{})
 	go func() { workers.Wait(); laneWorkers.Wait(); close(done) }()
-	select {
-	case <-done:
-		s.log.Info("stopped")
-		return nil
-	case <-bound.C:
-		abort()
+	if !late {
+		select {
+		case <-done:
+			s.log.Info("stopped")
+			return nil
+		case <-bound.C:
+			abort()
+		}
 	}
 	<-done // every step of a job is bounded by the aborted context or its own timeout
 	s.log.Warn("stopped after the shutdown bound; unsettled jobs are redelivered after the ack wait")

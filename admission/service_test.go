@@ -1,14 +1,17 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/bucket/buckettest"
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/policy"
@@ -33,6 +36,11 @@ type rig struct {
 	spans   *tracetest.InMemoryExporter
 	tp      *sdktrace.TracerProvider
 	stop    func() // stops the service and waits for Run to return; safe to call twice
+	// For run, when set: the limiter the policy asks instead of limiter, its fail mode, and
+	// where the service logs.
+	asks     policy.Limiter
+	failMode policy.FailMode
+	logs     io.Writer
 }
 
 func startRig(t *testing.T, plansYAML string, cfg Config) *rig {
@@ -60,7 +68,11 @@ func (r *rig) run(plansYAML string, cfg Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policy.New(policy.Config{Limiter: r.limiter, Plans: ps, Logger: slog.New(slog.DiscardHandler)})
+	var lim policy.Limiter = r.limiter
+	if r.asks != nil {
+		lim = r.asks
+	}
+	pol, err := policy.New(policy.Config{Limiter: lim, Plans: ps, FailMode: r.failMode, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +84,9 @@ func (r *rig) run(plansYAML string, cfg Config) {
 	cfg.Dead = subjects.MustParse("jobs.dead.{tenant}.>")
 	cfg.Wait = subjects.MustParse("jobs.waiting.{tenant}")
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if r.logs != nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
+	}
 	svc, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -330,4 +345,64 @@ func TestStopLeavesWaitingJobsInTheirLane(t *testing.T) {
 		seen[string(m.Data())] = true
 	}
 	waitFor(t, 10*time.Second, "the lane to empty", func() bool { return r.streamMsgs("WAITING") == 0 })
+}
+
+// TestShutdownPastItsBoundSaysSo: jobs held (the limiter down, fail mode closed) keep the
+// consumer from draining within the shutdown bound: the service aborts what is under way,
+// stops, and says that it stopped after the bound (the bound's timer fires once: a second wait
+// for it would never end, and the warning never came).
+func TestShutdownPastItsBoundSaysSo(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &buckettest.Flaky{Memory: bucket.NewMemory(bucket.Options{}, nil)}
+	flaky.Down.Store(true)
+	var logs syncBuffer
+	r := &rig{t: t, js: js, nc: nc, limiter: flaky.Memory, asks: flaky, failMode: policy.FailClosed, logs: &logs}
+	// One job's payload fills what may be in hand: the consumer's buffer cannot drain while
+	// the held job is not settled.
+	r.run("plans: {p: {limits: [{capacity: 1, rate: 1/s}]}}\ndefault_plan: p\n", Config{ShutdownTimeout: 300 * time.Millisecond, InFlightBytes: 1})
+	for i := range 3 {
+		if _, err := js.Publish(context.Background(), "jobs.submit.acme.email", []byte(fmt.Sprint("job ", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "a job held", func() bool {
+		return bytes.Contains(logs.Bytes(), []byte("limiter")) || r.svc.tel != nil && inHand(r.svc) > 0
+	})
+	r.stop()
+	if !bytes.Contains(logs.Bytes(), []byte("stopped after the shutdown bound")) {
+		t.Errorf("no warning that the service stopped after its bound:\n%s", logs.Bytes())
+	}
+}
+
+// inHand is the payload bytes the service's ingest holds.
+func inHand(s *Service) int {
+	s.ingest.bytes.mu.Lock()
+	defer s.ingest.bytes.mu.Unlock()
+	return s.ingest.bytes.used
+}
+
+// syncBuffer is a bytes.Buffer safe for the service's goroutines and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
 }

@@ -61,6 +61,7 @@ type telemetry struct {
 	leaseMsgs   metric.Int64Counter
 	expired     metric.Int64Counter
 	fences      metric.Int64Counter
+	settleErrs  metric.Int64Counter
 	inFlight    metric.Int64UpDownCounter
 	tenantLabel bool
 	failMode    attribute.Set
@@ -99,6 +100,8 @@ func newTelemetry(c Config) (*telemetry, error) {
 	t.expired, err = m.Int64Counter(wire.MetricLeasesExpired.Name, metric.WithDescription("Leases of forwarded jobs that ended without being released (their slot freed by the lease's end)."))
 	add(err)
 	t.fences, err = m.Int64Counter(wire.MetricFences.Name, metric.WithDescription("Batches of forwards not stored within 50 ms of their decision: their tenant was fenced (no replica admitted its jobs) until they were."))
+	add(err)
+	t.settleErrs, err = m.Int64Counter(wire.MetricSettleErrors.Name, metric.WithDescription("Acknowledgements (ack, nak, term, in-progress) and removals of input jobs that failed, by op: the server refused or did not answer; the job comes back after the ack wait and is recognised (redeemed, or its forward deduplicated)."))
 	add(err)
 	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
 	add(err)

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"errors"
+	"net"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -30,14 +31,7 @@ func StartNATSWith(t TB, tune func(*server.Options)) *NATSServer {
 }
 
 func (s *NATSServer) start(port int) error {
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: s.dir,
-		NoLog: true, NoSigs: true,
-	}
-	if s.tune != nil {
-		s.tune(opts)
-	}
-	srv, err := server.NewServer(opts)
+	srv, err := server.NewServer(s.options(port, s.tune))
 	if err != nil {
 		return err
 	}
@@ -48,6 +42,25 @@ func (s *NATSServer) start(port int) error {
 	}
 	s.Server = srv
 	return nil
+}
+
+// options are the server's options on port, tuned by tune.
+func (s *NATSServer) options(port int, tune func(*server.Options)) *server.Options {
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: s.dir,
+		NoLog: true, NoSigs: true,
+	}
+	if tune != nil {
+		tune(opts)
+	}
+	return opts
+}
+
+// Reload applies the server's options tuned by tune instead of those it started with, on the
+// live server (a configuration reload: connections stay up). Permissions of users may change
+// so; what a reload cannot change (ports, storage) must stay as it was.
+func (s *NATSServer) Reload(tune func(*server.Options)) error {
+	return s.Server.ReloadOptions(s.options(s.Server.Addr().(*net.TCPAddr).Port, tune))
 }
 
 var errNotReady = errors.New("nats-server not ready for connections within 10s")
