@@ -149,7 +149,7 @@ func checkAdmitter(s *stack) []string {
 			continue
 		}
 		env[k] = *v
-		if strings.HasPrefix(k, "ADMITTER_") && !vars[k] {
+		if _, reads := vars[k]; strings.HasPrefix(k, "ADMITTER_") && !reads {
 			add("environment.%s: admitter does not read this variable (see the env tags in cmd/admitter/config.go and README, Configuration)", k)
 		}
 	}

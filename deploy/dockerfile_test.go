@@ -103,6 +103,17 @@ func (d *dockerfile) image(st instructions.Stage) (reference.Named, error) {
 	return reference.ParseNormalizedNamed(base)
 }
 
+// user is the USER the image runs as (the last stage's last USER instruction, unexpanded) and
+// where it is set; "" when the last stage sets none.
+func (d *dockerfile) user() (user, at string) {
+	for _, c := range d.stages[len(d.stages)-1].Commands {
+		if c, ok := c.(*instructions.UserCommand); ok {
+			user, at = c.User, d.at(c.Location())
+		}
+	}
+	return user, at
+}
+
 // goBuild is a `go build` of ./cmd/admitter found in a RUN command.
 type goBuild struct {
 	stage  int
@@ -204,7 +215,7 @@ func checkDockerfile(s *stack) []string {
 
 	// The image: the last stage.
 	last := d.stages[len(d.stages)-1]
-	installed, user, userAt := "", "", ""
+	installed := ""
 	var entry *instructions.EntrypointCommand
 	for _, c := range last.Commands {
 		switch c := c.(type) {
@@ -216,8 +227,6 @@ func checkDockerfile(s *stack) []string {
 			if strings.HasSuffix(installed, "/") {
 				installed = path.Join(installed, path.Base(binary))
 			}
-		case *instructions.UserCommand:
-			user, userAt = c.User, d.at(c.Location())
 		case *instructions.EntrypointCommand:
 			entry = c
 		}
@@ -237,6 +246,7 @@ func checkDockerfile(s *stack) []string {
 	case len(entry.CmdLine) == 0 || path.Clean(entry.CmdLine[0]) != path.Clean(installed):
 		add("%s: ENTRYPOINT %q does not run the binary copied to %s", d.at(entry.Location()), entry.CmdLine, installed)
 	}
+	user, userAt := d.user()
 	name, _, _ := strings.Cut(user, ":")
 	ref, _ := d.image(last)
 	switch {

@@ -190,15 +190,15 @@ func goSource(file string) (*ast.File, error) {
 	return goparser.ParseFile(token.NewFileSet(), filepath.Join(repo, filepath.FromSlash(file)), nil, goparser.SkipObjectResolution)
 }
 
-// admitterVariables are the environment variables admitter reads: the env tags of the config
-// struct in cmd/admitter/config.go.
-var admitterVariables = sync.OnceValues(func() (map[string]bool, error) {
+// admitterVariables are the environment variables admitter reads, each with its default: the env
+// and envDefault tags of the config struct in cmd/admitter/config.go ("" when it has none).
+var admitterVariables = sync.OnceValues(func() (map[string]string, error) {
 	const file = "cmd/admitter/config.go"
 	f, err := goSource(file)
 	if err != nil {
 		return nil, err
 	}
-	vars := map[string]bool{}
+	vars := map[string]string{}
 	ast.Inspect(f, func(n ast.Node) bool {
 		ts, ok := n.(*ast.TypeSpec)
 		if !ok || ts.Name.Name != "config" {
@@ -217,7 +217,7 @@ var admitterVariables = sync.OnceValues(func() (map[string]bool, error) {
 				continue
 			}
 			if name, _, _ := strings.Cut(reflect.StructTag(tag).Get("env"), ","); name != "" {
-				vars[name] = true
+				vars[name] = reflect.StructTag(tag).Get("envDefault")
 			}
 		}
 		return false
