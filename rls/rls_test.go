@@ -304,8 +304,8 @@ func TestRLSQuota(t *testing.T) {
 
 // TestRLSDescriptors: each descriptor is decided for its own tenant, in order; one without the
 // key is OK with no limit (as envoyproxy/ratelimit answers a descriptor no rule matches); one
-// refused for what it is (unknown tenant, weight over capacity, a tenant that cannot key
-// buckets) is OVER_LIMIT with no limit and no wait; negative hits change nothing; any
+// refused for what it is (unknown tenant, weight over capacity or over 2^40, a tenant that
+// cannot key buckets) is OVER_LIMIT with no limit and no wait; negative hits change nothing; any
 // OVER_LIMIT makes the whole answer OVER_LIMIT.
 func TestRLSDescriptors(t *testing.T) {
 	r := setup(t, policy.FailOpen, Config{})
@@ -353,7 +353,9 @@ func TestRLSDescriptors(t *testing.T) {
 		t.Errorf("refused and exhausted: headers %v (a refusal has no wait to retry after)", h)
 	}
 
-	resp = r.call(t, 4, desc("tenant", "zoe"), desc("tenant", "a{b"), desc("tenant", ""))
+	huge := desc("tenant", "zoe")
+	huge.HitsAddend = wrapperspb.UInt64(wire.MaxWeight + 1)
+	resp = r.call(t, 4, desc("tenant", "zoe"), desc("tenant", "a{b"), desc("tenant", ""), huge)
 	for i, st := range resp.GetStatuses() {
 		if st.GetCode() != over || st.GetCurrentLimit() != nil || st.GetDurationUntilReset() != nil {
 			t.Errorf("refusal %d: %v", i, st)
@@ -363,7 +365,7 @@ func TestRLSDescriptors(t *testing.T) {
 		t.Errorf("refusals only: headers %v", h)
 	}
 	got := decisions(t, r.metrics)
-	if got["rls tiny rejected"] != 1 || got["rls  rejected"] != 3 || got["rls tiny admitted"] != 3 || got["rls chained admitted"] != 2 {
+	if got["rls tiny rejected"] != 2 || got["rls  rejected"] != 3 || got["rls tiny admitted"] != 3 || got["rls chained admitted"] != 2 {
 		t.Errorf("decisions %v", got)
 	}
 }
