@@ -481,6 +481,15 @@ const (
 	HeaderRateLimitDegraded = "X-RateLimit-Degraded"
 	// DegradedFailOpen is the value of HeaderDegraded.
 	DegradedFailOpen = "fail-open"
+	// HeaderRateLimitLimit, HeaderRateLimitRemaining and HeaderRateLimitReset, added by Envoy to
+	// its response from a rate limit service answer (package rls), under the names
+	// envoyproxy/ratelimit gives them (its LIMIT_RESPONSE_HEADERS_ENABLED, after
+	// draft-polli-ratelimit-headers-03): the binding limit's requests per unit, the whole tokens
+	// left, and the seconds, rounded up, until it is full again (when allowed) or until the
+	// weight fits (when over the limit).
+	HeaderRateLimitLimit     = "RateLimit-Limit"
+	HeaderRateLimitRemaining = "RateLimit-Remaining"
+	HeaderRateLimitReset     = "RateLimit-Reset"
 )
 
 // Seconds is d in whole seconds rounded up, at least 1: a Retry-After value, or a RateLimit

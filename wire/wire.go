@@ -172,6 +172,7 @@ const (
 	SourceQueue Source = "queue" // a job of the input stream or of a tenant's lane
 	SourceHTTP  Source = "http"  // POST /v1/decide, or the Go middleware
 	SourceNATS  Source = "nats"  // a request to the admitter.decide NATS endpoint
+	SourceRLS   Source = "rls"   // a descriptor of a ShouldRateLimit call of Envoy's rate limit service
 )
 
 // The NATS micro service of synchronous decisions: `nats micro info admitter` describes it.
@@ -190,7 +191,7 @@ type Metric struct{ Name, Prom, Help string }
 // The admitter's metrics.
 var (
 	MetricDecisions = Metric{"admitter.decisions", "admitter_decisions_total",
-		"Decisions by source (queue, http, nats), plan and outcome: queued jobs admitted, delayed (moved to the tenant's lane), dead, degraded or held; requests admitted, throttled, delayed (a slot booked), rejected, degraded or unavailable."}
+		"Decisions by source (queue, http, nats, rls), plan and outcome: queued jobs admitted, delayed (moved to the tenant's lane), dead, degraded or held; requests admitted, throttled, delayed (a slot booked), rejected, degraded or unavailable."}
 	MetricWait         = Metric{"admitter.wait", "admitter_wait_seconds", ""}
 	MetricDecisionTime = Metric{"admitter.decision.duration", "admitter_decision_duration_seconds",
 		"Time one limiter call took (a queue call decides a batch of one tenant's jobs, a request's call one request)."}

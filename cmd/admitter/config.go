@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/admitter/admitter/admission"
 	"github.com/admitter/admitter/bucket"
@@ -53,6 +54,9 @@ type config struct {
 	HTTPToken        string        `env:"ADMITTER_HTTP_TOKEN"`                               // set: every endpoint but /metrics, /healthz, /readyz needs it as a bearer token
 	APIAddr          string        `env:"ADMITTER_API_ADDR" envDefault:"127.0.0.1:9080"`     // "off": no HTTP decision API
 	APISubject       string        `env:"ADMITTER_API_SUBJECT" envDefault:"admitter.decide"` // "off": no NATS decision service
+	RLSAddr          string        `env:"ADMITTER_RLS_ADDR" envDefault:"off"`                // "off": no Envoy rate limit service (gRPC)
+	RLSDomain        string        `env:"ADMITTER_RLS_DOMAIN" envDefault:"admitter"`         // the one domain the rate limit service answers
+	RLSDescriptorKey string        `env:"ADMITTER_RLS_DESCRIPTOR_KEY" envDefault:"tenant"`   // the descriptor entry naming the tenant
 	TenantMetrics    bool          `env:"ADMITTER_METRICS_TENANT_LABEL" envDefault:"false"`
 	SubjectDone      string        `env:"ADMITTER_SUBJECT_DONE" envDefault:"jobs.done.{tenant}.>"`   // "off": no done messages
 	SubjectRenew     string        `env:"ADMITTER_SUBJECT_RENEW" envDefault:"jobs.renew.{tenant}.>"` // "off": no renew messages
@@ -220,6 +224,9 @@ func (c *config) validate() error {
 	if err := c.validateAPI(); err != nil {
 		return err
 	}
+	if err := c.validateRLS(); err != nil {
+		return err
+	}
 	if err := c.validateConsole(); err != nil {
 		return err
 	}
@@ -282,6 +289,38 @@ func (c *config) validateAPI() error {
 	}{{"ADMITTER_SUBJECT_IN", c.in}, {"ADMITTER_SUBJECT_OUT", c.out}, {"ADMITTER_SUBJECT_DEAD", c.dead}, {"ADMITTER_SUBJECT_WAIT", c.wait}} {
 		if subjects.Overlap(c.APISubject, s.t.Filter()) {
 			return fmt.Errorf("ADMITTER_API_SUBJECT %q is captured by %s (%q): a request would be stored as a job; pick a subject outside it", c.APISubject, s.name, s.t.String())
+		}
+	}
+	return nil
+}
+
+// validateRLS checks Envoy's rate limit service: its address (or off), apart from the other
+// servers', and the domain and descriptor key it answers, which Envoy's configuration must
+// repeat exactly.
+func (c *config) validateRLS() error {
+	if c.RLSAddr != "off" {
+		_, port, err := net.SplitHostPort(c.RLSAddr)
+		if err != nil {
+			return fmt.Errorf("ADMITTER_RLS_ADDR must be host:port (e.g. 127.0.0.1:8081, 0.0.0.0:8081) or off, got %q", c.RLSAddr)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("ADMITTER_RLS_ADDR: port %q is not a number from 0 to 65535", port)
+		}
+		for _, o := range []struct{ name, addr string }{{"ADMITTER_API_ADDR", c.APIAddr}, {"ADMITTER_HTTP_ADDR", c.HTTPAddr}} {
+			if c.RLSAddr == o.addr && port != "0" {
+				return fmt.Errorf("ADMITTER_RLS_ADDR and %s must differ, both are %q", o.name, c.RLSAddr)
+			}
+		}
+	}
+	for _, v := range []struct{ name, val, what string }{
+		{"ADMITTER_RLS_DOMAIN", c.RLSDomain, "the domain of Envoy's rate_limit filter"},
+		{"ADMITTER_RLS_DESCRIPTOR_KEY", c.RLSDescriptorKey, "the descriptor_key of the rate limit action naming the tenant"},
+	} {
+		if v.val == "" {
+			return fmt.Errorf("%s must not be empty: it is %s", v.name, v.what)
+		}
+		if i := strings.IndexFunc(v.val, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
+			return fmt.Errorf("%s must not contain whitespace or control characters (it is %s), got %q", v.name, v.what, v.val)
 		}
 	}
 	return nil

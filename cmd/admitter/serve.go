@@ -111,6 +111,13 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		}
 		defer stop()
 	}
+	if c.RLSAddr != "off" {
+		stop, err := startRLS(c, st.policy, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	b.running(ready)
 	running.Store(st)
 	attachConsole(ctx, con, st, c, log)
