@@ -2,8 +2,10 @@ package wire
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -42,6 +44,26 @@ func ParseLease(h nats.Header, in string) (int64, error) {
 		return 0, fmt.Errorf("header %s is %q, want the forwarded job's (%s)", nats.MsgIdHdr, id, MsgID(KindForward, in, 1)[:len("admitter:a:")+len(in)+1]+"<sequence>")
 	}
 	return int64(seq), nil
+}
+
+// LeaseLengthValue is HeaderLeaseLength's value for a lease of length d: whole milliseconds,
+// rounded down, so that a worker renewing by it renews early rather than late.
+func LeaseLengthValue(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 0), 10)
+}
+
+// ParseLeaseLength reads Admit-Lease-Ms, the length of a forwarded job's lease; absent is 0.
+// The header name is matched without regard to case; a header given twice is an error.
+func ParseLeaseLength(h nats.Header) (time.Duration, error) {
+	v, ok, err := one(h, HeaderLeaseLength)
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, err := digits(v)
+	if err != nil || n > int64(math.MaxInt64/time.Millisecond) {
+		return 0, fmt.Errorf("header %s is %q, want an integer of milliseconds", HeaderLeaseLength, v)
+	}
+	return time.Duration(n) * time.Millisecond, nil
 }
 
 // ParseCost reads Admit-Cost: what a done job really cost, 0 to MaxCost; absent is -1 (no
