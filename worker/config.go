@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Config is what a Worker needs. Consumer, Conn and Handler are required; withDefaults fills in
-// the rest.
+// Config is what a Worker needs. Consumer, Conn and Handler are required; the other fields have
+// the defaults each documents.
 type Config struct {
 	// Consumer delivers the forwarded jobs (required): a pull consumer of admitter's output
 	// stream (ADMITTED) that you created, with AckPolicy jetstream.AckExplicitPolicy, usually

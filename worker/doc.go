@@ -14,14 +14,16 @@
 //     jobs.done.<tenant>.<rest> carrying the cost the handler reported (Job.SetCost, sent as
 //     Admit-Cost: admitter charges or gives back the difference from the weight);
 //
-//  4. only then settles the delivery, one outcome per delivery:
+//  4. only then settles the delivery.
 //
-//     handler returns          lease                            delivery
-//     nil                      done message (with the cost)     Ack
-//     an error, or panics      done message (with the cost)     TermWithReason(the error): not delivered again
-//     Retry(err, after)        kept: no done message            NakWithDelay(after): delivered again holding it
-//     an error after a hard    kept: no done message            Nak: delivered again at once, holding it
-//     stop (see Worker.Stop)
+// One outcome per delivery:
+//
+//	handler returns          lease                            delivery
+//	nil                      done message (with the cost)     Ack
+//	an error, or panics      done message (with the cost)     TermWithReason(the error): not delivered again
+//	Retry(err, after)        kept: no done message            NakWithDelay(after): delivered again holding it
+//	an error after a hard    kept: no done message            Nak: delivered again at once, holding it
+//	stop (see Worker.Stop)
 //
 // A failed job is terminated rather than delivered again because its done message has freed
 // its slot: a redelivery would run outside the tenant's concurrency limit. Retry inside the

@@ -18,7 +18,7 @@ import (
 // export really cost. Here a JetStream server runs in process and a stand-in plays admitter:
 // it forwards one job, as admitter does, and prints the done message the worker sends.
 func Example() {
-	nc, js, stop := standIn()
+	nc, js, dones, stop := standIn()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -53,12 +53,9 @@ func Example() {
 	// done jobs.done.acme.export.csv: Admit-Lease 17, Admit-Cost 3
 }
 
-// dones receives the stand-in's done messages.
-var dones = make(chan struct{}, 1)
-
 // standIn starts a JetStream server with admitter's output stream, and answers done messages
-// as admitter does; stop ends both.
-func standIn() (*nats.Conn, jetstream.JetStream, func()) {
+// as admitter does, telling dones of each; stop ends both.
+func standIn() (nc *nats.Conn, js jetstream.JetStream, dones chan struct{}, stop func()) {
 	dir, err := os.MkdirTemp("", "worker-example-")
 	if err != nil {
 		panic(err)
@@ -71,11 +68,10 @@ func standIn() (*nats.Conn, jetstream.JetStream, func()) {
 	if !srv.ReadyForConnections(10 * time.Second) {
 		panic("nats-server not ready")
 	}
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
+	if nc, err = nats.Connect(srv.ClientURL()); err != nil {
 		panic(err)
 	}
-	js, err := jetstream.New(nc)
+	js, err = jetstream.New(nc)
 	if err != nil {
 		panic(err)
 	}
@@ -84,6 +80,7 @@ func standIn() (*nats.Conn, jetstream.JetStream, func()) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ADMITTED", Subjects: []string{"jobs.admitted.>"}}); err != nil {
 		panic(err)
 	}
+	dones = make(chan struct{}, 1)
 	if _, err := nc.Subscribe("jobs.done.>", func(m *nats.Msg) {
 		fmt.Printf("done %s: Admit-Lease %s, Admit-Cost %s\n", m.Subject, m.Header.Get(wire.HeaderLease), m.Header.Get(wire.HeaderCost))
 		reply, _ := json.Marshal(wire.LeaseReply{Tenant: "acme", Held: true, Weight: 1})
@@ -92,7 +89,7 @@ func standIn() (*nats.Conn, jetstream.JetStream, func()) {
 	}); err != nil {
 		panic(err)
 	}
-	return nc, js, func() {
+	return nc, js, dones, func() {
 		nc.Close()
 		srv.Shutdown()
 		srv.WaitForShutdown()

@@ -556,3 +556,24 @@ func TestOutcome(t *testing.T) {
 		t.Error("Retry(nil) is not nil")
 	}
 }
+
+// TestLongJobIsNotDeliveredAgain: a handler running past the consumer's AckWait keeps its
+// delivery (InProgress every half AckWait): it is not delivered to a second handler meanwhile.
+func TestLongJobIsNotDeliveredAgain(t *testing.T) {
+	e := setup(t, time.Second)
+	var calls atomic.Int32
+	done := make(chan struct{})
+	e.start(Config{Concurrency: 2, Handler: func(ctx context.Context, j *Job) error {
+		if calls.Add(1) == 1 {
+			time.Sleep(2500 * time.Millisecond) // the job's work: 2.5 AckWaits
+			close(done)
+		}
+		return nil
+	}})
+	seq := e.forward("jobs.admitted.acme.export", 0, 0)
+	<-done
+	testenv.WaitFor(t, 5*time.Second, "the job acked", func() bool { floor, _ := e.consumerState(); return floor == seq })
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler called %d times, want 1: delivered again while it ran", n)
+	}
+}
