@@ -55,8 +55,10 @@ const (
 	HeaderCost = "Admit-Cost"
 )
 
-// Defaults of the lease subjects (see README, "Concurrency limits and leases").
+// Defaults of the output subject (ADMITTER_SUBJECT_OUT) and of the lease subjects (see README,
+// "Concurrency limits and leases").
 const (
+	DefaultOutSubject   = "jobs.admitted.{tenant}.>"
 	DefaultDoneSubject  = "jobs.done.{tenant}.>"
 	DefaultRenewSubject = "jobs.renew.{tenant}.>"
 )

@@ -48,7 +48,6 @@ type Config struct {
 
 // Defaults.
 const (
-	defaultOut            = "jobs.admitted.{tenant}.>"
 	defaultRequestTimeout = 2 * time.Second
 	// defaultAckWait is JetStream's AckWait when the consumer's is unknown or unset.
 	defaultAckWait = 30 * time.Second
@@ -60,7 +59,7 @@ func (c Config) withDefaults() Config {
 		c.Concurrency = 1
 	}
 	if c.Out == "" {
-		c.Out = defaultOut
+		c.Out = wire.DefaultOutSubject
 	}
 	if c.Done == "" {
 		c.Done = wire.DefaultDoneSubject
