@@ -62,6 +62,21 @@ func forwardHeader(h nats.Header, id, tenant, plan string, attempts uint64, wait
 	return h
 }
 
+// leaseHeader completes h, the headers of a job admitted with verdict v under a plan whose lease
+// is lease long (0: no concurrency limit), with the job's lease (its input sequence seq) and the
+// lease's length, or removes them: they are not the producer's to set, and a job forwarded
+// unchecked or in shadow mode holds no lease.
+func leaseHeader(h nats.Header, seq uint64, lease time.Duration, v policy.Verdict) nats.Header {
+	if lease > 0 && !v.Degraded && !v.Shadow {
+		h.Set(wire.HeaderLease, strconv.FormatUint(seq, 10))
+		h.Set(wire.HeaderLeaseLength, wire.LeaseLengthValue(lease))
+	} else {
+		h.Del(wire.HeaderLease)
+		h.Del(wire.HeaderLeaseLength)
+	}
+	return h
+}
+
 // deadHeader completes h, the headers of a dead-lettered job, with the reason.
 func deadHeader(h nats.Header, id string, code wire.Code, detail string) nats.Header {
 	h.Set(nats.MsgIdHdr, id)

@@ -222,3 +222,24 @@ func equalHeader(a, b nats.Header) bool {
 	}
 	return true
 }
+
+// TestLeaseHeader: a forward under a plan with a concurrency limit names its lease and the
+// lease's length; one without (or forwarded unchecked, or in shadow mode) has neither, whatever
+// the producer wrote.
+func TestLeaseHeader(t *testing.T) {
+	forged := func() nats.Header {
+		return nats.Header{wire.HeaderLease: {"999"}, wire.HeaderLeaseLength: {"1"}, "X": {"y"}}
+	}
+	h := leaseHeader(forged(), 7, 90*time.Second, policy.Verdict{})
+	if !slices.Equal(h[wire.HeaderLease], []string{"7"}) || !slices.Equal(h[wire.HeaderLeaseLength], []string{"90000"}) || h.Get("X") != "y" {
+		t.Errorf("leased forward: %v, want %s 7 and %s 90000", h, wire.HeaderLease, wire.HeaderLeaseLength)
+	}
+	for name, tc := range map[string]struct {
+		lease time.Duration
+		v     policy.Verdict
+	}{"no concurrency limit": {0, policy.Verdict{}}, "degraded": {time.Minute, policy.Verdict{Degraded: true}}, "shadow": {time.Minute, policy.Verdict{Shadow: true}}} {
+		if h := leaseHeader(forged(), 7, tc.lease, tc.v); h[wire.HeaderLease] != nil || h[wire.HeaderLeaseLength] != nil {
+			t.Errorf("%s: %v, want no lease headers", name, h)
+		}
+	}
+}

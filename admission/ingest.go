@@ -206,9 +206,9 @@ type job struct {
 	span    trace.Span
 	verdict policy.Verdict
 	plan    string
-	leased  bool   // its plan has a concurrency limit: forwarded with its lease
-	reason  string // the kind of the limit it waits for
-	limit   string // the limit that bound the decision
+	lease   time.Duration // its plan's lease length (bucket.Plan.Lease): forwarded with its lease when > 0
+	reason  string        // the kind of the limit it waits for
+	limit   string        // the limit that bound the decision
 }
 
 // inputJob reads a delivered input.
@@ -245,7 +245,10 @@ func (s *Service) decideAndApply(ctx context.Context, tenant string, mode bucket
 	for i := range jobs {
 		j := &jobs[i]
 		j.verdict, j.plan, j.limit = d.Verdicts[i], plan, d.Limit
-		j.leased, j.reason = d.Plan != nil && d.Plan.Leases(), d.Reason
+		j.reason, j.lease = d.Reason, 0
+		if d.Plan != nil {
+			j.lease = d.Plan.Lease()
+		}
 		if mode == bucket.Lane && settled < len(jobs) {
 			j.verdict = policy.Verdict{Action: policy.Wait, Wait: j.verdict.Wait}
 			continue
@@ -433,13 +436,9 @@ func (s *Service) forwardMsg(j *job) *nats.Msg {
 	if err != nil { // cannot happen: the input matched the template
 		out = j.subject
 	}
-	h := s.baseHeader(j, 8)
+	h := s.baseHeader(j, 9)
 	forwardHeader(h, wire.MsgID(wire.KindForward, s.cfg.StreamIn, j.seq), j.tenant, j.plan, j.tries, s.cfg.Now().Sub(j.stored), j.verdict)
-	if j.leased && !j.verdict.Degraded && !j.verdict.Shadow {
-		h.Set(wire.HeaderLease, strconv.FormatUint(j.seq, 10))
-	} else {
-		h.Del(wire.HeaderLease) // not the producer's to set
-	}
+	leaseHeader(h, j.seq, j.lease, j.verdict)
 	m := &nats.Msg{Subject: out, Data: j.data, Header: h}
 	s.tel.injectSend(j, m, s.cfg.StreamOut)
 	return m

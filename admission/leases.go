@@ -144,16 +144,6 @@ func (l *leases) stop() {
 	})
 }
 
-// leaseReply is the answer to a done or renew message sent as a request.
-type leaseReply struct {
-	Tenant string `json:"tenant,omitempty"`
-	Lease  int64  `json:"lease,omitempty"`
-	Held   bool   `json:"held"`
-	Weight int64  `json:"weight,omitempty"`
-	Ends   string `json:"ends,omitempty"`
-	Error  string `json:"error,omitempty"`
-}
-
 // handle releases or renews the lease one message names.
 func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 	c := l.s.cfg
@@ -185,7 +175,7 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 			return
 		}
 	}
-	reply := leaseReply{Tenant: tenant, Lease: lease}
+	reply := wire.LeaseReply{Tenant: tenant, Lease: lease}
 	result := "invalid"
 	if err == nil {
 		var res bucket.LeaseResult

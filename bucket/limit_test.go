@@ -125,3 +125,20 @@ func TestGrainAndShortDuration(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanLease: a plan's lease is the shortest of its concurrency limits' (the first to end
+// when a job is neither released nor renewed), zero without one.
+func TestPlanLease(t *testing.T) {
+	for _, tc := range []struct {
+		plan *Plan
+		want time.Duration
+	}{
+		{mustPlan(t, "bucket", lim("b", 5, time.Second)), 0},
+		{mustPlan(t, "one", conc("c", 2, time.Minute), lim("b", 5, time.Second)), time.Minute},
+		{mustPlan(t, "two", conc("long", 8, time.Hour), conc("short", 2, 1500*time.Millisecond)), 1500 * time.Millisecond},
+	} {
+		if got := tc.plan.Lease(); got != tc.want {
+			t.Errorf("plan %s: Lease() = %v, want %v", tc.plan.Name, got, tc.want)
+		}
+	}
+}

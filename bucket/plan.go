@@ -54,8 +54,10 @@ type Plan struct {
 	// quotas holds the index of every quota limit, in plan order; cals their calendars.
 	quotas []int
 	cals   []atomic.Pointer[calendar]
-	// concurrent says that the plan has a concurrency limit: admitted jobs take leases.
+	// concurrent says that the plan has a concurrency limit: admitted jobs take leases; lease
+	// is the shortest of their lengths.
 	concurrent bool
+	lease      time.Duration
 }
 
 // spec is a limit as the decisions use it, in µs.
@@ -134,6 +136,9 @@ func NewPlan(name string, limits ...Limit) (*Plan, error) {
 				return nil, bad("a concurrency limit has no interval, rate, window, period or location")
 			}
 			s.span = l.Lease.Microseconds()
+			if !p.concurrent || l.Lease < p.lease {
+				p.lease = l.Lease
+			}
 			p.concurrent = true
 		default:
 			return nil, bad("unknown kind %v", l.Kind)
@@ -167,6 +172,10 @@ func NewPlan(name string, limits ...Limit) (*Plan, error) {
 // Leases reports whether the plan has a concurrency limit: its admitted jobs then take leases,
 // to be released (Release) or renewed (Renew) by their lease id.
 func (p *Plan) Leases() bool { return p.concurrent }
+
+// Lease is how long an admitted job holds its lease unless released or renewed: the shortest
+// Lease of the plan's concurrency limits (the first to end). Zero when the plan has none.
+func (p *Plan) Lease() time.Duration { return p.lease }
 
 // MaxWeight is the largest weight the plan can ever admit: its smallest capacity (a bucket's
 // burst, a window's or a quota's limit).

@@ -2,8 +2,10 @@ package wire
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -42,6 +44,44 @@ func ParseLease(h nats.Header, in string) (int64, error) {
 		return 0, fmt.Errorf("header %s is %q, want the forwarded job's (%s)", nats.MsgIdHdr, id, MsgID(KindForward, in, 1)[:len("admitter:a:")+len(in)+1]+"<sequence>")
 	}
 	return int64(seq), nil
+}
+
+// LeaseReply is the answer to a done or renew message sent as a request:
+//
+//	{"tenant": "acme", "lease": 17, "held": true, "weight": 1, "ends": "2026-11-21T12:10:00Z"}
+type LeaseReply struct {
+	Tenant string `json:"tenant,omitempty"`
+	Lease  int64  `json:"lease,omitempty"`
+	// Held: the lease was held, and is now released (done) or extended (renew). False when it
+	// had already ended or been released: nothing changed (a repeat is harmless).
+	Held bool `json:"held"`
+	// Weight is the weight the lease was taken with (when held).
+	Weight int64 `json:"weight,omitempty"`
+	// Ends is, for a renewal held, when the lease now ends (RFC 3339, the limiter's clock).
+	Ends string `json:"ends,omitempty"`
+	// Error says why the message ended or extended nothing: it named no lease, the plan has no
+	// concurrency limit, the limiter failed.
+	Error string `json:"error,omitempty"`
+}
+
+// LeaseLengthValue is HeaderLeaseLength's value for a lease of length d: whole milliseconds,
+// rounded down, so that a worker renewing by it renews early rather than late.
+func LeaseLengthValue(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 0), 10)
+}
+
+// ParseLeaseLength reads Admit-Lease-Ms, the length of a forwarded job's lease; absent is 0.
+// The header name is matched without regard to case; a header given twice is an error.
+func ParseLeaseLength(h nats.Header) (time.Duration, error) {
+	v, ok, err := one(h, HeaderLeaseLength)
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, err := digits(v)
+	if err != nil || n > int64(math.MaxInt64/time.Millisecond) {
+		return 0, fmt.Errorf("header %s is %q, want an integer of milliseconds", HeaderLeaseLength, v)
+	}
+	return time.Duration(n) * time.Millisecond, nil
 }
 
 // ParseCost reads Admit-Cost: what a done job really cost, 0 to MaxCost; absent is -1 (no

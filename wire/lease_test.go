@@ -3,6 +3,7 @@ package wire
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -86,4 +87,30 @@ func FuzzParseLease(f *testing.F) {
 			t.Fatalf("cost %d, %v from %q", c, err, cost)
 		}
 	})
+}
+
+func TestLeaseLength(t *testing.T) {
+	for _, tc := range []struct {
+		v    []string
+		want time.Duration
+		err  string
+	}{
+		{nil, 0, ""}, {[]string{"60000"}, time.Minute, ""}, {[]string{"0"}, 0, ""},
+		{[]string{"-1"}, 0, `header Admit-Lease-Ms is "-1"`}, {[]string{"1.5"}, 0, "want an integer"},
+		{[]string{"1", "2"}, 0, "appears 2 times"}, {[]string{"9223372036855"}, 0, "want an integer"},
+	} {
+		h := nats.Header{}
+		if tc.v != nil {
+			h["Admit-Lease-Ms"] = tc.v
+		}
+		got, err := ParseLeaseLength(h)
+		if tc.err == "" && (err != nil || got != tc.want) || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("ParseLeaseLength(%q) = %v, %v; want %v, error %q", tc.v, got, err, tc.want, tc.err)
+		}
+	}
+	for d, want := range map[time.Duration]string{time.Minute: "60000", 1500 * time.Microsecond: "1", 999 * time.Microsecond: "0"} {
+		if got := LeaseLengthValue(d); got != want {
+			t.Errorf("LeaseLengthValue(%v) = %q, want %q (whole milliseconds, rounded down)", d, got, want)
+		}
+	}
 }

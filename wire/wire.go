@@ -46,13 +46,19 @@ const (
 	// HeaderLease, on output: the job's lease (its input sequence) when its plan has a
 	// concurrency limit; on a done or renew message: the lease it ends or extends.
 	HeaderLease = "Admit-Lease"
+	// HeaderLeaseLength, on output beside HeaderLease: how long the lease lasts unless renewed
+	// or released (the shortest lease of the plan's concurrency limits), in whole milliseconds
+	// rounded down. A worker renews before it ends (see LeaseLengthValue, ParseLeaseLength).
+	HeaderLeaseLength = "Admit-Lease-Ms"
 	// HeaderCost, on a done message: what the job really cost, an integer from 0 to 2^40; the
 	// difference from its weight is charged or given back (reconciliation).
 	HeaderCost = "Admit-Cost"
 )
 
-// Defaults of the lease subjects (see README, "Concurrency limits and leases").
+// Defaults of the output subject (ADMITTER_SUBJECT_OUT) and of the lease subjects (see README,
+// "Concurrency limits and leases").
 const (
+	DefaultOutSubject   = "jobs.admitted.{tenant}.>"
 	DefaultDoneSubject  = "jobs.done.{tenant}.>"
 	DefaultRenewSubject = "jobs.renew.{tenant}.>"
 )

@@ -1,0 +1,37 @@
+package worker
+
+import (
+	"errors"
+	"time"
+)
+
+var (
+	// ErrConfig: New was given a Config it cannot work with; the message names the field.
+	ErrConfig = errors.New("worker: invalid configuration")
+	// ErrStarted: Start was called on a Worker already started.
+	ErrStarted = errors.New("worker: already started")
+	// ErrStopped: Start was called on a Worker stopped (a Worker runs once).
+	ErrStopped = errors.New("worker: stopped")
+)
+
+// Retry wraps a handler's error to have the job delivered again after at least after, holding
+// its lease: no done message is sent (the slot stays taken, the cost unreconciled), and the
+// delivery is Nak'd with that delay (0: at once). The lease is not renewed meanwhile: a delay
+// longer than what is left of it lets it end (counted by admitter as expired), and the retry
+// then runs outside the tenant's concurrency limit. The consumer's MaxDeliver bounds the
+// retries. Retry(nil, d) is nil.
+func Retry(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryError{Err: err, After: max(after, 0)}
+}
+
+// RetryError is the error Retry returns.
+type RetryError struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *RetryError) Error() string { return "retry after " + e.After.String() + ": " + e.Err.Error() }
+func (e *RetryError) Unwrap() error { return e.Err }

@@ -1,0 +1,199 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/admitter/admitter/subjects"
+	"github.com/admitter/admitter/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// doneTries is how many times a done message is sent while unanswered.
+const doneTries = 3
+
+// keepAlive keeps j's lease (renewals) and its delivery (InProgress) alive while its handler
+// runs; the function it returns stops that and waits for it, a renewal in flight included, so
+// that no renewal follows the done message. A renewal due at once (a job delivered before, or
+// whose lease is past its middle) is sent before keepAlive returns, so before the handler runs.
+func (w *Worker) keepAlive(base context.Context, m jetstream.Msg, j *Job) (stop func()) {
+	k := keeper{job: j, progress: m.InProgress, every: w.progress, log: w.cfg.Logger}
+	if j.Lease > 0 && j.LeaseLength > 0 {
+		subject := w.leaseSubject(w.t.toRenew, w.t.renew, j)
+		timeout := min(w.cfg.RequestTimeout, j.LeaseLength/2)
+		k.renew = func(ctx context.Context) (wire.LeaseReply, error) {
+			return w.request(ctx, timeout, subject, j.Lease, noCost)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(base))
+	first := time.Duration(-1)
+	if k.renew != nil {
+		if first = firstRenewal(time.Now(), j.LeaseDeadline(), j.LeaseLength, j.Attempt); first == 0 {
+			first = k.renewOnce(ctx) // delivered before, or late: learn now whether the lease is held
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { k.run(ctx, first) })
+	return func() { cancel(); wg.Wait() }
+}
+
+// done ends j's lease with a done message carrying its cost, sent again while unanswered
+// (doneTries in all): a repeat is harmless, admitter releasing and reconciling a lease once.
+func (w *Worker) done(ctx context.Context, j *Job) {
+	subject := w.leaseSubject(w.t.toDone, w.t.done, j)
+	var err error
+	for try := 1; try <= doneTries; try++ {
+		var rep wire.LeaseReply
+		if rep, err = w.request(ctx, w.cfg.RequestTimeout, subject, j.Lease, j.cost.Load()); err == nil {
+			if !rep.Held {
+				w.cfg.Logger.Info("worker: the lease had ended before the job was done", "tenant", j.Tenant, "lease", j.Lease, "subject", j.Subject)
+			}
+			return
+		}
+		if try < doneTries {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+			}
+		}
+	}
+	w.cfg.Logger.Warn("worker: done message unanswered: the lease ends by itself", "tenant", j.Tenant, "lease", j.Lease, "subject", subject, "err", err)
+}
+
+// request sends a done or renew message for lease (with Admit-Cost when cost ≥ 0) and reads
+// admitter's answer, waiting at most timeout. An answer carrying an error is an error.
+func (w *Worker) request(ctx context.Context, timeout time.Duration, subject string, lease, cost int64) (wire.LeaseReply, error) {
+	var rep wire.LeaseReply
+	if subject == "" {
+		return rep, fmt.Errorf("worker: no lease subject for this job (its tenant cannot be a subject token)")
+	}
+	m := nats.NewMsg(subject)
+	m.Header.Set(wire.HeaderLease, strconv.FormatInt(lease, 10))
+	if cost >= 0 {
+		m.Header.Set(wire.HeaderCost, strconv.FormatInt(cost, 10))
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := w.cfg.Conn.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return rep, fmt.Errorf("worker: %s: %w", subject, err)
+	}
+	if err := json.Unmarshal(r.Data, &rep); err != nil {
+		return rep, fmt.Errorf("worker: %s: answer %q: %w", subject, r.Data, err)
+	}
+	if rep.Error != "" {
+		return rep, fmt.Errorf("worker: %s: admitter answered: %s", subject, rep.Error)
+	}
+	return rep, nil
+}
+
+// leaseSubject is j's done or renew subject under template t: its subject mapped by m (nil
+// when Out's wildcards differ from t's), else t with j's tenant and every wildcard "job".
+func (w *Worker) leaseSubject(m *subjects.Mapping, t subjects.Template, j *Job) string {
+	if m != nil {
+		if _, s, err := m.Map(j.Subject); err == nil {
+			return s
+		}
+	}
+	fill := make([]string, t.Wildcards())
+	for i := range fill {
+		fill[i] = "job"
+	}
+	s, _ := t.Subject(j.Tenant, fill...) // "" for a tenant no subject can carry: the message fails
+	return s
+}
+
+// keeper keeps one running job's lease and delivery alive.
+type keeper struct {
+	job *Job
+	// renew sends one renewal; nil: the job's lease is not renewed.
+	renew func(context.Context) (wire.LeaseReply, error)
+	// progress tells JetStream the delivery is still being worked on, every every (0: never).
+	progress func() error
+	every    time.Duration
+	log      *slog.Logger
+}
+
+// run renews halfway through each lease, from first on; a renewal that fails is tried again
+// after retryDelay; one answered that the lease is not held ends the renewals (the job's
+// deadline is then in the past). It returns when ctx is done.
+func (k *keeper) run(ctx context.Context, first time.Duration) {
+	var t *time.Timer
+	var renewC <-chan time.Time
+	if k.renew != nil && first >= 0 {
+		t = time.NewTimer(first)
+		defer t.Stop()
+		renewC = t.C
+	}
+	var progressC <-chan time.Time
+	if k.every > 0 && k.progress != nil {
+		p := time.NewTicker(k.every)
+		defer p.Stop()
+		progressC = p.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-progressC:
+			if err := k.progress(); err != nil {
+				k.log.Debug("worker: in progress", "subject", k.job.Subject, "err", err)
+			}
+		case <-renewC:
+			next := k.renewOnce(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case next < 0:
+				renewC = nil
+			default:
+				t.Reset(next)
+			}
+		}
+	}
+}
+
+// renewOnce sends one renewal and returns when the next is due: halfway through the renewed
+// lease, or after retryDelay when it failed; -1 when the lease is no longer held (the job's
+// deadline is then in the past) or ctx is done.
+func (k *keeper) renewOnce(ctx context.Context) time.Duration {
+	j := k.job
+	sent := time.Now()
+	rep, err := k.renew(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return -1
+	case err != nil:
+		k.log.Warn("worker: renew the lease", "tenant", j.Tenant, "lease", j.Lease, "err", err)
+		return retryDelay(j.LeaseLength)
+	case !rep.Held:
+		j.lost(time.Now())
+		k.log.Warn("worker: the lease has ended: the job runs outside its tenant's concurrency limit", "tenant", j.Tenant, "lease", j.Lease, "subject", j.Subject)
+		return -1
+	}
+	j.setDeadline(sent.Add(j.LeaseLength))
+	return max(sent.Add(j.LeaseLength/2).Sub(time.Now()), 0)
+}
+
+// firstRenewal is how long after now a job's first renewal is due: halfway through its lease,
+// which ends at deadline (the forward's store time plus the lease's length), at once when that
+// has passed; at once too for a job delivered before (attempt > 1), whose lease may have been
+// renewed since, or have ended.
+func firstRenewal(now, deadline time.Time, length time.Duration, attempt uint64) time.Duration {
+	if attempt > 1 || deadline.IsZero() {
+		return 0
+	}
+	return max(deadline.Add(-length/2).Sub(now), 0)
+}
+
+// retryDelay is how long after a failed renewal the next is tried: a tenth of the lease, from
+// 10 ms to 1 s.
+func retryDelay(length time.Duration) time.Duration {
+	return min(max(length/10, 10*time.Millisecond), time.Second)
+}
