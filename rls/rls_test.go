@@ -242,7 +242,7 @@ func decisions(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 
 // TestRLSChainedLimits: a bucket chained with a window, weighed by hits_addend: the binding
 // limit is the one with the least left (the window), a weight the window cannot take now is
-// OVER_LIMIT for the window with the limiter's horizon as its wait, and a descriptor's own
+// OVER_LIMIT for the window with the whole wait (until its first take leaves, an hour), and a descriptor's own
 // hits_addend replaces the request's.
 func TestRLSChainedLimits(t *testing.T) {
 	r := setup(t, policy.FailOpen, Config{})
@@ -254,10 +254,10 @@ func TestRLSChainedLimits(t *testing.T) {
 	}
 	resp = r.call(t, 3, desc("tenant", "bob"))
 	if st := resp.GetStatuses()[0]; resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !sameLimit(st.GetCurrentLimit(), hourly) ||
-		st.GetLimitRemaining() != 2 || st.GetDurationUntilReset().AsDuration() != time.Minute {
-		t.Fatalf("weight 3 over the window's 2 left: %v", resp)
+		st.GetLimitRemaining() != 2 || st.GetDurationUntilReset().AsDuration() > time.Hour || st.GetDurationUntilReset().AsDuration() < time.Hour-5*time.Second {
+		t.Fatalf("weight 3 over the window's 2 left: %v, want the first take's leaving in an hour", resp)
 	}
-	if h := headers(t, resp); h["Retry-After"] != "60" || h["RateLimit-Remaining"] != "2" || h["RateLimit-Limit"] != "6" {
+	if h := headers(t, resp); h["Retry-After"] != "3600" || h["RateLimit-Remaining"] != "2" || h["RateLimit-Limit"] != "6" {
 		t.Fatalf("weight 3: headers %v", h)
 	}
 	// The descriptor's hits_addend (2) replaces the request's (9, over every capacity).
@@ -276,7 +276,7 @@ func TestRLSChainedLimits(t *testing.T) {
 }
 
 // TestRLSQuota: a calendar quota chained with a bucket: OK answers say how long until the
-// month ends (when the quota is forgotten), the answer over it the limiter's horizon.
+// month ends (when the quota is forgotten), and so does the answer over it: the whole wait.
 func TestRLSQuota(t *testing.T) {
 	r := setup(t, policy.FailOpen, Config{})
 	monthly := limit("monthly", 3, rlsv3.RateLimitResponse_RateLimit_MONTH, 1)
@@ -295,10 +295,12 @@ func TestRLSQuota(t *testing.T) {
 			t.Fatalf("call %d: headers %v", i, h)
 		}
 	}
+	before := time.Now()
 	resp := r.call(t, 1, desc("tenant", "carol"))
+	_, end := q.PeriodBounds(before)
 	if st := resp.GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !sameLimit(st.GetCurrentLimit(), monthly) ||
-		st.GetLimitRemaining() != 0 || st.GetDurationUntilReset().AsDuration() <= 0 || st.GetDurationUntilReset().AsDuration() > time.Minute {
-		t.Fatalf("over the quota: %v", resp)
+		st.GetLimitRemaining() != 0 || st.GetDurationUntilReset().AsDuration() > end.Sub(before) || st.GetDurationUntilReset().AsDuration() < end.Sub(before)-5*time.Second {
+		t.Fatalf("over the quota: %v, want the month's end in %v", resp, end.Sub(before))
 	}
 }
 

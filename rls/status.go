@@ -26,7 +26,7 @@ type verdict struct {
 	remaining uint32
 	// reset is duration_until_reset, given when limit is set or retry: over the limit, the wait
 	// until the weight fits (at most the limiter's horizon) or, fail closed, until asking again;
-	// allowed, the time until the binding limit is full again, at most (see untilFull).
+	// allowed, the time until the binding limit is full again, at most (bucket.Limit.FullIn).
 	reset time.Duration
 	// retry: over the limit with a time to ask again after (Retry-After); not for a refusal.
 	retry bool
@@ -56,7 +56,7 @@ func judge(a *policy.Answer, now time.Time) verdict {
 	if v.over {
 		v.reset, v.retry = a.Wait, true
 	} else {
-		v.reset = untilFull(l, a.Remaining, now)
+		v.reset = max(l.FullIn(now, a.Remaining), 0)
 	}
 	return v
 }
@@ -87,19 +87,14 @@ var units = [...]struct {
 // is more than one of them (20 per 2 SECOND, 1000 per HOUR, 10 per 3 DAY).
 func rateLimit(l bucket.Limit, name string) *rlsv3.RateLimitResponse_RateLimit {
 	r := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: uint32(min(l.Capacity, math.MaxUint32))}
-	var span time.Duration
 	switch l.Kind {
-	case bucket.KindBucket:
-		span = time.Duration(l.Capacity) * l.Interval // at most bucket.MaxSpan: no overflow
-	case bucket.KindWindow:
-		span = l.Window
 	case bucket.KindQuota:
 		r.Unit = quotaUnits[l.Period]
 		return r
-	default:
+	case bucket.KindConcurrency:
 		return r
 	}
-	secs := wire.Seconds(span)
+	secs := wire.Seconds(l.Span(time.Time{})) // a bucket's or a window's span is the same at any time
 	for _, u := range units {
 		if secs%u.secs == 0 {
 			r.Unit = u.unit
@@ -119,26 +114,6 @@ var quotaUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 	bucket.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
 	bucket.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
 	bucket.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
-}
-
-// untilFull is how long, at most, until the limit l, with remaining whole tokens left at now, is
-// full again if nothing more is taken: a bucket's missing tokens times its interval (the HTTP
-// API's RateLimit t on 200), a window's length (every take leaves it by then), the rest of a
-// quota's period (it is forgotten then), a concurrency limit's lease (every lease ends by then
-// unless renewed).
-func untilFull(l bucket.Limit, remaining int64, now time.Time) time.Duration {
-	switch l.Kind {
-	case bucket.KindBucket:
-		return time.Duration(max(l.Capacity-remaining, 0)) * l.Interval
-	case bucket.KindWindow:
-		return l.Window
-	case bucket.KindQuota:
-		_, end := l.PeriodBounds(now)
-		return max(end.Sub(now), 0)
-	case bucket.KindConcurrency:
-		return l.Lease
-	}
-	return 0
 }
 
 // respond writes the verdicts, one per descriptor in order, as the response: OVER_LIMIT overall

@@ -90,7 +90,7 @@ func TestUntilFull(t *testing.T) {
 		{"quota day Paris", bucket.Limit{Kind: bucket.KindQuota, Capacity: 5, Period: bucket.Day, Location: paris}, 2, 30 * time.Minute},
 		{"concurrency", bucket.Limit{Kind: bucket.KindConcurrency, Capacity: 5, Lease: 30 * time.Second}, 2, 30 * time.Second},
 	} {
-		if got := untilFull(tc.l, tc.remaining, now); got != tc.want {
+		if got := tc.l.FullIn(now, tc.remaining); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
