@@ -41,63 +41,35 @@ const (
 	tenantSecs = int(RateWindow/time.Second) + 1 // the window and the second under way
 )
 
-// Kind is what became of a job (or a lane's head) in one decision.
-type Kind uint8
-
-const (
-	// Admitted: forwarded under the plan.
-	Admitted Kind = iota
-	// Delayed: moved to its tenant's lane, where it waits for its weight to fit.
-	Delayed
-	// Paused: moved to (or kept in) its lane because its tenant is paused.
-	Paused
-	// Dead: dead-lettered.
-	Dead
-	// Degraded: forwarded without a decision (the limiter failed, fail mode open).
-	Degraded
-	// Held: kept back without a decision (the limiter failed, fail mode closed).
-	Held
-	// Waiting: a lane's head was asked about again and must wait on (not a new job: it is not
-	// counted in the series, only remembered as the tenant's latest decision and wait).
-	Waiting
-	// NumKinds is the number of kinds.
-	NumKinds
-)
-
-var kindNames = [...]string{"admitted", "delayed", "paused", "dead", "degraded", "held", "waiting"}
-
-func (k Kind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "kind?"
-}
-
-// An Event is one job's decision as the queue applied it, or a lane's head told to wait on.
+// An Event is one job's decision as the queue applied it (its fate), or the head of a queue
+// told to wait on (Again).
 type Event struct {
 	// At is when it was applied.
 	At time.Time
 	// Tenant and Plan: whose job, under which plan ("" when the tenant has none).
 	Tenant, Plan string
-	Kind         Kind
+	Fate         wire.Fate
+	// Again: a job already told to wait, told so again (the head of its queue asked about
+	// again): not a new decision, not counted in the series, only remembered as the tenant's
+	// latest wait.
+	Again bool
 	// Weight is the job's weight (0 when it could not be read).
 	Weight int64
-	// Wait: Delayed and Waiting, how long until the job's weight fits; Paused, until the pause
-	// ends; Admitted from a lane (FromLane), how long the job waited since it was published.
+	// Wait: a job that waits, how long until its weight fits (paused: until the pause ends);
+	// a job forwarded after waiting, how long it waited since it was published (0: it did not).
 	Wait time.Duration
 	// Limit is the limit that bound the decision, by name or index ("" when none did).
 	Limit string
-	// FromLane: decided at the head of the tenant's lane rather than as it arrived.
-	FromLane bool
-	// Code says why a Dead job is dead.
+	// Code says why a dead job is dead.
 	Code wire.Code
 }
 
-// A Wait is one of a tenant's recent waits: a job moved to its lane, a lane's head told to wait
-// on, or a job forwarded after waiting.
+// A Wait is one of a tenant's recent waits: a job told to wait (again or not), or a job
+// forwarded after waiting.
 type Wait struct {
 	At     time.Time
-	Kind   Kind // Delayed, Paused, Waiting, or Admitted (forwarded after waiting Wait)
+	Fate   wire.Fate // one that waits, or admitted (forwarded after waiting Wait)
+	Again  bool      // told to wait again (see Event)
 	Weight int64
 	Wait   time.Duration
 	Limit  string
@@ -117,10 +89,10 @@ type shard struct {
 	tenants map[string]*tenant
 }
 
-// second is one second's counts: jobs per kind.
+// second is one second's counts: jobs per fate.
 type second struct {
 	at int64 // unix second
-	n  [NumKinds]int64
+	n  [wire.NumFates]int64
 }
 
 type tenant struct {
@@ -163,12 +135,12 @@ func (x *Index) Record(e Event) {
 	sec := e.At.Unix()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e.Kind != Waiting {
+	if !e.Again && e.Fate < wire.NumFates {
 		s := &sh.series[uint64(sec)%SeriesSeconds]
 		if s.at != sec {
 			*s = second{at: sec}
 		}
-		s.n[e.Kind]++
+		s.n[e.Fate]++
 	}
 	t := sh.tenants[e.Tenant]
 	if t == nil {
@@ -186,18 +158,19 @@ func (x *Index) Record(e Event) {
 	if ts.at != sec {
 		*ts = tsec{at: sec}
 	}
-	switch e.Kind {
-	case Admitted, Degraded:
+	switch {
+	case e.Again:
+	case e.Fate.Forwarded():
 		ts.admitted++
 		ts.admittedWeight += e.Weight
-	case Delayed, Paused:
+	case e.Fate == wire.FateDelayed || e.Fate == wire.FatePaused:
 		ts.delayed++
-	case Dead:
+	case e.Fate == wire.FateDead:
 		ts.dead++
 	}
-	w := Wait{At: e.At, Kind: e.Kind, Weight: e.Weight, Wait: e.Wait, Limit: e.Limit}
+	w := Wait{At: e.At, Fate: e.Fate, Again: e.Again, Weight: e.Weight, Wait: e.Wait, Limit: e.Limit}
 	t.latest = w
-	if e.Kind == Delayed || e.Kind == Paused || e.Kind == Waiting || (e.Kind == Admitted && e.FromLane) {
+	if e.Fate.Waits() || (e.Fate.Forwarded() && e.Wait > 0) {
 		t.waits[t.nwaits%RecentWaits] = w
 		t.nwaits++
 	}
@@ -216,10 +189,10 @@ func (sh *shard) evictLocked() {
 	}
 }
 
-// A Second is the replica's counts of one second: jobs by kind (Waiting is always 0).
+// A Second is the replica's counts of one second: jobs by fate.
 type Second struct {
 	At   time.Time
-	Jobs [NumKinds]int64
+	Jobs [wire.NumFates]int64
 }
 
 // Series returns the replica's counts of the n seconds before now's second (at most
@@ -256,15 +229,14 @@ type Tenant struct {
 	// seconds); Admitted, Delayed and Dead count its jobs over the same window.
 	AdmittedPerSec          float64
 	Admitted, Delayed, Dead int64
-	// Latest is its latest decision: Kind, Limit, and for a wait the time it was told (its
+	// Latest is its latest decision: Fate, Limit, and for a wait the time it was told (its
 	// next slot is Latest.At + Latest.Wait).
 	Latest Wait
 }
 
 // NextSlot is when the tenant's latest wait ends: zero when its latest decision was no wait.
 func (t *Tenant) NextSlot() time.Time {
-	switch t.Latest.Kind {
-	case Delayed, Paused, Waiting, Held:
+	if t.Latest.Fate.Waits() {
 		return t.Latest.At.Add(t.Latest.Wait)
 	}
 	return time.Time{}

@@ -2,6 +2,7 @@ package activity
 
 import (
 	"fmt"
+	"github.com/admitter/admitter/wire"
 	"sync"
 	"testing"
 	"time"
@@ -15,10 +16,10 @@ func TestTenantRate(t *testing.T) {
 	x := New(0)
 	for s := range 20 {
 		for j := range 5 {
-			x.Record(Event{At: t0.Add(time.Duration(s)*time.Second + time.Duration(j)*100*time.Millisecond), Tenant: "acme", Plan: "gold", Kind: Admitted, Weight: 2})
+			x.Record(Event{At: t0.Add(time.Duration(s)*time.Second + time.Duration(j)*100*time.Millisecond), Tenant: "acme", Plan: "gold", Fate: wire.FateAdmitted, Weight: 2})
 		}
 	}
-	x.Record(Event{At: t0.Add(20 * time.Second), Tenant: "acme", Kind: Admitted, Weight: 1000}) // under way
+	x.Record(Event{At: t0.Add(20 * time.Second), Tenant: "acme", Fate: wire.FateAdmitted, Weight: 1000}) // under way
 	v, _, ok := x.Tenant("acme", t0.Add(20*time.Second+500*time.Millisecond))
 	if !ok {
 		t.Fatal("acme not found")
@@ -40,24 +41,24 @@ func TestTenantRate(t *testing.T) {
 // happened; lane waits are not jobs.
 func TestSeries(t *testing.T) {
 	x := New(0)
-	x.Record(Event{At: t0, Tenant: "a", Kind: Admitted, Weight: 1})
-	x.Record(Event{At: t0.Add(100 * time.Millisecond), Tenant: "b", Kind: Admitted, Weight: 1})
-	x.Record(Event{At: t0.Add(2 * time.Second), Tenant: "a", Kind: Delayed, Weight: 1, Wait: time.Second, Limit: "burst"})
-	x.Record(Event{At: t0.Add(2 * time.Second), Tenant: "c", Kind: Dead, Code: "unknown-tenant"})
-	x.Record(Event{At: t0.Add(2 * time.Second), Tenant: "a", Kind: Waiting, Wait: time.Second})
+	x.Record(Event{At: t0, Tenant: "a", Fate: wire.FateAdmitted, Weight: 1})
+	x.Record(Event{At: t0.Add(100 * time.Millisecond), Tenant: "b", Fate: wire.FateAdmitted, Weight: 1})
+	x.Record(Event{At: t0.Add(2 * time.Second), Tenant: "a", Fate: wire.FateDelayed, Weight: 1, Wait: time.Second, Limit: "burst"})
+	x.Record(Event{At: t0.Add(2 * time.Second), Tenant: "c", Fate: wire.FateDead, Code: "unknown-tenant"})
+	x.Record(Event{At: t0.Add(2 * time.Second), Tenant: "a", Fate: wire.FateDelayed, Again: true, Wait: time.Second})
 	s := x.Series(t0.Add(3*time.Second), 4)
 	if len(s) != 4 || !s[0].At.Equal(t0.Add(-time.Second)) || !s[3].At.Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("series spans %v..%v (%d), want %v..%v", s[0].At, s[len(s)-1].At, len(s), t0.Add(-time.Second), t0.Add(2*time.Second))
 	}
-	want := [][NumKinds]int64{{}, {Admitted: 2}, {}, {Delayed: 1, Dead: 1}}
+	want := [][wire.NumFates]int64{{}, {wire.FateAdmitted: 2}, {}, {wire.FateDelayed: 1, wire.FateDead: 1}}
 	for i := range s {
 		if s[i].Jobs != want[i] {
 			t.Errorf("second %d: %v, want %v", i, s[i].Jobs, want[i])
 		}
 	}
 	// A second from more than SeriesSeconds ago is gone (its slot reused).
-	x.Record(Event{At: t0.Add(SeriesSeconds * time.Second), Tenant: "a", Kind: Admitted})
-	if s := x.Series(t0.Add(SeriesSeconds*time.Second+time.Second), SeriesSeconds); s[0].Jobs[Admitted] != 0 || s[len(s)-1].Jobs[Admitted] != 1 {
+	x.Record(Event{At: t0.Add(SeriesSeconds * time.Second), Tenant: "a", Fate: wire.FateAdmitted})
+	if s := x.Series(t0.Add(SeriesSeconds*time.Second+time.Second), SeriesSeconds); s[0].Jobs[wire.FateAdmitted] != 0 || s[len(s)-1].Jobs[wire.FateAdmitted] != 1 {
 		t.Errorf("after a wrap: oldest %v, newest %v", s[0].Jobs, s[len(s)-1].Jobs)
 	}
 }
@@ -67,18 +68,18 @@ func TestSeries(t *testing.T) {
 func TestRecentWaits(t *testing.T) {
 	x := New(0)
 	for i := range 20 {
-		x.Record(Event{At: t0.Add(time.Duration(i) * time.Second), Tenant: "a", Kind: Delayed, Weight: int64(i), Wait: 3 * time.Second, Limit: "burst"})
+		x.Record(Event{At: t0.Add(time.Duration(i) * time.Second), Tenant: "a", Fate: wire.FateDelayed, Weight: int64(i), Wait: 3 * time.Second, Limit: "burst"})
 	}
-	x.Record(Event{At: t0.Add(20 * time.Second), Tenant: "a", Kind: Admitted, Weight: 1, Wait: 4 * time.Second, FromLane: true})
-	x.Record(Event{At: t0.Add(21 * time.Second), Tenant: "a", Kind: Admitted, Weight: 1}) // not a wait
+	x.Record(Event{At: t0.Add(20 * time.Second), Tenant: "a", Fate: wire.FateAdmitted, Weight: 1, Wait: 4 * time.Second})
+	x.Record(Event{At: t0.Add(21 * time.Second), Tenant: "a", Fate: wire.FateAdmitted, Weight: 1}) // not a wait
 	v, waits, _ := x.Tenant("a", t0.Add(22*time.Second))
-	if len(waits) != RecentWaits || waits[0].Kind != Admitted || waits[0].Wait != 4*time.Second || waits[1].Weight != 19 {
+	if len(waits) != RecentWaits || waits[0].Fate != wire.FateAdmitted || waits[0].Wait != 4*time.Second || waits[1].Weight != 19 {
 		t.Errorf("waits: %+v", waits)
 	}
 	if !v.NextSlot().IsZero() {
 		t.Errorf("next slot %v after an admission, want none", v.NextSlot())
 	}
-	x.Record(Event{At: t0.Add(22 * time.Second), Tenant: "a", Kind: Waiting, Wait: 5 * time.Second, Limit: "daily"})
+	x.Record(Event{At: t0.Add(22 * time.Second), Tenant: "a", Fate: wire.FateDelayed, Again: true, Wait: 5 * time.Second, Limit: "daily"})
 	v, _, _ = x.Tenant("a", t0.Add(23*time.Second))
 	if !v.NextSlot().Equal(t0.Add(27*time.Second)) || v.Latest.Limit != "daily" {
 		t.Errorf("next slot %v for limit %q, want %v for daily", v.NextSlot(), v.Latest.Limit, t0.Add(27*time.Second))
@@ -90,7 +91,7 @@ func TestRecentWaits(t *testing.T) {
 func TestBoundedTenants(t *testing.T) {
 	x := New(1000)
 	for i := range 100_000 {
-		x.Record(Event{At: t0.Add(time.Duration(i) * time.Millisecond), Tenant: fmt.Sprint("t", i), Kind: Admitted, Weight: 1})
+		x.Record(Event{At: t0.Add(time.Duration(i) * time.Millisecond), Tenant: fmt.Sprint("t", i), Fate: wire.FateAdmitted, Weight: 1})
 	}
 	now := t0.Add(100 * time.Second)
 	ts := x.Tenants(now)
@@ -112,7 +113,7 @@ func TestConcurrentRecord(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 2000 {
-				x.Record(Event{At: t0.Add(time.Duration(i) * time.Millisecond), Tenant: fmt.Sprint("t", (g*i)%300), Kind: Kind(i % int(NumKinds)), Weight: 1})
+				x.Record(Event{At: t0.Add(time.Duration(i) * time.Millisecond), Tenant: fmt.Sprint("t", (g*i)%300), Fate: wire.Fate(i % int(wire.NumFates)), Weight: 1})
 				if i%100 == 0 {
 					x.Tenants(t0.Add(time.Second))
 					x.Series(t0.Add(time.Second), 10)
@@ -137,7 +138,7 @@ func BenchmarkRecord(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			x.Record(Event{At: t0.Add(time.Duration(i) * time.Microsecond), Tenant: names[i%len(names)], Kind: Admitted, Weight: 1})
+			x.Record(Event{At: t0.Add(time.Duration(i) * time.Microsecond), Tenant: names[i%len(names)], Fate: wire.FateAdmitted, Weight: 1})
 			i++
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/activity"
+	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/subjects"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,18 +19,15 @@ import (
 
 // Defaults of the zero Config fields.
 const (
-	DefaultAckWait = 30 * time.Second
-	// DefaultMaxAckPending bounds the jobs being decided and forwarded at once. Waiting jobs do
-	// not count: they are in their tenants' lanes, acknowledged on the input.
-	DefaultMaxAckPending   = 10_000
-	DefaultWorkers         = 128
-	DefaultLaneWorkers     = 32
-	DefaultLaneBatch       = 64
-	DefaultInFlightBytes   = 32 << 20
-	DefaultShutdownTimeout = 10 * time.Second
-	DefaultDuplicateWindow = 2 * time.Minute
-	DefaultOutMaxAge       = 24 * time.Hour
-	DefaultDeadMaxAge      = 14 * 24 * time.Hour
+	DefaultWorkers           = 32
+	DefaultBatch             = 100
+	DefaultQuantum           = 100
+	DefaultDiscoveryInterval = 100 * time.Millisecond
+	DefaultInFlightBytes     = 32 << 20
+	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultDuplicateWindow   = 2 * time.Minute
+	DefaultOutMaxAge         = 24 * time.Hour
+	DefaultDeadMaxAge        = 14 * 24 * time.Hour
 )
 
 // Config is everything the service needs. Fields marked required have no default.
@@ -38,44 +36,41 @@ type Config struct {
 	JetStream jetstream.JetStream
 	// Policy decides (required).
 	Policy *policy.Policy
-	// In, Out, Dead and Wait are the subject templates (required). Out and Dead carry In's
-	// wildcards; Wait is the lanes' subject, {tenant} and literals only.
+	// In, Out and Dead are the subject templates (required); Out and Dead carry In's wildcards.
+	// Wait is the tenants' lanes of an earlier version ({tenant} and literals only): jobs left
+	// there are forwarded first, in order (required: the default is jobs.waiting.{tenant}).
 	In, Out, Dead, Wait subjects.Template
 	// StreamIn, StreamOut, StreamDead and StreamWait name the streams (defaults JOBS, ADMITTED,
-	// DEAD, WAITING).
+	// DEAD, WAITING; WAITING is only read, when an earlier version left it).
 	StreamIn, StreamOut, StreamDead, StreamWait string
-	// Consumer names the ingest consumer shared by all replicas (default "admitter"), and with
-	// it the replicas' bucket (<Consumer>_replicas).
+	// Consumer names the replicas' buckets (default "admitter": <Consumer>_replicas and
+	// <Consumer>_limiter); an input consumer of an earlier version by that name is deleted.
 	Consumer string
-	// AckWait is the ingest consumer's ack wait (default 30s): the time a job may take to be
-	// decided and forwarded or moved before JetStream gives it to another replica.
-	AckWait time.Duration
-	// MaxAckPending is the ingest consumer's window (default 10,000): jobs being decided,
-	// forwarded or moved, never jobs waiting for their plan.
-	MaxAckPending int
-	// Workers is how many tenants' batches are decided at once (default 128). A worker mostly
-	// waits for the limiter and the PubAcks.
+	// Workers is how many tenants' queues take a step at once (default 32). A step mostly waits
+	// for a read, the limiter and the PubAcks.
 	Workers int
-	// PullBuffer is how many jobs are pulled ahead of the workers (default 8 × Workers), at most
-	// half of InFlightBytes in payload per pull. A deep buffer lets the jobs of tenants within
-	// their plans get past a flood of another tenant's while it is moved to its lane.
-	PullBuffer int
-	// InFlightBytes bounds the payload bytes held at once by ingest, and by lanes (default 32
-	// MiB each): pulling stops while it is reached.
+	// Batch is how many jobs a step reads and decides at most (default 100, at most 512).
+	Batch int
+	// Quantum is the weight a queue may admit per turn when more queues may go than the
+	// workers serve (default 100): the round robin's quantum (see queues.go).
+	Quantum int
+	// DiscoveryInterval is how often the input's subjects are listed to find the tenants with
+	// jobs (default 100ms), behind the headers-only feed that finds them as they arrive.
+	DiscoveryInterval time.Duration
+	// InFlightBytes bounds the payload bytes held at once (default 32 MiB): a step reads at most
+	// InFlightBytes / Workers (at least 1 MiB).
 	InFlightBytes int
-	// LaneWorkers is how many lanes take a step at once (default 32); LaneBatch how many jobs a
-	// step reads and decides at most (default 64).
-	LaneWorkers, LaneBatch int
 	// Heartbeat is how often the replica announces itself (default 1s); one not heard from for
 	// three heartbeats is taken for dead and its lanes are taken over.
 	Heartbeat time.Duration
 	// Replica names this replica among the others (default: a random id).
 	Replica string
-	// ShutdownTimeout bounds how long Run settles jobs in flight after its context ends
+	// ShutdownTimeout bounds how long Run settles the steps under way after its context ends
 	// (default 10s).
 	ShutdownTimeout time.Duration
-	// DuplicateWindow is the dedupe window of the streams the service creates (default 2m, at
-	// least AckWait + DuplicateMargin).
+	// DuplicateWindow is the dedupe window of the streams the service publishes to (default
+	// 2m): a forward repeated within it (its replica died after publishing it and before
+	// removing its job) is stored once.
 	DuplicateWindow time.Duration
 	// Replicas is how many servers of a NATS cluster hold each stream and bucket the service
 	// creates (default 1).
@@ -106,8 +101,8 @@ type Config struct {
 	// waiting for a worker (default 4096; past it they are dropped, and the leases end by
 	// themselves).
 	LeaseWorkers, LeaseBuffer int
-	// Activity receives every job's decision as it is applied, and every lane's head told to
-	// wait on (default: none); *activity.Index implements it. It must not block.
+	// Activity receives every job's decision as it is applied, and every head of a queue told
+	// to wait on (default: none); *activity.Index implements it. It must not block.
 	Activity Recorder
 }
 
@@ -128,26 +123,20 @@ func (c Config) withDefaults() Config {
 	def(&c.StreamDead, "DEAD")
 	def(&c.StreamWait, "WAITING")
 	def(&c.Consumer, "admitter")
-	if c.AckWait <= 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.MaxAckPending == 0 {
-		c.MaxAckPending = DefaultMaxAckPending
-	}
 	if c.Workers <= 0 {
 		c.Workers = DefaultWorkers
 	}
-	if c.PullBuffer <= 0 {
-		c.PullBuffer = 8 * c.Workers
+	if c.Batch <= 0 {
+		c.Batch = DefaultBatch
+	}
+	if c.Quantum <= 0 {
+		c.Quantum = DefaultQuantum
+	}
+	if c.DiscoveryInterval <= 0 {
+		c.DiscoveryInterval = DefaultDiscoveryInterval
 	}
 	if c.InFlightBytes <= 0 {
 		c.InFlightBytes = DefaultInFlightBytes
-	}
-	if c.LaneWorkers <= 0 {
-		c.LaneWorkers = DefaultLaneWorkers
-	}
-	if c.LaneBatch <= 0 {
-		c.LaneBatch = DefaultLaneBatch
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = DefaultHeartbeat
@@ -194,12 +183,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: no policy", ErrConfig)
 	case c.In.String() == "" || c.Out.String() == "" || c.Dead.String() == "" || c.Wait.String() == "":
 		return fmt.Errorf("%w: the in, out, dead and wait subject templates are required", ErrConfig)
-	case c.MaxAckPending < -1:
-		return fmt.Errorf("%w: max ack pending must be -1 (unlimited) or ≥ 1, got %d", ErrConfig, c.MaxAckPending)
-	case c.AckWait < time.Second:
-		return fmt.Errorf("%w: ack wait must be at least 1s, got %v", ErrConfig, c.AckWait)
-	case c.LaneBatch > 512:
-		return fmt.Errorf("%w: lane batch must be at most 512, got %d", ErrConfig, c.LaneBatch)
+	case c.Batch > bucket.MaxBatch:
+		return fmt.Errorf("%w: batch must be at most %d, got %d", ErrConfig, bucket.MaxBatch, c.Batch)
 	case !bucketName.MatchString(c.Consumer):
 		return fmt.Errorf("%w: consumer name %q must be letters, digits, '-' or '_'", ErrConfig, c.Consumer)
 	}

@@ -49,7 +49,7 @@ func forwardHeader(h nats.Header, id, tenant, plan string, attempts uint64, wait
 	h.Set(wire.HeaderPlan, plan)
 	h.Set(wire.HeaderAttempts, strconv.FormatUint(attempts, 10))
 	h.Set(wire.HeaderDelayMs, strconv.FormatInt(max(waited.Milliseconds(), 0), 10))
-	if v.Degraded {
+	if v.Fate == wire.FateDegraded {
 		h.Set(wire.HeaderDegraded, wire.DegradedFailOpen)
 	} else {
 		h.Del(wire.HeaderDegraded)
@@ -67,7 +67,7 @@ func forwardHeader(h nats.Header, id, tenant, plan string, attempts uint64, wait
 // lease's length, or removes them: they are not the producer's to set, and a job forwarded
 // unchecked or in shadow mode holds no lease.
 func leaseHeader(h nats.Header, seq uint64, lease time.Duration, v policy.Verdict) nats.Header {
-	if lease > 0 && !v.Degraded && !v.Shadow {
+	if lease > 0 && v.Fate == wire.FateAdmitted && !v.Shadow {
 		h.Set(wire.HeaderLease, strconv.FormatUint(seq, 10))
 		h.Set(wire.HeaderLeaseLength, wire.LeaseLengthValue(lease))
 	} else {
@@ -85,8 +85,9 @@ func deadHeader(h nats.Header, id string, code wire.Code, detail string) nats.He
 	return h
 }
 
-// laneHeader completes h, the headers of a job moved to its tenant's lane, with its input's
-// identity: subject, sequence, store time and deliveries so far.
+// laneHeader completes h, the headers of a job moved to its tenant's lane by an earlier version,
+// with its input's identity: subject, sequence, store time and deliveries so far. Only tests
+// write lanes now (an earlier version's, to be drained).
 func laneHeader(h nats.Header, id, subject string, seq uint64, stored time.Time, attempts uint64) nats.Header {
 	h.Set(nats.MsgIdHdr, id)
 	h.Set(wire.HeaderInputSubject, subject)

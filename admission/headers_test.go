@@ -111,7 +111,7 @@ func TestForwardHeader(t *testing.T) {
 	}
 
 	// Degraded; a negative wait (clock skew) is 0; sub-millisecond waits round down.
-	h = forwardHeader(carried(nats.Header{}, 6), "id", "t", "p", 1, -time.Second, policy.Verdict{Degraded: true})
+	h = forwardHeader(carried(nats.Header{}, 6), "id", "t", "p", 1, -time.Second, policy.Verdict{Fate: wire.FateDegraded})
 	if h.Get(HeaderDegraded) != "fail-open" || h.Get(HeaderDelayMs) != "0" || h.Get(HeaderAttempts) != "1" {
 		t.Errorf("degraded header %v", h)
 	}
@@ -237,7 +237,7 @@ func TestLeaseHeader(t *testing.T) {
 	for name, tc := range map[string]struct {
 		lease time.Duration
 		v     policy.Verdict
-	}{"no concurrency limit": {0, policy.Verdict{}}, "degraded": {time.Minute, policy.Verdict{Degraded: true}}, "shadow": {time.Minute, policy.Verdict{Shadow: true}}} {
+	}{"no concurrency limit": {0, policy.Verdict{}}, "degraded": {time.Minute, policy.Verdict{Fate: wire.FateDegraded}}, "shadow": {time.Minute, policy.Verdict{Shadow: true}}} {
 		if h := leaseHeader(forged(), 7, tc.lease, tc.v); h[wire.HeaderLease] != nil || h[wire.HeaderLeaseLength] != nil {
 			t.Errorf("%s: %v, want no lease headers", name, h)
 		}

@@ -13,20 +13,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Layout is every JetStream resource the service uses, in one place: the four streams, the
-// ingest consumer shared by all replicas, and the key-value bucket where replicas announce
-// themselves. Setup creates what is absent from it; `make bench` uses it to create the same
-// streams for the relay it compares with.
+// Layout is every JetStream resource the service uses, in one place: the streams and the
+// key-value buckets where replicas announce themselves and keep their limiter's record. Setup
+// creates what is absent from it; `make bench` uses it to create the same streams for the relay
+// it compares with.
 type Layout struct {
-	// In holds jobs as producers publish them (work queue: a job leaves it when acknowledged).
+	// In holds jobs as producers publish them: each tenant's queue (limits retention, file
+	// storage, Direct Get allowed, no limit that drops a job; discard new, so that an input
+	// given a size limit refuses the producers' publishes when full). A job leaves it when it is
+	// forwarded or dead-lettered.
 	In jetstream.StreamConfig
 	// Out holds admitted jobs, Dead rejected ones.
 	Out, Dead jetstream.StreamConfig
-	// Wait holds the jobs that must wait, one subject per tenant: the tenants' lanes. Limits
-	// retention, read by sequence with Direct Get; a job leaves when it is forwarded.
-	Wait jetstream.StreamConfig
-	// Ingest is the durable consumer on In shared by every replica.
-	Ingest jetstream.ConsumerConfig
 	// Replicas is the bucket where each replica keeps a heartbeat (see members.go).
 	Replicas jetstream.KeyValueConfig
 	// Limiter is the bucket where the deployment records that it has used a Redis (see
@@ -48,25 +46,20 @@ func LimiterRecord(consumer string, replicas int) jetstream.KeyValueConfig {
 	}
 }
 
-// DuplicateMargin is how much longer than the ack wait the duplicate window of the streams the
-// admitter publishes to must be: a job redelivered after its ack wait, whose first publish was
-// stored, is published again and must be recognised.
-const DuplicateMargin = 30 * time.Second
-
 // InputHeadroom is what the input stream the admitter creates keeps below the server's maximum
-// payload for the headers the admitter adds to a job (its Msg-Id, tenant, plan, trace context,
-// and on the way to a lane its input's subject, sequence and time): a job too large to be
-// forwarded is refused at publish time instead.
+// payload for the headers the admitter adds to a job (its Msg-Id, tenant, plan, lease, trace
+// context): a job too large to be forwarded is refused at publish time instead.
 const InputHeadroom = 4 << 10
 
 // NewLayout is the layout of a configuration (defaults applied as New applies them).
 func NewLayout(cfg Config) Layout {
 	c := cfg.withDefaults()
-	dup := max(c.DuplicateWindow, c.AckWait+DuplicateMargin)
+	dup := c.DuplicateWindow
 	l := Layout{
 		In: jetstream.StreamConfig{
-			Name: c.StreamIn, Subjects: []string{c.In.Filter()}, Retention: jetstream.WorkQueuePolicy,
-			Storage: jetstream.FileStorage, Description: "admitter: jobs as published, until decided",
+			Name: c.StreamIn, Subjects: []string{c.In.Filter()}, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew,
+			Storage: jetstream.FileStorage, AllowDirect: true,
+			Description: "admitter: jobs as published, each tenant's queue, until forwarded or dead-lettered",
 		},
 		Out: jetstream.StreamConfig{
 			Name: c.StreamOut, Subjects: []string{c.Out.Filter()}, Retention: jetstream.LimitsPolicy,
@@ -78,20 +71,6 @@ func NewLayout(cfg Config) Layout {
 			Storage: jetstream.FileStorage, MaxAge: max(DefaultDeadMaxAge, dup), Duplicates: dup,
 			Description: "admitter: rejected jobs with Admit-Error",
 		},
-		Wait: jetstream.StreamConfig{
-			Name: c.StreamWait, Subjects: []string{c.Wait.Filter()}, Retention: jetstream.LimitsPolicy,
-			Storage: jetstream.FileStorage, AllowDirect: true, Duplicates: dup,
-			Description: "admitter: jobs waiting for their tenant's plan, one subject per tenant",
-		},
-		Ingest: jetstream.ConsumerConfig{
-			Durable:       c.Consumer,
-			Description:   "admitter: ingest, shared by all replicas",
-			FilterSubject: c.In.Filter(),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       c.AckWait,
-			MaxDeliver:    -1, // a held job is not a failure: never drop a job for being delivered often
-			MaxAckPending: c.MaxAckPending,
-		},
 		Replicas: jetstream.KeyValueConfig{
 			Bucket:      c.Consumer + "_replicas",
 			Description: "admitter: heartbeats of the replicas sharing consumer " + c.Consumer,
@@ -102,7 +81,7 @@ func NewLayout(cfg Config) Layout {
 		},
 	}
 	l.Limiter = LimiterRecord(c.Consumer, c.Replicas)
-	for _, st := range []*jetstream.StreamConfig{&l.In, &l.Out, &l.Dead, &l.Wait} {
+	for _, st := range []*jetstream.StreamConfig{&l.In, &l.Out, &l.Dead} {
 		st.Replicas = c.Replicas
 	}
 	return l
@@ -112,21 +91,21 @@ func NewLayout(cfg Config) Layout {
 var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
 // Ensure creates the streams of the layout that are absent and checks those present: each must
-// capture the subjects the admitter publishes to or consumes from, the streams it publishes to
-// must recognise a publish repeated after the ack wait (their duplicate window is raised when
-// the admitter made them, else it is an error saying what to change), and the lanes stream must
-// keep jobs until they are forwarded. A set-up that would lose jobs or forward one twice is an
-// error wrapping ErrSetup. It does not create the consumer or the bucket (see Service.Setup).
+// capture the subjects the admitter publishes to or reads, the streams it publishes to must
+// recognise a publish repeated within the duplicate window (raised when the admitter made them,
+// else it is an error saying what to change), and the input must keep every job until it is
+// forwarded and be readable by Direct Get. A set-up that would lose jobs or forward one twice is
+// an error wrapping ErrSetup. It does not create the buckets (see Service.Setup).
 func (l Layout) Ensure(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
-	for _, want := range []jetstream.StreamConfig{l.In, l.Out, l.Dead, l.Wait} {
-		if err := ensureStream(ctx, js, want, log, l.Ingest.AckWait); err != nil {
+	for _, want := range []jetstream.StreamConfig{l.In, l.Out, l.Dead} {
+		if err := ensureStream(ctx, js, want, log); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log *slog.Logger, ackWait time.Duration) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log *slog.Logger) error {
 	filter := want.Subjects[0]
 	st, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -150,8 +129,8 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	if want.Duplicates > 0 && have.Duplicates < want.Duplicates { // a stream the admitter publishes to
 		if !strings.HasPrefix(have.Description, "admitter:") {
-			return fmt.Errorf("%w: stream %s has a duplicate window of %v, shorter than the ack wait (ADMITTER_ACK_WAIT %v) plus %v: a job redelivered after its ack wait would be stored twice; raise it to at least %v (nats stream edit %s --dupe-window %v) or lower ADMITTER_ACK_WAIT",
-				ErrSetup, want.Name, have.Duplicates, ackWait, DuplicateMargin, want.Duplicates, want.Name, want.Duplicates)
+			return fmt.Errorf("%w: stream %s has a duplicate window of %v, shorter than ADMITTER_DUPLICATE_WINDOW (%v): a forward repeated after a crash would be stored twice; raise it (nats stream edit %s --dupe-window %v) or lower ADMITTER_DUPLICATE_WINDOW",
+				ErrSetup, want.Name, have.Duplicates, want.Duplicates, want.Name, want.Duplicates)
 		}
 		have.Duplicates = want.Duplicates
 		if have.MaxAge > 0 && have.MaxAge < want.Duplicates { // 0 keeps messages for ever
@@ -160,28 +139,33 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		if _, err := js.UpdateStream(ctx, have); err != nil {
 			return fmt.Errorf("%w: stream %s: raise its duplicate window to %v: %w", ErrSetup, want.Name, want.Duplicates, err)
 		}
-		log.Info("raised the duplicate window of a stream the admitter made, to cover the ack wait", "stream", want.Name, "duplicates", want.Duplicates.String())
+		log.Info("raised the duplicate window of a stream the admitter made", "stream", want.Name, "duplicates", want.Duplicates.String())
 	}
-	if !want.AllowDirect { // the lanes stream is the only one with requirements of its own
+	if !want.AllowDirect { // the input is the only one with requirements of its own
 		return nil
 	}
+	// The input: every tenant's queue. A work-queue input (made by an earlier version, whose
+	// consumer acknowledged what it took) holds jobs until they are removed as well.
 	switch {
-	case have.Retention != jetstream.LimitsPolicy:
-		return fmt.Errorf("%w: stream %s holds the tenants' lanes and needs limits retention, it has %s: delete it (it must be empty) and let the admitter create it",
-			ErrSetup, want.Name, have.Retention)
-	case have.MaxAge > 0 || have.MaxMsgs > 0 || have.MaxBytes > 0 || have.MaxMsgsPerSubject > 0:
-		return fmt.Errorf("%w: stream %s holds the tenants' lanes and must keep every job until it is forwarded, but has limits (max age %v, max msgs %d, max bytes %d, max msgs per subject %d) that would drop waiting jobs: remove them",
+	case have.Retention == jetstream.InterestPolicy:
+		return fmt.Errorf("%w: stream %s holds the tenants' queues and has interest retention, which drops a job no consumer wants (the admitter reads it without one): recreate it with limits retention",
+			ErrSetup, want.Name)
+	case have.MaxAge > 0 || (have.Discard == jetstream.DiscardOld && (have.MaxMsgs > 0 || have.MaxBytes > 0 || have.MaxMsgsPerSubject > 0)):
+		return fmt.Errorf("%w: stream %s holds the tenants' queues and must keep every job until it is forwarded, but drops jobs (max age %v, or discard old with max msgs %d, max bytes %d, max msgs per subject %d): remove the max age, and set discard new to keep the size limits (producers' publishes are then refused when it is full)",
 			ErrSetup, want.Name, have.MaxAge, have.MaxMsgs, have.MaxBytes, have.MaxMsgsPerSubject)
 	case !have.AllowDirect:
 		have.AllowDirect = true
 		if _, err := js.UpdateStream(ctx, have); err != nil {
-			return fmt.Errorf("%w: stream %s: allow direct get (lanes are read with it): %w", ErrSetup, want.Name, err)
+			return fmt.Errorf("%w: stream %s: allow direct get (the tenants' queues are read with it): %w", ErrSetup, want.Name, err)
 		}
 		log.Info("allowed direct get on stream", "stream", want.Name)
+	}
+	if have.Storage == jetstream.MemoryStorage {
+		log.Warn("the input stream is in memory: reading and removing each tenant's jobs costs a memory store a scan of the stream (FIELD-NOTES: 549 removals/s), and a restart of the server loses every waiting job; use file storage", "stream", want.Name)
 	}
 	return nil
 }
 
 // DefaultHeartbeat is how often a replica announces itself when Config.Heartbeat is zero; a
-// replica not heard from for three heartbeats is taken for dead and its lanes are taken over.
+// replica not heard from for three heartbeats is taken for dead and its tenants are taken over.
 const DefaultHeartbeat = time.Second

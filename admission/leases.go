@@ -110,7 +110,7 @@ func (l *leases) start(ctx context.Context) error {
 		}
 		l.subs = append(l.subs, sub)
 	}
-	sub, err := nc.Subscribe(l.wake, func(m *nats.Msg) { l.s.lanes.wakeTenant(string(m.Data)) })
+	sub, err := nc.Subscribe(l.wake, func(m *nats.Msg) { l.s.queues.wakeTenant(string(m.Data)) })
 	if err != nil {
 		l.stop()
 		return fmt.Errorf("admission: leases: subscribe %s: %w", l.wake, err)
@@ -203,7 +203,7 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 			reply.Ends = res.Ends.UTC().Format(time.RFC3339Nano)
 		}
 		if (res.Held && path != wire.LeasePathRenew) || res.LeasesExpired > 0 {
-			_ = c.JetStream.Conn().Publish(l.wake, []byte(tenant)) // the tenant's lane may go on now
+			_ = c.JetStream.Conn().Publish(l.wake, []byte(tenant)) // the tenant's queue may go on now
 		}
 	}
 	if err != nil {

@@ -56,11 +56,22 @@ func rank(live []string, tenant string) string {
 		h.Write([]byte(id))
 		h.Write([]byte{0})
 		h.Write([]byte(tenant))
-		if s := h.Sum64(); best == "" || s > bestScore {
+		if s := mix(h.Sum64()); best == "" || s > bestScore {
 			best, bestScore = id, s
 		}
 	}
 	return best
+}
+
+// mix spreads the bits of an FNV-1a hash (splitmix64's finalizer): FNV-1a of names that differ
+// in their last bytes ("t01", "t02") differs little in its high bits, and rendezvous hashing
+// compares whole values, so without it one replica of two ranked highest for every such tenant.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // count is the number of live replicas, this one included.

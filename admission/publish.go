@@ -17,8 +17,9 @@ import (
 
 // outMsg is one message to store on one of the admitter's streams, and what became of it.
 type outMsg struct {
-	msg    *nats.Msg
-	stream string
+	msg     *nats.Msg
+	stream  string
+	forward bool // a job's forward (to the output)
 	// err is nil once stored (a duplicate counts: it was stored before), else an error that
 	// retrying cannot fix (errTooLarge, or the server's refusal), or the context's error.
 	err error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,10 +18,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Service takes jobs from the input stream and forwards each when its tenant's plan allows:
-// ingest decides jobs as they arrive, lanes hold those that must wait, members shares the lanes
-// among replicas. Create it with New, prepare the streams with Setup, then Run it. Any number of
-// services (replicas) may share one input stream and one limiter.
+// Service forwards each tenant's jobs from the input stream when its plan allows: the tenants'
+// queues (queues.go) are read in place and stepped by workers in turn (step.go), members
+// shares the tenants among replicas. Create it with New, prepare the streams with Setup, then
+// Run it. Any number of services (replicas) may share one input stream and one limiter.
 type Service struct {
 	cfg     Config
 	out     subjects.Mapping
@@ -28,34 +29,20 @@ type Service struct {
 	log     *slog.Logger
 	tel     *telemetry
 	pub     *publisher
-	ingest  *ingest
-	lanes   *lanes
+	queues  *queues
 	leases  *leases
 	members *members
-	cons    jetstream.Consumer
+	reader  *reader
+	streams streams
+	owner   int64 // this replica's name in the limiter (bucket.OwnerID)
 	kv      jetstream.KeyValue
-	stopped chan struct{}
-	running atomic.Bool
-	gauges  metric.Registration
-	// forwarding counts, per tenant, the batches whose forwards are decided and not yet stored
-	// and charged (see unstored.go); seq names their fences.
-	forwarding struct {
-		mu  sync.Mutex
-		n   map[string]int
-		seq uint64
-	}
+	// legacyLanes: the lanes stream of an earlier version holds jobs, read first per tenant.
+	legacyLanes atomic.Bool
+	setUp       bool
+	stopped     chan struct{}
+	running     atomic.Bool
+	gauges      metric.Registration
 }
-
-// A pull (the ingest consumer's, the lanes feed's) lasts pullExpiry and asks the server for a
-// heartbeat every pullHeartbeat while it waits; two heartbeats missed and the client pulls
-// again. A pull lost with a NATS node (paused, killed, a consumer leader moving) is thus
-// replaced within 2 × pullHeartbeat; with jetstream's defaults for Consume (30 s, 15 s) the
-// jobs a replica would have pulled waited up to 30 s after the node came back (make soak,
-// NATS faults only: a tenant within its plan waited 15.7–28.5 s for one job).
-const (
-	pullExpiry    = 10 * time.Second
-	pullHeartbeat = 2 * time.Second
-)
 
 // New validates the configuration and returns a service.
 func New(cfg Config) (*Service, error) {
@@ -78,17 +65,17 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("admission: metrics: %w", err)
 	}
 	s := &Service{cfg: cfg, out: out, dead: dead, log: cfg.Logger, tel: tel, stopped: make(chan struct{}),
-		pub: newPublisher(cfg.JetStream, cfg.Logger), members: newMembers(cfg.Replica, cfg.Heartbeat, cfg.Logger)}
-	s.ingest = newIngest(s)
-	s.lanes = newLanes(s)
+		pub: newPublisher(cfg.JetStream, cfg.Logger), members: newMembers(cfg.Replica, cfg.Heartbeat, cfg.Logger),
+		owner: ownerOf(cfg.Replica), streams: streams{js: cfg.JetStream}}
+	s.queues = newQueues(s)
 	s.leases = newLeases(s)
-	s.members.changed = s.lanes.rebalance
+	s.members.changed = s.queues.rebalance
 	return s, nil
 }
 
 // Mappings checks the subject templates together and returns the input→output and input→dead
-// mappings: output and dead must carry the input's wildcards, the lanes' subject (wait) has
-// none, and no two may overlap (published jobs would be consumed again, or land in the wrong
+// mappings: output and dead must carry the input's wildcards, the legacy lanes' subject (wait)
+// has none, and no two may overlap (published jobs would be read again, or land in the wrong
 // stream).
 func Mappings(in, out, dead, wait subjects.Template) (toOut, toDead subjects.Mapping, err error) {
 	if toOut, err = subjects.NewMapping(in, out); err != nil {
@@ -112,9 +99,10 @@ func Mappings(in, out, dead, wait subjects.Template) (toOut, toDead subjects.Map
 	return toOut, toDead, nil
 }
 
-// Setup creates the streams when absent and checks them when present (see Layout), and creates
-// or updates the ingest consumer and the replicas bucket. A set-up that would lose jobs is an
-// error wrapping ErrSetup.
+// Setup creates the streams when absent and checks them when present (see Layout), creates or
+// updates the replicas bucket, deletes the input consumer of an earlier version, and finds
+// whether that version left jobs in its lanes stream. A set-up that would lose jobs is an error
+// wrapping ErrSetup.
 func (s *Service) Setup(ctx context.Context) error {
 	l := NewLayout(s.cfg)
 	if mp := s.cfg.JetStream.Conn().MaxPayload(); mp > 2*InputHeadroom {
@@ -123,86 +111,87 @@ func (s *Service) Setup(ctx context.Context) error {
 	if err := l.Ensure(ctx, s.cfg.JetStream, s.log); err != nil {
 		return err
 	}
-	for _, name := range []string{s.cfg.StreamOut, s.cfg.StreamDead, s.cfg.StreamWait} {
-		st, err := s.cfg.JetStream.Stream(ctx, name)
+	for _, name := range []string{s.cfg.StreamOut, s.cfg.StreamDead} {
+		st, err := s.streams.get(ctx, name)
 		if err != nil {
 			return fmt.Errorf("%w: stream %s: %w", ErrSetup, name, err)
 		}
 		s.pub.learn(name, st.CachedInfo().Config.MaxMsgSize)
 	}
-	if err := s.dropRoundOneConsumer(ctx); err != nil {
+	if err := s.dropEarlierConsumer(ctx); err != nil {
 		return err
 	}
-	cons, err := s.cfg.JetStream.CreateOrUpdateConsumer(ctx, s.cfg.StreamIn, l.Ingest)
-	if err != nil {
-		return fmt.Errorf("%w: consumer %s on stream %s: %w", ErrSetup, s.cfg.Consumer, s.cfg.StreamIn, err)
+	ws, err := s.cfg.JetStream.Stream(ctx, s.cfg.StreamWait)
+	switch {
+	case err == nil && ws.CachedInfo().State.Msgs > 0:
+		s.legacyLanes.Store(true)
+		s.log.Info("the lanes stream of an earlier admitter holds jobs: each tenant's are forwarded first, in order",
+			"stream", s.cfg.StreamWait, "jobs", ws.CachedInfo().State.Msgs)
+	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("%w: look up the lanes stream %s of an earlier version: %w", ErrSetup, s.cfg.StreamWait, err)
 	}
-	s.cons = cons
 	if s.kv, err = s.cfg.JetStream.CreateOrUpdateKeyValue(ctx, l.Replicas); err != nil {
 		return fmt.Errorf("%w: replicas bucket %s: %w", ErrSetup, l.Replicas.Bucket, err)
+	}
+	if s.reader == nil {
+		if s.reader, err = newReader(s.cfg.JetStream); err != nil {
+			return err
+		}
 	}
 	if s.gauges == nil {
 		if err := s.registerGauges(); err != nil {
 			return fmt.Errorf("admission: metrics: %w", err)
 		}
 	}
+	s.setUp = true
 	return nil
 }
 
-// dropRoundOneConsumer deletes an ingest consumer left by an admitter that parked delayed jobs
-// unacknowledged in it (MaxAckPending 50,000, no lanes): its settings cannot be updated in
-// place, and the jobs it held are redelivered to the new one.
-func (s *Service) dropRoundOneConsumer(ctx context.Context) error {
+// dropEarlierConsumer deletes the input consumer an earlier version shared among its replicas:
+// jobs are read without one now. The jobs it held unacknowledged stay in the input, and their
+// tenants' queues forward them.
+func (s *Service) dropEarlierConsumer(ctx context.Context) error {
 	c, err := s.cfg.JetStream.Consumer(ctx, s.cfg.StreamIn, s.cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || err != nil {
 		return nil
 	}
-	if c.CachedInfo().Config.Description != "admitter: shared by all replicas" {
+	if !strings.HasPrefix(c.CachedInfo().Config.Description, "admitter:") {
 		return nil
 	}
 	if err := s.cfg.JetStream.DeleteConsumer(ctx, s.cfg.StreamIn, s.cfg.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("%w: replace the consumer %s of an earlier admitter: %w", ErrSetup, s.cfg.Consumer, err)
+		return fmt.Errorf("%w: delete the input consumer %s of an earlier admitter: %w", ErrSetup, s.cfg.Consumer, err)
 	}
-	s.log.Info("replaced the consumer of an earlier admitter: jobs it held unacknowledged are redelivered", "consumer", s.cfg.Consumer)
+	s.log.Info("deleted the input consumer of an earlier admitter: jobs are read per tenant now", "consumer", s.cfg.Consumer)
 	return nil
 }
 
-// registerGauges reports the consumer's backlog, the lanes, the output's state and the
-// replicas on every collection.
+// registerGauges reports the queues, the jobs waiting, the output's state and the replicas on
+// every collection.
 func (s *Service) registerGauges() error {
 	m := s.cfg.MeterProvider.Meter(instrumentationName)
-	pending, err1 := m.Int64ObservableGauge(wire.MetricPending.Name, metric.WithDescription("Jobs stored on the input and not yet delivered to the admitter."))
-	ackPending, err2 := m.Int64ObservableGauge(wire.MetricAckPending.Name, metric.WithDescription("Jobs delivered and being decided or forwarded (never jobs waiting for their plan)."))
-	redelivered, err3 := m.Int64ObservableGauge(wire.MetricRedelivered.Name, metric.WithDescription("Jobs delivered more than once and not yet acknowledged."))
-	lanes, err4 := m.Int64ObservableGauge(wire.MetricLanes.Name, metric.WithDescription("Tenants' lanes this replica runs."))
-	laneJobs, err5 := m.Int64ObservableGauge(wire.MetricLaneJobs.Name, metric.WithDescription("Jobs waiting in the tenants' lanes (all replicas)."))
-	blocked, err6 := m.Int64ObservableGauge(wire.MetricOutputBlocked.Name, metric.WithDescription("1 while jobs are held because a stream the admitter publishes to is full."))
-	replicas, err7 := m.Int64ObservableGauge(wire.MetricReplicas.Name, metric.WithDescription("Live replicas this one sees, itself included."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
+	queues, err1 := m.Int64ObservableGauge(wire.MetricQueues.Name, metric.WithDescription("Tenants' queues this replica runs."))
+	waiting, err2 := m.Int64ObservableGauge(wire.MetricJobsWaiting.Name, metric.WithDescription("Jobs waiting in every tenant's queue (every replica's), as the last listing of the input counted them."))
+	blocked, err3 := m.Int64ObservableGauge(wire.MetricOutputBlocked.Name, metric.WithDescription("1 while jobs are held because a stream the admitter publishes to is full."))
+	replicas, err4 := m.Int64ObservableGauge(wire.MetricReplicas.Name, metric.WithDescription("Live replicas this one sees, itself included."))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return err
 	}
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		o.ObserveInt64(lanes, int64(s.lanes.count()))
+		o.ObserveInt64(queues, int64(s.queues.count()))
 		o.ObserveInt64(replicas, int64(s.members.count()))
 		b := int64(0)
 		if held, _ := s.pub.blocked(); held {
 			b = 1
 		}
 		o.ObserveInt64(blocked, b)
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		info, err := s.cons.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("consumer info: %w", err)
+		w, _ := s.queues.waitingNow()
+		var n uint64
+		for _, k := range w {
+			n += k
 		}
-		o.ObserveInt64(pending, int64(info.NumPending))
-		o.ObserveInt64(ackPending, int64(info.NumAckPending))
-		o.ObserveInt64(redelivered, int64(info.NumRedelivered))
-		if st, err := s.cfg.JetStream.Stream(ctx, s.cfg.StreamWait); err == nil {
-			o.ObserveInt64(laneJobs, int64(st.CachedInfo().State.Msgs))
-		}
+		o.ObserveInt64(waiting, int64(n))
 		return nil
-	}, pending, ackPending, redelivered, lanes, laneJobs, blocked, replicas)
+	}, queues, waiting, blocked, replicas)
 	s.gauges = reg
 	return err
 }
@@ -216,8 +205,8 @@ func (s *Service) Ready(ctx context.Context) error {
 		return errors.New("stopped")
 	default:
 	}
-	if !s.running.Load() || s.cons == nil {
-		return errors.New("not consuming yet")
+	if !s.running.Load() || !s.setUp {
+		return errors.New("not admitting yet")
 	}
 	if st := s.cfg.JetStream.Conn().Status(); st != nats.CONNECTED {
 		return fmt.Errorf("nats %s", st)
@@ -233,31 +222,15 @@ func (s *Service) Ready(ctx context.Context) error {
 	return nil
 }
 
-// PlansChanged makes every lane ask again now: the plans, overrides or pauses changed, and the
-// jobs waiting follow them (a faster plan speeds them up, a resume lets them go).
-func (s *Service) PlansChanged() { s.lanes.wakeAll() }
+// PlansChanged makes every queue that waits ask again now: the plans, overrides or pauses
+// changed, and the jobs waiting follow them (a faster plan speeds them up, a resume lets them
+// go).
+func (s *Service) PlansChanged() { s.queues.wakeAll() }
 
-// pause waits while a stream the admitter publishes to is full: no new batch is started, so
-// pulling stops once the jobs in hand fill the window.
-func (s *Service) pause(ctx context.Context) {
-	for {
-		if held, _ := s.pub.blocked(); !held {
-			return
-		}
-		t := time.NewTimer(100 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// Run consumes until ctx ends, then stops pulling and settles the jobs in flight within
-// ShutdownTimeout. It returns nil after a clean stop. Run may be called once.
+// Run admits until ctx ends, then lets the steps under way end within ShutdownTimeout and
+// gives up its tenants' queues. It returns nil after a clean stop. Run may be called once.
 func (s *Service) Run(ctx context.Context) error {
-	if s.cons == nil {
+	if !s.setUp {
 		return fmt.Errorf("%w: Run before Setup", ErrConfig)
 	}
 	if !s.running.CompareAndSwap(false, true) {
@@ -269,84 +242,185 @@ func (s *Service) Run(ctx context.Context) error {
 			_ = s.gauges.Unregister()
 		}
 	}()
-	// Jobs in flight finish on their own context, so a stop signal does not abort them midway;
-	// it is cancelled only if settling takes longer than ShutdownTimeout.
+	defer s.reader.close()
+	// Steps under way finish on their own context, so a stop signal does not abort them midway;
+	// it is cancelled only if they take longer than ShutdownTimeout.
 	work, abort := context.WithCancel(context.WithoutCancel(ctx))
 	defer abort()
 	memberCtx, leave := context.WithCancel(work)
 	var members sync.WaitGroup
 	members.Go(func() { s.members.run(memberCtx, s.kv) })
 	defer func() { leave(); members.Wait() }()
-
-	if err := s.lanes.start(ctx); err != nil {
-		return err
-	}
-	defer s.lanes.stop()
 	if err := s.leases.start(work); err != nil {
 		return err
 	}
-	defer s.leases.stop() // before the lanes stop: the last releases may wake them
-	schedCtx, stopScheduling := context.WithCancel(work)
-	var laneWorkers sync.WaitGroup
-	laneWorkers.Go(func() { s.lanes.schedule(schedCtx) })
-	wakeOnRecovery := s.lanes.recoveryWaker()
-	laneWorkers.Go(func() { wakeOnRecovery(schedCtx) })
-	for range s.cfg.LaneWorkers {
-		laneWorkers.Go(func() { s.lanes.work(schedCtx, work) })
-	}
-	defer func() { stopScheduling(); laneWorkers.Wait() }()
+	defer s.leases.stop()
 
-	var workers sync.WaitGroup
-	for range s.cfg.Workers {
-		workers.Go(func() { s.ingest.run(work) })
-	}
-	cc, err := s.cons.Consume(s.ingest.add,
-		// Bytes bound every pull too, under the server's buffer for one client (64 MiB by default):
-		// megabyte jobs must not ask for more than it can hold.
-		jetstream.PullMaxMessagesWithBytesLimit(s.cfg.PullBuffer, max(s.cfg.InFlightBytes/2, 1<<20)),
-		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			s.log.Warn("consume", "err", err)
-		}))
-	if err != nil {
-		s.ingest.close()
-		workers.Wait()
-		return fmt.Errorf("admission: consume %s/%s: %w", s.cfg.StreamIn, s.cfg.Consumer, err)
-	}
-	s.log.Info("admitting", "stream", s.cfg.StreamIn, "consumer", s.cfg.Consumer, "in", s.cfg.In.String(),
-		"out", s.cfg.Out.String(), "dead", s.cfg.Dead.String(), "lanes", s.cfg.Wait.String(), "replica", s.cfg.Replica,
-		"workers", s.cfg.Workers, "fail_mode", string(s.cfg.Policy.FailMode()))
-	<-ctx.Done()
-
-	s.log.Info("stopping: settling jobs in flight", "bound", s.cfg.ShutdownTimeout.String())
-	// One bound for the whole shutdown: its timer fires once, so a wait that saw it fire is
-	// remembered in late, and the waits after it do not wait for it again.
-	bound := time.NewTimer(s.cfg.ShutdownTimeout)
-	defer bound.Stop()
-	late := false
-	cc.Drain() // stop pulling; what is buffered still reaches ingest
-	select {
-	case <-cc.Closed():
-	case <-bound.C:
-		late = true
-		abort()
-		cc.Stop()
-		<-cc.Closed()
-	}
-	s.ingest.close()
-	stopScheduling() // no new lane steps; steps under way finish
-	done := make(chan struct{})
-	go func() { workers.Wait(); laneWorkers.Wait(); close(done) }()
-	if !late {
+	// Which tenants have jobs: what the input holds now (retried until it answers), then the
+	// feed of what arrives, and the poll behind it.
+	for err := s.queues.poll(ctx); err != nil; err = s.queues.poll(ctx) {
+		s.log.Warn("listing the tenants with jobs failed: retrying", "err", err)
 		select {
-		case <-done:
-			s.log.Info("stopped")
+		case <-ctx.Done():
 			return nil
-		case <-bound.C:
-			abort()
+		case <-time.After(time.Second):
 		}
 	}
-	<-done // every step of a job is bounded by the aborted context or its own timeout
-	s.log.Warn("stopped after the shutdown bound; unsettled jobs are redelivered after the ack wait")
+	feed, err := s.startFeed(ctx)
+	if err != nil {
+		return err
+	}
+	bg, stopBG := context.WithCancel(work)
+	var loops sync.WaitGroup
+	loops.Go(func() { s.queues.discover(bg) })
+	loops.Go(func() { s.queues.timers(bg) })
+	loops.Go(func() { s.wakeOnRecovery(bg) })
+	var workers sync.WaitGroup
+	for range s.cfg.Workers {
+		workers.Go(func() { s.queues.work(work) })
+	}
+	s.log.Info("admitting", "stream", s.cfg.StreamIn, "in", s.cfg.In.String(), "out", s.cfg.Out.String(), "dead", s.cfg.Dead.String(),
+		"replica", s.cfg.Replica, "workers", s.cfg.Workers, "fail_mode", string(s.cfg.Policy.FailMode()))
+	<-ctx.Done()
+
+	s.log.Info("stopping: letting the steps under way end", "bound", s.cfg.ShutdownTimeout.String())
+	feed()
+	stopBG()
+	loops.Wait()
+	s.queues.close()
+	done := make(chan struct{})
+	go func() { workers.Wait(); close(done) }()
+	bound := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer bound.Stop()
+	select {
+	case <-done:
+	case <-bound.C:
+		abort()
+		<-done // every step is bounded by the aborted context or its own timeouts
+		s.log.Warn("stopped after the shutdown bound; jobs not yet removed from the input are read again by their tenants' next owner")
+		return nil
+	}
+	s.handOver(s.queues.all())
+	s.log.Info("stopped")
 	return nil
+}
+
+// startFeed follows what the input stores, headers only, from now: each job makes its
+// tenant's queue ready if this replica owns it. The feed holds nothing: a job it misses (the
+// feed was reset) is found by the next poll.
+func (s *Service) startFeed(ctx context.Context) (stop func(), err error) {
+	in, err := s.streams.get(ctx, s.cfg.StreamIn)
+	if err != nil {
+		return nil, fmt.Errorf("admission: stream %s: %w", s.cfg.StreamIn, err)
+	}
+	if in.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy {
+		// A work queue (made by an earlier version) takes no consumer without acknowledgements.
+		s.log.Warn("the input stream is a work queue, made by an earlier admitter: tenants with new jobs are found only by listing it every ADMITTER_DISCOVERY_INTERVAL, not as each job arrives; recreate it with limits retention once it is empty (see README, Upgrading)",
+			"stream", s.cfg.StreamIn, "interval", s.cfg.DiscoveryInterval.String())
+		return func() {}, nil
+	}
+	cons, err := s.cfg.JetStream.OrderedConsumer(ctx, s.cfg.StreamIn, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{s.cfg.In.Filter()},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admission: the input's feed on %s: %w", s.cfg.StreamIn, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if tenant, ok := s.cfg.In.Match(m.Subject()); ok {
+			s.queues.hint(tenant)
+		}
+	}, jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			s.log.Debug("the input's feed", "err", err)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("admission: the input's feed on %s: %w", s.cfg.StreamIn, err)
+	}
+	return cc.Stop, nil
+}
+
+// A pull of the feed lasts pullExpiry and asks the server for a heartbeat every pullHeartbeat
+// while it waits; two heartbeats missed and the client pulls again: a pull lost with a NATS
+// node (paused, killed) is replaced within 2 × pullHeartbeat.
+const (
+	pullExpiry    = 10 * time.Second
+	pullHeartbeat = 2 * time.Second
+)
+
+// recoveryWakeEvery bounds how often wakeOnRecovery wakes the queues: with one server of a
+// Redis Cluster down, the limiter recovers many times a second (see policy.Recovered).
+const recoveryWakeEvery = time.Second
+
+// wakeOnRecovery wakes the queues that wait out a backoff when the limiter answers again after
+// an outage, so that they do not sleep out up to 5 s after it; at most once per
+// recoveryWakeEvery, until ctx ends.
+func (s *Service) wakeOnRecovery(ctx context.Context) {
+	for {
+		ch := s.cfg.Policy.Recovered()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+		s.queues.wakeAll()
+		t := time.NewTimer(recoveryWakeEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// handOver gives up this replica's hold on the queues (bucket.Batch.Release), so that their
+// tenants' next owner takes them at once rather than when the hold ends; bounded, best effort.
+func (s *Service) handOver(qs []*queue) {
+	if len(qs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, q := range qs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			pq := q.claim(s.owner)
+			pq.Release = true
+			s.cfg.Policy.Step(ctx, q.tenant, nil, pq)
+		})
+	}
+	wg.Wait()
+}
+
+// streams keeps the jetstream handles of the streams the service uses.
+type streams struct {
+	js jetstream.JetStream
+	mu sync.Mutex
+	by map[string]jetstream.Stream
+}
+
+// get returns stream name's handle (looked up once).
+func (ss *streams) get(ctx context.Context, name string) (jetstream.Stream, error) {
+	ss.mu.Lock()
+	st := ss.by[name]
+	ss.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := ss.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	ss.mu.Lock()
+	if ss.by == nil {
+		ss.by = map[string]jetstream.Stream{}
+	}
+	ss.by[name] = st
+	ss.mu.Unlock()
+	return st, nil
 }

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
-	"github.com/admitter/admitter/bucket/buckettest"
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/policy"
@@ -161,17 +161,17 @@ func TestTraceRunsThroughTheQueue(t *testing.T) {
 		}
 		byName[s.Name] = append(byName[s.Name], s)
 	}
-	// One process span per job taken from the input (one admitted, one moved to its lane), and one
-	// per step of the lane that found the moved job (at least the one that admitted it).
-	process := append(byName["process JOBS"], byName["process WAITING"]...)
-	if len(byName["process JOBS"]) != 2 || len(byName["process WAITING"]) < 1 {
-		t.Fatalf("process spans %v, want 2 of JOBS and at least 1 of WAITING", names(r.spans.GetSpans()))
+	// One process span per step that read a job from its queue: the first job's, admitted at
+	// once, and the second's, told to wait, then admitted.
+	process := byName["process JOBS"]
+	if len(process) < 3 || len(byName["process WAITING"]) != 0 {
+		t.Fatalf("process spans %v, want at least 3 of JOBS and none of WAITING", names(r.spans.GetSpans()))
 	}
 	decisions := map[string]int{}
 	for _, s := range process {
 		a := attrs(s.Attributes)
 		if _, ok := a[AttrDecision]; !ok {
-			continue // a lane step that found the job's weight not there yet
+			continue
 		}
 		for _, k := range []attribute.Key{"messaging.system", "messaging.destination.name", "messaging.message.id", AttrTenant, AttrPlan, AttrWeight, AttrDecision, AttrWaitMs, AttrLimit, AttrAttempt} {
 			if _, ok := a[k]; !ok {
@@ -187,11 +187,11 @@ func TestTraceRunsThroughTheQueue(t *testing.T) {
 			t.Errorf("delayed decision with wait %v", a[AttrWaitMs])
 		}
 	}
-	if decisions[wire.DecisionAdmitted] != 2 || decisions[wire.DecisionDelayed] != 1 {
-		t.Fatalf("decisions %v, want 2 admitted and 1 delayed", decisions)
+	if decisions[wire.DecisionAdmitted] != 2 || decisions[wire.DecisionDelayed] < 1 {
+		t.Fatalf("decisions %v, want 2 admitted and at least 1 delayed", decisions)
 	}
 	if n := len(byName["limiter decide"]); n < 2 {
-		t.Errorf("%d limiter spans, want at least 2 (ingest, lane)", n)
+		t.Errorf("%d limiter spans, want at least 2", n)
 	}
 	sends := byName["send ADMITTED"]
 	if len(sends) != 2 {
@@ -277,13 +277,13 @@ func (r *rig) streamMsgs(name string) uint64 {
 	return info.State.Msgs
 }
 
-// TestLaneKeepsTheTenantsOrder: a tenant's jobs of mixed weights come out in the order they
-// went in, whether they passed at once or waited in the lane.
-func TestLaneKeepsTheTenantsOrder(t *testing.T) {
+// TestQueueKeepsTheTenantsOrder: a tenant's jobs of mixed weights come out in the order they
+// went in, whether they passed at once or waited.
+func TestQueueKeepsTheTenantsOrder(t *testing.T) {
 	r := startRig(t, "plans: {p: {limits: [{capacity: 3, rate: 100/s}]}}\ndefault_plan: p\n", Config{})
 	const n = 30
 	for i := range n {
-		m := nats.NewMsg("jobs.submit.acme.x")
+		m := nats.NewMsg(fmt.Sprintf("jobs.submit.acme.x%d", i%4)) // one tenant, several subjects
 		m.Data = []byte(fmt.Sprint(i))
 		m.Header.Set(wire.HeaderWeight, fmt.Sprint(1+i%3))
 		if _, err := r.js.PublishMsg(context.Background(), m); err != nil {
@@ -302,38 +302,35 @@ func TestLaneKeepsTheTenantsOrder(t *testing.T) {
 	}
 }
 
-// TestWaitingJobsAreDeliveredOnce: a job waits in its lane, not in the input consumer: every
-// input is delivered once, whatever the wait compared with the ack wait.
-func TestWaitingJobsAreDeliveredOnce(t *testing.T) {
-	r := startRig(t, "plans: {p: {limits: [{capacity: 1, rate: 24/m}]}}\ndefault_plan: p\n", // 2.5s a token
-		Config{AckWait: time.Second})
+// TestAWaitingJobStaysWhereItArrived: a job that waits stays in the input, written once: no
+// other stream holds a copy, and it leaves the input once forwarded.
+func TestAWaitingJobStaysWhereItArrived(t *testing.T) {
+	r := startRig(t, "plans: {p: {limits: [{capacity: 1, rate: 24/m}]}}\ndefault_plan: p\n", Config{}) // 2.5s a token
 	r.publish(2, "jobs.submit.acme.x")
-	for _, m := range r.forwarded(2) {
-		if a := m.Headers().Get(wire.HeaderAttempts); a != "1" {
-			t.Fatalf("Admit-Attempts %q: the input was delivered again", a)
+	r.forwarded(1)
+	if n := r.streamMsgs("JOBS"); n != 1 {
+		t.Fatalf("while the second job waits, the input holds %d jobs, want it alone", n)
+	}
+	names := r.js.StreamNames(context.Background())
+	for name := range names.Name() {
+		if name != "JOBS" && name != "ADMITTED" && name != "DEAD" && !strings.HasPrefix(name, "KV_") {
+			t.Errorf("a stream %s besides the input and the output", name)
 		}
 	}
-	for _, s := range r.spans.GetSpans() {
-		if a, ok := attrs(s.Attributes)[AttrAttempt]; ok && a.AsInt64() != 1 {
-			t.Fatalf("a %s span of delivery %d", s.Name, a.AsInt64())
-		}
-	}
-	if n := r.streamMsgs("JOBS"); n != 0 {
-		t.Fatalf("the input stream holds %d jobs, want none: the waiting job is in its lane", n)
-	}
+	r.forwarded(2)
+	waitFor(t, 5*time.Second, "the input to be empty", func() bool { return r.streamMsgs("JOBS") == 0 })
 }
 
-// TestStopLeavesWaitingJobsInTheirLane: stopped with jobs waiting, the service leaves them in
-// the lane (the input is empty); started again, it forwards each once.
-func TestStopLeavesWaitingJobsInTheirLane(t *testing.T) {
+// TestStopLeavesWaitingJobsInTheInput: stopped with jobs waiting, the service leaves them in the
+// input; started again, it forwards each once.
+func TestStopLeavesWaitingJobsInTheInput(t *testing.T) {
 	const plans = "plans: {p: {limits: [{capacity: 1, rate: 2/s}]}}\ndefault_plan: p\n"
 	r := startRig(t, plans, Config{})
 	r.publish(4, "jobs.submit.acme.x")
 	r.forwarded(1)
-	waitFor(t, 10*time.Second, "three jobs in the lane", func() bool { return r.streamMsgs("WAITING") == 3 })
 	r.stop()
-	if in, lane := r.streamMsgs("JOBS"), r.streamMsgs("WAITING"); in != 0 || lane < 2 {
-		t.Fatalf("after stop: %d jobs on the input, %d in the lane; want 0 and the waiting ones", in, lane)
+	if in := r.streamMsgs("JOBS"); in < 2 {
+		t.Fatalf("after stop: %d jobs on the input; want the waiting ones", in)
 	}
 	r.run(plans, Config{})
 	got := r.forwarded(4)
@@ -344,13 +341,12 @@ func TestStopLeavesWaitingJobsInTheirLane(t *testing.T) {
 		}
 		seen[string(m.Data())] = true
 	}
-	waitFor(t, 10*time.Second, "the lane to empty", func() bool { return r.streamMsgs("WAITING") == 0 })
+	waitFor(t, 10*time.Second, "the input to empty", func() bool { return r.streamMsgs("JOBS") == 0 })
 }
 
-// TestShutdownPastItsBoundSaysSo: jobs held (the limiter down, fail mode closed) keep the
-// consumer from draining within the shutdown bound: the service aborts what is under way,
-// stops, and says that it stopped after the bound (the bound's timer fires once: a second wait
-// for it would never end, and the warning never came).
+// TestShutdownPastItsBoundSaysSo: a step that cannot end (the output stream is full, and its
+// forward is held) keeps the service from stopping within its bound: it aborts what is under
+// way, stops, and says that it stopped after the bound.
 func TestShutdownPastItsBoundSaysSo(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	nc, err := nats.Connect(srv.URL())
@@ -362,32 +358,22 @@ func TestShutdownPastItsBoundSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flaky := &buckettest.Flaky{Memory: bucket.NewMemory(bucket.Options{}, nil)}
-	flaky.Down.Store(true)
-	var logs syncBuffer
-	r := &rig{t: t, js: js, nc: nc, limiter: flaky.Memory, asks: flaky, failMode: policy.FailClosed, logs: &logs}
-	// One job's payload fills what may be in hand: the consumer's buffer cannot drain while
-	// the held job is not settled.
-	r.run("plans: {p: {limits: [{capacity: 1, rate: 1/s}]}}\ndefault_plan: p\n", Config{ShutdownTimeout: 300 * time.Millisecond, InFlightBytes: 1})
-	for i := range 3 {
-		if _, err := js.Publish(context.Background(), "jobs.submit.acme.email", []byte(fmt.Sprint("job ", i))); err != nil {
-			t.Fatal(err)
-		}
+	// An output that takes one message and refuses the next: a forward held, its step waits.
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ADMITTED", Subjects: []string{"jobs.admitted.*.>"},
+		MaxMsgs: 1, Discard: jetstream.DiscardNew, Duplicates: 2 * time.Minute, Description: "admitter: a full one"}); err != nil {
+		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a job held", func() bool {
-		return bytes.Contains(logs.Bytes(), []byte("limiter")) || r.svc.tel != nil && inHand(r.svc) > 0
-	})
+	var logs syncBuffer
+	r := &rig{t: t, js: js, nc: nc, limiter: bucket.NewMemory(bucket.Options{}, nil), logs: &logs}
+	r.run("plans: {p: {limits: [{capacity: 10, rate: 10/s}]}}\ndefault_plan: p\n", Config{ShutdownTimeout: 300 * time.Millisecond})
+	r.publish(1, "jobs.submit.acme.email")
+	r.forwarded(1)
+	r.publish(1, "jobs.submit.acme.email")
+	waitFor(t, 5*time.Second, "a forward held", func() bool { held, _ := r.svc.pub.blocked(); return held })
 	r.stop()
 	if !bytes.Contains(logs.Bytes(), []byte("stopped after the shutdown bound")) {
 		t.Errorf("no warning that the service stopped after its bound:\n%s", logs.Bytes())
 	}
-}
-
-// inHand is the payload bytes the service's ingest holds.
-func inHand(s *Service) int {
-	s.ingest.bytes.mu.Lock()
-	defer s.ingest.bytes.mu.Unlock()
-	return s.ingest.bytes.used
 }
 
 // syncBuffer is a bytes.Buffer safe for the service's goroutines and the test.
@@ -405,4 +391,21 @@ func (s *syncBuffer) Bytes() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return bytes.Clone(s.b.Bytes())
+}
+
+// TestTenantsSpreadOverReplicas: each of two or three replicas ranks highest for its share of
+// tenants named alike (t000 to t999), within a tenth.
+func TestTenantsSpreadOverReplicas(t *testing.T) {
+	for _, live := range [][]string{{"r0", "r1"}, {"Qw4KPOLddlh40nQ3FTuTKC", "MrTwJVKEDfZZCKJiP8NkIB"}, {"a", "b", "c"}} {
+		got := map[string]int{}
+		for i := range 1000 {
+			got[rank(live, fmt.Sprintf("t%03d", i))]++
+		}
+		for _, id := range live {
+			share := float64(got[id]) / 1000
+			if want := 1 / float64(len(live)); share < want-0.1 || share > want+0.1 {
+				t.Errorf("replicas %v: %s ranks highest for %.0f%% of the tenants, want %.0f%% (±10)", live, id, 100*share, 100*want)
+			}
+		}
+	}
 }

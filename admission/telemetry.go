@@ -3,10 +3,10 @@ package admission
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
-	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
@@ -31,11 +31,9 @@ const (
 	AttrWaitMs   = policy.AttrWaitMs
 	AttrLimit    = policy.AttrLimit
 	AttrAttempt  = attribute.Key("admitter.attempt")
-	AttrAction   = attribute.Key("admitter.action")
 	AttrError    = policy.AttrError
-	AttrMode     = attribute.Key("admitter.mode")
 	// AttrReason is the kind of the limit a waiting job waits for: bucket, window, quota or
-	// concurrency; or fence (policy.ReasonFence): earlier forwards of its tenant are not yet stored.
+	// concurrency; or handover (policy.ReasonHandover): another replica holds its tenant's queue.
 	AttrReason   = attribute.Key("admitter.reason")
 	AttrSequence = attribute.Key("messaging.nats.stream.sequence")
 )
@@ -48,23 +46,23 @@ var (
 
 // telemetry holds the service's tracer, propagator and instruments.
 type telemetry struct {
-	tracer      trace.Tracer
-	propagator  propagation.TextMapPropagator
-	processIn   string // span names, built once: "process JOBS", "process WAITING"
-	processWait string
-	sendNames   map[string]string // stream → "send <stream>"
-	decisions   metric.Int64Counter
-	waits       metric.Float64Histogram
-	latency     metric.Float64Histogram
-	limiterErrs metric.Int64Counter
-	failEvents  metric.Int64Counter
-	leaseMsgs   metric.Int64Counter
-	expired     metric.Int64Counter
-	fences      metric.Int64Counter
-	settleErrs  metric.Int64Counter
-	inFlight    metric.Int64UpDownCounter
-	tenantLabel bool
-	failMode    attribute.Set
+	tracer       trace.Tracer
+	propagator   propagation.TextMapPropagator
+	processIn    string // span names, built once: "process JOBS", "process WAITING"
+	processWait  string
+	sendNames    map[string]string // stream → "send <stream>"
+	decisions    metric.Int64Counter
+	waits        metric.Float64Histogram
+	latency      metric.Float64Histogram
+	limiterErrs  metric.Int64Counter
+	failEvents   metric.Int64Counter
+	leaseMsgs    metric.Int64Counter
+	expired      metric.Int64Counter
+	settleErrs   metric.Int64Counter
+	lateForwards metric.Int64Counter
+	inFlight     metric.Int64UpDownCounter
+	tenantLabel  bool
+	failMode     attribute.Set
 	// sets caches the attribute set of each (plan, outcome[, tenant]): building one sorts and
 	// allocates, once per job otherwise. A struct key is looked up without allocating.
 	mu   sync.RWMutex
@@ -87,7 +85,7 @@ func newTelemetry(c Config) (*telemetry, error) {
 	// descriptions and buckets, from wire.
 	t.decisions, err = m.Int64Counter(wire.MetricDecisions.Name, metric.WithDescription(wire.MetricDecisions.Help))
 	add(err)
-	t.waits, err = m.Float64Histogram(wire.MetricWait.Name, metric.WithUnit("s"), metric.WithDescription("Time a delayed job was told its weight would fit, when it was moved to its tenant's lane."), metric.WithExplicitBucketBoundaries(waitBuckets...))
+	t.waits, err = m.Float64Histogram(wire.MetricWait.Name, metric.WithUnit("s"), metric.WithDescription("Time a delayed job was told its weight would fit, when first told to wait in its tenant's queue."), metric.WithExplicitBucketBoundaries(waitBuckets...))
 	add(err)
 	t.latency, err = m.Float64Histogram(wire.MetricDecisionTime.Name, metric.WithUnit("s"), metric.WithDescription(wire.MetricDecisionTime.Help), metric.WithExplicitBucketBoundaries(wire.DecisionDurationBuckets...))
 	add(err)
@@ -99,9 +97,9 @@ func newTelemetry(c Config) (*telemetry, error) {
 	add(err)
 	t.expired, err = m.Int64Counter(wire.MetricLeasesExpired.Name, metric.WithDescription("Leases of forwarded jobs that ended without being released (their slot freed by the lease's end)."))
 	add(err)
-	t.fences, err = m.Int64Counter(wire.MetricFences.Name, metric.WithDescription("Batches of forwards not stored within 50 ms of their decision: their tenant was fenced (no replica admitted its jobs) until they were."))
+	t.settleErrs, err = m.Int64Counter(wire.MetricSettleErrors.Name, metric.WithDescription("Removals of settled jobs from the input (op purge) that failed: the server refused or did not answer; the limiter is told they were stored, and the removal is tried again."))
 	add(err)
-	t.settleErrs, err = m.Int64Counter(wire.MetricSettleErrors.Name, metric.WithDescription("Acknowledgements (ack, nak, term, in-progress) and removals of input jobs that failed, by op: the server refused or did not answer; the job comes back after the ack wait and is recognised (redeemed, or its forward deduplicated)."))
+	t.lateForwards, err = m.Int64Counter(wire.MetricLateForwards.Name, metric.WithDescription("Forwards stored downstream 100 ms or more after their decision (a slow or failing-over output): their weight is charged to the tenant again before its next job is decided (pacing stays within C + r·t)."))
 	add(err)
 	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
 	add(err)
@@ -127,7 +125,7 @@ func (t *telemetry) startProcess(ctx context.Context, name string, h nats.Header
 
 // decide asks the policy in a "limiter decide" span, a child of the first job's span linked to
 // the others', and records what the call cost and what it decided on every job's span.
-func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, tenant string, mode bucket.Mode, pjobs []policy.Job) policy.Decision {
+func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, tenant string, pjobs []policy.Job, q policy.Queue) policy.Decision {
 	parent := ctx
 	if len(jobs) > 0 {
 		parent = jobs[0].ctx
@@ -142,7 +140,7 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 	}
 	_, span := t.tracer.Start(parent, "limiter decide", append(opts, trace.WithSpanKind(trace.SpanKindClient))...)
 	defer span.End()
-	d := pol.Decide(ctx, tenant, mode, pjobs)
+	d := pol.Step(ctx, tenant, pjobs, q)
 	if d.Took > 0 {
 		t.latency.Record(ctx, d.Took.Seconds())
 	}
@@ -154,21 +152,21 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 		t.failEvents.Add(ctx, int64(len(jobs)), metric.WithAttributeSet(t.failMode))
 	}
 	if span.IsRecording() {
-		span.SetAttributes(AttrTenant.String(tenant), AttrMode.String(mode.String()), AttrLimit.String(d.Limit),
+		span.SetAttributes(AttrTenant.String(tenant), AttrLimit.String(d.Limit),
 			AttrReason.String(d.Reason), attribute.Int64("admitter.remaining", d.Remaining), attribute.Int("admitter.batch", len(jobs)))
 	}
 	for i := range jobs {
 		if s := jobs[i].span; s.IsRecording() {
 			v := d.Verdicts[i]
 			s.SetAttributes(AttrTenant.String(tenant), AttrWeight.Int64(pjobs[i].Weight), AttrLimit.String(d.Limit),
-				AttrAction.String(v.Action.String()), AttrWaitMs.Float64(float64(v.Wait)/float64(time.Millisecond)))
-			if v.Action == policy.ToLane || v.Action == policy.Wait {
+				AttrDecision.String(v.Fate.String()), AttrWaitMs.Float64(float64(v.Wait)/float64(time.Millisecond)))
+			if v.Fate.Waits() {
 				s.SetAttributes(AttrReason.String(d.Reason))
 			}
 			if d.Plan != nil {
 				s.SetAttributes(AttrPlan.String(d.Plan.Name))
 			}
-			if v.Action == policy.Dead {
+			if v.Fate == wire.FateDead {
 				s.SetAttributes(AttrError.String(string(v.Code)))
 			}
 		}
@@ -188,14 +186,17 @@ func (t *telemetry) injectSend(j *job, m *nats.Msg, stream string) {
 	span.End()
 }
 
-// conclude records a settled job's decision on its span and in the metrics.
-func (t *telemetry) conclude(j *job, decision string) {
+// conclude records a job's decision on its span and in the metrics: its fate, counted once per
+// job (a job that waited is counted delayed when first told to wait, then admitted when it
+// goes).
+func (t *telemetry) conclude(j *job, fate wire.Fate) {
+	decision := fate.String()
 	j.span.SetAttributes(AttrDecision.String(decision))
 	key := setKey{plan: j.plan, outcome: decision}
 	if t.tenantLabel {
 		key.tenant = j.tenant
 	}
-	if decision == wire.DecisionDelayed {
+	if fate == wire.FateDelayed {
 		key.reason = j.reason
 	}
 	t.mu.RLock()
@@ -216,10 +217,18 @@ func (t *telemetry) conclude(j *job, decision string) {
 	}
 	ctx := context.Background()
 	t.decisions.Add(ctx, 1, set)
-	if decision == wire.DecisionDelayed || decision == wire.DecisionShadowDelayed {
+	if fate == wire.FateDelayed || fate == wire.FateShadowDelayed {
 		t.waits.Record(ctx, j.verdict.Wait.Seconds(), set)
 	}
 }
+
+// settleError counts a removal of settled jobs that failed.
+func (t *telemetry) settleError(op string) {
+	t.settleErrs.Add(context.Background(), 1, metric.WithAttributes(attribute.String("op", op)))
+}
+
+// spanSeq is the messaging message id of a job: stream and sequence.
+func spanSeq(stream string, seq uint64) string { return stream + ":" + strconv.FormatUint(seq, 10) }
 
 // leasesExpired counts leases found ended unreleased.
 func (t *telemetry) leasesExpired(ctx context.Context, n int64) {

@@ -2,37 +2,9 @@ package bucket
 
 import (
 	"fmt"
+	"hash/fnv"
 	"time"
 )
-
-// Mode says which side of a tenant's queue asks Admit.
-type Mode uint8
-
-const (
-	// Ingest decides jobs as they arrive. While the tenant's lane is open (jobs of its wait in
-	// it), every job is sent to the lane behind them, so a tenant's jobs keep their order. When
-	// the lane is closed, jobs that fit now are admitted; the first that does not is sent to the
-	// lane and opens it, and so is every job after it in the batch.
-	Ingest Mode = iota
-	// Lane decides the head of the tenant's lane: admitted in order while they fit; the first
-	// that does not fits after Wait, and every later one waits for it.
-	Lane
-	// modeClose is CloseLane's, internal.
-	modeClose
-	// Hold is Ingest while the tenant is paused: every job is sent to the lane (which opens),
-	// none is admitted or charged.
-	Hold
-)
-
-func (m Mode) String() string {
-	switch m {
-	case Lane:
-		return "lane"
-	case Hold:
-		return "hold"
-	}
-	return "ingest"
-}
 
 // A Job is one queued job of a batch.
 type Job struct {
@@ -48,17 +20,17 @@ type JobOutcome uint8
 const (
 	// JobAdmitted: admitted now and charged.
 	JobAdmitted JobOutcome = iota
-	// JobRedeemed: admitted by a call less than Options.Redeem ago; charged nothing now.
+	// JobRedeemed: admitted by a call less than Options.Redeem ago; charged nothing now (but
+	// for a late redeem, see Batch).
 	JobRedeemed
-	// JobToLane (Ingest): send it to the tenant's lane; it is decided there, in order.
-	JobToLane
-	// JobToLaneBefore (Ingest): sent to the lane by a call less than Options.Redeem ago.
-	JobToLaneBefore
-	// JobNotYet (Lane): it does not fit yet; it or a job ahead of it fits after Wait.
+	// JobNotYet: it does not fit yet; it or a job ahead of it fits after Wait.
 	JobNotYet
+	// JobStored: its forward was seen stored downstream before (Batch.Stored): remove it from
+	// the queue, do not forward it again.
+	JobStored
 )
 
-var jobOutcomeNames = [...]string{"admitted", "redeemed", "to-lane", "to-lane-before", "not-yet"}
+var jobOutcomeNames = [...]string{"admitted", "redeemed", "not-yet", "stored"}
 
 func (o JobOutcome) String() string {
 	if int(o) < len(jobOutcomeNames) {
@@ -70,16 +42,36 @@ func (o JobOutcome) String() string {
 // Admitted reports whether the job may be forwarded now.
 func (o JobOutcome) Admitted() bool { return o <= JobRedeemed }
 
-// A Batch asks Admit about some of one tenant's queued jobs, in their order.
+// A Batch asks Admit about the head of one tenant's queue: its jobs in the input, in order.
+// One replica at a time decides a tenant's queue, its Owner: it holds the queue for
+// Options.Hold from each call, and while it does another owner's call admits nothing
+// (BatchResult.Handover), so that forwards one replica decided and has not yet seen stored
+// cannot land beside forwards another decides meanwhile.
 type Batch struct {
 	// Tenant names the bucket set; non-empty, without '{' or '}'.
 	Tenant string
 	// Plan is the tenant's plan.
 	Plan *Plan
-	// Mode says which side asks.
-	Mode Mode
-	// Jobs in queue order; at most MaxBatch.
+	// Jobs in queue order; at most MaxBatch (none: only Stored and the late charge).
 	Jobs []Job
+	// Owner names the replica asking (OwnerID of its name; non-zero).
+	Owner int64
+	// Stored is the highest input sequence of the tenant whose forward the owner saw stored
+	// downstream (0: nothing to say): jobs at or below the highest ever given are JobStored. Keep
+	// is how long the state must remember it (the removal of those jobs from the input is not
+	// confirmed yet); zero: as long as the state lasts anyway.
+	Stored int64
+	Keep   time.Duration
+	// LateWeight is the weight of the owner's forwards stored Late or more after their decision
+	// (Options.Late): they reached downstream beside what the limits gave meanwhile, so the
+	// limits take it again (a bucket min(weight, late / interval) tokens, a window or quota the
+	// weight) before anything else is decided. A job redeemed Options.Late or more after its
+	// admission (the answer of the call that admitted it was lost) is charged the same way.
+	LateWeight int64
+	Late       time.Duration
+	// Release gives the owner's hold on the queue up after the call (it no longer owns the
+	// tenant: another replica may take the queue at once).
+	Release bool
 }
 
 // MaxBatch bounds the jobs of one Admit call.
@@ -88,49 +80,41 @@ const MaxBatch = 512
 // maxJobID bounds job ids: exact in the scripts' Lua numbers.
 const maxJobID = 1<<53 - 1
 
+// OwnerID is the number naming a replica in Batch.Owner: a 52-bit hash of its name, never 0.
+func OwnerID(replica string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(replica))
+	return int64(h.Sum64()>>12) | 1
+}
+
 // BatchResult is Admit's answer.
 type BatchResult struct {
 	// Outcomes holds one outcome per job of the batch, in order.
 	Outcomes []JobOutcome
-	// Wait is, for the first job not admitted that this call decided (not one answered as
-	// before), how long until its weight fits every limit (for a job sent to the lane: a hint for
-	// the lane); zero when there is none. Microsecond resolution.
+	// Wait is, for the first job not admitted, how long until its weight fits every limit (or,
+	// Handover, until the other owner's hold ends); zero when every job was admitted.
+	// Microsecond resolution.
 	Wait time.Duration
 	// Limit names the limit that sets Wait; when every job was admitted, the limit holding the
-	// fewest tokens. Its name, or its index when unnamed.
+	// fewest tokens. Its name, or its index when unnamed; empty for a Handover.
 	Limit string
-	// LimitIndex is Limit's index in the plan; -1 when Fenced.
+	// LimitIndex is Limit's index in the plan; -1 for a Handover.
 	LimitIndex int
-	// Fenced: jobs were not admitted because a fence of the tenant stands (see Memory.Fence):
-	// forwards decided before are not yet confirmed stored. Wait is then until the last fence
-	// ends (it is usually lowered sooner), and Limit is empty.
-	Fenced bool
+	// Handover: another owner holds the tenant's queue (see Batch): nothing was admitted; Wait
+	// is until its hold ends (it usually ends sooner: the holder's next call, or its last).
+	Handover bool
 	// Remaining is the whole weight the plan lets through now: the minimum over its limits.
 	Remaining int64
-	// LaneOpen reports whether the tenant's lane is open after the call.
-	LaneOpen bool
 	// LeasesExpired counts the tenant's leases (see KindConcurrency) that this call found ended
 	// without being released, and dropped.
 	LeasesExpired int64
 	// ShadowWaits is set when the plan is in shadow mode (Plan.Shadow): one wait per job, how
-	// long the plan would have delayed it (zero: it fitted at once, or it was not decided: sent
-	// to the lane). Every job Ingest or Lane decides is then admitted, and the plan is charged
-	// on the tenant's shadow state, apart from the state enforced plans use: each job takes
-	// the slot it would have waited for, so the waits are those of the queue the plan would
-	// have made. A wait of Options.Horizon or more is given as Options.Horizon. Remaining and
-	// Limit are the shadow state's.
+	// long the plan would have delayed it (zero: it fitted at once). Every job not stored is
+	// then admitted, and the plan is charged on the tenant's shadow state, apart from the state
+	// enforced plans use: each job takes the slot it would have waited for, so the waits are
+	// those of the queue the plan would have made. A wait of Options.Horizon or more is given
+	// as Options.Horizon. Remaining and Limit are the shadow state's. No owner holds the queue.
 	ShadowWaits []time.Duration
-}
-
-// modeShadow is added to Ingest and Lane for a plan in shadow mode (lua/admit.lua modes 4, 5).
-const modeShadow = 4
-
-// scriptMode is the mode the scripts run for mode under plan p.
-func scriptMode(p *Plan, mode Mode) int64 {
-	if p.Shadow && (mode == Ingest || mode == Lane) {
-		return int64(mode) + modeShadow
-	}
-	return int64(mode)
 }
 
 // check validates a batch before any state is touched.
@@ -141,8 +125,11 @@ func (b *Batch) check() error {
 	if err := checkTenant(b.Tenant); err != nil {
 		return err
 	}
-	if b.Mode != Ingest && b.Mode != Lane && b.Mode != Hold {
-		return fmt.Errorf("bucket: batch mode %d, want Ingest, Lane or Hold", b.Mode)
+	if b.Owner == 0 && !b.Plan.Shadow {
+		return fmt.Errorf("bucket: tenant %q: a batch without an owner (see OwnerID)", b.Tenant)
+	}
+	if b.Stored < 0 || b.Stored > maxJobID || b.LateWeight < 0 || b.Late < 0 || b.Keep < 0 {
+		return fmt.Errorf("bucket: tenant %q: stored %d, late weight %d, late %v, keep %v: want none negative", b.Tenant, b.Stored, b.LateWeight, b.Late, b.Keep)
 	}
 	if len(b.Jobs) > MaxBatch {
 		return fmt.Errorf("bucket: batch of %d jobs, at most %d", len(b.Jobs), MaxBatch)
@@ -162,7 +149,7 @@ func (b *Batch) check() error {
 }
 
 // batchResult builds a BatchResult from the integers both backends compute.
-func (p *Plan) batchResult(wait, limit, remaining, open, expired int64, outcomes, shadow []int64) (BatchResult, error) {
+func (p *Plan) batchResult(wait, limit, remaining, expired int64, outcomes, shadow []int64) (BatchResult, error) {
 	if limit < -1 || limit >= int64(len(p.Limits)) {
 		return BatchResult{}, fmt.Errorf("bucket: unexpected binding limit %d", limit)
 	}
@@ -171,8 +158,7 @@ func (p *Plan) batchResult(wait, limit, remaining, open, expired int64, outcomes
 		Wait:       time.Duration(wait) * time.Microsecond,
 		LimitIndex: int(limit),
 		Remaining:  remaining,
-		LaneOpen:   open == 1,
-		Fenced:     limit == -1,
+		Handover:   limit == -1,
 
 		LeasesExpired: expired,
 	}
@@ -180,7 +166,7 @@ func (p *Plan) batchResult(wait, limit, remaining, open, expired int64, outcomes
 		res.Limit = p.labels[limit]
 	}
 	for i, o := range outcomes {
-		if o < 0 || o > int64(JobNotYet) {
+		if o < 0 || o > int64(JobStored) {
 			return BatchResult{}, fmt.Errorf("bucket: unexpected job outcome %d", o)
 		}
 		res.Outcomes[i] = JobOutcome(o)

@@ -62,7 +62,7 @@ func benchLeases(b *testing.B, l interface {
 }, release bool) {
 	p := mustPlan(b, "c", conc("running", 100, time.Minute), lim("burst", 1_000_000, time.Microsecond))
 	benchParallel(b, "lease", "jobs/s", func(ctx context.Context, n int64, tenant string) error {
-		if _, err := l.Admit(ctx, Batch{Tenant: tenant, Plan: p, Mode: Lane, Jobs: []Job{{ID: n, Weight: 1}}}); err != nil || !release {
+		if _, err := l.Admit(ctx, Batch{Tenant: tenant, Plan: p, Owner: 1, Jobs: []Job{{ID: n, Weight: 1}}}); err != nil || !release {
 			return err
 		}
 		_, err := l.Release(ctx, LeaseRequest{Tenant: tenant, Plan: p, Lease: n, Cost: NoCost})

@@ -40,12 +40,12 @@ type admitCall struct {
 func (c *admitCall) replyLen() int { return c.size }
 
 // admitReplyLen is the length of admit.lua's reply for k jobs: wait, binding limit, remaining,
-// lane open, leases expired, one outcome per job, and for a shadow plan one wait per job.
+// leases expired, one outcome per job, and for a shadow plan one wait per job.
 func admitReplyLen(k int, shadow bool) int {
 	if shadow {
-		return 8 * (5 + 2*k)
+		return 8 * (4 + 2*k)
 	}
-	return 8 * (5 + k)
+	return 8 * (4 + k)
 }
 
 // decideReplyLen is the length of decide.lua's reply.

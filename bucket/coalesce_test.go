@@ -39,7 +39,7 @@ func scriptCalls(t *testing.T) int64 {
 // without a key, shadow plans included.
 func TestRedisCoalescesTenants(t *testing.T) {
 	c := newClock()
-	opts := Options{Redeem: 700 * ms, LaneSettle: 2 * time.Second, Horizon: time.Second}
+	opts := Options{Redeem: 700 * ms, Horizon: time.Second}
 	red := NewRedis(redisClient(t), "", opts)
 	red.pin(c.Now)
 	mem := NewMemory(opts, c.Now)
@@ -54,7 +54,7 @@ func TestRedisCoalescesTenants(t *testing.T) {
 		names[i] = uniqueTenant("co")
 	}
 	batch := func(i, round int) Batch {
-		b := Batch{Tenant: names[i], Plan: plans[i%len(plans)], Mode: []Mode{Ingest, Ingest, Lane}[round%3]}
+		b := Batch{Tenant: names[i], Plan: plans[i%len(plans)], Owner: OwnerID(fmt.Sprint("replica", round%2))}
 		for j := range 1 + (i+round)%4 {
 			b.Jobs = append(b.Jobs, Job{ID: int64(round*10 + j + 1), Weight: 1})
 		}
@@ -104,10 +104,10 @@ func TestRedisCoalescedErrorStaysWithItsBatch(t *testing.T) {
 	r.pin(c.Now)
 	q := mustPlan(t, "q", quota("q", 5, Minute, nil))
 	now := c.Now().UnixMicro()
-	bad := packInts(nil, now, 1, r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
+	bad := packInts(nil, now, 0, r.redeem, r.late, r.horizon, 1, r.hold, 0, 0, 0, 0, 1, 1, r.pad, 0, 1, 1)
 	bad = append(append(bad, q.packed...), newCalendar(&q.Limits[0], now+10*60e6-calMargin, now+10*60e6+calMargin).packed...)
 	p := mustPlan(t, "p", lim("", 2, 100*ms))
-	good := packInts(nil, now, int64(Ingest), r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
+	good := packInts(nil, now, 0, r.redeem, r.late, r.horizon, 1, r.hold, 0, 0, 0, 0, 1, 1, r.pad, 0, 1, 1)
 	good = append(good, p.packed...)
 	calls := []*admitCall{
 		{keys: []string{r.stateKey(uniqueTenant("bad"))}, jobs: 1, size: admitReplyLen(1, false), arg: func() string { return string(bad) }, done: make(chan struct{})},
@@ -117,11 +117,11 @@ func TestRedisCoalescedErrorStaysWithItsBatch(t *testing.T) {
 	if calls[0].err == nil || !strings.Contains(calls[0].err.Error(), "quota calendar") {
 		t.Errorf("the bad batch: error %v, want the calendar refused", calls[0].err)
 	}
-	if calls[1].err != nil || len(calls[1].reply) != 8*6 {
+	if calls[1].err != nil || len(calls[1].reply) != 8*5 {
 		t.Fatalf("the good batch: %v, reply of %d bytes", calls[1].err, len(calls[1].reply))
 	}
-	vals := make([]int64, 6)
-	if err := unpackInts(calls[1].reply, vals); err != nil || vals[5] != int64(JobAdmitted) {
+	vals := make([]int64, 5)
+	if err := unpackInts(calls[1].reply, vals); err != nil || vals[4] != int64(JobAdmitted) {
 		t.Errorf("the good batch: %v %v, want its job admitted", vals, err)
 	}
 }
@@ -153,11 +153,11 @@ func TestRedisWithoutFunctions(t *testing.T) {
 	r.born.off = true
 	p := mustPlan(t, "p", lim("", 2, time.Second))
 	tenant := uniqueTenant("nofn")
-	res, err := r.Admit(ctx, Batch{Tenant: tenant, Plan: p, Jobs: []Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}, {ID: 3, Weight: 1}}})
+	res, err := r.Admit(ctx, Batch{Tenant: tenant, Plan: p, Owner: 1, Jobs: []Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}, {ID: 3, Weight: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(res.Outcomes) != "[admitted admitted to-lane]" || !r.noFunctions.Load() {
+	if fmt.Sprint(res.Outcomes) != "[admitted admitted not-yet]" || !r.noFunctions.Load() {
 		t.Errorf("outcomes %v, scripts in use %v; want two admitted, one to the lane, through scripts", res.Outcomes, r.noFunctions.Load())
 	}
 	if d, err := r.Decide(ctx, Request{Tenant: tenant, Plan: p, Weight: 1}); err != nil || d.Allowed {

@@ -94,9 +94,14 @@ type Options struct {
 	// admitted by a replica that died before forwarding it is therefore paid for twice rather
 	// than forwarded in a burst after the slot it was given has passed.
 	Redeem time.Duration
-	// LaneSettle bounds how long after a job was moved to a tenant's lane its arrival there is
-	// waited for before the lane may be closed anyway (default 30 seconds; see Redis.CloseLane).
-	LaneSettle time.Duration
+	// Late is how late a forward may reach downstream after its admission before its tenant is
+	// charged again for it (default 100 ms): Batch.LateWeight, and a job redeemed that late.
+	// The usual store round trip under load stays well below it; what is stored less late
+	// than this is not charged, so downstream may see up to r × Late beside C + r·t.
+	Late time.Duration
+	// Hold is how long an owner holds a tenant's queue after each of its calls (default 3
+	// seconds; see Batch): a replica that stalls or dies holds it that long at most.
+	Hold time.Duration
 	// Born, for the in-process backend, is when what it would have known began to be lost: a
 	// limit it holds no state for is taken to have been empty then and to have refilled since,
 	// so that a restarted process does not admit a full capacity at once (see Memory.Forgot).
@@ -104,6 +109,9 @@ type Options struct {
 	// (see born.go).
 	Born time.Time
 }
+
+// DefaultLate is Options.Late's default.
+const DefaultLate = 100 * time.Millisecond
 
 // withDefaults fills the zero fields.
 func (o Options) withDefaults() Options {
@@ -119,8 +127,11 @@ func (o Options) withDefaults() Options {
 	if o.Redeem <= 0 {
 		o.Redeem = 2 * time.Second
 	}
-	if o.LaneSettle <= 0 {
-		o.LaneSettle = 30 * time.Second
+	if o.Late <= 0 {
+		o.Late = DefaultLate
+	}
+	if o.Hold <= 0 {
+		o.Hold = 3 * time.Second
 	}
 	return o
 }

@@ -106,9 +106,10 @@ func shadowOf(p *Plan) *Plan {
 	return &q
 }
 
-// TestDifferentialAdmit feeds the same random mix of Admit (ingest and lane), CloseLane and
-// Decide calls to both backends, with clock steps around the redeem window, and requires
-// identical answers and identical state.
+// TestDifferentialAdmit feeds the same random mix of Admit (two owners taking turns, jobs seen
+// stored, late charges, calls without jobs), lease and Decide calls to both backends, with clock
+// steps around the redeem window and the owner's hold, and requires identical answers and
+// identical state.
 func TestDifferentialAdmit(t *testing.T) {
 	plans := differentialPlans(t)
 	seen := map[JobOutcome]int{}
@@ -117,7 +118,7 @@ func TestDifferentialAdmit(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			c := newClock()
-			opts := Options{Horizon: 2 * time.Second, SlotGrace: 500 * ms, MarkerTTL: 3 * time.Second, Redeem: 700 * ms, LaneSettle: 2 * time.Second}
+			opts := Options{Horizon: 2 * time.Second, SlotGrace: 500 * ms, MarkerTTL: 3 * time.Second, Redeem: 700 * ms, Hold: 1500 * ms}
 			mem := NewMemory(opts, c.Now)
 			red := NewRedis(redisClient(t), "", opts)
 			red.pin(c.Now)
@@ -149,9 +150,18 @@ func TestDifferentialAdmit(t *testing.T) {
 				}
 				var want, got string
 				switch op := rng.IntN(10); {
-				case op < 7:
-					b := Batch{Tenant: tenants[ti], Plan: p, Mode: []Mode{Ingest, Lane, Hold}[rng.IntN(3)]}
-					for range 1 + rng.IntN(6) {
+				case op < 8:
+					b := Batch{Tenant: tenants[ti], Plan: p, Owner: 1 + rng.Int64N(2)}
+					if rng.IntN(5) == 0 {
+						b.Stored = max(0, next[ti]-1-rng.Int64N(4))
+						if rng.IntN(2) == 0 {
+							b.Keep = time.Duration(rng.IntN(5)) * time.Second
+						}
+					}
+					if rng.IntN(6) == 0 {
+						b.LateWeight, b.Late = 1+rng.Int64N(3), time.Duration(rng.IntN(400_000))*time.Microsecond
+					}
+					for range rng.IntN(7) {
 						id := next[ti]
 						if rng.IntN(4) == 0 && id > 5 {
 							id -= 1 + rng.Int64N(5) // asked again: redeemed or charged anew
@@ -172,7 +182,7 @@ func TestDifferentialAdmit(t *testing.T) {
 						}
 					}
 					expired += r.LeasesExpired
-					want, got = fmt.Sprintf("%v %+v", b.Mode, a), fmt.Sprintf("%v %+v", b.Mode, r)
+					want, got = fmt.Sprintf("%+v %+v", b, a), fmt.Sprintf("%+v %+v", b, r)
 				case op < 9 && p.Leases():
 					id := max(1, next[ti]-1-rng.Int64N(6))
 					if a := admitted[ti]; len(a) > 0 && rng.IntN(4) > 0 { // mostly a job that holds a lease
@@ -199,14 +209,6 @@ func TestDifferentialAdmit(t *testing.T) {
 						leases++
 					}
 					want, got = fmt.Sprintf("lease %+v", a), fmt.Sprintf("lease %+v", r)
-				case op < 9:
-					through := next[ti] - 1 - rng.Int64N(3)
-					a, err1 := mem.CloseLane(ctx, tenants[ti], p, through)
-					r, err2 := red.CloseLane(ctx, tenants[ti], p, through)
-					if err1 != nil || err2 != nil {
-						t.Fatalf("step %d: errors memory=%v redis=%v", step, err1, err2)
-					}
-					want, got = fmt.Sprint("close ", a), fmt.Sprint("close ", r)
 				default:
 					req := Request{Tenant: tenants[ti], Plan: p, Weight: 1 + rng.Int64N(p.MaxWeight()), JobID: fmt.Sprint("r-", rng.IntN(5))}
 					a, err1 := mem.Decide(ctx, req)
@@ -236,7 +238,7 @@ func TestDifferentialAdmit(t *testing.T) {
 			}
 		})
 	}
-	for o := JobAdmitted; o <= JobNotYet; o++ {
+	for o := JobAdmitted; o <= JobStored; o++ {
 		if seen[o] == 0 {
 			t.Errorf("outcome %v never occurred: %v", o, seen)
 		}

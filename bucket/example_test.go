@@ -27,7 +27,7 @@ func Example_limitKinds() {
 			for j := id; j <= 30; j++ {
 				jobs = append(jobs, bucket.Job{ID: j, Weight: 1})
 			}
-			res, err := m.Admit(context.Background(), bucket.Batch{Tenant: "t", Plan: plan, Mode: bucket.Lane, Jobs: jobs})
+			res, err := m.Admit(context.Background(), bucket.Batch{Tenant: "t", Plan: plan, Owner: 1, Jobs: jobs})
 			if err != nil {
 				panic(err)
 			}

@@ -18,13 +18,12 @@ type Snapshot struct {
 	Reservations int
 	// LatestSlot is the latest slot booked, zero when there is none.
 	LatestSlot time.Time
-	// LaneOpen reports whether the tenant's lane is open: jobs of its wait there, in order, and
-	// its new jobs join them.
-	LaneOpen bool
-	// FencedUntil is when the last fence of the tenant ends (see Memory.Fence), zero when none
-	// stands: forwards decided before are not yet stored, and no job of the tenant is admitted
-	// until they are (usually well before then).
-	FencedUntil time.Time
+	// HeldUntil is until when the replica deciding the tenant's queue holds it (see Batch):
+	// another replica admits none of its jobs before. Zero when none holds it.
+	HeldUntil time.Time
+	// Stored is the highest input sequence of the tenant whose forward was seen stored
+	// downstream and may still be in the input (see Batch.Stored); 0 when none.
+	Stored int64
 }
 
 // LimitState is one limit's state in a Snapshot.
@@ -114,9 +113,8 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 		}
 	}
 	snap := plan.snapshot(now, sh.load(ls, plan, now, m.born()))
-	snap.LaneOpen = st != nil && st.enq > st.done
-	if end := sh.fenceEnd(tenant, now); end > 0 {
-		snap.FencedUntil = time.UnixMicro(end)
+	if st != nil {
+		snap.setQueue(st.ownerUntil, st.stored)
 	}
 	if ls != nil {
 		snap.addBooked(ls.booked, now, m.opts.SlotGrace.Microseconds())
@@ -132,9 +130,9 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err := r.refreshBorn(ctx); err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	key := r.keys(tenant, fenceSuffix)
+	key := r.keys(tenant)
 	if plan.Shadow {
-		key = r.keys(tenant, fenceSuffix, shadowSuffix)
+		key = r.keys(tenant, shadowSuffix)
 	}
 	reply, err := r.run(ctx, r.inspect, func() (keys, args []string) {
 		arg := append(packInts(nil, r.now(), r.born.at.Load(), int64(len(plan.Limits))), plan.packed...)
@@ -144,34 +142,40 @@ func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapsho
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	now, open, ws, booked, fence, err := decodeInspect(plan, reply)
+	now, held, stored, ws, booked, err := decodeInspect(plan, reply)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
 	snap := plan.snapshot(now, ws)
-	snap.LaneOpen = open
-	if fence > 0 {
-		snap.FencedUntil = time.UnixMicro(fence)
-	}
+	snap.setQueue(held, stored)
 	snap.addBooked(booked, now, r.grace)
 	return snap, nil
 }
 
-// decodeInspect reads inspect.lua's reply: the server's time, whether the lane is open, every
-// limit's state, the slots booked and not yet claimed, and when the last fence ends (0: none).
-func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, booked []entry, fence int64, err error) {
+// setQueue sets what the snapshot says of the tenant's queue: its owner's hold ends at held
+// (µs, zero or past: none) and stored.
+func (s *Snapshot) setQueue(held, stored int64) {
+	if held > s.At.UnixMicro() {
+		s.HeldUntil = time.UnixMicro(held)
+	}
+	s.Stored = stored
+}
+
+// decodeInspect reads inspect.lua's reply: the server's time, until when the queue's owner
+// holds it, stored, every limit's state, and the slots booked and not yet claimed.
+func decodeInspect(p *Plan, reply []byte) (now, held, stored int64, ws []work, booked []entry, err error) {
 	vals := make([]int64, len(reply)/8)
 	if len(reply)%8 != 0 || len(vals) < 4 {
-		return 0, false, nil, nil, 0, fmt.Errorf("inspect reply of %d bytes", len(reply))
+		return 0, 0, 0, nil, nil, fmt.Errorf("inspect reply of %d bytes", len(reply))
 	}
 	if err := unpackInts(reply, vals); err != nil {
-		return 0, false, nil, nil, 0, err
+		return 0, 0, 0, nil, nil, err
 	}
-	now, open, vals = vals[0], vals[1] == 1, vals[4:]
+	now, held, stored, vals = vals[0], vals[1], vals[2], vals[4:]
 	ws = make([]work, len(p.specs))
 	for i := range p.specs {
 		if len(vals) == 0 {
-			return 0, false, nil, nil, 0, fmt.Errorf("inspect reply too short at limit %d", i)
+			return 0, 0, 0, nil, nil, fmt.Errorf("inspect reply too short at limit %d", i)
 		}
 		if p.specs[i].kind == KindBucket {
 			ws[i].tat, vals = vals[0], vals[1:]
@@ -179,18 +183,18 @@ func decodeInspect(p *Plan, reply []byte) (now int64, open bool, ws []work, book
 		}
 		k := vals[0]
 		if k < 0 || int64(len(vals)) < 1+2*k {
-			return 0, false, nil, nil, 0, fmt.Errorf("inspect reply: limit %d has %d entries in %d values", i, k, len(vals)-1)
+			return 0, 0, 0, nil, nil, fmt.Errorf("inspect reply: limit %d has %d entries in %d values", i, k, len(vals)-1)
 		}
 		for j := int64(0); j < k; j++ {
 			ws[i].log = append(ws[i].log, entry{vals[1+2*j], vals[2+2*j]})
 		}
 		vals = vals[1+2*k:]
 	}
-	if len(vals) == 0 || vals[0] < 0 || int64(len(vals)) != 2+2*vals[0] {
-		return 0, false, nil, nil, 0, fmt.Errorf("inspect reply: %d values where the booked slots should be", len(vals))
+	if len(vals) == 0 || vals[0] < 0 || int64(len(vals)) != 1+2*vals[0] {
+		return 0, 0, 0, nil, nil, fmt.Errorf("inspect reply: %d values where the booked slots should be", len(vals))
 	}
 	for j := int64(0); j < vals[0]; j++ {
 		booked = append(booked, entry{vals[1+2*j], vals[2+2*j]})
 	}
-	return now, open, ws, booked, vals[len(vals)-1], nil
+	return now, held, stored, ws, booked, nil
 }

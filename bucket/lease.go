@@ -68,13 +68,7 @@ func LeaseKey(jobID string) int64 {
 const (
 	leaseRelease = 0
 	leaseRenew   = 1
-	leaseCharge  = 2 // a late store: Lease is how late (µs), Cost the weight
 )
-
-// chargeRequest is Charge's request in a LeaseRequest's clothes, as lua/lease.lua takes it.
-func chargeRequest(tenant string, plan *Plan, weight int64, late time.Duration) LeaseRequest {
-	return LeaseRequest{Tenant: tenant, Plan: plan, Lease: max(late.Microseconds(), 1), Cost: weight}
-}
 
 // check validates a lease request before any state is touched.
 func (l *LeaseRequest) check(mode int) error {
@@ -89,9 +83,6 @@ func (l *LeaseRequest) check(mode int) error {
 	}
 	if mode == leaseRenew && l.Cost != NoCost && l.Cost != 0 {
 		return fmt.Errorf("bucket: a renewal carries no cost, got %d", l.Cost)
-	}
-	if mode == leaseCharge && (l.Cost < 1 || l.Cost > MaxCost) {
-		return fmt.Errorf("%w: weight %d stored late, want 1 to 2^40", ErrInvalidCost, l.Cost)
 	}
 	if mode == leaseRelease && (l.Cost < NoCost || l.Cost > MaxCost) {
 		return fmt.Errorf("%w: cost %d, want 0 to 2^40", ErrInvalidCost, l.Cost)
@@ -108,26 +99,6 @@ func (m *Memory) Release(_ context.Context, req LeaseRequest) (LeaseResult, erro
 func (m *Memory) Renew(_ context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
 	return m.lease(req, leaseRenew)
-}
-
-// Charge takes weight again from tenant's limits, but its concurrency ones, for jobs admitted
-// earlier and stored downstream only `late` after (a forward NATS could store only once a node
-// answered again): a bucket takes back what it refilled meanwhile, min(weight, late × rate)
-// tokens, going into debt if need be; a window or a quota takes the weight. What the late jobs
-// add downstream is paid for by the decisions after them, so that pacing holds there.
-//
-// fence, when not empty, is the id of a fence (see Memory.Fence) the late jobs' decider raised:
-// it is lowered with the charge, so that nothing is admitted between them.
-func (m *Memory) Charge(ctx context.Context, tenant string, plan *Plan, weight int64, late time.Duration, fence string) error {
-	if fence != "" {
-		if err := checkFence(tenant, fence, time.Millisecond); err != nil {
-			return err
-		}
-	}
-	if _, err := m.lease(chargeRequest(tenant, plan, weight, late), leaseCharge); err != nil || fence == "" {
-		return err
-	}
-	return m.Unfence(ctx, tenant, fence)
 }
 
 func (m *Memory) lease(req LeaseRequest, mode int) (LeaseResult, error) {
@@ -152,14 +123,6 @@ func leaseResult(found, weight, expired, ends int64) LeaseResult {
 func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode int, o Options) (found, weight, expired, ends int64) {
 	p := req.Plan
 	ws := sh.load(st, p, now, born)
-	if mode == leaseCharge {
-		p.chargeLate(ws, now, req.Cost, req.Lease)
-		if st == nil {
-			st = &memState{}
-		}
-		sh.store(req.Tenant, st, p, ws, now, o)
-		return 1, req.Cost, sh.expired, 0
-	}
 	var taken int64
 	for i := range p.specs {
 		if p.specs[i].kind != KindConcurrency {
@@ -187,12 +150,9 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 	return 1, weight, sh.expired, ends
 }
 
-// chargeLate takes w again for jobs stored late µs after they were admitted, at now (see
-// lua/lease.lua, mode 2).
-//
-// Admit charges a job it redeems redeemLate µs or more after its admission the same way (the
-// answer of the call that admitted it was lost, and it is forwarded only now): lua/state.lua's
-// charge_late and LATE.
+// chargeLate takes w again for jobs that reached downstream late µs after their admission, at
+// now (lua/state.lua's charge_late): Batch.LateWeight, and a job redeemed Options.Late or more
+// after its admission.
 func (p *Plan) chargeLate(ws []work, now, w, late int64) {
 	for i := range p.specs {
 		sp := &p.specs[i]
@@ -204,9 +164,6 @@ func (p *Plan) chargeLate(ws []work, now, w, late int64) {
 		}
 	}
 }
-
-// redeemLate is lua/state.lua's LATE (µs).
-const redeemLate = 100_000
 
 // reconcile charges d more (d > 0) or gives -d back (d < 0) on every limit but the concurrency
 // ones, for a job taken at `taken`, at now (see lua/lease.lua).
@@ -242,29 +199,17 @@ func (p *Plan) reconcile(ws []work, now, taken, d int64) {
 // in one script call. A call that fails or times out may have run: asking again is harmless
 // (the lease is no longer held; nothing is charged twice).
 func (r *Redis) Release(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-	return r.leaseCall(ctx, req, leaseRelease, "")
+	return r.leaseCall(ctx, req, leaseRelease)
 }
 
 // Renew moves the end of the job's lease to Lease from now (the job still runs).
 func (r *Redis) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
-	return r.leaseCall(ctx, req, leaseRenew, "")
+	return r.leaseCall(ctx, req, leaseRenew)
 }
 
-// Charge takes weight again from tenant's limits for jobs stored late: see Memory.Charge. One
-// script call, which also lowers fence (when not empty).
-func (r *Redis) Charge(ctx context.Context, tenant string, plan *Plan, weight int64, late time.Duration, fence string) error {
-	if fence != "" {
-		if err := checkFence(tenant, fence, time.Millisecond); err != nil {
-			return err
-		}
-	}
-	_, err := r.leaseCall(ctx, chargeRequest(tenant, plan, weight, late), leaseCharge, fence)
-	return err
-}
-
-// leaseCall runs lua/lease.lua in mode; fence (a charge's, or "") is lowered in the same call.
-func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int, fence string) (LeaseResult, error) {
+// leaseCall runs lua/lease.lua in mode.
+func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
 	if err := req.check(mode); err != nil {
 		return LeaseResult{}, err
 	}
@@ -273,18 +218,11 @@ func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int, fence
 		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
 	}
 	key := r.keys(req.Tenant)
-	if fence != "" {
-		key = r.keys(req.Tenant, fenceSuffix)
-	}
 	reply, err := r.run(ctx, r.lease, func() (keys, args []string) {
-		arg := make([]byte, 0, 8*9+len(p.packed)+p.calendarsLen())
-		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, r.redeem, 2*r.settle, r.pad, r.born.at.Load(), int64(len(p.Limits)))
+		arg := make([]byte, 0, 8*8+len(p.packed)+p.calendarsLen())
+		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, r.redeem, r.pad, r.born.at.Load(), int64(len(p.Limits)))
 		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
-		args = []string{unsafe.String(&arg[0], len(arg))}
-		if fence != "" {
-			args = append(args, fence)
-		}
-		return key, args
+		return key, []string{unsafe.String(&arg[0], len(arg))}
 	})
 	if err != nil {
 		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)

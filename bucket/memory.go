@@ -28,22 +28,22 @@ type memShard struct {
 	tenants   map[string]*memState
 	jobs      map[jobKey]int64 // Decide's job keys: booked slot (> 0) or -(expiry) once admitted
 	nextSweep int64
-	work      []work                      // scratch, guarded by mu
-	shadow    []work                      // scratch for a shadow state, guarded by mu
-	expired   int64                       // leases the last load found ended unreleased, guarded by mu
-	fences    map[string]map[string]int64 // tenant → fence id → end (µs): see fence.go
+	work      []work // scratch, guarded by mu
+	shadow    []work // scratch for a shadow state, guarded by mu
+	expired   int64  // leases the last load found ended unreleased, guarded by mu
 }
 
 // memState mirrors a tenant's state in lua/state.lua.
 type memState struct {
-	enq, enqAt, done int64
-	marks            []mark // oldest first
-	limits           []memLimit
-	booked           []entry // Decide's slots booked and not yet claimed: see booked.go
-	expiry           int64   // µs; the state is gone (everything full, lane closed) from then on
+	stored, keep      int64  // see Batch.Stored; keep: until when (µs) stored must last
+	owner, ownerUntil int64  // see Batch.Owner
+	marks             []mark // oldest first
+	limits            []memLimit
+	booked            []entry // Decide's slots booked and not yet claimed: see booked.go
+	expiry            int64   // µs; the state is gone (everything full, nothing held) from then on
 }
 
-type mark struct{ job, at int64 } // at > 0 admitted at, < 0 sent to the lane at -at
+type mark struct{ job, at int64 } // admitted at
 
 // memLimit is one limit's stored state, by id and kind: a bucket's tat, a window's or quota's
 // log, a concurrency limit's leases.
@@ -174,11 +174,6 @@ func (m *Memory) born() int64 { return m.bornAt.Load() }
 
 // store writes the tenant's state back: write_state of lua/state.lua.
 func (sh *memShard) store(tenant string, st *memState, p *Plan, ws []work, now int64, o Options) {
-	sh.storeWith(tenant, st, p, ws, now, 2*o.LaneSettle.Microseconds(), o)
-}
-
-// storeWith is store with keepOpen the life (µs) an open lane gives the state.
-func (sh *memShard) storeWith(tenant string, st *memState, p *Plan, ws []work, now, keepOpen int64, o Options) {
 	cut := now - o.Redeem.Microseconds()
 	first := 0
 	for first < len(st.marks) && abs(st.marks[first].at) < cut {
@@ -192,8 +187,9 @@ func (sh *memShard) storeWith(tenant string, st *memState, p *Plan, ws []work, n
 	if len(st.marks) > 0 {
 		life = max(life, o.Redeem.Microseconds())
 	}
-	if st.enq > st.done {
-		life = max(life, keepOpen)
+	life = max(life, st.ownerUntil-now)
+	if st.stored > 0 {
+		life = max(life, st.keep-now)
 	}
 	st.booked = liveBooked(st.booked, now)
 	if len(st.booked) > 0 {
@@ -299,7 +295,7 @@ func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Option
 	return int64(Delayed), r, s - now, bind, sh.expired
 }
 
-// Admit decides a batch of one tenant's queued jobs at the backend's current time (see Batch).
+// Admit decides the head of one tenant's queue at the backend's current time (see Batch).
 func (m *Memory) Admit(_ context.Context, b Batch) (BatchResult, error) {
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
@@ -307,47 +303,38 @@ func (m *Memory) Admit(_ context.Context, b Batch) (BatchResult, error) {
 	sh, st, now := m.lock(b.Tenant)
 	defer sh.mu.Unlock()
 	outcomes := make([]int64, len(b.Jobs))
-	mode, through := scriptMode(b.Plan, b.Mode), int64(0)
 	var waits []int64
-	if mode >= modeShadow {
-		waits, through = make([]int64, len(b.Jobs)), m.opts.Horizon.Microseconds()
+	if b.Plan.Shadow {
+		waits = make([]int64, len(b.Jobs))
 	}
-	wait, bind, rem, open, expired := sh.admit(now, m.born(), st, &b, mode, through, outcomes, waits, m.opts)
-	return b.Plan.batchResult(wait, bind, rem, open, expired, outcomes, waits)
+	wait, bind, rem, expired := sh.admit(now, m.born(), st, &b, outcomes, waits, m.opts)
+	return b.Plan.batchResult(wait, bind, rem, expired, outcomes, waits)
 }
 
 // shadowKey is where the memory backend keeps a tenant's shadow state (Redis: its state key
 // and shadowSuffix); tenant names hold no NUL.
 func shadowKey(tenant string) string { return tenant + "\x00shadow" }
 
-// CloseLane is Redis.CloseLane for this backend.
-func (m *Memory) CloseLane(_ context.Context, tenant string, plan *Plan, through int64) (open bool, err error) {
-	b := Batch{Tenant: tenant, Plan: plan}
-	if err := b.check(); err != nil {
-		return false, err
-	}
-	sh, st, now := m.lock(tenant)
-	defer sh.mu.Unlock()
-	_, _, _, o, _ := sh.admit(now, m.born(), st, &b, int64(modeClose), through, nil, nil, m.opts)
-	return o == 1, nil
-}
-
 // admit mirrors lua/admit.lua step by step; the differential test holds them together.
-func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through int64, out, swait []int64, o Options) (wait, bind, rem, open, expired int64) {
+func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []int64, o Options) (wait, bind, rem, expired int64) {
 	p := b.Plan
 	ws := sh.load(st, p, now, born)
 	if st == nil {
 		st = &memState{}
 	}
-	redeem := o.Redeem.Microseconds()
+	redeem, late, horizon := o.Redeem.Microseconds(), o.Late.Microseconds(), o.Horizon.Microseconds()
 	wait = -1
-	isOpen := st.enq > st.done
-	changed := false
-	shadow, schanged := false, false
+	changed, schanged := false, false
+	if b.Stored > st.stored {
+		st.stored, changed = b.Stored, true
+	}
+	if b.Keep > 0 {
+		st.keep, changed = now+b.Keep.Microseconds(), true
+	}
+	shadow := p.Shadow
 	var sst *memState
 	var sws []work
-	if mode >= modeShadow {
-		shadow, mode = true, mode-modeShadow
+	if shadow {
 		sst = sh.tenants[shadowKey(b.Tenant)]
 		if sst != nil && sst.expiry <= now {
 			delete(sh.tenants, shadowKey(b.Tenant))
@@ -360,93 +347,62 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 			sst = &memState{}
 		}
 	}
-	var fenceEnd int64
-	if !shadow && (mode == int64(Ingest) || mode == int64(Lane)) {
-		fenceEnd = sh.fenceEnd(b.Tenant, now)
+	held := !shadow && st.owner != 0 && st.owner != b.Owner && st.ownerUntil > now
+	if !shadow && !held {
+		hold := o.Hold.Microseconds()
+		if b.Release {
+			hold = 0
+		}
+		st.owner, st.ownerUntil, changed = b.Owner, now+hold, true
+		if b.LateWeight > 0 {
+			p.chargeLate(ws, now, b.LateWeight, b.Late.Microseconds())
+		}
 	}
-	if mode == int64(modeClose) {
-		if isOpen && (st.enq <= through || now-st.enqAt > o.LaneSettle.Microseconds()) {
-			st.done = st.enq
-			isOpen, changed = false, true
-		}
-	} else {
-		moving := mode == int64(Hold)
-		if moving {
-			mode = int64(Ingest)
-		}
-		for i, j := range b.Jobs {
-			at, found := int64(0), false
-			for k := len(st.marks) - 1; k >= 0; k-- {
-				if st.marks[k].job == j.ID {
-					at, found = st.marks[k].at, true
-					break
-				}
+	for i, j := range b.Jobs {
+		switch {
+		case j.ID <= st.stored:
+			out[i] = int64(JobStored)
+		case held:
+			if wait < 0 {
+				wait, bind = st.ownerUntil-now, -1
 			}
-			if found && abs(at)+redeem < now {
+			out[i] = int64(JobNotYet)
+		case shadow:
+			out[i], swait[i] = int64(JobAdmitted), 0
+			if sat, ok := findMark(sst, j.ID); ok && sat+redeem >= now {
+				out[i], swait[i] = int64(JobRedeemed), max(sat-now, 0)
+				break
+			}
+			s, _ := p.slot(sws, now, j.Weight)
+			if s-now <= horizon {
+				p.take(sws, s, j.Weight, j.ID)
+				sst.marks = append(sst.marks, mark{j.ID, s})
+				schanged = true
+			}
+			swait[i] = min(s-now, horizon)
+		default:
+			at, found := findMark(st, j.ID)
+			if found && (at <= 0 || at+redeem < now) {
 				found = false
 			}
-			switch {
-			case found && at > 0:
+			if found && wait < 0 {
 				out[i] = int64(JobRedeemed)
-				if !shadow && now-at >= redeemLate {
+				if now-at >= late {
 					p.chargeLate(ws, now, j.Weight, now-at)
 					st.marks = append(st.marks, mark{j.ID, now})
-					changed = true
 				}
-			case mode == 0 && found && at < 0:
-				out[i], moving = int64(JobToLaneBefore), true
-			case mode == 0 && (isOpen || moving):
-				out[i] = int64(JobToLane)
-			case shadow:
-				out[i], swait[i] = int64(JobAdmitted), 0
-				sat, sfound := int64(0), false
-				for k := len(sst.marks) - 1; k >= 0; k-- {
-					if sst.marks[k].job == j.ID {
-						sat, sfound = sst.marks[k].at, true
-						break
-					}
-				}
-				if sfound && sat+redeem >= now {
-					out[i], swait[i] = int64(JobRedeemed), max(sat-now, 0)
-					break
-				}
-				s, _ := p.slot(sws, now, j.Weight)
-				if s-now <= through {
-					p.take(sws, s, j.Weight, j.ID)
-					sst.marks = append(sst.marks, mark{j.ID, s})
-					schanged = true
-				}
-				swait[i] = min(s-now, through)
-			case fenceEnd > 0:
-				if wait < 0 {
-					wait, bind = fenceEnd-now, -1
-				}
-				if mode == 0 {
-					out[i], moving = int64(JobToLane), true
-				} else {
-					out[i] = int64(JobNotYet)
-				}
-			default:
-				s, bi := p.slot(ws, now, j.Weight)
-				if s == now && wait < 0 {
-					p.take(ws, now, j.Weight, j.ID)
-					st.marks = append(st.marks, mark{j.ID, now})
-					out[i], changed = int64(JobAdmitted), true
-				} else {
-					if wait < 0 {
-						wait, bind = s-now, bi
-					}
-					if mode == 0 {
-						out[i], moving = int64(JobToLane), true
-					} else {
-						out[i] = int64(JobNotYet)
-					}
-				}
+				break
 			}
-			if out[i] == int64(JobToLane) {
-				st.marks = append(st.marks, mark{j.ID, -now})
-				st.enq = max(st.enq, j.ID)
-				st.enqAt, isOpen, changed = now, true, true
+			s, bi := p.slot(ws, now, j.Weight)
+			if s == now && wait < 0 {
+				p.take(ws, now, j.Weight, j.ID)
+				st.marks = append(st.marks, mark{j.ID, now})
+				out[i] = int64(JobAdmitted)
+			} else {
+				if wait < 0 {
+					wait, bind = s-now, bi
+				}
+				out[i] = int64(JobNotYet)
 			}
 		}
 	}
@@ -463,12 +419,19 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, mode, through
 		expired = sh.expired
 	}
 	if schanged {
-		sh.storeWith(shadowKey(b.Tenant), sst, p, sws, now, 0, o)
+		sh.store(shadowKey(b.Tenant), sst, p, sws, now, o)
 	}
-	if isOpen {
-		open = 1
+	return wait, bind, r, expired
+}
+
+// findMark is the latest recent decision of job in st (lua/state.lua find_mark).
+func findMark(st *memState, job int64) (at int64, ok bool) {
+	for k := len(st.marks) - 1; k >= 0; k-- {
+		if st.marks[k].job == job {
+			return st.marks[k].at, true
+		}
 	}
-	return wait, bind, r, open, expired
+	return 0, false
 }
 
 // sweep drops state that has logically expired, as Redis would by TTL. Reservations live until
@@ -482,16 +445,6 @@ func (sh *memShard) sweep(now, grace int64) {
 	for k, v := range sh.jobs {
 		if (v < 0 && -v <= now) || (v > 0 && v+grace <= now) {
 			delete(sh.jobs, k)
-		}
-	}
-	for tenant, f := range sh.fences {
-		for id, end := range f {
-			if end <= now {
-				delete(f, id)
-			}
-		}
-		if len(f) == 0 {
-			delete(sh.fences, tenant)
 		}
 	}
 }

@@ -29,16 +29,16 @@ type Redis struct {
 	admit   *script
 	inspect *script
 	lease   *script
-	fence   *script
 	prefix  string
 	grace   int64 // SlotGrace in µs, for Inspect
 	redeem  int64 // Redeem in µs
-	settle  int64 // LaneSettle in µs
+	late    int64 // Late in µs
+	hold    int64 // Hold in µs
 	pad     int64 // extra key life in ms (pinned clocks in tests)
 	horizon int64 // Horizon in µs
 	reach   int64 // how far ahead of now a take may be made (µs): the horizon, plus calMargin
 	// fixed is the part of the decide script's argument after the weight: horizon, grace,
-	// marker life, key pad, redeem and lane life, packed (see lua/decide.lua).
+	// marker life, key pad and redeem, packed (see lua/decide.lua).
 	fixed []byte
 	// clock pins the script's clock (tests only); nil reads the server's TIME.
 	clock func() time.Time
@@ -66,15 +66,15 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		admit:   newScript("admit", lua.Admit, false),
 		inspect: newScript("inspect", lua.Inspect, true),
 		lease:   newScript("lease", lua.Lease, false),
-		fence:   newScript("fence", lua.Fence, false),
 		prefix:  prefix,
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
-		settle:  opts.LaneSettle.Microseconds(),
+		late:    opts.Late.Microseconds(),
+		hold:    opts.Hold.Microseconds(),
 		horizon: opts.Horizon.Microseconds(),
 		reach:   opts.Horizon.Microseconds() + calMargin,
 		fixed: packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0,
-			opts.Redeem.Microseconds(), 2*opts.LaneSettle.Microseconds()),
+			opts.Redeem.Microseconds()),
 	}
 	r.admits = coalescer{exec: r.execAdmits, maxCalls: coalesceCalls, maxBatches: coalesceBatches, maxJobs: coalesceJobs}
 	r.decides = coalescer{exec: r.execDecides, maxCalls: coalesceCalls, maxBatches: coalesceBatches, maxJobs: coalesceJobs}
@@ -171,62 +171,55 @@ func (r *Redis) Admit(ctx context.Context, b Batch) (BatchResult, error) {
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
 	}
-	return r.admitCall(ctx, &b, scriptMode(b.Plan, b.Mode), 0)
-}
-
-// CloseLane closes the tenant's lane, now empty up to input sequence through, unless a job
-// after through was sent to it less than Options.LaneSettle ago (its move may be under way). It
-// reports whether the lane is still open.
-func (r *Redis) CloseLane(ctx context.Context, tenant string, plan *Plan, through int64) (open bool, err error) {
-	b := Batch{Tenant: tenant, Plan: plan}
-	if err := b.check(); err != nil {
-		return false, err
-	}
-	res, err := r.admitCall(ctx, &b, int64(modeClose), through)
-	return res.LaneOpen, err
-}
-
-func (r *Redis) admitCall(ctx context.Context, b *Batch, mode, through int64) (BatchResult, error) {
-	p := b.Plan
+	p := &b.Plan
 	if err := r.refreshBorn(ctx); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
-	c := &admitCall{jobs: len(b.Jobs), done: make(chan struct{})}
-	switch {
-	case mode >= modeShadow:
+	shadow := (*p).Shadow
+	c := &admitCall{jobs: len(b.Jobs), done: make(chan struct{}), shadow: shadow}
+	c.keys = r.keys(b.Tenant)
+	if shadow {
 		c.keys = r.keys(b.Tenant, shadowSuffix)
-		c.shadow, through = true, r.horizon
-	case mode == int64(Ingest) || mode == int64(Lane):
-		c.keys = r.keys(b.Tenant, fenceSuffix)
-	default:
-		c.keys = r.keys(b.Tenant)
 	}
-	c.size = admitReplyLen(len(b.Jobs), c.shadow)
+	c.size = admitReplyLen(len(b.Jobs), shadow)
+	hold := r.hold
+	if b.Release {
+		hold = 0
+	}
 	c.arg = func() string {
-		arg := make([]byte, 0, 8*(9+2*len(b.Jobs))+len(p.packed)+p.calendarsLen())
-		arg = packInts(arg, r.now(), mode, r.redeem, r.settle, through, int64(len(b.Jobs)), int64(len(p.Limits)), r.pad, r.born.at.Load())
+		plan := *p
+		arg := make([]byte, 0, 8*(15+2*len(b.Jobs))+len(plan.packed)+plan.calendarsLen())
+		arg = packInts(arg, r.now(), b2i(shadow), r.redeem, r.late, r.horizon, b.Owner, hold, b.Stored, b.Keep.Microseconds(),
+			b.LateWeight, b.Late.Microseconds(), int64(len(b.Jobs)), int64(len(plan.Limits)), r.pad, r.born.at.Load())
 		for _, j := range b.Jobs {
 			arg = packInts(arg, j.ID, j.Weight)
 		}
-		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
+		arg = plan.calendars(append(arg, plan.packed...), r.estimate(), r.reach)
 		return unsafe.String(&arg[0], len(arg))
 	}
 	if err := r.admits.do(ctx, c); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	k := len(b.Jobs)
-	vals := make([]int64, 5+k, 5+2*k)
-	if c.shadow {
-		vals = vals[:5+2*k]
+	vals := make([]int64, 4+k, 4+2*k)
+	if shadow {
+		vals = vals[:4+2*k]
 	}
 	if err := unpackInts(c.reply, vals); err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	var waits []int64
-	if c.shadow {
-		waits = vals[5+k:]
+	if shadow {
+		waits = vals[4+k:]
 	}
-	return p.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4], vals[5:5+k], waits)
+	return b.Plan.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:4+k], waits)
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // script is one of lua/'s scripts: a function of the library lua.Library (FCALL), or on a Redis
@@ -385,7 +378,7 @@ func (r *Redis) Prepare(ctx context.Context) error {
 }
 
 // scripts is every script the backend runs.
-func (r *Redis) scripts() []*script { return []*script{r.script, r.admit, r.inspect, r.lease, r.fence} }
+func (r *Redis) scripts() []*script { return []*script{r.script, r.admit, r.inspect, r.lease} }
 
 // loadScripts loads every script on every server, for EVALSHA on a Redis without functions.
 func (r *Redis) loadScripts(ctx context.Context) error {

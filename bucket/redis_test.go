@@ -96,11 +96,11 @@ func TestRedisIdleTenantMemory(t *testing.T) {
 		book  bool          // with a job id each: the ones that do not fit book a slot
 		max   int64
 	}{
-		{"bucket", mustPlan(t, "b", lim("burst", 20, time.Second)), 1, 0, false, 170},
-		{"two buckets", mustPlan(t, "gold", lim("burst", 20, time.Second), lim("daily", 100000, 864*ms)), 1, 0, false, 200},
-		{"window", mustPlan(t, "w", win("hourly", 1000, time.Hour)), 1, 0, false, 170},
-		{"quota", mustPlan(t, "q", quota("monthly", 100000, Month, nil)), 1, 0, false, 170},
-		{"bucket+window+quota", mustPlan(t, "mixed", lim("burst", 20, 100*ms), win("hourly", 1000, time.Hour), quota("monthly", 100000, Month, nil)), 1, 0, false, 240},
+		{"bucket", mustPlan(t, "b", lim("burst", 20, time.Second)), 1, 0, false, 190},
+		{"two buckets", mustPlan(t, "gold", lim("burst", 20, time.Second), lim("daily", 100000, 864*ms)), 1, 0, false, 240},
+		{"window", mustPlan(t, "w", win("hourly", 1000, time.Hour)), 1, 0, false, 190},
+		{"quota", mustPlan(t, "q", quota("monthly", 100000, Month, nil)), 1, 0, false, 190},
+		{"bucket+window+quota", mustPlan(t, "mixed", lim("burst", 20, 100*ms), win("hourly", 1000, time.Hour), quota("monthly", 100000, Month, nil)), 1, 0, false, 270},
 		// The most a window stores: an exact one at its limit of distinct instants, an
 		// approximate one with every sub-window in use.
 		{"exact window, 64 takes", mustPlan(t, "w64", win("w", ExactWindowMax, time.Hour)), ExactWindowMax, 0, false, 1400},
@@ -277,7 +277,7 @@ func TestRedisRefusesACalendarThatMissesItsClock(t *testing.T) {
 	tenant := uniqueTenant("skew")
 	now := c.Now().UnixMicro()
 	for _, est := range []int64{now + 10*60e6, now - 10*60e6} {
-		arg := packInts(nil, now, 1, r.redeem, r.settle, 0, 1, 1, r.pad, 0, 1, 1)
+		arg := packInts(nil, now, 0, r.redeem, r.late, r.horizon, 1, r.hold, 0, 0, 0, 0, 1, 1, r.pad, 0, 1, 1)
 		arg = append(arg, p.packed...)
 		arg = append(arg, newCalendar(&p.Limits[0], est-calMargin, est+calMargin).packed...)
 		c := &admitCall{keys: []string{r.stateKey(tenant)}, jobs: 1, size: admitReplyLen(1, false), arg: func() string { return string(arg) }, done: make(chan struct{})}
@@ -291,7 +291,7 @@ func TestRedisRefusesACalendarThatMissesItsClock(t *testing.T) {
 		t.Errorf("a refused call wrote %v", keys)
 	}
 	// The calendar the backend builds itself holds the clock.
-	if _, err := r.Admit(context.Background(), Batch{Tenant: tenant, Plan: p, Jobs: []Job{{ID: 1, Weight: 1}}}); err != nil {
+	if _, err := r.Admit(context.Background(), Batch{Tenant: tenant, Plan: p, Owner: 1, Jobs: []Job{{ID: 1, Weight: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -352,9 +352,9 @@ func TestRedisClusterNodeDownLeavesTheOthers(t *testing.T) {
 	}
 }
 
-// laneBatch is a lane batch of n jobs of weight 1 (ids 1 to n) of tenant under p.
+// laneBatch is a batch of the head of a queue: n jobs of weight 1 (ids 1 to n) of tenant under p.
 func laneBatch(tenant string, p *Plan, n int) Batch {
-	b := Batch{Tenant: tenant, Plan: p, Mode: Lane}
+	b := Batch{Tenant: tenant, Plan: p, Owner: 1}
 	for i := range n {
 		b.Jobs = append(b.Jobs, Job{ID: int64(i + 1), Weight: 1})
 	}

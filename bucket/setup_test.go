@@ -1,7 +1,6 @@
 package bucket
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"sync"
@@ -25,16 +24,8 @@ func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
 func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
-// limiter is what the conformance suite needs of a backend.
-type limiter interface {
-	Decide(ctx context.Context, req Request) (Result, error)
-	Admit(ctx context.Context, b Batch) (BatchResult, error)
-	CloseLane(ctx context.Context, tenant string, plan *Plan, through int64) (bool, error)
-	Inspect(ctx context.Context, tenant string, plan *Plan) (Snapshot, error)
-}
-
-var _ limiter = (*Memory)(nil)
-var _ limiter = (*Redis)(nil)
+// limiter is a backend, for the package's own tests.
+type limiter = Limiter
 
 // sharedRedis is one redis-server for the whole package's tests; tests keep apart by tenant.
 var sharedRedis struct {

@@ -53,7 +53,7 @@ func TestWindowErrorBound(t *testing.T) {
 				}
 				now := c.Now().UnixMicro()
 				w := 1 + rng.Int64N(5)
-				r, err := l.Admit(context.Background(), Batch{Tenant: tenant, Plan: p, Mode: Lane, Jobs: []Job{{ID: id, Weight: w}}})
+				r, err := l.Admit(context.Background(), Batch{Tenant: tenant, Plan: p, Owner: 1, Jobs: []Job{{ID: id, Weight: w}}})
 				if err != nil {
 					t.Fatal(err)
 				}

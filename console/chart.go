@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/admitter/admitter/activity"
+	"github.com/admitter/admitter/wire"
 )
 
 // A chart is the overview's series drawn as an inline SVG, rendered on the server (it needs no
@@ -19,14 +20,14 @@ type chart struct {
 
 // series drawn, in order: what, colour, dash.
 var chartSeries = []struct {
-	kind        activity.Kind
+	kind        wire.Fate
 	name, color string
 	dash        string
 }{
-	{activity.Admitted, "admitted", "#1a7f37", ""},
-	{activity.Delayed, "delayed", "#9a6700", "6 3"},
-	{activity.Dead, "dead", "#cf222e", "2 3"},
-	{activity.Degraded, "degraded", "#8250df", "10 3 2 3"},
+	{wire.FateAdmitted, "admitted", "#1a7f37", ""},
+	{wire.FateDelayed, "delayed", "#9a6700", "6 3"},
+	{wire.FateDead, "dead", "#cf222e", "2 3"},
+	{wire.FateDegraded, "degraded", "#8250df", "10 3 2 3"},
 }
 
 const (

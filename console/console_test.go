@@ -236,10 +236,10 @@ func TestTenantsTable(t *testing.T) {
 	for s := 1; s <= 11; s++ {
 		at := now.Add(-time.Duration(s) * time.Second)
 		for range 5 {
-			r.idx.Record(activity.Event{At: at, Tenant: "bob", Plan: "five", Kind: activity.Admitted, Weight: 1})
+			r.idx.Record(activity.Event{At: at, Tenant: "bob", Plan: "five", Fate: wire.FateAdmitted, Weight: 1})
 		}
 		for i := range 120 {
-			r.idx.Record(activity.Event{At: at, Tenant: fmt.Sprintf("tenant-%06d", i), Plan: "five", Kind: activity.Admitted, Weight: 1})
+			r.idx.Record(activity.Event{At: at, Tenant: fmt.Sprintf("tenant-%06d", i), Plan: "five", Fate: wire.FateAdmitted, Weight: 1})
 		}
 	}
 	code, body := r.get(t, "/console/tenants?sort=rate&dir=desc&q=bob")
@@ -266,9 +266,9 @@ func TestTenantPage(t *testing.T) {
 	ctx := context.Background()
 	plan, _ := r.pol.Plans().Lookup("bob")
 	_ = plan
-	d := r.pol.Decide(ctx, "bob", bucket.Ingest, []policy.Job{{ID: 1, Weight: 5}})
-	if d.Verdicts[0].Action != policy.Forward {
-		t.Fatalf("bob's first job: %v", d.Verdicts[0].Action)
+	d := r.pol.Step(ctx, "bob", []policy.Job{{ID: 1, Weight: 5}}, policy.Queue{Owner: 1})
+	if d.Verdicts[0].Fate != wire.FateAdmitted {
+		t.Fatalf("bob's first job: %v", d.Verdicts[0].Fate)
 	}
 	code, body := r.get(t, "/console/tenants/bob?w=3")
 	if code != 200 || !regexp.MustCompile(`A new job of weight 3 waits [0-9.]+m?s because of limit burst \(bucket, 5 at 5/s\)`).MatchString(body) {
@@ -297,7 +297,7 @@ func TestExplain(t *testing.T) {
 	}{
 		{"fits", []wire.LimitState{bucketLimit}, 2, 0, time.Time{}, "A new job of weight 2 goes now: every limit of plan gold has room."},
 		{"bucket", []wire.LimitState{bucketLimit}, 5, 0, time.Time{}, "A new job of weight 5 waits 240ms because of limit burst (bucket, 20 at 10/s): it holds 2 of 20 tokens, and the next comes in 40ms."},
-		{"quota binds", []wire.LimitState{bucketLimit, quota}, 1, 3, time.Time{}, "A new job of weight 1 waits 1h00m because of limit daily (quota, 1000 per day (UTC)): it has used 1000 of 1000 this period, which resets at 2026-11-24T13:00:00Z. It also waits behind the 3 jobs already in its lane, in order."},
+		{"quota binds", []wire.LimitState{bucketLimit, quota}, 1, 3, time.Time{}, "A new job of weight 1 waits 1h00m because of limit daily (quota, 1000 per day (UTC)): it has used 1000 of 1000 this period, which resets at 2026-11-24T13:00:00Z. It also waits behind the 3 jobs already in its queue, in order."},
 		{"paused", []wire.LimitState{bucketLimit}, 1, 0, now.Add(30 * time.Minute), "A new job of weight 1 waits until the pause ends at 2026-11-24T12:30:00Z (in 30m00s), then goes: every limit has room."},
 		{"never", []wire.LimitState{bucketLimit}, 21, 0, time.Time{}, "A new job of weight 21 can never pass limit burst (bucket, 20 at 10/s): its weight exceeds 20; it is dead-lettered as weight-over-capacity."},
 	} {
@@ -315,11 +315,11 @@ func BenchmarkTenantsPage(b *testing.B) {
 	r := newRig(b, testPlans(b, 100_000), "", "")
 	now := time.Now()
 	for i := range 100_000 { // every known tenant seen once, long ago
-		r.idx.Record(activity.Event{At: now.Add(-9 * time.Minute), Tenant: fmt.Sprintf("tenant-%06d", i), Plan: "five", Kind: activity.Admitted, Weight: 1})
+		r.idx.Record(activity.Event{At: now.Add(-9 * time.Minute), Tenant: fmt.Sprintf("tenant-%06d", i), Plan: "five", Fate: wire.FateAdmitted, Weight: 1})
 	}
 	for s := 1; s <= 10; s++ {
 		for i := range 1000 {
-			r.idx.Record(activity.Event{At: now.Add(-time.Duration(s) * time.Second), Tenant: fmt.Sprintf("tenant-%06d", i*100), Plan: "five", Kind: activity.Admitted, Weight: 1})
+			r.idx.Record(activity.Event{At: now.Add(-time.Duration(s) * time.Second), Tenant: fmt.Sprintf("tenant-%06d", i*100), Plan: "five", Fate: wire.FateAdmitted, Weight: 1})
 		}
 	}
 	ctx := context.Background()
@@ -370,7 +370,7 @@ func TestShadowBadges(t *testing.T) {
 	}
 	r := newRig(t, plans, "", "")
 	for _, tenant := range []string{"bob", "tina"} {
-		r.idx.Record(activity.Event{At: time.Now(), Tenant: tenant, Plan: "x", Kind: activity.Admitted, Weight: 1})
+		r.idx.Record(activity.Event{At: time.Now(), Tenant: tenant, Plan: "x", Fate: wire.FateAdmitted, Weight: 1})
 	}
 	_, body := r.get(t, "/console/tenants")
 	badge := regexp.MustCompile(`data-tenant="(\w+)"[\s\S]*?</tr>`)

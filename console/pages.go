@@ -69,7 +69,7 @@ func rateDigits(f float64) int {
 
 type overviewData struct {
 	Chart    chart
-	Now      [activity.NumKinds]float64 // per second over the last 10 s
+	Now      [wire.NumFates]float64 // per second over the last 10 s
 	Status   admission.Status
 	Redis    string
 	RedisOK  bool
@@ -340,7 +340,7 @@ func (c *Console) tenant(w http.ResponseWriter, r *http.Request, _ caller, b *Ba
 		d.State.PausedUntil = &until
 	}
 	if d.Waiting, err = b.Queue.WaitingFor(ctx, name); err != nil {
-		d.Err = strings.TrimSpace(d.Err + " The lane could not be read: " + err.Error())
+		d.Err = strings.TrimSpace(d.Err + " The jobs waiting could not be counted: " + err.Error())
 	}
 	if len(st.Limits) > 0 {
 		d.Why = explain(st, d.Weight, d.Waiting, d.Paused, now)

@@ -10,10 +10,10 @@ import (
 )
 
 // A Why answers "how long would a new job of weight w wait, and because of what", from a
-// tenant's state (policy.Inspect), the jobs already in its lane and its pause.
+// tenant's state (policy.Inspect), the jobs already waiting in its queue and its pause.
 type Why struct {
 	Weight int64
-	// Wait is how long the limits hold a new job of weight Weight (ignoring the lane and the
+	// Wait is how long the limits hold a new job of weight Weight (ignoring the queue and the
 	// pause); AtMost: Wait is an upper bound (a window's takes leave one by one, and only the
 	// time for weight 1 and for the whole window are known).
 	Wait   time.Duration
@@ -57,7 +57,7 @@ func explain(s wire.TenantState, w int64, waiting uint64, pausedUntil time.Time,
 			b.WriteString("goes now: every limit of plan " + s.Plan + " has room.")
 		}
 	case bind == nil:
-		fmt.Fprintf(&b, "waits behind the %d jobs already in its lane, in order: every limit has room for it, but not yet for them all.", waiting)
+		fmt.Fprintf(&b, "waits behind the %d jobs already in its queue, in order: every limit has room for it, but not yet for them all.", waiting)
 	default:
 		bound := ""
 		if y.AtMost {
@@ -65,7 +65,7 @@ func explain(s wire.TenantState, w int64, waiting uint64, pausedUntil time.Time,
 		}
 		fmt.Fprintf(&b, "waits %s%s because of limit %s (%s, %s): %s.", bound, human(y.Wait), bind.Limit, bind.Kind, bind.Rule, limitState(bind))
 		if waiting > 0 {
-			fmt.Fprintf(&b, " It also waits behind the %d jobs already in its lane, in order.", waiting)
+			fmt.Fprintf(&b, " It also waits behind the %d jobs already in its queue, in order.", waiting)
 		}
 	}
 	y.Sentence = b.String()

@@ -48,9 +48,9 @@ type Config struct {
 	// jobs.submit.{tenant}.>, jobs.admitted.{tenant}.> and jobs.dead.{tenant}.>). The input
 	// template must have exactly one wildcard: the job's type goes there.
 	SubjectIn, SubjectOut, SubjectDead subjects.Template
-	// StreamIn, StreamOut, StreamDead and StreamWait name the streams (defaults JOBS, ADMITTED,
-	// DEAD, WAITING: the tenants' lanes, where jobs that must wait are).
-	StreamIn, StreamOut, StreamDead, StreamWait string
+	// StreamIn, StreamOut and StreamDead name the streams (defaults JOBS, ADMITTED, DEAD); jobs
+	// that must wait wait in StreamIn, where they arrived.
+	StreamIn, StreamOut, StreamDead string
 	// Settle is how long the pipeline is given after the load stops, before counting (default
 	// 1s).
 	Settle time.Duration
@@ -94,7 +94,6 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.StreamIn, "JOBS")
 	def(&c.StreamOut, "ADMITTED")
 	def(&c.StreamDead, "DEAD")
-	def(&c.StreamWait, "WAITING")
 	if c.Clock == nil {
 		c.Clock = RealClock{}
 	}
@@ -183,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	r := &runner{cfg: cfg, tenants: tenants, js: js, stats: newStats(tenants)}
 
 	streams := map[string]jetstream.Stream{}
-	for _, name := range []string{cfg.StreamIn, cfg.StreamOut, cfg.StreamDead, cfg.StreamWait} {
+	for _, name := range []string{cfg.StreamIn, cfg.StreamOut, cfg.StreamDead} {
 		actx, cancel := context.WithTimeout(ctx, apiTimeout)
 		s, err := js.Stream(actx, name)
 		cancel()
@@ -278,29 +277,15 @@ wait2:
 	settle.Stop()
 	show("counting", false)
 
-	// Count: first look up every job not seen downstream in the input stream, then in the
-	// tenants' lanes, then catch the downstream consumers up to the end of their streams as
-	// they are after the lookups. A job missing from the input stream was acknowledged (or
-	// terminated) there after it was stored in its lane, forwarded or dead-lettered; one missing
-	// from its lane was removed after its forward was stored: so it is seen downstream by then,
-	// and nothing is counted lost for being in flight.
+	// Count: first look up every job not seen downstream in the input stream, where jobs wait,
+	// then catch the downstream consumers up to the end of their streams as they are after the
+	// lookup. A job missing from the input stream was removed there after it was forwarded or
+	// dead-lettered: so it is seen downstream by then, and nothing is counted lost for being in
+	// flight.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), countTimeout)
 	defer cancel()
 	unresolved := r.stats.unresolved()
 	waiting, unchecked, lookErr := lookup(cctx, streams[cfg.StreamIn], unresolved)
-	inLane, laneErr := laneSeqs(cctx, streams[cfg.StreamWait])
-	for tenant, seqs := range unresolved {
-		for _, seq := range seqs {
-			switch {
-			case waiting[tenant][seq] || unchecked[tenant][seq]:
-			case laneErr != nil:
-				unchecked[tenant][seq] = true
-			case inLane[seq]:
-				waiting[tenant][seq] = true
-			}
-		}
-	}
-	lookErr = errors.Join(lookErr, laneErr)
 	catchErr := errors.Join(admitted.catchUp(cctx), dead.catchUp(cctx))
 	admitted.stop()
 	dead.stop()
@@ -591,32 +576,6 @@ func (t *tail) stop() {
 			cancel()
 		}
 	})
-}
-
-// laneSeqs reads the tenants' lanes (to their end as it is now) and returns the input
-// sequences of the jobs waiting there: each lane copy names its input's. The demo's lanes are
-// small: each message is read by its sequence.
-func laneSeqs(ctx context.Context, lanes jetstream.Stream) (map[uint64]bool, error) {
-	out := map[uint64]bool{}
-	info, err := lanes.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("demo: lanes: %w", err)
-	}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		actx, cancel := context.WithTimeout(ctx, apiTimeout)
-		m, err := lanes.GetMsg(actx, seq)
-		cancel()
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil:
-			return nil, fmt.Errorf("demo: read the lanes: %w", err)
-		default:
-			if in, err := strconv.ParseUint(m.Header.Get(wire.HeaderInputSeq), 10, 64); err == nil {
-				out[in] = true
-			}
-		}
-	}
-	return out, nil
 }
 
 // lookup looks up, in the input stream, each job not seen downstream: waiting holds those

@@ -604,7 +604,7 @@ func TestObservabilityChecksCatch(t *testing.T) {
 		const file = "deploy/grafana/dashboards/admitter.json"
 		catches(t, file, checkDashboard, []breakage{
 			{`"uid": "admitter-prometheus"`, `"uid": "prometheus"`, `panel 1 "Replicas up": data source {Type:prometheus UID:prometheus}, want the provisioned Prometheus (uid "admitter-prometheus")`},
-			{"admitter_consumer_ack_pending", "admitter_consumer_ackpending", `query B: "max(admitter_consumer_ackpending)": admitter_consumer_ackpending is not a metric admitter exports`},
+			{"sum by (instance) (admitter_queues)", "sum by (instance) (admitter_queue)", `query A: "sum by (instance) (admitter_queue)": admitter_queue is not a metric admitter exports`},
 			{`outcome=\"dead\"`, `outcome=\"deadletter\"`, `panel 4 "Dead letters / s", query A: "sum(rate(admitter_decisions_total{outcome=\"deadletter\", plan=~\"$plan\"}[$__rate_interval]))": outcome="deadletter": outcome is never "deadletter"`},
 			{`outcome=\"delayed\"`, `outcome=~\"delayed|parked\"`, `outcome is never "parked"`},
 			{`job=\"admitter\"`, `job=\"admitter-svc\"`, `job="admitter-svc": no Prometheus job is called "admitter-svc" (jobs: admitter, prometheus)`},
@@ -633,16 +633,16 @@ func TestQueries(t *testing.T) {
 		`histogram_quantile(0.99, sum by (le, plan) (rate(admitter_wait_seconds_bucket{plan=~"$plan"}[$__rate_interval])))`,
 		`rate(admitter_wait_seconds_sum[1m]) / rate(admitter_wait_seconds_count[1m])`,
 		`sum(up{job="admitter"}) and on (job) count by (job) (target_info)`,
-		`1e3 * max(admitter_consumer_pending offset 5m) > bool 0`,
+		`1e3 * max(admitter_jobs_waiting offset 5m) > bool 0`,
 		`admitter_decisions_total{outcome=~"degraded|held|paused"}`,
 		`admitter_decisions_total{outcome=~"del.*", tenant!=""}`,
 		`label_replace(admitter_jobs_in_flight, "x", "$1", "instance", "(.*):.*")`,
 		`sum(rate(admitter_fail_mode_events_total{mode!="open", otel_scope_name=~".+"}[${__rate_interval}]))`,
 		`max by (instance) (admitter_jobs_in_flight) - ignoring (x) group_left sum without (le) (admitter_wait_seconds_bucket)`,
 		`topk(3, sum by (plan) (increase(admitter_decisions_total{outcome=~"$outcome"}[1h])))`,
-		`{__name__="admitter_lanes"} + on (instance) admitter_lanes_jobs`,
+		`{__name__="admitter_queues"} + on (instance) admitter_jobs_waiting`,
 		`sum by (result) (increase(admitter_plans_reloads_total{result="error"}[$__range]))`,
-		`max(admitter_output_blocked) + max(admitter_replicas) + max(admitter_consumer_redelivered)`,
+		`max(admitter_output_blocked) + max(admitter_replicas) + sum(rate(admitter_forwards_late_total[5m]))`,
 	} {
 		if p := queryProblems(e, q, jobs, map[string]bool{}); len(p) > 0 {
 			t.Errorf("%s: %q, want no problem", q, p)
@@ -651,7 +651,7 @@ func TestQueries(t *testing.T) {
 	for q, want := range map[string]string{
 		`rate(admitter_decision_total[5m])`:                          "admitter_decision_total is not a metric admitter exports",
 		`admitter_jobs_parked`:                                       "admitter_jobs_parked is not a metric admitter exports",
-		`admitter_lanes_jobs_bucket`:                                 "admitter_lanes_jobs_bucket is not a metric admitter exports",
+		`admitter_jobs_waiting_bucket`:                               "admitter_jobs_waiting_bucket is not a metric admitter exports",
 		`{__name__="admitter_bogus"}`:                                "admitter_bogus is not a metric admitter exports",
 		`sum(rate(http_requests_total[5m]))`:                         "http_requests_total is not admitter's",
 		`admitter_decisions_total{outcome="admited"}`:                `outcome is never "admited"`,

@@ -16,8 +16,8 @@
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), weight (>= 1), horizon (µs: a slot
 --          further ahead is not booked), grace (µs: how long a booked slot is honoured after it
 --          passes), marker life (µs: how long an admitted job is remembered), extra key life (ms
---          added to every PX; 0 in production), redeem and lane life (µs: how long the queue's
---          recent decisions and an open lane are kept, see admit.lua), born (µs, see load),
+--          added to every PX; 0 in production), redeem (µs: how long the queue's recent
+--          decisions are kept, see admit.lua), born (µs, see load),
 --          n limits, lease id (the id of the lease a concurrency limit takes: a hash of the job
 --          key, 0 for none: such a lease only ends), then the plan's limits and calendars (see
 --          read_limits).
@@ -35,9 +35,9 @@
 --
 -- Redis commands: TIME, one GET or MGET, and at most two SET ... PX (or a SET and a DEL).
 local arg = ARGV[1]
-local now, w, horizon, grace, life, pad, redeem, keep_open, born, n, lease = struct.unpack('<lllllllllll', arg)
+local now, w, horizon, grace, life, pad, redeem, born, n, lease = struct.unpack('<llllllllll', arg)
 if now == 0 then now = server_now() end
-local lims = read_limits(arg, 89, n)
+local lims = read_limits(arg, 81, n)
 check_calendars(lims, n, now)
 local job = KEYS[2]
 
@@ -63,7 +63,7 @@ if jobval and #jobval == 8 then
     redis.call('SET', job, struct.pack('<l', -(now + life)), 'PX', math.ceil(life / 1000) + pad)
     local expired = 0
     if unbook(st, v + grace) then
-      write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
+      write_state(KEYS[1], st, lims, ws, n, now, redeem, pad)
       expired = st.expired
     end
     return struct.pack('<lllll', 1, r, 0, b, expired)
@@ -78,7 +78,7 @@ end
 
 take(lims, ws, n, s, w, lease)
 if s > now then book(st, s + grace) end
-write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
+write_state(KEYS[1], st, lims, ws, n, now, redeem, pad)
 
 local r, b = remaining(lims, ws, n, now)
 if s == now then

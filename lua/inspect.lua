@@ -1,20 +1,18 @@
 -- admitter: read a tenant's state without changing it (see state.lua).
 --
 -- KEYS[1]  the tenant's state
--- KEYS[2]  the tenant's fences (see fence.lua)
--- KEYS[3]  optional: the state whose limits are read instead of KEYS[1]'s (a plan in shadow
+-- KEYS[2]  optional: the state whose limits are read instead of KEYS[1]'s (a plan in shadow
 --          mode: the tenant's shadow state, see admit.lua)
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), born (µs, see load), n limits, then
 --          the plan's limits and calendars (see read_limits)
 --
--- Reply: packed int64s {now (µs), lane open (0/1), highest sequence moved to the lane, recent
--- decisions, then per limit its state at now (see load): a bucket's tat (now for a full one); a
--- window's or a quota's count of takes k, then k × (death, weight); then the slots booked and not
--- yet claimed: a count of entries k, then k × (death, count), death being slot + grace; then
--- when the last fence standing ends (µs; 0: none stands)}.
+-- Reply: packed int64s {now (µs), until when the queue's owner holds it (µs; see admit.lua),
+-- stored (see state.lua), recent decisions, then per limit its state at now (see load): a
+-- bucket's tat (now for a full one); a window's or a quota's count of takes k, then k × (death,
+-- weight); then the slots booked and not yet claimed: a count of entries k, then k × (death,
+-- count), death being slot + grace}.
 --
--- Redis commands: TIME, one GET (two for a shadow plan) and a ZRANGE, on the tenant's keys
--- alone.
+-- Redis commands: TIME, one GET (two for a shadow plan), on the tenant's keys alone.
 local arg = ARGV[1]
 local now, born, n = struct.unpack('<lll', arg)
 if now == 0 then now = server_now() end
@@ -22,11 +20,9 @@ local lims = read_limits(arg, 25, n)
 check_calendars(lims, n, now)
 local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
 local ls = st
-if KEYS[3] then ls = read_state(redis.call('GET', KEYS[3]), lims, n, now) end
+if KEYS[2] then ls = read_state(redis.call('GET', KEYS[2]), lims, n, now) end
 local ws = load(ls, lims, n, now, born)
-local open = 0
-if st.enq > st.done then open = 1 end
-local vals = {now, open, st.enq, mark_count(st)}
+local vals = {now, st.owner_until, st.stored, mark_count(st)}
 for i = 1, n do
   if lims[i].kind == BUCKET then
     vals[#vals + 1] = ws[i]
@@ -39,5 +35,4 @@ end
 local booked = ls.booked
 vals[#vals + 1] = #booked / 2
 for j = 1, #booked do vals[#vals + 1] = booked[j] end
-vals[#vals + 1] = fence_end(KEYS[2], now)
 return pack_ints(vals)

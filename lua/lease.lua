@@ -19,33 +19,21 @@
 -- a repeated done message charge nothing.
 --
 -- KEYS[1]  the tenant's state
--- KEYS[2]  mode 2, optional: the tenant's fences (see fence.lua); ARGV[2] names the fence that
---          the charge lowers
--- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode (0 release, 1 renew, 2 charge a
---          late store), lease id (mode 2: how late, µs), cost (-1: none; mode 2: the weight),
---          redeem (µs), lane life (µs), extra key life (ms), born (µs, see
---          load), n limits, then the plan's limits and calendars (see read_limits).
+-- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode (0 release, 1 renew), lease id,
+--          cost (-1: none), redeem (µs), extra key life (ms), born (µs, see load), n limits,
+--          then the plan's limits and calendars (see read_limits).
 --
 -- Reply: packed int64s {found (0/1), the lease's weight (0 when not found), leases expired
 -- (ended unreleased, dropped from the state by this call), the lease's new end (µs, renew)}.
 --
--- Redis commands: TIME, GET, and at most one SET ... PX or DEL; mode 2 with a fence, ZREM.
+-- Redis commands: TIME, GET, and at most one SET ... PX or DEL.
 local arg = ARGV[1]
-local now, mode, id, cost, redeem, keep_open, pad, born, n = struct.unpack('<lllllllll', arg)
+local now, mode, id, cost, redeem, pad, born, n = struct.unpack('<llllllll', arg)
 if now == 0 then now = server_now() end
-local lims = read_limits(arg, 73, n)
+local lims = read_limits(arg, 65, n)
 check_calendars(lims, n, now)
 local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
 local ws = load(st, lims, n, now, born)
-
-if mode == 2 then
-  -- A late store (Charge): cost is the weight of jobs admitted earlier and stored only `id` µs
-  -- later; what they add downstream then is taken again, at now (see charge_late).
-  charge_late(lims, ws, n, now, cost, id)
-  write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
-  if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[2]) end
-  return struct.pack('<llll', 1, cost, st.expired, 0)
-end
 
 local found, weight, taken, ends = 0, 0, 0, 0
 for i = 1, n do
@@ -98,5 +86,5 @@ if mode == 0 and cost >= 0 and cost ~= weight then
     end
   end
 end
-write_state(KEYS[1], st, lims, ws, n, now, redeem, keep_open, pad)
+write_state(KEYS[1], st, lims, ws, n, now, redeem, pad)
 return struct.pack('<llll', 1, weight, st.expired, ends)

@@ -3,21 +3,24 @@
 --
 -- The state is one string of packed little-endian int64s ('<l'), self-describing:
 --
---   [1] TAG        layout version (STATE_TAG; OLD_TAG is read too); anything else is read as "no
---                  state": every limit forgotten (see load), the lane closed, nothing recent
+--   [1] TAG        layout version (STATE_TAG or SHORT_TAG; older tags are read too, see below);
+--                  anything else is read as "no state": every limit forgotten (see load)
 --   [2] n          number of limit records
---   [3] enq        highest input sequence moved to the tenant's lane (0: none)
---   [4] enq_at     when the last job was moved to the lane (µs)
---   [5] done       the lane is closed through this sequence: it is open while enq > done
---   [6] m          number of recent decisions
---   [7] until      the state's logical expiry (µs): read as absent from then on, whenever Redis
+--   [3] stored     the highest input sequence of the tenant whose forward was seen stored
+--                  downstream (0: none known): a job at or below it is not forwarded again
+--   [4] keep       until when (µs) the state must last for stored's sake (a removal of stored
+--                  jobs from the input not yet confirmed); 0: no longer than the rest
+--   [5] owner      the replica deciding the tenant's queue (a number naming it; 0: none)
+--   [6] owner_until  until when (µs) it holds the queue: another replica admits nothing before
+--   [7] m          number of recent decisions
+--   [8] until      the state's logical expiry (µs): read as absent from then on, whenever Redis
 --                  evicts the key, so that decisions do not depend on when it does
---   [8] hwm        the highest job id ever marked (below): a job above it was never decided, and
+--   [9] hwm        the highest job id ever marked (below): a job above it was never decided, and
 --                  its decision is not looked up (the common case: input sequences only grow)
---   [9] hwa        the highest job id ever marked admitted (at > 0), likewise for the lane
---   then m pairs   (job, at): a job decided within the redeem window; at > 0 admitted at that
---                  time, at < 0 moved to the lane at -at. Oldest first; they are read only when
---                  a job at or below hwm is asked about, and otherwise carried over as bytes
+--   [10] hwa       the highest job id ever marked admitted (at > 0), likewise
+--   then m pairs   (job, at): a job admitted at `at` within the redeem window. Oldest first;
+--                  they are read only when a job at or below hwm is asked about, and otherwise
+--                  carried over as bytes
 --   then n records (limit id, len*4 + kind, then len values): a limit's state, keyed by the
 --                  limit's stable id (a hash of its name) and its kind, so a plan that reorders,
 --                  adds or removes limits keeps the state of every limit it still has, and a
@@ -40,11 +43,13 @@
 --                  more (the count then lasts until the later death). n counts it. A reader that
 --                  does not know it skips it as a record of no limit of its plan.
 --
--- OLD_TAG ("ADM2", before limit kinds) has n pairs (limit id, tat) instead of records: buckets.
--- SHORT_TAG ("ADM3") is the same layout with a header of 7 values, without hwm and hwa: it is
+-- SHORT_TAG ("ADM6") is the same layout with a header of 8 values, without hwm and hwa: it is
 -- written when there are no recent decisions (m = 0), which is every idle tenant's state (16
--- bytes fewer, a smaller allocation in Redis). Read with m > 0 (a state written before hwm and
--- hwa existed), every job is looked up.
+-- bytes fewer, a smaller allocation in Redis). Older layouts are read: V4_TAG ("ADM4", header of
+-- 9: n, then a lane gate of three values, m, until, hwm, hwa), V3_TAG ("ADM3": the same without
+-- hwm and hwa; read with m > 0, every job is looked up) and OLD_TAG ("ADM2", V3's header and n
+-- pairs (limit id, tat) instead of records: buckets); their lane gate is ignored (lanes are no
+-- more: a tenant's queue is its input), stored and owner read as none.
 --
 -- Every value is an integer below 2^53 (µs, sequences, 52-bit ids, weights), exact in Lua's
 -- doubles.
@@ -60,10 +65,11 @@
 --           Any log counts used(s) at time s, the weight of the takes whose death is after s,
 --           and weight w fits at s when used(s) + w <= limit. used only falls as s grows: the
 --           earliest fit is found walking the deaths in order, and holds from then on.
-local STATE_TAG = 1094995252 -- "ADM4"
-local SHORT_TAG = 1094995251 -- "ADM3"
+local STATE_TAG = 1094995253 -- "ADM5"
+local SHORT_TAG = 1094995254 -- "ADM6"
+local V4_TAG = 1094995252 -- "ADM4"
+local V3_TAG = 1094995251 -- "ADM3"
 local OLD_TAG = 1094995250 -- "ADM2"
-local STATE_HDR = 9
 local UNKNOWN_HWM = 9007199254740991 -- 2^53 - 1: every job may have been decided
 local MAX_MARKS = 64
 local BOOKED_ID, MAX_BOOKED = -1, 16
@@ -181,29 +187,30 @@ local function forgotten_share(l, born, d)
   return math.floor(l.a * (born - start) / (d - start))
 end
 
--- fence_end is when the last fence standing at now in key (see fence.lua) ends, 0 when none.
-local function fence_end(key, now)
-  local f = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if f[2] then
-    local e = tonumber(f[2])
-    if e > now then return e end
-  end
-  return 0
-end
-
 -- read_state parses raw (nil when absent) at time now for the plan's limits. recs[i] is the
 -- stored state of limit i (a tat, or a log as a flat list death, weight, ...), nil when the
 -- state does not know it. A state that does not parse is read as absent.
 local function read_state(raw, lims, n, now)
-  local st = {enq = 0, enq_at = 0, done = 0, m = 0, mraw = '', new = {}, hwm = 0, hwa = 0, recs = {}, booked = {}}
+  local st = {stored = 0, keep = 0, owner = 0, owner_until = 0, m = 0, mraw = '', new = {}, hwm = 0, hwa = 0, recs = {}, booked = {}}
   if not raw or #raw < 8 * 7 then return st end
-  local tag, cnt, enq, enq_at, done, m, expiry = struct.unpack('<lllllll', raw)
-  local hdr, hwm, hwa = STATE_HDR, 0, 0
+  local tag = struct.unpack('<l', raw)
+  local _, hdr, cnt, stored, keep, owner, ountil, m, expiry, hwm, hwa = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
   if tag == STATE_TAG then
-    if #raw < 8 * STATE_HDR then return st end
-    hwm, hwa = struct.unpack('<ll', raw, 57)
-  elseif tag == SHORT_TAG or tag == OLD_TAG then
+    hdr = 10
+    if #raw < 8 * hdr then return st end
+    _, cnt, stored, keep, owner, ountil, m, expiry, hwm, hwa = struct.unpack('<llllllllll', raw)
+  elseif tag == SHORT_TAG then
+    hdr = 8
+    if #raw < 8 * hdr then return st end
+    _, cnt, stored, keep, owner, ountil, m, expiry = struct.unpack('<llllllll', raw)
+    if m > 0 then hwm, hwa = UNKNOWN_HWM, UNKNOWN_HWM end
+  elseif tag == V4_TAG then
+    hdr = 9
+    if #raw < 8 * hdr then return st end
+    _, cnt, _, _, _, m, expiry, hwm, hwa = struct.unpack('<lllllllll', raw)
+  elseif tag == V3_TAG or tag == OLD_TAG then
     hdr = 7
+    _, cnt, _, _, _, m, expiry = struct.unpack('<lllllll', raw)
     if m > 0 then hwm, hwa = UNKNOWN_HWM, UNKNOWN_HWM end
   else
     return st
@@ -249,7 +256,8 @@ local function read_state(raw, lims, n, now)
     pos = pos + 8 * len
   end
   if pos ~= #raw + 1 then return st end
-  st.enq, st.enq_at, st.done, st.recs, st.hwm, st.hwa, st.booked = enq, enq_at, done, recs, hwm, hwa, booked
+  st.stored, st.keep, st.owner, st.owner_until = stored, keep, owner, ountil
+  st.recs, st.hwm, st.hwa, st.booked = recs, hwm, hwa, booked
   st.m, st.mraw = m, string.sub(raw, mpos, mpos - 1 + 16 * m)
   return st
 end
@@ -426,10 +434,10 @@ end
 
 -- write_state stores the state with the limits' states ws, keeping only the recent decisions
 -- younger than redeem (at most MAX_MARKS, the newest). The key lives as long as any of it
--- matters: a bucket not yet full, a take a window or quota still counts, a recent decision, or
--- an open lane (keep_open µs). When nothing matters the key is deleted. pad is extra ms on every
--- TTL (tests with a pinned clock).
-local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
+-- matters: a bucket not yet full, a take a window or quota still counts, a recent decision, an
+-- owner's hold on the queue, or stored while keep says so. When nothing matters the key is
+-- deleted. pad is extra ms on every TTL (tests with a pinned clock).
+local function write_state(key, st, lims, ws, n, now, redeem, pad)
   -- The oldest recent decisions go: those older than redeem (a prefix: they are kept in the
   -- order they were made), then those beyond MAX_MARKS. Decisions made now are never older.
   local cut = now - redeem
@@ -450,7 +458,8 @@ local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
     if last - now > life then life = last - now end
   end
   if m > 0 and redeem > life then life = redeem end
-  if st.enq > st.done and keep_open > life then life = keep_open end
+  if st.owner_until - now > life then life = st.owner_until - now end
+  if st.stored > 0 and st.keep - now > life then life = st.keep - now end
   local booked = st.booked
   if #booked > 0 and booked[#booked - 1] - now > life then life = booked[#booked - 1] - now end
   if life <= 0 then
@@ -489,9 +498,9 @@ local function write_state(key, st, lims, ws, n, now, redeem, keep_open, pad)
   if #booked > 0 then recs = n + 1 end
   local head
   if m > 0 then
-    head = struct.pack('<lllllllll', STATE_TAG, recs, st.enq, st.enq_at, st.done, m, now + life, st.hwm, st.hwa)
+    head = struct.pack('<llllllllll', STATE_TAG, recs, st.stored, st.keep, st.owner, st.owner_until, m, now + life, st.hwm, st.hwa)
   else
-    head = struct.pack('<lllllll', SHORT_TAG, recs, st.enq, st.enq_at, st.done, 0, now + life)
+    head = struct.pack('<llllllll', SHORT_TAG, recs, st.stored, st.keep, st.owner, st.owner_until, 0, now + life)
   end
   redis.call('SET', key, head .. marks .. pack_ints(vals), 'PX', math.ceil(life / 1000) + pad)
 end
@@ -577,10 +586,6 @@ local function take(lims, ws, n, s, w, id)
     end
   end
 end
-
--- LATE (µs): a job admitted and forwarded (or redeemed) this much or more after its admission
--- reaches downstream late: charge_late takes back what the limits gave meanwhile.
-local LATE = 100000
 
 -- charge_late charges cost, admitted `late` µs before now and reaching downstream only now,
 -- again at now: a bucket what it refilled meanwhile, min(cost, late / interval) tokens (it may

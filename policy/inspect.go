@@ -35,15 +35,15 @@ func (p *Policy) Inspect(ctx context.Context, tenant string) (wire.TenantState, 
 
 // TenantState turns a snapshot of tenant's buckets under plan into what Inspect returns.
 func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.TenantState {
-	s := wire.TenantState{Tenant: tenant, Plan: plan.Name, Shadow: plan.Shadow, At: snap.At.UTC(), LaneOpen: snap.LaneOpen, Reservations: snap.Reservations,
+	s := wire.TenantState{Tenant: tenant, Plan: plan.Name, Shadow: plan.Shadow, At: snap.At.UTC(), Reservations: snap.Reservations,
 		Limits: make([]wire.LimitState, 0, len(snap.Limits))}
 	if !snap.LatestSlot.IsZero() {
 		t := snap.LatestSlot.UTC()
 		s.LatestSlot = &t
 	}
-	if !snap.FencedUntil.IsZero() {
-		t := snap.FencedUntil.UTC()
-		s.FencedUntil = &t
+	if !snap.HeldUntil.IsZero() {
+		t := snap.HeldUntil.UTC()
+		s.HeldUntil = &t
 	}
 	var wait time.Duration
 	for i, ls := range snap.Limits {

@@ -4,84 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/admitter/admitter/bucket"
 )
-
-// LeaseLimiter is a Limiter that also releases and renews leases (see bucket.KindConcurrency):
-// *bucket.Redis and *bucket.Memory implement it.
-type LeaseLimiter interface {
-	Release(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
-	Renew(ctx context.Context, req bucket.LeaseRequest) (bucket.LeaseResult, error)
-}
-
-var (
-	_ LeaseLimiter = (*bucket.Redis)(nil)
-	_ LeaseLimiter = (*bucket.Memory)(nil)
-	_ Charger      = (*bucket.Redis)(nil)
-	_ Charger      = (*bucket.Memory)(nil)
-)
-
-// Charger is a Limiter that charges jobs stored late (see bucket.Memory.Charge).
-type Charger interface {
-	Charge(ctx context.Context, tenant string, plan *bucket.Plan, weight int64, late time.Duration, fence string) error
-}
-
-// Charge takes weight again from tenant's limits for jobs admitted and then stored downstream
-// only `late` after (see bucket.Memory.Charge), in one limiter call bounded by the timeout, so
-// that what their late arrival adds downstream is paid for by the decisions after it. Nothing
-// is charged under a plan in shadow mode (it paces nothing) or by a limiter without Charge.
-// fence, when not empty, is lowered in the same call (see Fence); charged reports whether the
-// call was made (else the caller lowers fence itself).
-func (p *Policy) Charge(ctx context.Context, tenant string, weight int64, late time.Duration, fence string) (charged bool, err error) {
-	plan, err := p.plans.Load().Lookup(tenant)
-	if err != nil {
-		return false, err
-	}
-	c, ok := p.limiter.(Charger)
-	if !ok || plan.Shadow || weight < 1 {
-		return false, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	return true, c.Charge(ctx, tenant, plan, min(weight, bucket.MaxCost), late, fence)
-}
-
-// Fencer is a Limiter with fences (see bucket.Memory.Fence).
-type Fencer interface {
-	Fence(ctx context.Context, tenant, id string, life time.Duration) error
-	Unfence(ctx context.Context, tenant, id string) error
-}
-
-var (
-	_ Fencer = (*bucket.Redis)(nil)
-	_ Fencer = (*bucket.Memory)(nil)
-)
-
-// Fence raises the fence id on tenant, or extends it, to end life from now, in one limiter call
-// bounded by the timeout: until it is lowered or ends, no job of the tenant is admitted (see
-// bucket.Memory.Fence). A limiter without fences raises none.
-func (p *Policy) Fence(ctx context.Context, tenant, id string, life time.Duration) error {
-	f, ok := p.limiter.(Fencer)
-	if !ok {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	return f.Fence(ctx, tenant, id, life)
-}
-
-// Unfence lowers the fence id on tenant, in one limiter call bounded by the timeout.
-func (p *Policy) Unfence(ctx context.Context, tenant, id string) error {
-	f, ok := p.limiter.(Fencer)
-	if !ok {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	return f.Unfence(ctx, tenant, id)
-}
 
 // ErrNoLeases: the tenant's plan has no concurrency limit, so its jobs hold no lease to release
 // or renew.
@@ -107,10 +32,7 @@ func (p *Policy) lease(ctx context.Context, tenant string, lease, cost int64, re
 	if !plan.Leases() {
 		return bucket.LeaseResult{}, plan, fmt.Errorf("%w: plan %s of tenant %q", ErrNoLeases, plan.Name, tenant)
 	}
-	ll, ok := p.limiter.(LeaseLimiter)
-	if !ok {
-		return bucket.LeaseResult{}, plan, fmt.Errorf("policy: the limiter %T has no leases", p.limiter)
-	}
+	ll := p.limiter
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	req := bucket.LeaseRequest{Tenant: tenant, Plan: plan, Lease: lease, Cost: cost}

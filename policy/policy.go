@@ -25,20 +25,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Limiter decides batches of a tenant's queued jobs (Admit, CloseLane) and single requests
-// (Decide), and reads a tenant's state (Inspect); *bucket.Redis and *bucket.Memory implement
-// it.
-type Limiter interface {
-	Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error)
-	CloseLane(ctx context.Context, tenant string, plan *bucket.Plan, through int64) (open bool, err error)
-	Decide(ctx context.Context, req bucket.Request) (bucket.Result, error)
-	Inspect(ctx context.Context, tenant string, plan *bucket.Plan) (bucket.Snapshot, error)
-}
-
-var (
-	_ Limiter = (*bucket.Redis)(nil)
-	_ Limiter = (*bucket.Memory)(nil)
-)
+// Limiter is the backend the policy asks: every verb of bucket.Limiter, which *bucket.Redis and
+// *bucket.Memory implement.
+type Limiter = bucket.Limiter
 
 // FailMode says what happens to a job when the limiter fails (Redis down or slow).
 type FailMode string
@@ -149,7 +138,7 @@ func (p *Policy) Plans() *bucket.Plans { return p.plans.Load() }
 func (p *Policy) SetPlans(plans *bucket.Plans) { p.plans.Store(plans) }
 
 // SetPauses replaces the paused tenants (tenant → until when; the map is the policy's from now
-// on). A paused tenant's jobs wait in its lane, in order, until the pause ends, and are
+// on). A paused tenant's jobs wait in its queue, in order, until the pause ends, and are
 // charged nothing meanwhile.
 func (p *Policy) SetPauses(pauses map[string]time.Time) { p.pauses.Store(&pauses) }
 
@@ -175,31 +164,6 @@ func (p *Policy) PausedUntil(tenant string) (time.Time, bool) {
 	return until, true
 }
 
-// Action is what to do with one job.
-type Action uint8
-
-const (
-	// Forward: publish it to the output now.
-	Forward Action = iota
-	// ToLane (ingest): move it to its tenant's lane, where it is decided again in order.
-	ToLane
-	// Wait (lane): keep it where it is; its tenant's lane asks again after the verdict's Wait.
-	Wait
-	// Dead: dead-letter it with the verdict's Code and Detail.
-	Dead
-	// Held: the limiter failed and the fail mode is closed: keep it and ask again after Wait.
-	Held
-)
-
-var actionNames = [...]string{"forward", "to-lane", "wait", "dead", "held"}
-
-func (a Action) String() string {
-	if int(a) < len(actionNames) {
-		return actionNames[a]
-	}
-	return fmt.Sprintf("action(%d)", a)
-}
-
 // A Job is one job to decide.
 type Job struct {
 	// ID identifies the job: its input stream sequence.
@@ -212,59 +176,69 @@ type Job struct {
 
 // A Verdict is the decision for one job.
 type Verdict struct {
-	Action Action
-	// Degraded: Forward without a decision (the limiter failed, fail mode open).
-	Degraded bool
-	// Redeemed: the job was admitted (or moved to the lane) by a call less than the limiter's
-	// redeem window ago; nothing was charged now.
-	Redeemed bool
-	// Paused: ToLane or Wait because the tenant is paused; Wait is the rest of the pause.
-	Paused bool
-	// Shadow: Forward under a plan in shadow mode (trialled, not enforced); Wait is how long
-	// the plan would have delayed the job (zero: not at all).
-	Shadow bool
-	// Wait: for Wait and Held, when to ask again; for ToLane, when the job's weight would fit
-	// (a hint for its lane).
+	// Fate is what becomes of it.
+	Fate wire.Fate
+	// Wait: for a job that waits (Fate.Waits), when to ask again (a paused one: the rest of the
+	// pause); for a job forwarded under a plan in shadow mode, how long the plan would have
+	// delayed it.
 	Wait time.Duration
-	// Code and Detail say why a Dead job is dead.
+	// Redeemed: the job was admitted by a call less than the limiter's redeem window ago;
+	// nothing was charged now.
+	Redeemed bool
+	// Shadow: forwarded under a plan in shadow mode (trialled, not enforced).
+	Shadow bool
+	// Code and Detail say why a dead job is dead.
 	Code   wire.Code
 	Detail string
 }
 
-// Decision is the verdicts for a batch of one tenant's jobs, with what explains them.
+// Decision is the verdicts for the head of one tenant's queue, with what explains them.
 type Decision struct {
 	// Plan is the tenant's plan; nil when it has none.
 	Plan *bucket.Plan
 	// Verdicts holds one verdict per job, in order.
 	Verdicts []Verdict
 	// Limit is the limit that bound the decision (see bucket.BatchResult); Remaining the tokens
-	// left; LaneOpen whether the tenant's lane is open afterwards.
+	// left.
 	Limit     string
 	Remaining int64
-	LaneOpen  bool
 	// Reason is the kind of the limit that bound the decision ("bucket", "window", "quota",
-	// "concurrency"), or ReasonFence: why jobs wait. LeasesExpired counts the leases the call found ended
-	// unreleased (see bucket.KindConcurrency).
+	// "concurrency"), or ReasonHandover: why jobs wait. LeasesExpired counts the leases the call
+	// found ended unreleased (see bucket.KindConcurrency).
 	Reason        string
 	LeasesExpired int64
-	// Err is the limiter's error when it failed (verdicts Degraded or Held), or nil.
+	// Err is the limiter's error when it failed (verdicts degraded or held), or nil.
 	Err error
 	// Took is how long the limiter call took; zero when there was none.
 	Took time.Duration
 }
 
-// ReasonFence is the reason of jobs held back by a fence (see bucket.Memory.Fence): forwards of
-// the tenant decided before are not yet confirmed stored downstream.
-const ReasonFence = "fence"
+// ReasonHandover is the reason of jobs that wait because another replica holds their tenant's
+// queue (bucket.BatchResult.Handover): a replica that stopped or stalled, or whose view of the
+// replicas has not changed yet; its hold ends within bucket.Options.Hold.
+const ReasonHandover = "handover"
 
-// FencePoll bounds the wait of a lane's head held back by a fence: the fence is lowered as soon
-// as the forwards before it are stored, usually long before it would end.
-const FencePoll = 25 * time.Millisecond
+// Queue is what the replica that owns a tenant's queue says with each step (see bucket.Batch).
+type Queue struct {
+	// Owner names the replica (bucket.OwnerID).
+	Owner int64
+	// Stored and Keep: the highest input sequence whose forward the owner saw stored, while
+	// its removal from the input is not confirmed, and how long to remember it.
+	Stored int64
+	Keep   time.Duration
+	// LateWeight and Late: the owner's forwards stored Late or more after their decision.
+	LateWeight int64
+	Late       time.Duration
+	// Release gives the owner's hold on the queue up (it stops owning the tenant).
+	Release bool
+}
 
-// Decide decides jobs of tenant, in order, as mode's side of its queue. Jobs that can never be
-// admitted (no plan, an unreadable or too large weight, an unusable tenant name) are Dead; the
-// others are decided together in one limiter call bounded by the timeout.
-func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jobs []Job) Decision {
+// Step decides jobs at the head of tenant's queue, in order, for the queue's owner (see Queue).
+// Jobs that can never be admitted (no plan, an unreadable or too large weight, an unusable
+// tenant name) are dead; a paused tenant's wait for the pause's end; the others are decided
+// together in one limiter call bounded by the timeout. Jobs after the first that waits are not
+// decided: they wait behind it. A step without jobs carries what the owner has to say alone.
+func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) Decision {
 	d := Decision{Verdicts: make([]Verdict, len(jobs))}
 	plan, err := p.plans.Load().Lookup(tenant)
 	if err != nil {
@@ -274,7 +248,8 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 		return d
 	}
 	d.Plan = plan
-	batch := bucket.Batch{Tenant: tenant, Plan: plan, Mode: mode, Jobs: make([]bucket.Job, 0, len(jobs))}
+	batch := bucket.Batch{Tenant: tenant, Plan: plan, Owner: q.Owner, Stored: q.Stored, Keep: q.Keep,
+		LateWeight: q.LateWeight, Late: q.Late, Release: q.Release, Jobs: make([]bucket.Job, 0, len(jobs))}
 	index := make([]int, 0, len(jobs)) // batch position → job position
 	for i, j := range jobs {
 		switch {
@@ -287,18 +262,14 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 			index = append(index, i)
 		}
 	}
-	if len(batch.Jobs) == 0 {
-		return d
-	}
-	until, paused := p.PausedUntil(tenant)
-	if paused && mode == bucket.Lane {
-		for _, i := range index { // the head waits for the end of the pause: nothing to ask
-			d.Verdicts[i] = Verdict{Action: Wait, Paused: true, Wait: time.Until(until)}
+	if until, paused := p.PausedUntil(tenant); paused && len(batch.Jobs) > 0 {
+		for _, i := range index { // they wait for the end of the pause: nothing to ask
+			d.Verdicts[i] = Verdict{Fate: wire.FatePaused, Wait: time.Until(until)}
 		}
 		return d
 	}
-	if paused {
-		batch.Mode = bucket.Hold // to the lane, opening it, so that they keep their order after
+	if len(batch.Jobs) == 0 && batch.Stored == 0 && batch.LateWeight == 0 && !batch.Release {
+		return d
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	begin := time.Now()
@@ -314,9 +285,9 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 		}
 		d.Err = err
 		p.failed(err)
-		v := Verdict{Action: Forward, Degraded: true}
+		v := Verdict{Fate: wire.FateDegraded}
 		if p.failMode == FailClosed {
-			v = Verdict{Action: Held, Wait: p.nextHold()}
+			v = Verdict{Fate: wire.FateHeld, Wait: p.nextHold()}
 		}
 		for _, i := range index {
 			d.Verdicts[i] = v
@@ -324,11 +295,9 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 		return d
 	}
 	p.ok()
-	d.Limit, d.Remaining, d.LaneOpen, d.LeasesExpired = res.Limit, res.Remaining, res.LaneOpen, res.LeasesExpired
-	if res.Fenced {
-		// Earlier forwards of the tenant are not yet stored: they are usually confirmed long
-		// before the fence's end, so the lane asks again soon.
-		d.Reason, res.Wait = ReasonFence, min(res.Wait, FencePoll)
+	d.Limit, d.Remaining, d.LeasesExpired = res.Limit, res.Remaining, res.LeasesExpired
+	if res.Handover {
+		d.Reason = ReasonHandover
 	} else {
 		d.Reason = d.Plan.Limits[res.LimitIndex].Kind.String()
 	}
@@ -336,45 +305,24 @@ func (p *Policy) Decide(ctx context.Context, tenant string, mode bucket.Mode, jo
 		v := &d.Verdicts[index[k]]
 		switch o {
 		case bucket.JobAdmitted, bucket.JobRedeemed:
-			*v = Verdict{Action: Forward, Redeemed: o == bucket.JobRedeemed}
+			*v = Verdict{Fate: wire.FateAdmitted, Redeemed: o == bucket.JobRedeemed}
 			if res.ShadowWaits != nil {
 				v.Shadow, v.Wait = true, res.ShadowWaits[k]
+				if v.Wait > 0 {
+					v.Fate = wire.FateShadowDelayed
+				}
 			}
-		case bucket.JobToLane, bucket.JobToLaneBefore:
-			*v = Verdict{Action: ToLane, Redeemed: o == bucket.JobToLaneBefore, Wait: res.Wait}
-			if paused {
-				v.Paused, v.Wait = true, time.Until(until)
-			}
+		case bucket.JobStored:
+			*v = Verdict{Fate: wire.FateStored}
 		default:
-			*v = Verdict{Action: Wait, Wait: res.Wait}
+			*v = Verdict{Fate: wire.FateDelayed, Wait: res.Wait}
 		}
 	}
 	return d
 }
 
-// CloseLane closes tenant's lane, seen empty through input sequence through (see
-// bucket.Redis.CloseLane); it reports whether the lane is still open. A tenant without a plan
-// has no lane to close.
-func (p *Policy) CloseLane(ctx context.Context, tenant string, through int64) (open bool, err error) {
-	plan, err := p.plans.Load().Lookup(tenant)
-	if err != nil {
-		return false, nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	open, err = p.limiter.CloseLane(cctx, tenant, plan, through)
-	if err != nil {
-		if _, coded := wire.CodeOf(err); !coded {
-			p.failed(err)
-		}
-		return true, err
-	}
-	p.ok()
-	return open, nil
-}
-
 func dead(code wire.Code, detail string) Verdict {
-	return Verdict{Action: Dead, Code: code, Detail: detail}
+	return Verdict{Fate: wire.FateDead, Code: code, Detail: detail}
 }
 
 // failed records a failed limiter call, logging only the change of state.
@@ -415,14 +363,12 @@ func (p *Policy) Recovered() <-chan struct{} {
 	return p.recovered.ch
 }
 
-// Ping checks that the limiter answers, when it can be checked without deciding
-// (*bucket.Redis); an in-process limiter always answers.
-func (p *Policy) Ping(ctx context.Context) error {
-	if pinger, ok := p.limiter.(interface{ Ping(context.Context) error }); ok {
-		return pinger.Ping(ctx)
-	}
-	return nil
-}
+// Late is how late after its decision a forward may be stored before its tenant is charged for
+// it (the limiter's bucket.Options.Late): Queue.LateWeight counts the forwards later than this.
+func (p *Policy) Late() time.Duration { return p.limiter.Late() }
+
+// Ping checks that the limiter answers.
+func (p *Policy) Ping(ctx context.Context) error { return p.limiter.Ping(ctx) }
 
 // LimiterDown reports whether the last limiter call failed.
 func (p *Policy) LimiterDown() bool { return p.down.Load() }

@@ -46,10 +46,13 @@ func jobs(weights ...int64) []Job {
 	return out
 }
 
+// owner is the queue's owner in these tests.
+var owner = Queue{Owner: 1}
+
 func actions(d Decision) string {
 	var b strings.Builder
 	for _, v := range d.Verdicts {
-		b.WriteString(v.Action.String())
+		b.WriteString(v.Fate.String())
 		b.WriteByte(' ')
 	}
 	return strings.TrimSpace(b.String())
@@ -62,8 +65,8 @@ func TestDecideVerdicts(t *testing.T) {
 	ctx := context.Background()
 	js := jobs(1, 4, 1, 1, 1)
 	js[2].WeightErr = errors.New(`header Admit-Weight is "x"`)
-	d := p.Decide(ctx, "acme", bucket.Ingest, js)
-	if got := actions(d); got != "forward dead dead forward forward" {
+	d := p.Step(ctx, "acme", js, owner)
+	if got := actions(d); got != "admitted dead dead admitted admitted" {
 		t.Fatalf("verdicts %q", got)
 	}
 	if v := d.Verdicts[1]; v.Code != wire.CodeWeightOverCapacity || !strings.Contains(v.Detail, "weight 4 exceeds 3") {
@@ -75,15 +78,15 @@ func TestDecideVerdicts(t *testing.T) {
 	if d.Plan == nil || d.Plan.Name != "p" || d.Took <= 0 || d.Err != nil {
 		t.Errorf("decision %+v", d)
 	}
-	// The bucket is empty now: the next job goes to the lane with the wait until it fits.
-	d = p.Decide(ctx, "acme", bucket.Ingest, []Job{{ID: 9, Weight: 1}})
-	if v := d.Verdicts[0]; v.Action != ToLane || v.Wait <= 0 || v.Wait > 100*time.Millisecond || !d.LaneOpen || d.Limit != "burst" {
+	// The bucket is empty now: the next job waits in the queue until it fits.
+	d = p.Step(ctx, "acme", []Job{{ID: 9, Weight: 1}}, owner)
+	if v := d.Verdicts[0]; v.Fate != wire.FateDelayed || v.Wait <= 0 || v.Wait > 100*time.Millisecond || d.Limit != "burst" || d.Reason != "bucket" {
 		t.Errorf("after the burst: %+v, %+v", v, d)
 	}
-	// In the lane, the head waits for its weight.
-	d = p.Decide(ctx, "acme", bucket.Lane, []Job{{ID: 9, Weight: 1}})
-	if v := d.Verdicts[0]; v.Action != Wait || v.Wait <= 0 {
-		t.Errorf("lane head: %+v", v)
+	// Another replica's step, while this one holds the queue, admits nothing: a handover.
+	d = p.Step(ctx, "acme", []Job{{ID: 9, Weight: 1}}, Queue{Owner: 2})
+	if v := d.Verdicts[0]; v.Fate != wire.FateDelayed || v.Wait <= 0 || d.Reason != ReasonHandover {
+		t.Errorf("another owner: %+v, %+v", v, d)
 	}
 }
 
@@ -91,9 +94,9 @@ func TestDecideVerdicts(t *testing.T) {
 // its own code, without a limiter call.
 func TestDecideUnknownAndInvalidTenants(t *testing.T) {
 	p, _ := newPolicy(t, bucket.NewMemory(bucket.Options{}, nil), FailOpen, plansYAML)
-	d := p.Decide(context.Background(), "nobody", bucket.Ingest, jobs(1, 1))
+	d := p.Step(context.Background(), "nobody", jobs(1, 1), owner)
 	for _, v := range d.Verdicts {
-		if v.Action != Dead || v.Code != wire.CodeUnknownTenant || !strings.Contains(v.Detail, `"nobody"`) {
+		if v.Fate != wire.FateDead || v.Code != wire.CodeUnknownTenant || !strings.Contains(v.Detail, `"nobody"`) {
 			t.Errorf("unknown tenant: %+v", v)
 		}
 	}
@@ -101,8 +104,8 @@ func TestDecideUnknownAndInvalidTenants(t *testing.T) {
 		t.Errorf("a limiter call was made for a tenant without a plan")
 	}
 	p, _ = newPolicy(t, bucket.NewMemory(bucket.Options{}, nil), FailOpen, plansYAML+"default_plan: p\n")
-	d = p.Decide(context.Background(), "a{b", bucket.Ingest, jobs(1))
-	if v := d.Verdicts[0]; v.Action != Dead || v.Code != wire.CodeInvalidTenant {
+	d = p.Step(context.Background(), "a{b", jobs(1), owner)
+	if v := d.Verdicts[0]; v.Fate != wire.FateDead || v.Code != wire.CodeInvalidTenant {
 		t.Errorf("invalid tenant: %+v", v)
 	}
 }
@@ -123,21 +126,21 @@ func TestFailModes(t *testing.T) {
 			if err := r.Prepare(ctx); err != nil { // as the service does at start
 				t.Fatal(err)
 			}
-			if d := p.Decide(ctx, "acme", bucket.Ingest, jobs(1)); d.Err != nil || d.Verdicts[0].Action != Forward {
+			if d := p.Step(ctx, "acme", jobs(1), owner); d.Err != nil || d.Verdicts[0].Fate != wire.FateAdmitted {
 				t.Fatalf("with redis: %+v", d)
 			}
 			srv.Kill()
 			var waits []time.Duration
 			for range 4 {
-				d := p.Decide(ctx, "acme", bucket.Ingest, jobs(1, 1))
+				d := p.Step(ctx, "acme", jobs(1, 1), owner)
 				if d.Err == nil {
 					t.Fatal("no error with redis down")
 				}
 				for _, v := range d.Verdicts {
 					switch {
-					case mode == FailOpen && (v.Action != Forward || !v.Degraded):
+					case mode == FailOpen && v.Fate != wire.FateDegraded:
 						t.Fatalf("fail open: %+v", v)
-					case mode == FailClosed && (v.Action != Held || v.Wait <= 0):
+					case mode == FailClosed && (v.Fate != wire.FateHeld || v.Wait <= 0):
 						t.Fatalf("fail closed: %+v", v)
 					}
 				}
@@ -153,7 +156,7 @@ func TestFailModes(t *testing.T) {
 				t.Fatal(err)
 			}
 			testenv.WaitFor(t, 10*time.Second, "a decision after redis is back", func() bool {
-				return p.Decide(ctx, "acme", bucket.Ingest, jobs(1)).Err == nil
+				return p.Step(ctx, "acme", jobs(1), owner).Err == nil
 			})
 			if n := strings.Count(logs.String(), "limiter unavailable"); n != 1 {
 				t.Errorf("'limiter unavailable' logged %d times, want once:\n%s", n, logs)
@@ -168,7 +171,7 @@ func TestFailModes(t *testing.T) {
 // TestSetPlans: a new set of plans applies to the next decision.
 func TestSetPlans(t *testing.T) {
 	p, _ := newPolicy(t, bucket.NewMemory(bucket.Options{}, nil), FailOpen, plansYAML)
-	if d := p.Decide(context.Background(), "newcomer", bucket.Ingest, jobs(1)); d.Verdicts[0].Action != Dead {
+	if d := p.Step(context.Background(), "newcomer", jobs(1), owner); d.Verdicts[0].Fate != wire.FateDead {
 		t.Fatalf("newcomer before: %+v", d.Verdicts[0])
 	}
 	ps, err := plans.Parse("plans.yaml", []byte(plansYAML+"default_plan: p\n"))
@@ -176,7 +179,7 @@ func TestSetPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.SetPlans(ps)
-	if d := p.Decide(context.Background(), "newcomer", bucket.Ingest, jobs(1)); d.Verdicts[0].Action != Forward {
+	if d := p.Step(context.Background(), "newcomer", jobs(1), owner); d.Verdicts[0].Fate != wire.FateAdmitted {
 		t.Fatalf("newcomer after: %+v", d.Verdicts[0])
 	}
 }
@@ -203,12 +206,12 @@ tenants: {acme: trial, bob: trial}
 	clock := time.Unix(1_800_000_000, 0)
 	p, _ := newPolicy(t, bucket.NewMemory(bucket.Options{}, func() time.Time { return clock }), FailOpen, yaml)
 	ctx := context.Background()
-	d := p.Decide(ctx, "acme", bucket.Ingest, jobs(1, 1, 1, 1))
+	d := p.Step(ctx, "acme", jobs(1, 1, 1, 1), owner)
 	var got []string
 	for _, v := range d.Verdicts {
-		got = append(got, fmt.Sprintf("%v shadow=%v wait=%v", v.Action, v.Shadow, v.Wait))
+		got = append(got, fmt.Sprintf("%v shadow=%v wait=%v", v.Fate, v.Shadow, v.Wait))
 	}
-	want := []string{"forward shadow=true wait=0s", "forward shadow=true wait=0s", "forward shadow=true wait=100ms", "forward shadow=true wait=200ms"}
+	want := []string{"admitted shadow=true wait=0s", "admitted shadow=true wait=0s", "shadow_delayed shadow=true wait=100ms", "shadow_delayed shadow=true wait=200ms"}
 	if !slices.Equal(got, want) {
 		t.Errorf("verdicts %q, want %q", got, want)
 	}
@@ -246,14 +249,14 @@ func TestRecovered(t *testing.T) {
 		}
 	}
 	ch := p.Recovered()
-	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
+	p.Step(ctx, "acme", jobs(1), owner)
 	l.Down.Store(true)
-	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
+	p.Step(ctx, "acme", jobs(1), owner)
 	if closed(ch) {
 		t.Fatal("closed before the limiter failed and answered again")
 	}
 	l.Down.Store(false)
-	p.Decide(ctx, "acme", bucket.Ingest, jobs(1))
+	p.Step(ctx, "acme", jobs(1), owner)
 	if !closed(ch) {
 		t.Fatal("not closed when the limiter answered again")
 	}

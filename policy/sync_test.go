@@ -278,7 +278,7 @@ func TestSyncSharesQueueBuckets(t *testing.T) {
 			t.Fatalf("allow: %+v", a)
 		}
 	}
-	if d := p.Decide(ctx, "acme", bucket.Ingest, jobs(1)); d.Verdicts[0].Action != ToLane {
+	if d := p.Step(ctx, "acme", jobs(1), owner); d.Verdicts[0].Fate != wire.FateDelayed {
 		t.Fatalf("a job after the requests spent the burst: %+v", d.Verdicts[0])
 	}
 }

@@ -117,6 +117,23 @@ func (t Template) String() string { return t.raw }
 // It is "" for the zero Template.
 func (t Template) Filter() string { return t.filter }
 
+// TenantFilter returns the NATS subject filter matching every subject of the template for
+// tenant: the template with {tenant} replaced by tenant, its wildcards kept
+// ("jobs.submit.acme.>" for "jobs.submit.{tenant}.>" and tenant "acme"). Errors wrap
+// [ErrSubject]: the zero Template, or a tenant that is not a valid token.
+func (t Template) TenantFilter(tenant string) (string, error) {
+	if len(t.toks) == 0 {
+		return "", fmt.Errorf("%w: the zero Template has no subjects", ErrSubject)
+	}
+	if p := tokenProblem(tenant); p != "" {
+		return "", fmt.Errorf("%w from template %q: tenant %q %s", ErrSubject, t.raw, tenant, p)
+	}
+	toks := make([]string, len(t.toks))
+	copy(toks, t.toks)
+	toks[t.tenant] = tenant
+	return strings.Join(toks, "."), nil
+}
+
 // Wildcards returns the number of captures the template's wildcards make: one for each '*'
 // plus one for a trailing '>'. It is the number of captures [Template.Subject] takes and
 // [Template.MatchCaptures] returns.

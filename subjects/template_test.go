@@ -283,3 +283,24 @@ func TestConcurrentUse(t *testing.T) {
 		<-done
 	}
 }
+
+func TestTenantFilter(t *testing.T) {
+	for _, tc := range []struct{ tmpl, tenant, want string }{
+		{"jobs.submit.{tenant}.>", "acme", "jobs.submit.acme.>"},
+		{"{tenant}.jobs.*.x", "acme", "acme.jobs.*.x"},
+		{"jobs.waiting.{tenant}", "bob", "jobs.waiting.bob"},
+	} {
+		got, err := MustParse(tc.tmpl).TenantFilter(tc.tenant)
+		if err != nil || got != tc.want {
+			t.Errorf("%s for %q = %q, %v; want %q", tc.tmpl, tc.tenant, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "a.b", "*", ">", "a b"} {
+		if _, err := MustParse("jobs.{tenant}.>").TenantFilter(bad); !errors.Is(err, ErrSubject) {
+			t.Errorf("tenant %q: err %v, want ErrSubject", bad, err)
+		}
+	}
+	if _, err := (Template{}).TenantFilter("acme"); !errors.Is(err, ErrSubject) {
+		t.Errorf("zero template: %v", err)
+	}
+}

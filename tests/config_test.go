@@ -112,8 +112,9 @@ func TestConfigErrors(t *testing.T) {
 		secret string
 	}{
 		{name: "fail mode", over: []string{"ADMITTER_FAIL_MODE=sideways"}, want: []string{"ADMITTER_FAIL_MODE", "sideways"}},
-		{name: "ack wait not a duration", over: []string{"ADMITTER_ACK_WAIT=abc"}, want: []string{"ADMITTER_ACK_WAIT", "abc"}},
-		{name: "ack wait too short", over: []string{"ADMITTER_ACK_WAIT=500ms"}, want: []string{"ADMITTER_ACK_WAIT"}},
+		{name: "discovery not a duration", over: []string{"ADMITTER_DISCOVERY_INTERVAL=abc"}, want: []string{"ADMITTER_DISCOVERY_INTERVAL", "abc"}},
+		{name: "discovery too short", over: []string{"ADMITTER_DISCOVERY_INTERVAL=1ms"}, want: []string{"ADMITTER_DISCOVERY_INTERVAL", "1ms"}},
+		{name: "duplicate window too short", over: []string{"ADMITTER_DUPLICATE_WINDOW=1s"}, want: []string{"ADMITTER_DUPLICATE_WINDOW", "1s"}},
 		{name: "workers zero", over: []string{"ADMITTER_WORKERS=0"}, want: []string{"ADMITTER_WORKERS", "0"}},
 		{name: "workers not a number", over: []string{"ADMITTER_WORKERS=many"}, want: []string{"ADMITTER_WORKERS", "many"}},
 		{name: "subject in without tenant", over: []string{"ADMITTER_SUBJECT_IN=jobs.submit"}, want: []string{"ADMITTER_SUBJECT_IN", "jobs.submit"}},
@@ -134,7 +135,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "lanes stream is the input", over: []string{"ADMITTER_STREAM_WAIT=JOBS"}, want: []string{"ADMITTER_STREAM_WAIT", "ADMITTER_STREAM_IN", "JOBS"}},
 		{name: "wait subject with a wildcard", over: []string{"ADMITTER_SUBJECT_WAIT=jobs.waiting.{tenant}.>"}, want: []string{"ADMITTER_SUBJECT_", "WAIT", "jobs.waiting.{tenant}.>", "one subject per tenant"}},
 		{name: "wait subject overlaps in", over: []string{"ADMITTER_SUBJECT_WAIT=jobs.submit.{tenant}.lane"}, want: []string{"ADMITTER_SUBJECT_", "overlap", `"jobs.submit.{tenant}.lane"`}},
-		{name: "lane workers zero", over: []string{"ADMITTER_LANE_WORKERS=0"}, want: []string{"ADMITTER_LANE_WORKERS", "0"}},
+		{name: "batch over the limiter's", over: []string{"ADMITTER_BATCH=513"}, want: []string{"ADMITTER_BATCH", "513", "512"}},
+		{name: "quantum zero", over: []string{"ADMITTER_QUANTUM=0"}, want: []string{"ADMITTER_QUANTUM", "0"}},
 		{name: "replica name", over: []string{"ADMITTER_REPLICA=a.b"}, want: []string{"ADMITTER_REPLICA", "a.b"}},
 		{name: "consumer name", over: []string{"ADMITTER_CONSUMER=my consumer"}, want: []string{"ADMITTER_CONSUMER", "my consumer"}},
 		{name: "log level", over: []string{"ADMITTER_LOG_LEVEL=loud"}, want: []string{"ADMITTER_LOG_LEVEL", "loud"}},
@@ -226,7 +228,7 @@ func TestConfigCheck(t *testing.T) {
 	env := configEnv(t,
 		"ADMITTER_NATS_URL=nats://user:pw@127.0.0.1:4222",
 		"ADMITTER_REDIS_URL=redis://:s3cret@127.0.0.1:6379",
-		"ADMITTER_WORKERS=7", "ADMITTER_ACK_WAIT=45s", "ADMITTER_FAIL_MODE=closed", "ADMITTER_STREAM_OUT=OUT",
+		"ADMITTER_WORKERS=7", "ADMITTER_QUANTUM=45", "ADMITTER_FAIL_MODE=closed", "ADMITTER_STREAM_OUT=OUT",
 	)
 	var plans string
 	for _, kv := range env {
@@ -250,26 +252,27 @@ func TestConfigCheck(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		"ADMITTER_PLANS_FILE":       plans,
-		"ADMITTER_SUBJECT_IN":       "jobs.submit.{tenant}.>",
-		"ADMITTER_SUBJECT_OUT":      "jobs.admitted.{tenant}.>",
-		"ADMITTER_SUBJECT_DEAD":     "jobs.dead.{tenant}.>",
-		"ADMITTER_SUBJECT_WAIT":     "jobs.waiting.{tenant}",
-		"ADMITTER_STREAM_IN":        "JOBS",
-		"ADMITTER_STREAM_OUT":       "OUT",
-		"ADMITTER_STREAM_DEAD":      "DEAD",
-		"ADMITTER_STREAM_WAIT":      "WAITING",
-		"ADMITTER_CONSUMER":         "admitter",
-		"ADMITTER_FAIL_MODE":        "closed",
-		"ADMITTER_REDIS_TIMEOUT":    "250ms",
-		"ADMITTER_REDIS_PREFIX":     "admitter:",
-		"ADMITTER_ACK_WAIT":         "45s",
-		"ADMITTER_MAX_ACK_PENDING":  "10000",
-		"ADMITTER_WORKERS":          "7",
-		"ADMITTER_LANE_WORKERS":     "32",
-		"ADMITTER_SHUTDOWN_TIMEOUT": "10s",
-		"ADMITTER_LOG_FORMAT":       "json",
-		"ADMITTER_LOG_LEVEL":        "info",
+		"ADMITTER_PLANS_FILE":         plans,
+		"ADMITTER_SUBJECT_IN":         "jobs.submit.{tenant}.>",
+		"ADMITTER_SUBJECT_OUT":        "jobs.admitted.{tenant}.>",
+		"ADMITTER_SUBJECT_DEAD":       "jobs.dead.{tenant}.>",
+		"ADMITTER_SUBJECT_WAIT":       "jobs.waiting.{tenant}",
+		"ADMITTER_STREAM_IN":          "JOBS",
+		"ADMITTER_STREAM_OUT":         "OUT",
+		"ADMITTER_STREAM_DEAD":        "DEAD",
+		"ADMITTER_STREAM_WAIT":        "WAITING",
+		"ADMITTER_CONSUMER":           "admitter",
+		"ADMITTER_FAIL_MODE":          "closed",
+		"ADMITTER_REDIS_TIMEOUT":      "250ms",
+		"ADMITTER_REDIS_PREFIX":       "admitter:",
+		"ADMITTER_QUANTUM":            "45",
+		"ADMITTER_BATCH":              "100",
+		"ADMITTER_DUPLICATE_WINDOW":   "2m0s",
+		"ADMITTER_DISCOVERY_INTERVAL": "100ms",
+		"ADMITTER_WORKERS":            "7",
+		"ADMITTER_SHUTDOWN_TIMEOUT":   "10s",
+		"ADMITTER_LOG_FORMAT":         "json",
+		"ADMITTER_LOG_LEVEL":          "info",
 	}
 	for k, v := range want {
 		if got := values[k]; !slices.Equal(got, []string{v}) {

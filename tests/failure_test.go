@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/admitter/admitter/internal/testenv"
-	"slices"
+	"github.com/admitter/admitter/wire"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,10 +104,12 @@ func TestFailClosedWhileRedisIsDown(t *testing.T) {
 	for i := range 3 {
 		w.publish("jobs.submit.carol.x", fmt.Sprint("job-", i))
 	}
-	// Each job is refused a decision and held back, then tried again, more than once.
-	waitFor(t, 20*time.Second, "every job to be held back at least twice while Redis is down", func() bool {
+	// Each job is refused a decision and held back (counted held once), then tried again, more
+	// than once (each try a fail-mode event).
+	waitFor(t, 20*time.Second, "every job to be held back and tried again while Redis is down", func() bool {
 		_, body := httpGet(t, metrics)
-		return metricValue(body, "admitter_decisions_total", `outcome="held"`) >= 6
+		return metricValue(body, "admitter_decisions_total", `outcome="held"`) >= 1 &&
+			metricValue(body, "admitter_fail_mode_events_total", `mode="closed"`) >= 6
 	})
 	if got := w.readAll("ADMITTED"); len(got) != 0 {
 		t.Fatalf("fail-closed forwarded %d jobs while Redis was down", len(got))
@@ -128,7 +130,7 @@ func TestFailClosedWhileRedisIsDown(t *testing.T) {
 // backlog, restarts it, and checks every job is forwarded exactly once.
 func TestCrashMidStreamForwardsEveryJobOnce(t *testing.T) {
 	w := newWorld(t, onePlan)
-	p := w.start("ADMITTER_ACK_WAIT=2s")
+	p := w.start()
 	const n = 300
 	for i := range n {
 		w.publish("jobs.submit.carol.work", fmt.Sprint("job-", i))
@@ -136,7 +138,7 @@ func TestCrashMidStreamForwardsEveryJobOnce(t *testing.T) {
 	w.read("ADMITTED", 60, 20*time.Second)
 	p.kill()
 	before := len(w.readAll("ADMITTED"))
-	w.start("ADMITTER_ACK_WAIT=2s")
+	w.start()
 	got := w.read("ADMITTED", n, 60*time.Second)
 	waitFor(t, 20*time.Second, "the input stream to drain", func() bool { return w.streamMsgs("JOBS") == 0 })
 	got = w.readAll("ADMITTED")
@@ -146,11 +148,10 @@ func TestCrashMidStreamForwardsEveryJobOnce(t *testing.T) {
 	t.Logf("killed after %d of %d forwarded; after restart all %d forwarded once", before, n, n)
 }
 
-// TestTwoReplicasShareThePlan runs two admitters on one consumer: together they must not
-// exceed the tenant's plan.
-func TestTwoReplicasShareThePlan(t *testing.T) {
-	w := newWorld(t, onePlan)
-	// Small pull windows, so that both replicas get jobs, and a metrics port each, to see it.
+// TestTwoReplicasShareTheTenants runs two admitters on one input: each tenant's queue is decided
+// by one of them, both decide some, every job is forwarded once, and no tenant exceeds its plan.
+func TestTwoReplicasShareTheTenants(t *testing.T) {
+	w := newWorld(t, onePlan+"default_plan: free\n")
 	var replicas []*proc
 	var metrics []string
 	for range 2 {
@@ -161,36 +162,39 @@ func TestTwoReplicasShareThePlan(t *testing.T) {
 		replicas = append(replicas, w.start("ADMITTER_WORKERS=4", fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port)))
 		metrics = append(metrics, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 	}
-	const n, capacity, rate = 65, 5, 20.0
+	waitFor(t, 10*time.Second, "both replicas to see each other", func() bool {
+		for _, url := range metrics {
+			if _, body := httpGet(t, url); metricValue(body, wire.MetricReplicas.Prom) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	const tenants, each, capacity, rate = 12, 25, 5, 20.0
 	start := time.Now()
-	for i := range n {
-		w.publish("jobs.submit.bob.x", fmt.Sprint("job-", i))
-	}
-	got := w.read("ADMITTED", n, 30*time.Second)
-	if uniquePayloads(t, got) != n {
-		t.Fatalf("forwarded %d, want %d", len(got), n)
-	}
-	times := make([]time.Time, len(got))
-	for i, j := range got {
-		times[i] = j.stored
-	}
-	slices.SortFunc(times, func(x, y time.Time) int { return x.Compare(y) })
-	for k, at := range times {
-		if bound := capacity + rate*at.Sub(start).Seconds() + 1; float64(k+1) > bound {
-			t.Fatalf("two replicas forwarded %d jobs %v after the burst; the plan allows %.1f", k+1, at.Sub(start), bound)
+	for i := range each {
+		for k := range tenants {
+			w.publish(fmt.Sprintf("jobs.submit.bob%02d.x", k), fmt.Sprintf("job-%02d-%d", k, i))
 		}
 	}
-	rate2 := float64(n-capacity) / times[n-1].Sub(times[capacity-1]).Seconds()
-	t.Logf("two replicas: %d jobs, %.2f jobs/s after the burst (plan %v/s)", n, rate2, rate)
-	// Both replicas decided jobs of bob: the pace above is two deciders sharing one plan. (Which
-	// of them forwards depends on who pulled the first jobs and who owns bob's lane: one replica
-	// may forward all, the other having moved its jobs to the lane.)
+	got := w.read("ADMITTED", tenants*each, 30*time.Second)
+	if uniquePayloads(t, got) != tenants*each {
+		t.Fatalf("forwarded %d, want %d", len(got), tenants*each)
+	}
+	for k := range tenants {
+		times := arrivals(t, got, fmt.Sprintf("bob%02d", k))
+		for n, at := range times {
+			if bound := capacity + rate*at.Sub(start).Seconds() + 1; float64(n+1) > bound {
+				t.Fatalf("bob%02d: %d jobs forwarded %v after the first; the plan allows %.1f", k, n+1, at.Sub(start), bound)
+			}
+		}
+	}
 	for i, url := range metrics {
 		_, body := httpGet(t, url)
 		decided := metricValue(body, "admitter_decisions_total")
 		t.Logf("replica %d decided %v jobs, admitted %v", i, decided, metricValue(body, "admitter_decisions_total", `outcome="admitted"`))
 		if decided == 0 {
-			t.Errorf("replica %d decided no job: the test did not exercise two replicas", i)
+			t.Errorf("replica %d decided no job: the tenants were not shared", i)
 		}
 	}
 	for _, p := range replicas {

@@ -122,7 +122,6 @@ func (w *world) env(over ...string) []string {
 		"ADMITTER_REDIS_URL=" + w.redisURL,
 		"ADMITTER_PLANS_FILE=" + w.plans,
 		"ADMITTER_LOG_FORMAT=text",
-		"ADMITTER_ACK_WAIT=5s",
 		"ADMITTER_HTTP_ADDR=off", // tests that want it pick a free port
 		"ADMITTER_API_ADDR=off",  // likewise
 	}
@@ -380,22 +379,6 @@ func (w *world) tryReadStream(js jetstream.JetStream, stream string, headersOnly
 			return nil, fmt.Errorf("%d messages in a minute, not done", len(out))
 		}
 	}
-}
-
-// consumer returns the admitter consumer's info.
-func (w *world) consumer() *jetstream.ConsumerInfo {
-	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := w.js.Consumer(ctx, "JOBS", "admitter")
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return info
 }
 
 // streamMsgs is the number of messages stored on a stream.

@@ -120,7 +120,7 @@ func TestChainedKindsTakeNothingWhenOneRefuses(t *testing.T) {
 		}
 	}
 	w.read("ADMITTED", 6, 20*time.Second)
-	waitFor(t, 20*time.Second, "6 jobs waiting in the lanes", func() bool { return w.streamMsgs("WAITING") == 6 })
+	waitFor(t, 20*time.Second, "6 jobs waiting in their queues", func() bool { return w.streamMsgs("JOBS") == 6 })
 	time.Sleep(500 * time.Millisecond) // let any further (wrong) admission show
 	if got := len(w.readAll("ADMITTED")); got != 6 {
 		t.Fatalf("%d admitted, want 6: 2 per tenant", got)

@@ -258,7 +258,7 @@ func TestAdmitCostIsReconciled(t *testing.T) {
 		w.publish("jobs.submit.acme.llm", strconv.Itoa(i))
 	}
 	w.read("ADMITTED", 6, 20*time.Second)
-	waitFor(t, 20*time.Second, "job 7 waiting in its lane", func() bool { return w.streamMsgs("WAITING") == 1 })
+	waitFor(t, 20*time.Second, "job 7 waiting in its queue", func() bool { return w.streamMsgs("JOBS") == 1 })
 	if n := len(w.readAll("ADMITTED")); n != 6 {
 		t.Fatalf("%d forwarded, want 6: the overspend of 4 was not charged", n)
 	}
@@ -278,11 +278,11 @@ func TestLeasesSurviveACrash(t *testing.T) {
 		w.publish("jobs.submit.acme.export", strconv.Itoa(i))
 	}
 	w.read("ADMITTED", 2, 20*time.Second)
-	waitFor(t, 20*time.Second, "job 3 waiting in its lane", func() bool { return w.streamMsgs("WAITING") == 1 })
+	waitFor(t, 20*time.Second, "job 3 waiting in its queue", func() bool { return w.streamMsgs("JOBS") == 1 })
 	p.kill()
 	w.start()
 	w.publish("jobs.submit.acme.export", "4")
-	waitFor(t, 20*time.Second, "job 4 waiting behind job 3", func() bool { return w.streamMsgs("WAITING") == 2 })
+	waitFor(t, 20*time.Second, "job 4 waiting behind job 3", func() bool { return w.streamMsgs("JOBS") == 2 })
 	if n := len(w.readAll("ADMITTED")); n != 2 {
 		t.Fatalf("%d forwarded after the restart, want 2: a lease was lost", n)
 	}

@@ -52,7 +52,7 @@ func TestPlansFileReplacedByRename(t *testing.T) {
 	p := w.start()
 	w.publishMany("jobs.submit.acme.x", "job", 20, 0)
 	waitFor(t, 10*time.Second, "one job forwarded, the rest waiting", func() bool {
-		return w.countFor("acme") == 1 && w.streamMsgs("WAITING") == 19
+		return w.countFor("acme") == 1 && w.streamMsgs("JOBS") == 19
 	})
 	replaced := time.Now()
 	replaceFile(t, w.plans, fastPlans)
@@ -128,7 +128,7 @@ func TestPlansInvalidReloadIsRefused(t *testing.T) {
 	}
 	// The slow plan still holds: one job of two goes.
 	w.publishMany("jobs.submit.acme.x", "job", 2, 0)
-	waitFor(t, 10*time.Second, "one job forwarded and one waiting", func() bool { return w.countFor("acme") == 1 && w.streamMsgs("WAITING") == 1 })
+	waitFor(t, 10*time.Second, "one job forwarded and one waiting", func() bool { return w.countFor("acme") == 1 && w.streamMsgs("JOBS") == 1 })
 	// A valid file, written in place, and SIGHUP: applied at once.
 	if err := os.WriteFile(w.plans, []byte(fastPlans), 0o644); err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestPlansInKVFollowedByEveryReplica(t *testing.T) {
 	b := w.start(kv...)
 	w.publishMany("jobs.submit.acme.x", "job", 20, 0)
 	waitFor(t, 10*time.Second, "one job forwarded, the rest waiting", func() bool {
-		return w.countFor("acme") == 1 && w.streamMsgs("WAITING") == 19
+		return w.countFor("acme") == 1 && w.streamMsgs("JOBS") == 19
 	})
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("plans:\n  p: {limits: [{capacity: 0, rate: 1/s}]}\n"), 0o644); err != nil {
@@ -216,7 +216,7 @@ func TestPlansOverridesAndPauses(t *testing.T) {
 	waitFor(t, 5*time.Second, "the override to apply", func() bool { return strings.Contains(p.logs.String(), "tenants added: acme: slow") })
 	w.publishMany("jobs.submit.acme.x", "a", 3, 0)
 	waitFor(t, 10*time.Second, "acme on the slow plan: one forwarded, two waiting", func() bool {
-		return w.countFor("acme") == 1 && w.streamMsgs("WAITING") == 2
+		return w.countFor("acme") == 1 && w.streamMsgs("JOBS") == 2
 	})
 	if code, out, errOut := w.plansCLI(kv, "unset", "acme"); code != 0 {
 		t.Fatalf("unset: %d %s%s", code, out, errOut)
@@ -318,7 +318,7 @@ func TestShadowMode(t *testing.T) {
 	})
 	w.publishMany("jobs.submit.acme.x", "enforced", 3, 0)
 	waitFor(t, 10*time.Second, "2 forwarded and 1 waiting", func() bool {
-		return w.countFor("acme") == 8 && w.streamMsgs("WAITING") == 1
+		return w.countFor("acme") == 8 && w.streamMsgs("JOBS") == 1
 	})
 	for _, j := range w.readAll("ADMITTED")[6:] {
 		if h := j.header.Get(wire.HeaderShadow); h != "" {

@@ -49,42 +49,57 @@ func lossyWorld(t *testing.T, plans string) (w *world, deny func(subjects ...str
 	return w, deny, []string{"ADMITTER_NATS_USER=admitter", "ADMITTER_NATS_PASSWORD=admitter-pw"}
 }
 
-// TestRefusedAcknowledgementsAreCountedAndNothingIsTwice: the admitter's acknowledgements of
-// the input are refused for 3 s while a tenant's jobs are forwarded: each refusal is counted
-// (admitter_settle_errors_total) and logged, the jobs come back after the ack wait, and none is
-// stored twice downstream.
-func TestRefusedAcknowledgementsAreCountedAndNothingIsTwice(t *testing.T) {
+// TestLostRemovalsForwardNothingTwice: the admitter's removals of forwarded jobs from the input
+// are refused (its purges get no answer) while a tenant's jobs go, at once and then at its
+// plan's pace, for longer than the output's duplicate window; then the admitter is killed, the
+// removals are let through, and another admitter reads the tenant's queue again from its first
+// job. Every refusal is counted, and no job is stored twice downstream: the limiter was told
+// which jobs were stored, whoever reads them again.
+func TestLostRemovalsForwardNothingTwice(t *testing.T) {
 	w, deny, env := lossyWorld(t, `
 plans:
-  fast:
-    limits: [{capacity: 1000, rate: 1000/s}]
-default_plan: fast
+  steady:
+    limits: [{capacity: 100, rate: 10/s}]
+default_plan: steady
 `)
 	metrics := freeAddr(t)
-	p := w.start(append(env, "ADMITTER_HTTP_ADDR="+metrics)...)
-	deny("$JS.ACK.>")
-	for i := range 50 {
+	env = append(env, "ADMITTER_HTTP_ADDR="+metrics, "ADMITTER_DUPLICATE_WINDOW=10s")
+	p := w.start(env...)
+	deny("$JS.API.STREAM.PURGE.>")
+	const n = 150 // 100 at once, 50 at 10/s
+	for i := range n {
 		w.publish("jobs.submit.acme.email", fmt.Sprintf("acme-%d", i))
 	}
-	w.read("ADMITTED", 50, 20*time.Second)
-	time.Sleep(3 * time.Second)
-	deny() // acknowledgements go through again
+	w.read("ADMITTED", n, 30*time.Second)
+	if left := w.streamMsgs("JOBS"); left != n {
+		t.Fatalf("the input holds %d jobs while removals are refused, want all %d", left, n)
+	}
 	_, body := httpGet(t, "http://"+metrics+"/metrics")
-	if n := metricValue(body, "admitter_settle_errors_total", `op="ack"`); n < 1 {
-		t.Errorf("admitter_settle_errors_total{op=\"ack\"} = %v while every ack was refused, want ≥ 1", n)
+	if c := metricValue(body, "admitter_settle_errors_total", `op="purge"`); c < 1 {
+		t.Errorf("admitter_settle_errors_total{op=\"purge\"} = %v while every removal was refused, want ≥ 1", c)
 	}
-	if !strings.Contains(p.logs.String(), "acknowledging an input job failed") {
-		t.Errorf("no log line says an acknowledgement failed")
+	if !strings.Contains(p.logs.String(), "removing forwarded jobs from the input failed") {
+		t.Errorf("no log line says a removal failed")
 	}
-	// The 50 come back after the ack wait (5 s) and are acknowledged then.
+	time.Sleep(11 * time.Second) // past the output's duplicate window: a repeat would be stored
+	p.kill()
+	deny() // removals go through again
+	w.start(env...)
 	waitFor(t, 30*time.Second, "the input to be empty", func() bool { return w.streamMsgs("JOBS") == 0 })
 	seen := map[string]int{}
 	for _, j := range w.readAll("ADMITTED") {
 		seen[j.payload]++
 	}
-	for i := range 50 {
-		if n := seen[fmt.Sprintf("acme-%d", i)]; n != 1 {
-			t.Errorf("acme-%d stored %d times downstream, want once", i, n)
+	twice := 0
+	for i := range n {
+		switch c := seen[fmt.Sprintf("acme-%d", i)]; {
+		case c == 0:
+			t.Errorf("acme-%d lost", i)
+		case c > 1:
+			twice++
 		}
+	}
+	if twice > 0 || len(seen) != n {
+		t.Fatalf("%d of %d jobs stored more than once downstream (%d distinct), want each once", twice, n, len(seen))
 	}
 }

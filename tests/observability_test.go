@@ -82,7 +82,7 @@ func TestMetricsMoveAndReadiness(t *testing.T) {
 			t.Errorf("%s%v moved by %v, want at least %v", c.name, c.labels, got, c.min)
 		}
 	}
-	for _, g := range []string{"admitter_consumer_pending", "admitter_consumer_ack_pending", "admitter_jobs_in_flight", "admitter_lanes", "admitter_lanes_jobs", "admitter_output_blocked", "admitter_replicas"} {
+	for _, g := range []string{"admitter_jobs_in_flight", "admitter_queues", "admitter_jobs_waiting", "admitter_output_blocked", "admitter_replicas"} {
 		if !strings.Contains(after, g) {
 			t.Errorf("/metrics lacks %s", g)
 		}
@@ -113,8 +113,8 @@ default_plan: slow
 		w.publish("jobs.submit.zoe.x", fmt.Sprint("job-", i))
 	}
 	w.read("ADMITTED", 2, 10*time.Second)
-	// two admitted, three waiting in the lane
-	waitFor(t, 10*time.Second, "three jobs in the lane", func() bool { return w.streamMsgs("WAITING") == 3 })
+	// two admitted, three waiting in the input
+	waitFor(t, 10*time.Second, "three jobs waiting", func() bool { return w.streamMsgs("JOBS") == 3 })
 	out, err := w.command("inspect", "zoe").CombinedOutput()
 	if err != nil {
 		t.Fatalf("admitter inspect zoe: %v\n%s", err, out)
@@ -123,7 +123,7 @@ default_plan: slow
 	for _, want := range []string{
 		"tenant zoe, plan slow",
 		"hourly  bucket  2 at 120/h  2     0     next token in 29.",
-		"lane: open: jobs of zoe wait in it, in order, and its new jobs join them",
+		"queue: held by the replica deciding it",
 		"why jobs wait: limit hourly (bucket, 2 at 120/h) holds 0 tokens; a job of weight 1 fits in 29.",
 	} {
 		if !strings.Contains(text, want) {

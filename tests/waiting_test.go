@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The tests of this file hold the invariants of "where a waiting job waits" (README): pacing is
-// an upper bound downstream through crashes, a tenant within its plan is not slowed by another's
+// The tests of this file hold the invariants of where a waiting job waits (README): pacing is an
+// upper bound downstream through crashes, a tenant within its plan is not slowed by another's
 // backlog, waiting payloads are not held in the admitter's memory, and a full output stream is
 // backpressure, not a reason to dead-letter.
 
@@ -66,9 +66,8 @@ func arrivals(t *testing.T, jobs []job, tenant string) []time.Time {
 	return times
 }
 
-// TestQuietTenantIsNotHeldBehindABacklog: one tenant has a backlog ten times larger than the
-// admitter's window of jobs in flight; another tenant, within its own plan, still gets every job
-// forwarded promptly.
+// TestQuietTenantIsNotHeldBehindABacklog: one tenant has a backlog of 2,000 jobs; another
+// tenant, within its own plan, still gets every job forwarded promptly.
 func TestQuietTenantIsNotHeldBehindABacklog(t *testing.T) {
 	w := newWorld(t, `
 plans:
@@ -76,8 +75,8 @@ plans:
   fast: {limits: [{capacity: 10, rate: 20/s}]}
 tenants: {noisy: slow, quiet: fast}
 `)
-	// A window of 200 jobs in flight (round one's consumer window); the backlog is 10× that.
-	w.start("ADMITTER_MAX_ACK_PENDING=200", "ADMITTER_WORKERS=16")
+	// A backlog of 2,000 jobs, 100 times a step's batch.
+	w.start("ADMITTER_WORKERS=16")
 	w.publishMany("jobs.submit.noisy.batch", "noisy", 2000, 0)
 	time.Sleep(time.Second) // the backlog is in place and being paced
 
@@ -240,8 +239,8 @@ default_plan: slow
 `)
 	p := w.startBinary(plainBinary(t))
 	absorbed := func(n uint64) {
-		waitFor(t, 60*time.Second, fmt.Sprintf("%d jobs moved to the lane", n), func() bool {
-			return w.streamMsgs("WAITING") >= n-uint64(len(w.readAll("ADMITTED")))-5 && w.streamMsgs("JOBS") == 0
+		waitFor(t, 60*time.Second, fmt.Sprintf("%d jobs waiting or forwarded", n), func() bool {
+			return w.streamMsgs("JOBS")+w.streamMsgs("ADMITTED") >= n
 		})
 	}
 	w.publishMany("jobs.submit.acme.big", "big", 2000, 64<<10)
@@ -252,8 +251,8 @@ default_plan: slow
 	time.Sleep(time.Second)
 	peak := peakRSS(t, p)
 	t.Logf("admitter peak RSS: %d MiB with 125 MiB of payloads waiting, %d MiB with 375 MiB", first>>20, peak>>20)
-	// Jobs in flight (pulled, being moved) take up to the pull budget, so the peak moves a little
-	// whatever waits; a process holding what waits would grow by the 250 MiB that came.
+	// Jobs in hand (a step's read) take up to their budget, so the peak moves a little whatever
+	// waits; a process holding what waits would grow by the 250 MiB that came.
 	if grew := peak - first; grew > 250<<20/4 {
 		t.Errorf("admitter RSS grew by %d MiB while 250 MiB more payloads came to wait: it holds them", grew>>20)
 	}
@@ -285,10 +284,10 @@ func peakRSS(t *testing.T, p *proc) int64 {
 var _ = syscall.SIGTERM
 var _ = nats.MsgIdHdr
 
-// TestSurvivingReplicaTakesOverTheLanes: of two replicas, the one running a tenant's lane is
-// killed; the other continues the lane within 5s (three missed heartbeats), at the plan's pace,
-// and every job is forwarded once.
-func TestSurvivingReplicaTakesOverTheLanes(t *testing.T) {
+// TestSurvivingReplicaTakesOverTheQueue: of two replicas, the one running a tenant's queue is
+// killed; the other continues the queue within 5s (three missed heartbeats, and the dead one's
+// hold on the queue ending), at the plan's pace, and every job is forwarded once.
+func TestSurvivingReplicaTakesOverTheQueue(t *testing.T) {
 	const capacity, rate, n = 5, 20.0, 200
 	w := newWorld(t, "plans: {p: {limits: [{capacity: 5, rate: 20/s}]}}\ndefault_plan: p\n")
 	var replicas []*proc
@@ -303,9 +302,9 @@ func TestSurvivingReplicaTakesOverTheLanes(t *testing.T) {
 	}
 	w.publishMany("jobs.submit.acme.work", "job", n, 0)
 	owner := -1
-	waitFor(t, 20*time.Second, "one replica to run the tenant's lane", func() bool {
+	waitFor(t, 20*time.Second, "one replica to run the tenant's queue", func() bool {
 		for i, url := range metrics {
-			if _, body := httpGet(t, url); metricValue(body, wire.MetricLanes.Prom) == 1 && metricValue(body, wire.MetricReplicas.Prom) == 2 {
+			if _, body := httpGet(t, url); metricValue(body, wire.MetricQueues.Prom) == 1 && metricValue(body, wire.MetricReplicas.Prom) == 2 {
 				owner = i
 				return len(w.readAll("ADMITTED")) > 20
 			}
@@ -326,9 +325,9 @@ func TestSurvivingReplicaTakesOverTheLanes(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("replica %d ran the lane; after its SIGKILL the other forwarded again after %v", owner, resumed.Sub(killed))
+	t.Logf("replica %d ran the queue; after its SIGKILL the other forwarded again after %v", owner, resumed.Sub(killed))
 	if resumed.Sub(killed) > 5*time.Second {
-		t.Errorf("the lane was taken over after %v, want within 5s", resumed.Sub(killed))
+		t.Errorf("the queue was taken over after %v, want within 5s", resumed.Sub(killed))
 	}
 	if e, from, to := worstWindow(times, capacity, rate); e > 1 {
 		t.Fatalf("pacing bound broken by %.1f jobs in [%v, %v] around the takeover", e, from.Sub(killed), to.Sub(killed))

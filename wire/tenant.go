@@ -10,14 +10,13 @@ type TenantState struct {
 	Plan   string       `json:"plan"`
 	At     time.Time    `json:"at"` // the limiter's clock when the state was read
 	Limits []LimitState `json:"limits"`
-	// LaneOpen: queued jobs of the tenant wait in its lane, in order, and its new jobs join them.
-	LaneOpen bool `json:"lane_open"`
 	// Shadow: the plan is in shadow mode (trialled, not enforced): Limits are its trial's
 	// state, which nothing is held for.
 	Shadow bool `json:"shadow,omitempty"`
-	// FencedUntil: forwards of the tenant are not yet stored downstream (a NATS node slow or
-	// down), and none of its jobs is admitted until they are, or at the latest until then.
-	FencedUntil *time.Time `json:"fenced_until,omitempty"`
+	// HeldUntil: the replica deciding the tenant's queue holds it until then (each of its
+	// decisions extends it): another replica admits none of its jobs before, so that forwards
+	// one decided cannot land beside forwards another decides.
+	HeldUntil *time.Time `json:"held_until,omitempty"`
 	// PausedUntil: the tenant's jobs are held until then (see admitter plans pause).
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
 	// Reservations counts the slots booked (by reserving requests) and not yet claimed;

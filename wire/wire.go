@@ -151,16 +151,15 @@ func ParseMsgID(id string) (kind Kind, stream string, seq uint64, ok bool) {
 }
 
 // Decisions: the admitter.decision span attribute and the outcome label of the decisions
-// metric. A queued job ends as admitted, delayed, dead, degraded or held; a synchronous
-// request as admitted, throttled, delayed (a slot booked for its key), rejected, degraded or
-// unavailable.
+// metric. A queued job's is its Fate's name; a synchronous request ends as admitted, throttled,
+// delayed (a slot booked for its key), rejected, degraded or unavailable.
 const (
 	DecisionAdmitted = "admitted" // the limiter let it through: forwarded, or allowed
-	DecisionDelayed  = "delayed"  // it must wait: moved to its tenant's lane, or a slot booked for its key
+	DecisionDelayed  = "delayed"  // it must wait: in its tenant's queue, or a slot booked for its key
 	DecisionDead     = "dead"     // dead-lettered
 	DecisionDegraded = "degraded" // the limiter failed, fail mode open: forwarded or allowed unchecked
 	DecisionHeld     = "held"     // the limiter failed, fail mode closed: held, asked again later
-	DecisionPaused   = "paused"   // its tenant is paused: moved to (or kept in) its lane until the pause ends
+	DecisionPaused   = "paused"   // its tenant is paused: it waits in its queue until the pause ends
 	// DecisionShadowDelayed: forwarded or allowed now under a plan in shadow mode, which
 	// would have delayed it (HeaderShadow says how long).
 	DecisionShadowDelayed = "shadow_delayed"
@@ -169,6 +168,49 @@ const (
 	DecisionRejected    = "rejected"    // a request refused for what it is (its weight, its tenant)
 	DecisionUnavailable = "unavailable" // the limiter failed, fail mode closed: a request refused (503)
 )
+
+// A Fate is what becomes of a queued job at a decision: the one encoding of it that the queue
+// applies, that its metrics and spans label (String: the decisions metric's outcome), and that
+// the console shows.
+type Fate uint8
+
+const (
+	// FateAdmitted: forwarded now, paced by its plan.
+	FateAdmitted Fate = iota
+	// FateDegraded: forwarded now without a decision (the limiter failed, fail mode open).
+	FateDegraded
+	// FateShadowDelayed: forwarded now under a plan in shadow mode that would have delayed it.
+	FateShadowDelayed
+	// FateDelayed: it waits where it is, in order: its weight does not fit its plan yet (or
+	// another replica is handing its tenant's queue over).
+	FateDelayed
+	// FatePaused: it waits where it is: its tenant is paused.
+	FatePaused
+	// FateHeld: it waits where it is: the limiter failed, fail mode closed.
+	FateHeld
+	// FateDead: dead-lettered.
+	FateDead
+	// FateStored: its forward was stored before (a repeat after a crash): it is removed from
+	// the input and forwarded no more. Not a decision: no metric counts it.
+	FateStored
+	// NumFates is the number of fates.
+	NumFates
+)
+
+var fateNames = [...]string{DecisionAdmitted, DecisionDegraded, DecisionShadowDelayed, DecisionDelayed, DecisionPaused, DecisionHeld, DecisionDead, "stored"}
+
+func (f Fate) String() string {
+	if int(f) < len(fateNames) {
+		return fateNames[f]
+	}
+	return "fate(" + strconv.Itoa(int(f)) + ")"
+}
+
+// Forwarded reports whether a job of this fate is forwarded now.
+func (f Fate) Forwarded() bool { return f <= FateShadowDelayed }
+
+// Waits reports whether a job of this fate stays where it is, to be asked about again.
+func (f Fate) Waits() bool { return f >= FateDelayed && f <= FateHeld }
 
 // Source is where a decision came from: the source label of the decisions metric and the
 // admitter.source span attribute.
@@ -197,7 +239,7 @@ type Metric struct{ Name, Prom, Help string }
 // The admitter's metrics.
 var (
 	MetricDecisions = Metric{"admitter.decisions", "admitter_decisions_total",
-		"Decisions by source (queue, http, nats, rls), plan and outcome: queued jobs admitted, delayed (moved to the tenant's lane), dead, degraded or held; requests admitted, throttled, delayed (a slot booked), rejected, degraded or unavailable."}
+		"Decisions by source (queue, http, nats, rls), plan and outcome: queued jobs admitted, delayed (waiting in the input for their time), paused, dead, degraded or held; requests admitted, throttled, delayed (a slot booked), rejected, degraded or unavailable."}
 	MetricWait         = Metric{"admitter.wait", "admitter_wait_seconds", ""}
 	MetricDecisionTime = Metric{"admitter.decision.duration", "admitter_decision_duration_seconds",
 		"Time one limiter call took (a queue call decides a batch of one tenant's jobs, a request's call one request)."}
@@ -206,20 +248,17 @@ var (
 	MetricFailEvents = Metric{"admitter.fail_mode.events", "admitter_fail_mode_events_total",
 		"Jobs and requests handled without a decision, by fail mode (open: forwarded or allowed, closed: held back or refused)."}
 	MetricInFlight      = Metric{"admitter.jobs.in_flight", "admitter_jobs_in_flight", ""}
-	MetricLanes         = Metric{"admitter.lanes", "admitter_lanes", ""}
-	MetricLaneJobs      = Metric{"admitter.lanes.jobs", "admitter_lanes_jobs", ""}
+	MetricQueues        = Metric{"admitter.queues", "admitter_queues", ""}
+	MetricJobsWaiting   = Metric{"admitter.jobs.waiting", "admitter_jobs_waiting", ""}
 	MetricOutputBlocked = Metric{"admitter.output.blocked", "admitter_output_blocked", ""}
 	MetricReplicas      = Metric{"admitter.replicas", "admitter_replicas", ""}
 	MetricPlansReloads  = Metric{"admitter.plans.reloads", "admitter_plans_reloads_total", ""}
 	MetricRedisEvicting = Metric{"admitter.redis.evicting", "admitter_redis_evicting", ""}
-	MetricPending       = Metric{"admitter.consumer.pending", "admitter_consumer_pending", ""}
-	MetricAckPending    = Metric{"admitter.consumer.ack_pending", "admitter_consumer_ack_pending", ""}
-	MetricRedelivered   = Metric{"admitter.consumer.redelivered", "admitter_consumer_redelivered", ""}
 	MetricLeaseMessages = Metric{"admitter.lease.messages", "admitter_lease_messages_total", ""}
 	MetricLeasesExpired = Metric{"admitter.leases.expired", "admitter_leases_expired_total", ""}
-	MetricFences        = Metric{"admitter.fences", "admitter_fences_total", ""}
 	MetricRedisForgot   = Metric{"admitter.redis.forgot", "admitter_redis_forgot_total", ""}
 	MetricSettleErrors  = Metric{"admitter.settle.errors", "admitter_settle_errors_total", ""}
+	MetricLateForwards  = Metric{"admitter.forwards.late", "admitter_forwards_late_total", ""}
 )
 
 // DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they

@@ -14,7 +14,6 @@
 package buckettest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -27,18 +26,8 @@ import (
 	"github.com/admitter/admitter/bucket"
 )
 
-// Limiter is what the suite exercises: *bucket.Memory and *bucket.Redis implement it.
-type Limiter interface {
-	Decide(ctx context.Context, req bucket.Request) (bucket.Result, error)
-	Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error)
-	CloseLane(ctx context.Context, tenant string, plan *bucket.Plan, through int64) (open bool, err error)
-	Inspect(ctx context.Context, tenant string, plan *bucket.Plan) (bucket.Snapshot, error)
-}
-
-var (
-	_ Limiter = (*bucket.Memory)(nil)
-	_ Limiter = (*bucket.Redis)(nil)
-)
+// Limiter is what the suite exercises: every verb of a backend (bucket.Limiter).
+type Limiter = bucket.Limiter
 
 // Features says what a backend promises. A case that needs more than a backend promises is
 // skipped, and says why.
@@ -48,12 +37,12 @@ type Features struct {
 	// Reservations: Decide books the earliest slot for a request with a JobID, and recognises
 	// the job when it comes back (Delayed, AdmittedAtSlot, Early, Duplicate).
 	Reservations bool
-	// Lanes: Admit decides batches of queued jobs with a lane gate, and CloseLane closes it.
-	Lanes bool
+	// Queues: Admit decides the head of a tenant's queue for its owner (see bucket.Batch).
+	Queues bool
 	// Forget: the backend honours Options.Born, taking a limit it holds no state for to have
 	// been used up when its memory began.
 	Forget bool
-	// Leases: the backend is a LeaseLimiter: jobs admitted under a concurrency limit
+	// Leases: jobs admitted under a concurrency limit
 	// (bucket.KindConcurrency) hold leases that Release ends, reconciling a job's cost, and
 	// Renew extends.
 	Leases bool
@@ -63,7 +52,7 @@ type Features struct {
 var All = Features{
 	Kinds:        []bucket.Kind{bucket.KindBucket, bucket.KindWindow, bucket.KindQuota, bucket.KindConcurrency},
 	Reservations: true,
-	Lanes:        true,
+	Queues:       true,
 	Forget:       true,
 	Leases:       true,
 }
@@ -78,8 +67,8 @@ func (f Features) missing(need Features) string {
 	switch {
 	case need.Reservations && !f.Reservations:
 		return "reservations"
-	case need.Lanes && !f.Lanes:
-		return "lanes"
+	case need.Queues && !f.Queues:
+		return "queues"
 	case need.Forget && !f.Forget:
 		return "forgetting (Options.Born)"
 	case need.Leases && !f.Leases:
@@ -126,13 +115,13 @@ type testCase struct {
 	run   func(t *testing.T, h *harness)
 }
 
-// decide, reserve, lanes and forget build what a case needs: Decide alone, reservations,
-// lanes, and forgetting on top of another need; kinds beside the bucket.
+// decide, reserve, queues and forget build what a case needs: Decide alone, reservations,
+// queues, and forgetting on top of another need; kinds beside the bucket.
 func decide(kinds ...bucket.Kind) Features { return Features{Kinds: kinds} }
 
 func reserve(kinds ...bucket.Kind) Features { return Features{Kinds: kinds, Reservations: true} }
 
-func lanes(kinds ...bucket.Kind) Features { return Features{Kinds: kinds, Lanes: true} }
+func queues(kinds ...bucket.Kind) Features { return Features{Kinds: kinds, Queues: true} }
 
 func forget(f Features) Features { f.Forget = true; return f }
 

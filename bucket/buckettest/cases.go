@@ -191,105 +191,135 @@ var decideCases = []testCase{
 	}},
 }
 
-// admitCases exercise Admit and CloseLane with bucket limits.
+// admitCases exercise Admit with bucket limits: the head of a tenant's queue, its owner, jobs
+// seen stored, late charges.
 var admitCases = []testCase{
-	{name: "ingest admits what fits, the lane takes the rest in order", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "the head is admitted in order while it fits", needs: queues(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 3, 100*ms)) // 3 burst, 10/s
-		h.admit(p, bucket.Ingest, jobs("1", "2", "3", "4", "5"), "AAALL", 100*ms, true)
-		// The lane is open: a newcomer joins it even when a token is free.
+		h.admit(p, jobs("1", "2", "3", "4", "5"), "AAANN", 100*ms)
 		h.c.Advance(100 * ms)
-		h.admit(p, bucket.Ingest, jobs("6"), "L", 0, true)
-		h.admit(p, bucket.Lane, jobs("4", "5", "6"), "ANN", 100*ms, true)
+		h.admit(p, jobs("4", "5", "6"), "ANN", 100*ms)
 		h.c.Advance(100 * ms)
-		h.admit(p, bucket.Lane, jobs("5", "6"), "AN", 100*ms, true)
+		h.admit(p, jobs("5", "6"), "AN", 100*ms)
 		h.c.Advance(100 * ms)
-		h.admit(p, bucket.Lane, jobs("6"), "A", 0, true)
-		h.closeLane(p, 6, false)
-		h.c.Advance(time.Second)
-		h.admit(p, bucket.Ingest, jobs("7", "8"), "AA", 0, false)
+		h.admit(p, jobs("6"), "A", 0)
 	}},
-	{name: "weights keep their place in the lane", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "weights keep their place in the queue", needs: queues(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 4, 250*ms)) // 4/s
-		h.admit(p, bucket.Ingest, jobs("1:3", "2:3", "3:1"), "ALL", 500*ms, true)
+		h.admit(p, jobs("1:3", "2:3", "3:1"), "ANN", 500*ms)
 		// One token left: the light job behind the heavy one still waits for it.
-		h.admit(p, bucket.Lane, jobs("2:3", "3:1"), "NN", 500*ms, true)
+		h.admit(p, jobs("2:3", "3:1"), "NN", 500*ms)
 		h.c.Advance(500 * ms)
-		h.admit(p, bucket.Lane, jobs("2:3", "3:1"), "AN", 250*ms, true)
+		h.admit(p, jobs("2:3", "3:1"), "AN", 250*ms)
 		h.c.Advance(250 * ms)
-		h.admit(p, bucket.Lane, jobs("3:1"), "A", 0, true)
+		h.admit(p, jobs("3:1"), "A", 0)
 		h.expectTokens(p, 0)
 	}},
-	{name: "chained limits take all or nothing", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "chained limits take all or nothing", needs: queues(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "gold", lim("burst", 3, 100*ms), lim("daily", 4, time.Hour))
-		r := h.admit(p, bucket.Ingest, jobs("1:2", "2:2", "3:1"), "ALL", 100*ms, true)
+		r := h.admit(p, jobs("1:2", "2:2", "3:1"), "ANN", 100*ms)
 		if r.Limit != "burst" {
 			t.Fatalf("binding limit %q, want burst", r.Limit)
 		}
 		h.expectTokens(p, 1, 2)
 		h.c.Advance(100 * ms)
-		r = h.admit(p, bucket.Lane, jobs("2:2", "3:1"), "AN", time.Hour-100*ms, true)
+		r = h.admit(p, jobs("2:2", "3:1"), "AN", time.Hour-100*ms)
 		if r.Limit != "daily" || r.LimitIndex != 1 {
 			t.Fatalf("binding limit %q/%d, want daily/1", r.Limit, r.LimitIndex)
 		}
 		h.expectTokens(p, 0, 0) // burst refilled to 2, took 2; daily 2-2; job 3 took nothing
 	}},
-	{name: "a retried call is answered as before, a late one is charged again", needs: lanes(), opts: bucket.Options{Redeem: time.Second}, run: func(t *testing.T, h *harness) {
+	{name: "a retried call is answered as before, a later one is charged again", needs: queues(), opts: bucket.Options{Redeem: time.Second}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 2, 100*ms))
-		h.admit(p, bucket.Ingest, jobs("1", "2", "3"), "AAL", 100*ms, true)
-		h.admit(p, bucket.Ingest, jobs("1", "2", "3"), "RRB", 0, true) // nothing charged twice, nothing new decided
+		h.admit(p, jobs("1", "2", "3"), "AAN", 100*ms)
+		h.admit(p, jobs("1", "2", "3"), "RRN", 100*ms) // nothing charged twice
 		h.expectTokens(p, 0)
 		// After the redeem window the same jobs are new: a replica that admitted them and died
 		// before forwarding them costs the tenant their weight again, never a burst.
 		h.c.Advance(1100 * ms)
-		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "AAN", 100*ms, true)
+		h.admit(p, jobs("1", "2", "3"), "AAN", 100*ms)
 		h.expectTokens(p, 0)
 	}},
-	{name: "a job redeemed late is charged for what the limits gave since its admission", needs: lanes(bucket.KindWindow), opts: bucket.Options{Redeem: 2 * time.Second}, run: func(t *testing.T, h *harness) {
+	{name: "a job redeemed late is charged for what the limits gave since its admission", needs: queues(bucket.KindWindow), opts: bucket.Options{Redeem: 2 * time.Second}, run: func(t *testing.T, h *harness) {
 		// A call admits jobs 1 to 3 but its answer is lost (the server was paused, the client
 		// timed out); asked again 1 s later they are redeemed and forwarded only now. The bucket
 		// refilled meanwhile as if they had gone out at their admission: it takes that back,
 		// min(weight, late × rate), and a window counts them again, now.
 		p := mustPlan(t, "p", lim("rate", 4, 250*ms), win("w", 100, time.Hour))
-		h.admit(p, bucket.Ingest, jobs("1", "2", "3"), "AAA", 0, false)
+		h.admit(p, jobs("1", "2", "3"), "AAA", 0)
 		h.expectTokens(p, 1, 97)
 		h.c.Advance(time.Second) // the bucket is full again
 		h.expectTokens(p, 4, 97)
-		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "RRR", 0, false)
+		h.admit(p, jobs("1", "2", "3"), "RRR", 0)
 		h.expectTokens(p, 1, 94)
 		// Redeemed again at once (a retried retry): nothing more, the admission is now.
-		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "RRR", 0, false)
+		h.admit(p, jobs("1", "2", "3"), "RRR", 0)
 		h.expectTokens(p, 1, 94)
-		// Redeemed within 100 ms of the admission (a plain retry): charged nothing.
+		// Redeemed within Options.Late of the admission (a plain retry): charged nothing.
 		h.c.Advance(50 * ms)
-		h.admit(p, bucket.Lane, jobs("3"), "R", 0, false)
+		h.admit(p, jobs("3"), "R", 0)
 		h.expectTokens(p, 1, 94)
 	}},
-	{name: "the lane closes only once every job moved to it has been seen", needs: lanes(), opts: bucket.Options{LaneSettle: 5 * time.Second}, run: func(t *testing.T, h *harness) {
-		p := mustPlan(t, "p", lim("", 1, time.Second))
-		h.admit(p, bucket.Ingest, jobs("10", "11"), "AL", time.Second, true)
-		h.closeLane(p, 10, true) // job 11 was moved: its arrival in the lane is awaited
-		h.closeLane(p, 11, false)
-		h.admit(p, bucket.Ingest, jobs("12"), "L", time.Second, true)
-		h.c.Advance(6 * time.Second) // job 12 never showed up: after LaneSettle the lane closes anyway
-		h.closeLane(p, 11, false)
-		h.admit(p, bucket.Ingest, jobs("13"), "A", 0, false)
+	{name: "one owner at a time: another admits nothing while the holder's hold stands", needs: queues(), opts: bucket.Options{Hold: 2 * time.Second}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 10, 100*ms))
+		h.admit(p, jobs("1", "2"), "AA", 0) // owner 1 holds the queue for 2 s
+		r := h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("3", "4")}, "NN", 2*time.Second)
+		if !r.Handover || r.LimitIndex != -1 || r.Limit != "" {
+			t.Fatalf("another owner's call: %+v, want a handover", r)
+		}
+		if snap, err := h.l.Inspect(context.Background(), h.tenant, p); err != nil || !snap.HeldUntil.Equal(h.c.Now().Add(2*time.Second)) {
+			t.Fatalf("inspect: held until %v (%v), want %v", snap.HeldUntil, err, h.c.Now().Add(2*time.Second))
+		}
+		h.c.Advance(time.Second)
+		h.admit(p, jobs("3"), "A", 0) // the holder's call extends its hold: 2 s from now
+		h.c.Advance(1500 * ms)
+		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("4")}, "N", 500*ms)
+		h.c.Advance(500 * ms) // the holder called no more (it died, or its membership changed)
+		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("4", "5")}, "AA", 0)
+		h.step(bucket.Batch{Plan: p, Owner: 1, Jobs: jobs("6")}, "N", 2*time.Second)
+		// Jobs stored before are answered so to anyone: they are removed, not decided.
+		h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 4}, "", 0)
+		h.step(bucket.Batch{Plan: p, Owner: 1, Jobs: jobs("3", "4", "6")}, "SSN", 2*time.Second)
+		// A plan in shadow mode takes no owner and is held by none.
+		trial := mustPlan(t, "p", lim("", 10, 100*ms))
+		trial.Shadow = true
+		h.step(bucket.Batch{Plan: trial, Owner: 1, Jobs: jobs("6")}, "A", 0)
 	}},
-	{name: "hold sends everything to the lane and charges nothing", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
-		p := mustPlan(t, "p", lim("", 3, 100*ms))
-		h.admit(p, bucket.Hold, jobs("1", "2"), "LL", 0, true)
-		h.expectTokens(p, 3)
-		// Once the hold is over, ingest still queues behind the lane, which drains at the pace.
-		h.admit(p, bucket.Ingest, jobs("3"), "L", 0, true)
-		h.admit(p, bucket.Lane, jobs("1", "2", "3"), "AAA", 0, true)
-		h.closeLane(p, 3, false)
-		h.admit(p, bucket.Ingest, jobs("4"), "L", 100*ms, true)
+	{name: "jobs seen stored are never forwarded again, for as long as Keep", needs: queues(), opts: bucket.Options{Redeem: time.Second, Hold: time.Second}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "p", lim("", 10, time.Millisecond))
+		h.admit(p, jobs("1", "2", "3"), "AAA", 0)
+		// Their forwards were stored; removing them from the input failed: the owner says so.
+		h.step(bucket.Batch{Plan: p, Owner: 1, Stored: 3, Keep: time.Hour}, "", 0)
+		// Long after every other part of the state would have ended, another replica reads them
+		// again from the input: stored, not decided, not forwarded a second time.
+		h.c.Advance(30 * time.Minute)
+		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("1", "2", "3", "4")}, "SSSA", 0)
+		h.expectTokens(p, 9)
+		// A lower Stored never lowers it.
+		h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 1, Jobs: jobs("3")}, "S", 0)
 	}},
-	{name: "shadow admits everything and reports the queue the plan would have made", needs: lanes(), opts: bucket.Options{Horizon: 250 * ms}, run: func(t *testing.T, h *harness) {
+	{name: "forwards stored late are charged before the next decision", needs: queues(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		// Four jobs admitted at once reach downstream 500 ms late, stored beside what the
+		// limits gave meanwhile: the next call takes that back first. The bucket (4 at 4/s)
+		// refilled 2 tokens in the 500 ms: min(weight 4, 500 ms / 250 ms) = 2 taken again; the
+		// window counts the 4 again, from now.
+		p := mustPlan(t, "p", lim("rate", 4, 250*ms), win("w", 100, time.Hour))
+		h.admit(p, jobs("1", "2", "3", "4"), "AAAA", 0)
+		h.c.Advance(500 * ms)
+		h.expectTokens(p, 2, 96)
+		h.step(bucket.Batch{Plan: p, Owner: 1, LateWeight: 4, Late: 500 * ms, Jobs: jobs("5")}, "N", 250*ms)
+		h.expectTokens(p, 0, 92)
+		// A late weight from another owner, while the holder holds, is not taken: its charge
+		// is the holder's to make.
+		h.step(bucket.Batch{Plan: p, Owner: 2, LateWeight: 4, Late: time.Second, Jobs: jobs("5")}, "N", 3*time.Second)
+		h.expectTokens(p, 0, 92)
+	}},
+	{name: "shadow admits everything and reports the queue the plan would have made", needs: queues(), opts: bucket.Options{Horizon: 250 * ms}, run: func(t *testing.T, h *harness) {
 		enforced := mustPlan(t, "p", lim("", 2, 100*ms))
 		trial := mustPlan(t, "p", lim("", 2, 100*ms))
 		trial.Shadow = true
-		r := h.admit(trial, bucket.Ingest, jobs("1", "2", "3", "4", "5", "6"), "AAAAAA", 0, false)
-		// 2 fit now; then one every 100 ms, as the lane would have let them go; past the
+		r := h.admit(trial, jobs("1", "2", "3", "4", "5", "6"), "AAAAAA", 0)
+		// 2 fit now; then one every 100 ms, as the queue would have let them go; past the
 		// horizon (250 ms) nothing is taken and the wait is given as the horizon.
 		h.expectShadow(r, 0, 0, 100*ms, 200*ms, 250*ms, 250*ms)
 		h.expectTokens(trial, -2)   // the shadow state: 2 used, 2 booked ahead
@@ -297,54 +327,36 @@ var admitCases = []testCase{
 		// Asked again within the redeem window: answered as before, charged nothing.
 		// Job 7's slot (300 ms) is now within the horizon: taken.
 		h.c.Advance(50 * ms)
-		r = h.admit(trial, bucket.Lane, jobs("3", "7"), "RA", 0, false)
+		r = h.admit(trial, jobs("3", "7"), "RA", 0)
 		h.expectShadow(r, 50*ms, 250*ms)
 		h.expectTokens(trial, -3)
 		// Once the plan is enforced, the tenant starts from the enforced state.
-		h.admit(enforced, bucket.Ingest, jobs("8", "9", "10"), "AAL", 100*ms, true)
+		h.admit(enforced, jobs("8", "9", "10"), "AAN", 100*ms)
 	}},
-	{name: "shadow keeps the order of jobs that waited before", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
-		enforced := mustPlan(t, "p", lim("", 1, 100*ms))
-		trial := mustPlan(t, "p", lim("", 1, 100*ms))
-		trial.Shadow = true
-		h.admit(enforced, bucket.Ingest, jobs("1", "2", "3"), "ALL", 100*ms, true)
-		// In shadow mode new jobs still queue behind the lane...
-		r := h.admit(trial, bucket.Ingest, jobs("4"), "L", 0, true)
-		h.expectShadow(r, 0)
-		// ...which lets them all go, each with the wait the plan would have given it.
-		r = h.admit(trial, bucket.Lane, jobs("2", "3", "4"), "AAA", 0, true)
-		h.expectShadow(r, 0, 100*ms, 200*ms)
-		h.closeLane(trial, 4, false)
-		r = h.admit(trial, bucket.Ingest, jobs("5"), "A", 0, false)
-		h.expectShadow(r, 300*ms)
-		// A paused tenant is held whatever the mode.
-		h.admit(trial, bucket.Hold, jobs("6"), "L", 0, true)
-	}},
-	{name: "a plan that changes the rate keeps the tokens used", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "a plan that changes the rate keeps the tokens used", needs: queues(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		slow := mustPlan(t, "slow", lim("", 2, time.Minute)) // 2 burst, one a minute
-		h.admit(slow, bucket.Ingest, jobs("1", "2", "3"), "AAL", time.Minute, true)
+		h.admit(slow, jobs("1", "2", "3"), "AAN", time.Minute)
 		h.expectTokens(slow, 0)
 		// The same limit at 100 tokens a second: 2 tokens used, 98 left; the head goes at once.
 		fast := mustPlan(t, "fast", lim("", 100, 10*ms))
 		h.expectTokens(fast, 98)
-		h.admit(fast, bucket.Lane, jobs("3"), "A", 0, true)
+		h.admit(fast, jobs("3"), "A", 0)
 		// And back: the 3 used carry over to the slow plan as 3 minutes owed.
 		h.expectTokens(slow, -1)
 	}},
-	{name: "state follows a limit by name across plan edits", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "state follows a limit by name across plan edits", needs: queues(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		a := mustPlan(t, "a", lim("burst", 5, time.Second), lim("hourly", 100, time.Minute))
-		h.admit(a, bucket.Ingest, jobs("1:5"), "A", 0, false)
+		h.admit(a, jobs("1:5"), "A", 0)
 		h.expectTokens(a, 0, 95)
 		// Reordered, with a new limit and without hourly: burst keeps its state, daily is full.
 		b := mustPlan(t, "b", lim("daily", 50, time.Hour), lim("burst", 5, time.Second))
 		h.expectTokens(b, 50, 0)
-		h.admit(b, bucket.Ingest, jobs("2"), "L", time.Second, true)
+		h.admit(b, jobs("2"), "N", time.Second)
 	}},
-	{name: "idle tenants expire", needs: lanes(), opts: bucket.Options{Redeem: time.Second, LaneSettle: time.Second}, run: func(t *testing.T, h *harness) {
+	{name: "idle tenants expire", needs: queues(), opts: bucket.Options{Redeem: time.Second, Hold: time.Second}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 2, 100*ms))
-		h.admit(p, bucket.Ingest, jobs("1", "2", "3"), "AAL", 100*ms, true)
-		h.c.Advance(5 * time.Second)
-		h.closeLane(p, 0, false)
+		h.admit(p, jobs("1", "2", "3"), "AAN", 100*ms)
+		h.step(bucket.Batch{Plan: p, Owner: 1, Stored: 2, Keep: 3 * time.Second}, "", 0)
 		h.c.Advance(5 * time.Second)
 		h.expectTokens(p, 2)
 		if m, ok := h.l.(interface{ Len() (tenants, jobs int) }); ok {
@@ -353,7 +365,7 @@ var admitCases = []testCase{
 			}
 		}
 	}},
-	{name: "invalid batches", needs: lanes(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "invalid batches", needs: queues(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("big", 10, time.Second), lim("small", 3, time.Second))
 		for _, tc := range []struct {
 			tenant string
@@ -364,41 +376,48 @@ var admitCases = []testCase{
 			{h.tenant, []bucket.Job{{ID: 1, Weight: 0}}, bucket.ErrInvalidWeight},
 			{"a{b", []bucket.Job{{ID: 1, Weight: 1}}, bucket.ErrInvalidTenant},
 		} {
-			_, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: tc.tenant, Plan: p, Jobs: tc.jobs})
+			_, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: tc.tenant, Plan: p, Owner: 1, Jobs: tc.jobs})
 			if !errors.Is(err, tc.want) {
 				t.Errorf("tenant %q jobs %v: err = %v, want %v", tc.tenant, tc.jobs, err, tc.want)
 			}
 		}
 		for _, id := range []int64{0, -1, 1 << 53} {
-			if _, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Jobs: []bucket.Job{{ID: id, Weight: 1}}}); err == nil {
+			if _, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Owner: 1, Jobs: []bucket.Job{{ID: id, Weight: 1}}}); err == nil {
 				t.Errorf("job id %d accepted", id)
 			}
 		}
-		if _, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Jobs: make([]bucket.Job, bucket.MaxBatch+1)}); err == nil {
+		if _, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Owner: 1, Jobs: make([]bucket.Job, bucket.MaxBatch+1)}); err == nil {
 			t.Error("a batch over bucket.MaxBatch accepted")
 		}
-		for _, m := range []bucket.Mode{bucket.Lane + 1, bucket.Hold + 1} { // CloseLane's, internal; none
-			if _, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Mode: m, Jobs: []bucket.Job{{ID: 1, Weight: 1}}}); err == nil {
-				t.Errorf("mode %d accepted", m)
+		for _, b := range []bucket.Batch{
+			{Jobs: jobs("1")},              // no owner
+			{Owner: 1, Stored: -1},         // a negative stored
+			{Owner: 1, LateWeight: -1},     // a negative late weight
+			{Owner: 1, Late: -time.Second}, // a negative lateness
+			{Owner: 1, Keep: -time.Second}, // a negative keep
+		} {
+			b.Tenant, b.Plan = h.tenant, p
+			if _, err := h.l.Admit(context.Background(), b); err == nil {
+				t.Errorf("batch %+v accepted", b)
 			}
 		}
-		h.admit(p, bucket.Ingest, jobs("1:3"), "A", 0, false)
+		h.admit(p, jobs("1:3"), "A", 0)
 	}},
 }
 
 // forgetCases exercise a backend that forgot: Options.Born.
 var forgetCases = []testCase{
-	{name: "a limiter that forgot starts empty and refills", needs: forget(lanes()), opts: bucket.Options{Born: Start.Add(-500 * ms)}, run: func(t *testing.T, h *harness) {
+	{name: "a limiter that forgot starts empty and refills", needs: forget(queues()), opts: bucket.Options{Born: Start.Add(-500 * ms)}, run: func(t *testing.T, h *harness) {
 		// Forgotten half a second ago: burst holds 2 tokens, slow none.
 		p := mustPlan(t, "p", lim("burst", 4, 250*ms), lim("slow", 100, time.Hour)) // slow: one an hour
 		h.expectTokens(p, 2, 0)
-		r := h.admit(p, bucket.Ingest, jobs("1"), "L", time.Hour-500*ms, true)
+		r := h.admit(p, jobs("1"), "N", time.Hour-500*ms)
 		if r.Limit != "slow" {
 			t.Fatalf("binding limit %q, want slow", r.Limit)
 		}
 		// State written after the restart is kept as it is: what decided since counts.
 		h.c.Advance(2 * time.Hour)
-		h.admit(p, bucket.Lane, jobs("1"), "A", 0, true)
+		h.admit(p, jobs("1"), "A", 0)
 		h.expectTokens(p, 3, 1)
 	}},
 }
@@ -481,7 +500,7 @@ var kindCases = []testCase{
 		h.expectLimit(p, 0, -2, 1, time.Minute) // this minute: c; booked ahead: d and e
 		h.expect(p, 1, "c", bucket.AdmittedAtSlot, 0, 0)
 	}},
-	{name: "quota: calendars of every period and time zone", needs: lanes(bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "quota: calendars of every period and time zone", needs: queues(bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		ny, err := time.LoadLocation("America/New_York")
 		if err != nil {
 			t.Fatal(err)
@@ -502,12 +521,12 @@ var kindCases = []testCase{
 			{quota("mo-ny", 1, bucket.Month, ny), (9*24 + 17) * time.Hour},
 		} {
 			p := mustPlan(t, c.l.Name, c.l)
-			h.admit(p, bucket.Lane, []bucket.Job{{ID: next, Weight: 1}, {ID: next + 1, Weight: 1}}, "AN", c.wait, false)
+			h.admit(p, []bucket.Job{{ID: next, Weight: 1}, {ID: next + 1, Weight: 1}}, "AN", c.wait)
 			next += 2
 			h.expectLimit(p, 0, 0, 1, c.wait)
 		}
 	}},
-	{name: "chained kinds take all or nothing", needs: lanes(bucket.KindWindow, bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "chained kinds take all or nothing", needs: queues(bucket.KindWindow, bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		// Each kind refuses in turn; the other two are charged nothing for the refused job.
 		next := int64(1)
 		for _, c := range []struct {
@@ -521,7 +540,7 @@ var kindCases = []testCase{
 		} {
 			n := c.binding + "-"
 			p := mustPlan(t, "chain-"+c.binding, lim(n+"b", c.b, time.Minute), win(n+"w", c.w, time.Hour), quota(n+"q", c.q, bucket.Day, nil))
-			r := h.admit(p, bucket.Lane, []bucket.Job{{ID: next, Weight: 1}, {ID: next + 1, Weight: 1}}, "AN", c.wait, false)
+			r := h.admit(p, []bucket.Job{{ID: next, Weight: 1}, {ID: next + 1, Weight: 1}}, "AN", c.wait)
 			next += 2
 			if r.Limit != n+c.binding {
 				t.Fatalf("binding limit %q, want %s", r.Limit, n+c.binding)
@@ -531,7 +550,7 @@ var kindCases = []testCase{
 			h.expectTokens(p, c.b-1, c.w-1, c.q-1)
 		}
 		p := mustPlan(t, "all", lim("all-b", 5, time.Minute), win("all-w", 5, time.Hour), quota("all-q", 5, bucket.Day, nil))
-		h.admit(p, bucket.Lane, []bucket.Job{{ID: next, Weight: 3}}, "A", 0, false)
+		h.admit(p, []bucket.Job{{ID: next, Weight: 3}}, "A", 0)
 		h.expectTokens(p, 2, 2, 2)
 	}},
 	{name: "a limit's state follows its name and kind", needs: decide(bucket.KindWindow, bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
@@ -542,23 +561,23 @@ var kindCases = []testCase{
 		b := mustPlan(t, "b", quota("y", 5, bucket.Day, nil), lim("x", 2, time.Second), win("z", 1, time.Second))
 		h.expectTokens(b, 3, 2, 1)
 	}},
-	{name: "a limiter that never knew the tenant starts full, every kind", needs: lanes(bucket.KindWindow, bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "a limiter that never knew the tenant starts full, every kind", needs: queues(bucket.KindWindow, bucket.KindQuota), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		// No memory lost (Born zero): a new deployment, a tenant never seen. Its burst, its
 		// window and its monthly quota are whole from the first job.
 		p := mustPlan(t, "p", lim("b", 4, time.Minute), win("w", 3, time.Hour), quota("q", 100000, bucket.Month, nil))
 		h.expectTokens(p, 4, 3, 100000)
-		h.admit(p, bucket.Ingest, jobs("1", "2", "3", "4"), "AAAL", time.Hour, true)
+		h.admit(p, jobs("1", "2", "3", "4"), "AAAN", time.Hour)
 		h.expectTokens(p, 1, 0, 99997)
 	}},
-	{name: "a limiter that forgot takes a window for full, one window long", needs: forget(lanes(bucket.KindWindow)), opts: bucket.Options{Born: Start.Add(-10 * time.Minute)}, run: func(t *testing.T, h *harness) {
+	{name: "a limiter that forgot takes a window for full, one window long", needs: forget(queues(bucket.KindWindow)), opts: bucket.Options{Born: Start.Add(-10 * time.Minute)}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", win("w", 10, time.Hour), lim("b", 10, time.Minute))
 		h.expectLimit(p, 0, 0, 10, 50*time.Minute)
 		h.expectTokens(p, 0, 10)
-		h.admit(p, bucket.Lane, jobs("1"), "N", 50*time.Minute, false)
+		h.admit(p, jobs("1"), "N", 50*time.Minute)
 		h.c.Advance(50 * time.Minute)
-		h.admit(p, bucket.Lane, jobs("1"), "A", 0, false)
+		h.admit(p, jobs("1"), "A", 0)
 	}},
-	{name: "a limiter that forgot counts the share of a quota's period elapsed, never the rest", needs: forget(lanes(bucket.KindQuota)), opts: bucket.Options{Born: Start.Add(-10 * time.Minute)}, run: func(t *testing.T, h *harness) {
+	{name: "a limiter that forgot counts the share of a quota's period elapsed, never the rest", needs: forget(queues(bucket.KindQuota)), opts: bucket.Options{Born: Start.Add(-10 * time.Minute)}, run: func(t *testing.T, h *harness) {
 		// Forgotten at 2026-11-21 11:50 UTC: 29,510 of November's 43,200 minutes had passed,
 		// so 1000 × 29510 / 43200 = 683.1: 683 counted as used until December, 317 left.
 		p := mustPlan(t, "p", quota("q", 1000, bucket.Month, nil), lim("b", 1000, time.Millisecond))
@@ -568,7 +587,7 @@ var kindCases = []testCase{
 			js = append(js, bucket.Job{ID: int64(i), Weight: 1})
 		}
 		r := h.l
-		res, err := r.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Mode: bucket.Lane, Jobs: js})
+		res, err := r.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Owner: 1, Jobs: js})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -585,21 +604,21 @@ var kindCases = []testCase{
 		d := mustPlan(t, "d", quota("day", 100, bucket.Day, nil))
 		h.expectLimit(d, 0, 51, 49, 12*time.Hour)
 	}},
-	{name: "window: a large limit is counted in sub-windows, never early", needs: lanes(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "window: a large limit is counted in sub-windows, never early", needs: queues(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "big", win("", 1000, 64*time.Second)) // sub-windows of 1s
 		if g := p.Limits[0].Grain(); g != time.Second {
 			t.Fatalf("grain %v, want 1s", g)
 		}
 		h.c.Advance(500 * ms)
-		h.admit(p, bucket.Lane, jobs("1:1000"), "A", 0, false)
+		h.admit(p, jobs("1:1000"), "A", 0)
 		// Exact, the take would leave at +64.5s; counted at the end of its second, at +65s.
-		h.admit(p, bucket.Lane, jobs("2"), "N", 64500*ms, false)
+		h.admit(p, jobs("2"), "N", 64500*ms)
 		h.c.Advance(64 * time.Second)
-		h.admit(p, bucket.Lane, jobs("2"), "N", 500*ms, false)
+		h.admit(p, jobs("2"), "N", 500*ms)
 		h.c.Advance(500 * ms)
-		h.admit(p, bucket.Lane, jobs("2:1000"), "A", 0, false)
+		h.admit(p, jobs("2:1000"), "A", 0)
 	}},
-	{name: "window: 25 jobs on 10 per 3s come out as 10, 10, 5", needs: lanes(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+	{name: "window: 25 jobs on 10 per 3s come out as 10, 10, 5", needs: queues(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "w", win("", 10, 3*time.Second))
 		var js []bucket.Job
 		for i := 1; i <= 25; i++ {
@@ -616,12 +635,12 @@ var kindCases = []testCase{
 			}
 			return s
 		}
-		h.admit(p, bucket.Lane, js, want(10), 3*time.Second, false)
+		h.admit(p, js, want(10), 3*time.Second)
 		js = js[10:]
 		h.c.Advance(3 * time.Second)
-		h.admit(p, bucket.Lane, js, want(10), 3*time.Second, false)
+		h.admit(p, js, want(10), 3*time.Second)
 		js = js[10:]
 		h.c.Advance(3 * time.Second)
-		h.admit(p, bucket.Lane, js, want(5), 0, false)
+		h.admit(p, js, want(5), 0)
 	}},
 }

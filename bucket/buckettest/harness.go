@@ -91,34 +91,30 @@ func jobs(spec ...string) []bucket.Job {
 	return out
 }
 
-// admit asks Admit and checks the outcomes (by their letters: A admitted, R redeemed, L to the
-// lane, B to the lane before, N not yet), the wait and whether the lane is open.
-func (h *harness) admit(p *bucket.Plan, mode bucket.Mode, js []bucket.Job, want string, wait time.Duration, open bool) bucket.BatchResult {
+// admit asks Admit about jobs as the queue's owner 1 and checks the outcomes (by their letters:
+// A admitted, R redeemed, N not yet, S stored before) and the wait.
+func (h *harness) admit(p *bucket.Plan, js []bucket.Job, want string, wait time.Duration) bucket.BatchResult {
 	h.t.Helper()
-	r, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Mode: mode, Jobs: js})
+	return h.step(bucket.Batch{Plan: p, Owner: 1, Jobs: js}, want, wait)
+}
+
+// step is admit with every field of the batch the case's (its tenant the case's).
+func (h *harness) step(b bucket.Batch, want string, wait time.Duration) bucket.BatchResult {
+	h.t.Helper()
+	b.Tenant = h.tenant
+	r, err := h.l.Admit(context.Background(), b)
 	if err != nil {
-		h.t.Fatalf("admit %v %v: %v", mode, js, err)
+		h.t.Fatalf("admit %+v: %v", b, err)
 	}
 	var got strings.Builder
 	for _, o := range r.Outcomes {
-		got.WriteByte("ARLBN"[o])
+		got.WriteByte("ARNS"[o])
 	}
-	if got.String() != want || r.Wait != wait || r.LaneOpen != open {
-		h.t.Fatalf("admit %v %v at +%v = %s wait %v open %v (%+v), want %s wait %v open %v",
-			mode, js, h.c.Now().Sub(Start), got.String(), r.Wait, r.LaneOpen, r, want, wait, open)
+	if got.String() != want || r.Wait != wait {
+		h.t.Fatalf("admit %+v at +%v = %s wait %v (%+v), want %s wait %v",
+			b, h.c.Now().Sub(Start), got.String(), r.Wait, r, want, wait)
 	}
 	return r
-}
-
-func (h *harness) closeLane(p *bucket.Plan, through int64, wantOpen bool) {
-	h.t.Helper()
-	open, err := h.l.CloseLane(context.Background(), h.tenant, p, through)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if open != wantOpen {
-		h.t.Fatalf("close lane through %d: open %v, want %v", through, open, wantOpen)
-	}
 }
 
 // expectLimit checks one limit's state as Inspect reports it.

@@ -29,7 +29,7 @@ type config struct {
 	SubjectIn        string        `env:"ADMITTER_SUBJECT_IN" envDefault:"jobs.submit.{tenant}.>"`
 	SubjectOut       string        `env:"ADMITTER_SUBJECT_OUT" envDefault:"jobs.admitted.{tenant}.>"`
 	SubjectDead      string        `env:"ADMITTER_SUBJECT_DEAD" envDefault:"jobs.dead.{tenant}.>"`
-	SubjectWait      string        `env:"ADMITTER_SUBJECT_WAIT" envDefault:"jobs.waiting.{tenant}"`
+	SubjectWait      string        `env:"ADMITTER_SUBJECT_WAIT" envDefault:"jobs.waiting.{tenant}"` // an earlier version's lanes, drained
 	StreamIn         string        `env:"ADMITTER_STREAM_IN" envDefault:"JOBS"`
 	StreamOut        string        `env:"ADMITTER_STREAM_OUT" envDefault:"ADMITTED"`
 	StreamDead       string        `env:"ADMITTER_STREAM_DEAD" envDefault:"DEAD"`
@@ -41,11 +41,11 @@ type config struct {
 	RedisTimeout     time.Duration `env:"ADMITTER_REDIS_TIMEOUT" envDefault:"250ms"`
 	RedisPrefix      string        `env:"ADMITTER_REDIS_PREFIX" envDefault:"admitter:"`
 	RequireNoEvict   bool          `env:"ADMITTER_REDIS_REQUIRE_NOEVICTION" envDefault:"false"`
-	AckWait          time.Duration `env:"ADMITTER_ACK_WAIT" envDefault:"30s"`
-	DuplicateWindow  time.Duration `env:"ADMITTER_DUPLICATE_WINDOW"` // unset: the larger of 2m and the ack wait plus 30s
-	MaxAckPending    int           `env:"ADMITTER_MAX_ACK_PENDING" envDefault:"10000"`
-	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"128"`
-	LaneWorkers      int           `env:"ADMITTER_LANE_WORKERS" envDefault:"32"`
+	DuplicateWindow  time.Duration `env:"ADMITTER_DUPLICATE_WINDOW" envDefault:"2m"`
+	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"32"`
+	Batch            int           `env:"ADMITTER_BATCH" envDefault:"100"`
+	Quantum          int           `env:"ADMITTER_QUANTUM" envDefault:"100"`
+	Discovery        time.Duration `env:"ADMITTER_DISCOVERY_INTERVAL" envDefault:"100ms"`
 	ShutdownTimeout  time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
 	ConnectTimeout   time.Duration `env:"ADMITTER_CONNECT_TIMEOUT"` // unset: retry for ever
 	LogFormat        string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
@@ -194,21 +194,18 @@ func (c *config) validate() error {
 		return fmt.Errorf("ADMITTER_FAIL_MODE must be open or closed, got %q", c.FailMode)
 	case c.RedisTimeout <= 0:
 		return fmt.Errorf("ADMITTER_REDIS_TIMEOUT must be positive, got %v", c.RedisTimeout)
-	case c.AckWait < time.Second:
-		return fmt.Errorf("ADMITTER_ACK_WAIT must be at least 1s, got %v", c.AckWait)
-	case c.AckWait < 4*c.RedisTimeout:
-		return fmt.Errorf("ADMITTER_ACK_WAIT (%v) must be at least 4× ADMITTER_REDIS_TIMEOUT (%v)", c.AckWait, c.RedisTimeout)
-	case c.DuplicateWindow != 0 && c.DuplicateWindow < c.AckWait+admission.DuplicateMargin:
-		return fmt.Errorf("ADMITTER_DUPLICATE_WINDOW (%v) must be at least ADMITTER_ACK_WAIT (%v) plus %v: a job redelivered after its ack wait would be forwarded twice; raise it to %v or unset it",
-			c.DuplicateWindow, c.AckWait, admission.DuplicateMargin, c.AckWait+admission.DuplicateMargin)
-	case c.MaxAckPending == 0 || c.MaxAckPending < -1:
-		return fmt.Errorf("ADMITTER_MAX_ACK_PENDING must be ≥ 1, or -1 for unlimited, got %d", c.MaxAckPending)
+	case c.DuplicateWindow < 10*time.Second:
+		return fmt.Errorf("ADMITTER_DUPLICATE_WINDOW must be at least 10s (a forward repeated after a replica died is dropped within it), got %v", c.DuplicateWindow)
 	case c.Workers < 1 || c.Workers > 4096:
 		return fmt.Errorf("ADMITTER_WORKERS must be from 1 to 4096, got %d", c.Workers)
+	case c.Batch < 1 || c.Batch > bucket.MaxBatch:
+		return fmt.Errorf("ADMITTER_BATCH must be from 1 to %d, got %d", bucket.MaxBatch, c.Batch)
+	case c.Quantum < 1 || c.Quantum > 1_000_000:
+		return fmt.Errorf("ADMITTER_QUANTUM must be from 1 to 1000000 (weight per tenant per turn), got %d", c.Quantum)
+	case c.Discovery < 10*time.Millisecond || c.Discovery > time.Minute:
+		return fmt.Errorf("ADMITTER_DISCOVERY_INTERVAL must be from 10ms to 1m, got %v", c.Discovery)
 	case c.StreamReplicas < 1 || c.StreamReplicas > 5:
 		return fmt.Errorf("ADMITTER_STREAM_REPLICAS must be from 1 to 5 (servers of the NATS cluster holding each stream), got %d", c.StreamReplicas)
-	case c.LaneWorkers < 1 || c.LaneWorkers > 4096:
-		return fmt.Errorf("ADMITTER_LANE_WORKERS must be from 1 to 4096, got %d", c.LaneWorkers)
 	case c.Replica != "" && !replicaName.MatchString(c.Replica):
 		return fmt.Errorf("ADMITTER_REPLICA must be letters, digits, '-' or '_', got %q", c.Replica)
 	case c.ConnectTimeout < 0:
@@ -388,8 +385,11 @@ var replicaName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 func obsolete(environ map[string]string) []string {
 	var out []string
 	for _, o := range []struct{ name, why string }{
-		{"ADMITTER_PARK_MAX", "delayed jobs no longer wait in the admitter's memory but in their tenant's lane (stream ADMITTER_STREAM_WAIT)"},
-		{"ADMITTER_HORIZON", "queued jobs no longer book slots ahead: a lane asks for its head when its weight fits"},
+		{"ADMITTER_PARK_MAX", "delayed jobs no longer wait in the admitter's memory but where they arrived, in the input"},
+		{"ADMITTER_HORIZON", "queued jobs no longer book slots ahead: a tenant's queue asks for its head when its weight fits"},
+		{"ADMITTER_ACK_WAIT", "jobs are read from the input without a consumer: nothing is acknowledged or redelivered"},
+		{"ADMITTER_MAX_ACK_PENDING", "jobs are read from the input without a consumer: ADMITTER_WORKERS and ADMITTER_BATCH bound what is in hand"},
+		{"ADMITTER_LANE_WORKERS", "lanes are no more: a tenant's jobs wait in the input, and ADMITTER_WORKERS step the tenants' queues"},
 	} {
 		if _, set := environ[o.name]; set {
 			out = append(out, o.name+" is no longer used ("+o.why+"): remove it")
@@ -425,8 +425,6 @@ func (c *config) describe() string {
 			val = "(unset: the plans file, watched)"
 		case name == "ADMITTER_CONNECT_TIMEOUT" && val == "0s":
 			val = "(unset: retry connecting for ever)"
-		case name == "ADMITTER_DUPLICATE_WINDOW" && val == "0s":
-			val = "(unset: " + max(2*time.Minute, c.AckWait+admission.DuplicateMargin).String() + ")"
 		case name == "ADMITTER_CONSOLE_TOKEN" && val == "":
 			val = "(unset: the console is read-only)"
 		}

@@ -203,16 +203,11 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 		fmt.Fprintf(w, "\nplan %s is in shadow mode: its jobs are forwarded at once; the limits above are the trial's, and the waits what it would give\n", r.Plan)
 	}
 	if r.PausedUntil != nil {
-		fmt.Fprintf(w, "\npaused until %s (%v from now): its jobs wait in its lane, in order\n", r.PausedUntil.UTC().Format(time.RFC3339), r.PausedUntil.Sub(r.At).Round(time.Second))
+		fmt.Fprintf(w, "\npaused until %s (%v from now): its jobs wait in its queue, in order\n", r.PausedUntil.UTC().Format(time.RFC3339), r.PausedUntil.Sub(r.At).Round(time.Second))
 	}
-	if r.FencedUntil != nil {
-		fmt.Fprintf(w, "\nfenced: forwards of %s are not yet stored downstream (a NATS node slow or down); none of its jobs is admitted until they are, at the latest in %v\n",
-			r.Tenant, r.FencedUntil.Sub(r.At).Round(time.Millisecond))
-	}
-	if r.LaneOpen {
-		fmt.Fprintf(w, "\nlane: open: jobs of %s wait in it, in order, and its new jobs join them\n", r.Tenant)
-	} else {
-		fmt.Fprintln(w, "\nlane: closed: no job of this tenant waits")
+	if r.HeldUntil != nil {
+		fmt.Fprintf(w, "\nqueue: held by the replica deciding it for %v more (each of its decisions extends it; another replica admits none of its jobs before)\n",
+			r.HeldUntil.Sub(r.At).Round(time.Millisecond))
 	}
 	if r.Reservations > 0 {
 		fmt.Fprintf(w, "reservations booked by requests: %d", r.Reservations)
@@ -225,8 +220,6 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 	case binding != nil && r.WaitMs > 0:
 		fmt.Fprintf(w, "\nwhy jobs wait: limit %s (%s, %s) %s; a job of weight 1 fits in %s\n",
 			binding.Limit, binding.Kind, binding.Rule, why(binding), human(time.Duration(r.WaitMs)*time.Millisecond))
-	case r.LaneOpen:
-		fmt.Fprintln(w, "\nthe head of the lane goes as soon as its own weight fits")
 	default:
 		fmt.Fprintln(w, "\na job of weight 1 would be admitted now")
 	}

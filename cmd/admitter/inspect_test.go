@@ -51,11 +51,11 @@ default_plan: pro
 `)
 	plan, _ := ps.Lookup("acme")
 	ctx := context.Background()
-	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Jobs: []bucket.Job{{ID: 1, Weight: 3}}}); err != nil {
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Owner: 1, Jobs: []bucket.Job{{ID: 1, Weight: 3}}}); err != nil {
 		t.Fatal(err)
 	}
 	*now = now.Add(10 * time.Minute)
-	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Jobs: []bucket.Job{{ID: 2, Weight: 2}, {ID: 3, Weight: 1}}}); err != nil {
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Owner: 1, Jobs: []bucket.Job{{ID: 2, Weight: 2}, {ID: 3, Weight: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	_, text := inspection(t, m, ps, "acme")
@@ -75,7 +75,7 @@ default_plan: pro
 		}
 	}
 	for _, want := range []string{
-		"lane: open",
+		"queue: held by the replica deciding it",
 		"why jobs wait: limit hourly (window, 5 in any 1h) counts 5 in its window; its oldest take leaves in 50m; a job of weight 1 fits in 50m",
 	} {
 		if !strings.Contains(text, want) {
@@ -94,7 +94,7 @@ func TestPrintInspectionConcurrency(t *testing.T) {
 	for id := int64(1); id <= 6; id++ {
 		jobs = append(jobs, bucket.Job{ID: id, Weight: 1})
 	}
-	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Jobs: jobs}); err != nil {
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Owner: 1, Jobs: jobs}); err != nil {
 		t.Fatal(err)
 	}
 	*now = now.Add(6*time.Minute + 48*time.Second)
@@ -110,24 +110,25 @@ func TestPrintInspectionConcurrency(t *testing.T) {
 	t.Logf("\n%s", text)
 }
 
-// TestPrintInspectionFenced: a tenant whose forwards are not yet stored says so, and until when
-// at the latest its jobs wait for them.
-func TestPrintInspectionFenced(t *testing.T) {
+// TestPrintInspectionHeld: a tenant whose queue a replica holds says for how long more; once
+// the holder gives it up, nothing is said.
+func TestPrintInspectionHeld(t *testing.T) {
 	ps, m, now := inspectAt(t, "plans:\n  pro:\n    limits:\n      - {capacity: 10, rate: 10/s}\ndefault_plan: pro\n")
 	ctx := context.Background()
-	if err := m.Fence(ctx, "acme", "r1/1", 3*time.Second); err != nil {
+	plan, _ := ps.Lookup("acme")
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Owner: 7, Jobs: []bucket.Job{{ID: 1, Weight: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	*now = now.Add(time.Second)
 	_, text := inspection(t, m, ps, "acme")
-	want := "fenced: forwards of acme are not yet stored downstream (a NATS node slow or down); none of its jobs is admitted until they are, at the latest in 2s"
+	want := "queue: held by the replica deciding it for 2s more"
 	if !strings.Contains(text, want) {
 		t.Errorf("output lacks %q:\n%s", want, text)
 	}
-	if err := m.Unfence(ctx, "acme", "r1/1"); err != nil {
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: plan, Owner: 7, Release: true}); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := inspection(t, m, ps, "acme"); res.FencedUntil != nil {
-		t.Errorf("after the fence was lowered: fenced until %v, want none", res.FencedUntil)
+	if res, _ := inspection(t, m, ps, "acme"); res.HeldUntil != nil {
+		t.Errorf("after the holder gave it up: held until %v, want none", res.HeldUntil)
 	}
 }

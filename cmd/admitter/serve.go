@@ -140,7 +140,6 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 	if c.PlansFile == "" {
 		log.Info("ADMITTER_PLANS_FILE is unset: using the built-in example plans (see README)", "plans", c.plans.Names())
 	}
-	var asyncTo atomic.Pointer[admission.Service] // the connection's own errors, once the service runs
 	st.natsURL = c.NATSURL
 	if st.natsURL == "" {
 		srv, err := startEmbeddedNATS(c.DataDir, c.EmbeddedNATSPort, log)
@@ -170,11 +169,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", redact(nc.ConnectedUrl())) }),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-				if svc := asyncTo.Load(); svc != nil {
-					svc.AsyncError(err) // a refused ack is only seen here
-					return
-				}
-				log.Warn("nats", "err", err)
+				log.Warn("nats", "err", err) // a refused publish (permissions) is only seen here
 			}),
 		)...)
 		if errors.Is(err, nats.ErrNoServers) {
@@ -206,7 +201,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		In: c.in, Out: c.out, Dead: c.dead, Wait: c.wait, Done: c.done, Renew: c.renew, LeaseAcks: c.LeaseAcks,
 		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, StreamWait: c.StreamWait,
 		Consumer: c.Consumer, Replica: c.Replica, Replicas: c.StreamReplicas,
-		AckWait: c.AckWait, DuplicateWindow: c.DuplicateWindow, MaxAckPending: c.MaxAckPending, Workers: c.Workers, LaneWorkers: c.LaneWorkers,
+		DuplicateWindow: c.DuplicateWindow, Workers: c.Workers, Batch: c.Batch, Quantum: c.Quantum, DiscoveryInterval: c.Discovery,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
 		Activity: st.activity,
@@ -214,7 +209,6 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
-	asyncTo.Store(st.svc)
 	if _, err := await(ctx, b, "set up streams, consumer and replicas bucket on NATS", func() (struct{}, error) {
 		err := st.svc.Setup(ctx)
 		var api *jetstream.APIError

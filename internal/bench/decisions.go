@@ -76,7 +76,7 @@ func batchedContender(redisURL string, plan *bucket.Plan, tenants []string) (con
 		name: "ours batched",
 		per:  batchSize,
 		decide: func(ctx context.Context, seq int64) (bool, error) {
-			b := bucket.Batch{Tenant: tenants[seq%int64(len(tenants))], Plan: plan, Mode: bucket.Ingest, Jobs: make([]bucket.Job, batchSize)}
+			b := bucket.Batch{Tenant: tenants[seq%int64(len(tenants))], Plan: plan, Owner: 1, Jobs: make([]bucket.Job, batchSize)}
 			for i := range b.Jobs {
 				b.Jobs[i] = bucket.Job{ID: seq*batchSize + int64(i) + 1, Weight: 1}
 			}

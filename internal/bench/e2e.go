@@ -73,7 +73,7 @@ const (
 )
 
 // freshNATS starts a new JetStream server (an empty store) with admitter's three streams.
-func (e *env) freshNATS(ctx context.Context) (*testenv.NATSServer, error) {
+func (e *env) freshNATS(ctx context.Context, kind string) (*testenv.NATSServer, error) {
 	srv := testenv.StartNATS(e.tb)
 	nc, js, err := connect(srv.URL(), "bench-setup")
 	if err != nil {
@@ -81,7 +81,7 @@ func (e *env) freshNATS(ctx context.Context) (*testenv.NATSServer, error) {
 		return nil, err
 	}
 	defer nc.Close()
-	if err := createStreams(ctx, js); err != nil {
+	if err := createStreams(ctx, js, kind); err != nil {
 		srv.Stop()
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func (e *env) freshNATS(ctx context.Context) (*testenv.NATSServer, error) {
 // output stream stores the last one (the stream's own timestamp of its last message). With
 // profile set, the process is CPU-profiled for the duration.
 func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput, error) {
-	srv, err := e.freshNATS(ctx)
+	srv, err := e.freshNATS(ctx, kind)
 	if err != nil {
 		return Throughput{}, err
 	}
@@ -208,7 +208,7 @@ func readRedisState(ctx context.Context, url string) (redisState, error) {
 // a core subscriber on jobs.admitted.>. Jobs published in the first fifth of the run (at most
 // 1s) warm up and are not counted.
 func (e *env) latency(ctx context.Context, kind string, rate float64) (Latency, error) {
-	srv, err := e.freshNATS(ctx)
+	srv, err := e.freshNATS(ctx, kind)
 	if err != nil {
 		return Latency{}, err
 	}

@@ -68,16 +68,28 @@ func layout() admission.Layout {
 }
 
 // createStreams creates admitter's streams as admission.Service.Setup would, so that the relay
-// and admitter use identical streams; Setup then finds them and only creates its consumer.
-func createStreams(ctx context.Context, js jetstream.JetStream) error {
-	return layout().Ensure(ctx, js, slog.New(slog.DiscardHandler))
+// and admitter use the same streams; for the relay (kind "relay") the input is a work queue, as
+// a plain relay has it: its acknowledgements remove what it forwarded, as admitter's purges do.
+func createStreams(ctx context.Context, js jetstream.JetStream, kind string) error {
+	l := layout()
+	if kind == "relay" || kind == "relay+msgid" {
+		l.In.Retention, l.In.Discard, l.In.AllowDirect = jetstream.WorkQueuePolicy, jetstream.DiscardOld, false
+	}
+	return l.Ensure(ctx, js, slog.New(slog.DiscardHandler))
 }
 
-// consumerConfig is admitter's ingest consumer, which the relay copies.
+// consumerConfig is the relay's consumer: a durable pull consumer on the input taking every job
+// as it comes, acknowledged explicitly once forwarded (what a plain relay does; admitter reads
+// its tenants' queues without one).
 func consumerConfig(name string) jetstream.ConsumerConfig {
-	c := layout().Ingest
-	c.Durable, c.Description = name, ""
-	return c
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		FilterSubject: layout().In.Subjects[0],
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 10_000,
+	}
 }
 
 // asyncPublisher publishes with bounded async publishes in flight and counts failed PubAcks.

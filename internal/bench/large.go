@@ -59,7 +59,7 @@ type largeServer struct {
 
 // startLargeServer starts a nats-server process with JetStream in a fresh store, its maximum
 // payload raised for jobs of size bytes, and waits until it answers.
-func (e *env) startLargeServer(ctx context.Context, natsBin string, size int) (*largeServer, error) {
+func (e *env) startLargeServer(ctx context.Context, natsBin string, size int, kind string) (*largeServer, error) {
 	dir := e.tb.TempDir()
 	port, err1 := testenv.FreePort()
 	mport, err2 := testenv.FreePort()
@@ -79,7 +79,7 @@ func (e *env) startLargeServer(ctx context.Context, natsBin string, size int) (*
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		nc, js, err := connect(s.url, "bench-large-setup")
 		if err == nil {
-			err = createStreams(ctx, js)
+			err = createStreams(ctx, js, kind)
 			nc.Close()
 			if err == nil {
 				return s, nil
@@ -138,7 +138,7 @@ func prepublishLarge(ctx context.Context, url string, n, size, tenants int) erro
 // started (the admitter: its process) until the output stream stores the last job.
 func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (LargeRun, error) {
 	o := e.o
-	srv, err := e.startLargeServer(ctx, natsBin, o.LargeSize)
+	srv, err := e.startLargeServer(ctx, natsBin, o.LargeSize, kind)
 	if err != nil {
 		return LargeRun{}, err
 	}

@@ -100,7 +100,7 @@ const checkpoint = 100 * time.Millisecond
 // rate for OverloadDuration, with admitter (Redis limiter) running throughout and the
 // subscriber watching until OverloadTail after the load ends.
 func (e *env) overload(ctx context.Context) (*Overload, error) {
-	srv, err := e.freshNATS(ctx)
+	srv, err := e.freshNATS(ctx, "admitter")
 	if err != nil {
 		return nil, err
 	}

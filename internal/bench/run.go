@@ -69,6 +69,11 @@ type progress struct {
 	start time.Time
 }
 
+// say prints one line of what a phase found.
+func (p *progress) say(line string) {
+	fmt.Fprintf(p.w, "[%6.1fs] %s\n", time.Since(p.start).Seconds(), line)
+}
+
 func (p *progress) phase(what string, f func() (string, error)) error {
 	begin := time.Now()
 	fmt.Fprintf(p.w, "[%6.1fs] %s ... ", begin.Sub(p.start).Seconds(), what)

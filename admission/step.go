@@ -1,0 +1,491 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/admitter/admitter/activity"
+	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/policy"
+	"github.com/admitter/admitter/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// job is one job being decided: read from its tenant's queue in the input (or, after an
+// upgrade, from the lanes stream of an earlier version: legacy).
+type job struct {
+	tenant  string
+	subject string // the input's subject
+	seq     uint64 // the input's stream sequence: the job's id
+	at      uint64 // the sequence it was read at (the input's, or the legacy lanes stream's)
+	stored  time.Time
+	header  nats.Header
+	data    []byte
+	weight  int64
+	wErr    error
+	legacy  bool
+	tries   uint64
+	waited  bool            // it was told to wait before
+	ctx     context.Context // the job's trace
+	span    trace.Span
+	verdict policy.Verdict
+	plan    string
+	lease   time.Duration // its plan's lease (0: no concurrency limit)
+	reason  string        // the kind of the limit it waits for
+	limit   string        // the limit that bound the decision
+}
+
+// stepResult says what a queue's step found: when to step again, and how.
+type stepResult struct {
+	// next is when to step again: after a wait (a head that does not fit yet, a failure's
+	// backoff), or at once (0) when more may go now.
+	next time.Duration
+	// more: the step stopped at its budget, not at a job that waits: the queue is ready again.
+	more bool
+	// idle: the queue is empty and owes nothing: it sleeps until its tenant publishes again.
+	idle bool
+	// spent is the weight the step admitted (its turn's budget is reduced by it).
+	spent int64
+	// gone: the queue is no longer this replica's.
+	gone bool
+}
+
+// stepRetry is the wait after a failed step: 100ms doubling to 5s.
+func stepRetry(errs int) time.Duration {
+	return min(100*time.Millisecond<<min(errs, 6), 5*time.Second)
+}
+
+// step takes one step of q: it reads the head of the tenant's queue (at most budget weight of
+// it), decides it in one limiter call, forwards and dead-letters what may go in order, waits
+// until each is stored, removes what is settled from the input, and says when to go on.
+func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
+	if !s.members.owns(q.tenant) {
+		return stepResult{gone: true}
+	}
+	if blocked, _ := s.pub.blocked(); blocked {
+		return stepResult{next: 500 * time.Millisecond} // downstream is full: the queue waits with everyone
+	}
+	jobs, err := s.readHead(ctx, q, budget)
+	if err != nil {
+		q.errs++
+		if ctx.Err() == nil {
+			s.log.Warn("reading a tenant's queue failed: retrying", "tenant", q.tenant, "err", err, "retry_in", stepRetry(q.errs).String())
+		}
+		return stepResult{next: stepRetry(q.errs)}
+	}
+	if len(jobs) == 0 {
+		return s.settleIdle(ctx, q)
+	}
+	jobs = within(jobs, budget)
+	res := s.decideAndApply(ctx, q, jobs)
+	if res.gone || q.errs > 0 {
+		return res
+	}
+	if s.purge(ctx, q) != nil {
+		res.next = min(max(res.next, 100*time.Millisecond), stepRetry(1))
+		res.more = false
+	}
+	return res
+}
+
+// readHead reads the head of q: up to budget jobs (and the read's byte bound), from the legacy
+// lanes stream while the tenant has jobs there, then from the input.
+func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, error) {
+	n := int(min(budget, int64(s.cfg.Batch)))
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	maxBytes := max(s.cfg.InFlightBytes/s.cfg.Workers, 1<<20)
+	if q.legacy {
+		msgs, err := s.reader.read(rctx, s.cfg.StreamWait, q.laneSubject, q.legacyAt, n, maxBytes)
+		if err != nil {
+			return nil, fmt.Errorf("read the legacy lane of %s: %w", q.tenant, err)
+		}
+		if len(msgs) > 0 {
+			return s.legacyJobs(ctx, q, msgs), nil
+		}
+		q.legacy = false
+		s.log.Info("the tenant's jobs left in the lanes stream of an earlier admitter are forwarded: its queue is the input now", "tenant", q.tenant)
+	}
+	msgs, err := s.reader.read(rctx, s.cfg.StreamIn, q.filter, q.cursor, n, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	jobs := make([]job, 0, len(msgs))
+	for _, m := range msgs {
+		seq, err := seqOf(m)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, s.inputJob(ctx, q, m, seq))
+	}
+	return jobs, nil
+}
+
+// within is the head of jobs and the longest run behind it whose weights (1 for a weight that
+// does not read) add up to at most budget: a head heavier than the turn goes alone, and its
+// queue pays the difference back in the rounds after (see queues.take). The jobs left out are
+// read again by a later step (their spans end here).
+func within(jobs []job, budget int64) []job {
+	var sum int64
+	for i := range jobs {
+		w := jobs[i].weight
+		if jobs[i].wErr != nil || w < 1 {
+			w = 1
+		}
+		if sum += w; sum > budget && i > 0 {
+			for k := i; k < len(jobs); k++ {
+				jobs[k].span.End()
+			}
+			return jobs[:i]
+		}
+	}
+	return jobs
+}
+
+// directHeaders are the headers a Direct Get adds to a message: the stream's, not the producer's.
+var directHeaders = []string{jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader,
+	jetstream.TimeStampHeaer, jetstream.LastSequenceHeader, "Nats-Num-Pending", "Nats-UpTo-Sequence"}
+
+// inputJob is a job read from the input.
+func (s *Service) inputJob(ctx context.Context, q *queue, m *nats.Msg, seq uint64) job {
+	j := job{tenant: q.tenant, subject: m.Header.Get(jetstream.SubjectHeader), seq: seq, at: seq, header: m.Header, data: m.Data}
+	if j.subject == "" {
+		j.subject = m.Subject
+	}
+	if t, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer)); err == nil {
+		j.stored = t
+	}
+	for _, h := range directHeaders {
+		m.Header.Del(h)
+	}
+	j.tries = q.tries(seq)
+	j.weight, j.wErr = wire.ParseWeight(m.Header)
+	j.ctx, j.span = s.tel.startProcess(ctx, s.tel.processIn, m.Header, j.subject, seq, j.tries, s.cfg)
+	return j
+}
+
+// decideAndApply decides jobs at the head of q and applies each verdict in order: forward,
+// dead-letter, or (stored before) nothing; the first that waits stops it, and the jobs behind
+// wait with it. It returns when every message is stored or refused for good, with what the
+// queue does next; q's cursor moves past the jobs settled.
+func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) stepResult {
+	pjobs := make([]policy.Job, len(jobs))
+	for i, j := range jobs {
+		pjobs[i] = policy.Job{ID: int64(j.seq), Weight: j.weight, WeightErr: j.wErr}
+	}
+	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
+	if d.Err == nil {
+		q.said()
+	}
+	plan := ""
+	var lease time.Duration
+	if d.Plan != nil {
+		plan, lease = d.Plan.Name, d.Plan.Lease()
+	}
+	outs := make([]*outMsg, 0, len(jobs))
+	owner := make([]int, 0, len(jobs))
+	settled := len(jobs) // jobs before it are settled once their messages are stored
+	var res stepResult
+	for i := range jobs {
+		j := &jobs[i]
+		j.verdict, j.plan, j.limit, j.lease, j.reason = d.Verdicts[i], plan, d.Limit, lease, d.Reason
+		if settled < len(jobs) {
+			j.verdict = policy.Verdict{Fate: jobs[settled].verdict.Fate, Wait: jobs[settled].verdict.Wait} // it waits behind the head, for as long
+			continue
+		}
+		var m *outMsg
+		switch f := j.verdict.Fate; {
+		case f.Forwarded():
+			m = &outMsg{msg: s.forwardMsg(j), stream: s.cfg.StreamOut, forward: true}
+			if f == wire.FateAdmitted && !j.verdict.Shadow {
+				res.spent += max(j.weight, 1)
+			}
+		case f == wire.FateDead:
+			m = &outMsg{msg: s.deadMsg(j, j.verdict.Code, j.verdict.Detail), stream: s.cfg.StreamDead}
+			res.spent++ // a dead letter costs the turn its work, not its weight
+		case f == wire.FateStored:
+		default: // it waits, and every job behind it
+			settled = i
+			continue
+		}
+		if m != nil {
+			outs = append(outs, m)
+			owner = append(owner, i)
+		}
+	}
+	s.tel.inFlight.Add(ctx, int64(len(outs)))
+	s.pub.publishAll(ctx, outs)
+	s.deadLetterRefused(ctx, jobs, outs, owner)
+	s.tel.inFlight.Add(ctx, -int64(len(outs)))
+	if late := q.owe.settle(jobs, outs, owner, s.cfg.Policy.Late()); late > 0 {
+		s.tel.lateForwards.Add(ctx, int64(late))
+	}
+	// The jobs settled in order, up to the first whose message could not be stored (shutting
+	// down): the queue's cursor moves past them, and they are removed from the input.
+	for k, m := range outs {
+		if m.err != nil {
+			settled = min(settled, owner[k])
+			q.errs++
+		}
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		switch {
+		case i < settled:
+			j.waited = j.seq <= q.waited
+			s.conclude(j, nil)
+		case j.verdict.Fate.Waits():
+			s.concludeWait(q, j, i == settled)
+		default:
+			s.conclude(j, ctx.Err()) // not stored: read again by the next step
+		}
+	}
+	if settled > 0 {
+		last := jobs[settled-1]
+		q.advance(last.legacy, last.at, last.seq)
+	}
+	if q.errs > 0 && settled < len(jobs) && !jobs[settled].verdict.Fate.Waits() {
+		return stepResult{next: stepRetry(q.errs), spent: res.spent}
+	}
+	q.errs = 0
+	if settled < len(jobs) {
+		res.next = max(jobs[settled].verdict.Wait, time.Millisecond)
+		return res
+	}
+	res.more = true // everything read went: the queue goes on (or finds itself empty)
+	return res
+}
+
+// deadLetterRefused dead-letters instead what can never be stored; a dead letter that cannot
+// carry the payload is sent without it.
+func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*outMsg, owner []int) {
+	for round := 0; round < 2 && ctx.Err() == nil; round++ {
+		var again []*outMsg
+		var where []int // index in outs
+		for k, o := range outs {
+			if o.err == nil || !s.pub.permanent(o.err) {
+				continue
+			}
+			j := &jobs[owner[k]]
+			var dm *nats.Msg
+			switch {
+			case o.stream != s.cfg.StreamDead:
+				code, detail := wire.CodeForwardRejected, fmt.Sprintf("stream %s refused it: %v", o.stream, o.err)
+				if errors.Is(o.err, errTooLarge) || tooLargeAPI(o.err) {
+					code, detail = wire.CodeTooLarge, fmt.Sprintf("it can never be stored on stream %s: %v", o.stream, o.err)
+				}
+				j.verdict = policy.Verdict{Fate: wire.FateDead, Code: code, Detail: detail}
+				dm = s.deadMsg(j, code, detail)
+			case len(o.msg.Data) > 0:
+				dm = s.deadMsg(j, j.verdict.Code, j.verdict.Detail+fmt.Sprintf("; the payload (%d bytes) is left out: the dead letter could not carry it (%v); it was sequence %d of stream %s",
+					len(j.data), o.err, j.seq, s.cfg.StreamIn))
+				dm.Data = nil
+			default:
+				continue // even without its payload: see conclude
+			}
+			again, where = append(again, &outMsg{msg: dm, stream: s.cfg.StreamDead}), append(where, k)
+		}
+		if len(again) == 0 {
+			return
+		}
+		s.pub.publishAll(ctx, again)
+		for i, k := range where {
+			outs[k] = again[i]
+		}
+	}
+}
+
+// purge removes from the input (or the legacy lane) the jobs q settled and has not removed yet,
+// in one purge by the tenant's subject and sequence. A purge that fails leaves them owed to the
+// limiter as stored (see owed), and is tried again by the next step.
+func (s *Service) purge(ctx context.Context, q *queue) error {
+	stream, subject, through := s.cfg.StreamIn, q.filter, q.unpurged
+	if q.legacyUnpurged > 0 {
+		stream, subject, through = s.cfg.StreamWait, q.laneSubject, q.legacyUnpurged
+	}
+	if through == 0 {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := s.purgeThrough(pctx, stream, subject, through)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.tel.settleError("purge")
+			s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
+				"tenant", q.tenant, "stream", stream, "through", through, "err", err)
+		}
+		q.owe.stored = max(q.owe.stored, q.storedSeq)
+		return err
+	}
+	if stream == s.cfg.StreamWait {
+		q.legacyUnpurged = 0
+		return s.purge(ctx, q) // and the input's, if any
+	}
+	q.unpurged = 0
+	return nil
+}
+
+// purgeThrough removes the messages of stream on subject at or below sequence through.
+func (s *Service) purgeThrough(ctx context.Context, stream, subject string, through uint64) error {
+	st, err := s.streams.get(ctx, stream)
+	if err != nil {
+		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(through+1))
+}
+
+// settleIdle ends a step that found q empty: what it owes the limiter is said (a call without
+// jobs), the removal of settled jobs is tried again, and then it sleeps until its tenant
+// publishes again.
+func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
+	if !q.owe.empty() {
+		// Said first: were the removal below to fail, and this replica to die, whoever reads the
+		// jobs again must know they were stored.
+		d := s.cfg.Policy.Step(ctx, q.tenant, nil, q.claim(s.owner))
+		if d.Err != nil {
+			q.errs++
+			return stepResult{next: stepRetry(q.errs)}
+		}
+		q.said()
+	}
+	if q.unpurged > 0 || q.legacyUnpurged > 0 {
+		if s.purge(ctx, q) != nil {
+			return stepResult{next: stepRetry(1)}
+		}
+	}
+	q.errs = 0
+	return stepResult{idle: true}
+}
+
+// legacyJobs reads jobs from the tenant's lane in the lanes stream of an earlier version.
+func (s *Service) legacyJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []job {
+	jobs := make([]job, 0, len(msgs))
+	for _, m := range msgs {
+		at, err := seqOf(m)
+		if err != nil {
+			break
+		}
+		h := m.Header
+		j := job{tenant: q.tenant, header: h, data: m.Data, subject: h.Get(wire.HeaderInputSubject), at: at, legacy: true}
+		if j.seq, err = strconv.ParseUint(h.Get(wire.HeaderInputSeq), 10, 64); err != nil || j.subject == "" {
+			// Not a job an admitter moved (someone published to the lanes' subjects): dead-letter it.
+			j.seq, j.subject = at, m.Subject
+			j.wErr = fmt.Errorf("message %d of the lanes stream is not a job moved by the admitter (no %s / %s header)", at, wire.HeaderInputSeq, wire.HeaderInputSubject)
+		} else {
+			j.weight, j.wErr = wire.ParseWeight(h)
+		}
+		if t, err := time.Parse(time.RFC3339Nano, h.Get(wire.HeaderInputTime)); err == nil {
+			j.stored = t
+		}
+		j.tries = q.tries(j.seq)
+		j.ctx, j.span = s.tel.startProcess(ctx, s.tel.processWait, h, j.subject, j.seq, j.tries, s.cfg)
+		jobs = append(jobs, j)
+	}
+	return jobs
+}
+
+// conclude settles a job whose verdict was applied (err: what became of its message; nil:
+// stored) and records the decision.
+func (s *Service) conclude(j *job, err error) {
+	defer j.span.End()
+	if err != nil {
+		j.span.RecordError(err)
+		if s.pub.permanent(err) {
+			// Not even a dead letter without the payload can be stored (headers over the
+			// server's limits): nothing the admitter can do; it says so. The job stays where it
+			// is, at the head of its tenant's queue.
+			s.log.Error("a job can be neither forwarded nor dead-lettered: it is left where it is; remove it by hand",
+				"subject", j.subject, "tenant", j.tenant, "sequence", j.seq, "err", err)
+		}
+		return
+	}
+	v := j.verdict
+	if v.Fate == wire.FateStored {
+		return // decided before: no new decision
+	}
+	if v.Fate == wire.FateDead {
+		s.log.Info("dead-lettered", "subject", j.subject, "tenant", j.tenant, "code", string(v.Code), "detail", v.Detail)
+	}
+	s.tel.conclude(j, v.Fate)
+	s.record(j, false)
+}
+
+// concludeWait records a job that waits in its queue: counted as a decision the first time it
+// is told to wait (once per job, whether it is the head or behind it), and the head remembered
+// as the tenant's latest wait every time.
+func (s *Service) concludeWait(q *queue, j *job, head bool) {
+	defer j.span.End()
+	again := j.seq <= q.waited
+	if !again {
+		q.waited = j.seq
+		s.tel.conclude(j, j.verdict.Fate)
+	}
+	if head || !again {
+		s.record(j, again)
+	}
+}
+
+// record tells Config.Activity what became of a job.
+func (s *Service) record(j *job, again bool) {
+	if s.cfg.Activity == nil {
+		return
+	}
+	e := activity.Event{At: s.cfg.Now(), Tenant: j.tenant, Plan: j.plan, Fate: j.verdict.Fate, Weight: j.weight, Limit: j.limit,
+		Wait: j.verdict.Wait, Code: j.verdict.Code, Again: again}
+	if j.verdict.Fate.Forwarded() {
+		e.Wait = 0
+		if j.waited && !j.stored.IsZero() {
+			e.Wait = max(e.At.Sub(j.stored), 0) // how long it waited
+		}
+	}
+	s.cfg.Activity.Record(e)
+}
+
+// forwardMsg is the admitted job as published to the output.
+func (s *Service) forwardMsg(j *job) *nats.Msg {
+	_, out, err := s.out.Map(j.subject)
+	if err != nil { // cannot happen: the input matched the template
+		out = j.subject
+	}
+	h := s.baseHeader(j, 9)
+	forwardHeader(h, wire.MsgID(wire.KindForward, s.cfg.StreamIn, j.seq), j.tenant, j.plan, j.tries, s.cfg.Now().Sub(j.stored), j.verdict)
+	leaseHeader(h, j.seq, j.lease, j.verdict)
+	m := &nats.Msg{Subject: out, Data: j.data, Header: h}
+	s.tel.injectSend(j, m, s.cfg.StreamOut)
+	return m
+}
+
+// deadMsg is the job as dead-lettered with code and detail.
+func (s *Service) deadMsg(j *job, code wire.Code, detail string) *nats.Msg {
+	_, dead, err := s.dead.Map(j.subject)
+	if err != nil { // not an input subject (a foreign message in a legacy lane): the tenant's dead subject
+		fill := make([]string, s.cfg.Dead.Wildcards())
+		for i := range fill {
+			fill[i] = "lane"
+		}
+		dead, _ = s.cfg.Dead.Subject(j.tenant, fill...)
+	}
+	h := deadHeader(s.baseHeader(j, 3), wire.MsgID(wire.KindDead, s.cfg.StreamIn, j.seq), code, detail)
+	m := &nats.Msg{Subject: dead, Data: j.data, Header: h}
+	s.tel.injectSend(j, m, s.cfg.StreamDead)
+	return m
+}
+
+// baseHeader is the job's own headers as carried into what the admitter publishes: the
+// producer's, without the stream's read headers (Nats-Sequence, ...) and with its Nats-* kept
+// as Admit-Original-*.
+func (s *Service) baseHeader(j *job, extra int) nats.Header {
+	if j.legacy {
+		return fromLane(j.header, extra)
+	}
+	return carried(j.header, extra)
+}
+
+// ownerOf is the limiter's name of a replica (bucket.OwnerID).
+func ownerOf(replica string) int64 { return bucket.OwnerID(replica) }
