@@ -22,7 +22,7 @@ const (
 	DefaultWorkers           = 32
 	DefaultBatch             = 100
 	DefaultQuantum           = 100
-	DefaultDiscoveryInterval = 100 * time.Millisecond
+	DefaultDiscoveryInterval = time.Second
 	DefaultInFlightBytes     = 32 << 20
 	DefaultShutdownTimeout   = 10 * time.Second
 	DefaultDuplicateWindow   = 2 * time.Minute
@@ -54,8 +54,9 @@ type Config struct {
 	// Quantum is the weight a queue may admit per turn when more queues may go than the
 	// workers serve (default 100): the round robin's quantum (see queues.go).
 	Quantum int
-	// DiscoveryInterval is how often the input's subjects are listed to find the tenants with
-	// jobs (default 100ms), behind the headers-only feed that finds them as they arrive.
+	// DiscoveryInterval is how often the input's subjects are listed (default 1s): to count the
+	// jobs waiting, and, on a work-queue input without a feed, to find the tenants with jobs.
+	// A replica that takes tenants over lists them at once.
 	DiscoveryInterval time.Duration
 	// InFlightBytes bounds the payload bytes held at once (default 32 MiB): a step reads at most
 	// InFlightBytes / Workers (at least 1 MiB).

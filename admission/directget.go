@@ -68,8 +68,10 @@ type directRequest struct {
 }
 
 // read returns up to batch messages of stream on subject at or after seq, in order, stopping
-// after maxBytes (at least one message). An empty result means there is none.
-func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, batch, maxBytes int) ([]*nats.Msg, error) {
+// after maxBytes (at least one message), and how many more the subject had when the server
+// answered (0: the read reached the subject's end; unknown counts as more). An empty result
+// means there is none.
+func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, batch, maxBytes int) ([]*nats.Msg, uint64, error) {
 	token := strconv.FormatUint(r.seq.Add(1), 36)
 	ch := make(chan *nats.Msg, batch+1)
 	r.mu.Lock()
@@ -82,26 +84,30 @@ func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, b
 	}()
 	req, err := json.Marshal(directRequest{Seq: max(seq, 1), NextFor: subject, Batch: batch, MaxBytes: maxBytes})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := r.nc.PublishRequest(r.api+stream, r.inbox+"."+token, req); err != nil {
-		return nil, fmt.Errorf("direct get %s %s: %w", stream, subject, err)
+		return nil, 0, fmt.Errorf("direct get %s %s: %w", stream, subject, err)
 	}
 	var out []*nats.Msg
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("direct get %s %s from %d: %w", stream, subject, seq, ctx.Err())
+			return nil, 0, fmt.Errorf("direct get %s %s from %d: %w", stream, subject, seq, ctx.Err())
 		case m := <-ch:
 			switch m.Header.Get("Status") {
 			case "":
 				out = append(out, m)
 			case "204": // end of batch
-				return out, nil
+				pending, err := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				if err != nil {
+					pending = 1
+				}
+				return out, pending, nil
 			case "404":
-				return out, nil
+				return out, 0, nil
 			default:
-				return nil, fmt.Errorf("direct get %s %s from %d: %s %s", stream, subject, seq, m.Header.Get("Status"), m.Header.Get("Description"))
+				return nil, 0, fmt.Errorf("direct get %s %s from %d: %s %s", stream, subject, seq, m.Header.Get("Status"), m.Header.Get("Description"))
 			}
 		}
 	}

@@ -24,3 +24,12 @@ const (
 	// errCodeHeaderExceedsMaximum is JSStreamHeaderExceedsMaximumErr: headers over 64 KiB.
 	errCodeHeaderExceedsMaximum jetstream.ErrorCode = 10097
 )
+
+// Errors of a message delete (nats-server's names).
+const (
+	// errCodeSequenceNotFound is JSSequenceNotFoundErrF: no message at that sequence.
+	errCodeSequenceNotFound jetstream.ErrorCode = 10043
+	// errCodeMsgDeleteFailed is JSStreamMsgDeleteFailedF; its description says why ("no
+	// message found", "message delete not permitted", ...).
+	errCodeMsgDeleteFailed jetstream.ErrorCode = 10057
+)

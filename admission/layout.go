@@ -153,6 +153,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	case have.MaxAge > 0 || (have.Discard == jetstream.DiscardOld && (have.MaxMsgs > 0 || have.MaxBytes > 0 || have.MaxMsgsPerSubject > 0)):
 		return fmt.Errorf("%w: stream %s holds the tenants' queues and must keep every job until it is forwarded, but drops jobs (max age %v, or discard old with max msgs %d, max bytes %d, max msgs per subject %d): remove the max age, and set discard new to keep the size limits (producers' publishes are then refused when it is full)",
 			ErrSetup, want.Name, have.MaxAge, have.MaxMsgs, have.MaxBytes, have.MaxMsgsPerSubject)
+	case have.DenyPurge:
+		return fmt.Errorf("%w: stream %s holds the tenants' queues and denies purges: the admitter removes forwarded jobs with them (a job is never removed otherwise, and the stream would fill): recreate it without deny purge",
+			ErrSetup, want.Name)
 	case !have.AllowDirect:
 		have.AllowDirect = true
 		if _, err := js.UpdateStream(ctx, have); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -24,20 +25,40 @@ import (
 // Nothing depends on two replicas never running one lane at the same moment (while a change of
 // membership spreads they may, for a heartbeat): every decision is idempotent per job for the
 // redeem window, and every forward is deduplicated by its Nats-Msg-Id.
+//
+// The heartbeat also carries the replica's floor (queues.floor: no job it may still need lies
+// below it) and the live set it saw when it computed it. The live replica with the lowest name
+// compacts the input below the lowest floor, only when every live replica's last heartbeat saw
+// the same live set as it does: a tenant that changes owner is covered by its old owner's floor
+// until the new owner's floor covers it (a replica that gains tenants reports 0 until it has
+// adopted them).
 type members struct {
 	self      string
 	heartbeat time.Duration
 	log       *slog.Logger
 	kv        jetstream.KeyValue
-	changed   func() // called after the live set changed (lanes rebalance)
+	changed   func() // called after the live set changed (queues rebalance)
+	// floor is this replica's floor (0: nothing may be removed); compact removes the input's
+	// jobs below seq. Both optional.
+	floor   func() uint64
+	compact func(ctx context.Context, seq uint64) error
 
-	mu   sync.RWMutex
-	seen map[string]time.Time // replica → when last heard (by its heartbeat's store time)
-	live []string             // sorted, self included
+	mu        sync.RWMutex
+	seen      map[string]time.Time // replica → when last heard (by its heartbeat's store time)
+	reports   map[string]heartbeatValue
+	live      []string // sorted, self included
+	compactAt uint64   // the last compaction's sequence
 }
 
 func newMembers(self string, heartbeat time.Duration, log *slog.Logger) *members {
-	return &members{self: self, heartbeat: heartbeat, log: log, seen: map[string]time.Time{}, live: []string{self}}
+	return &members{self: self, heartbeat: heartbeat, log: log, seen: map[string]time.Time{}, reports: map[string]heartbeatValue{}, live: []string{self}}
+}
+
+// liveNow returns the live replicas (a copy).
+func (m *members) liveNow() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return slices.Clone(m.live)
 }
 
 // owns reports whether this replica runs tenant's lane.
@@ -86,6 +107,9 @@ type heartbeatValue struct {
 	Host    string    `json:"host"`
 	PID     int       `json:"pid"`
 	Started time.Time `json:"started"`
+	// Floor and View: see members.
+	Floor uint64   `json:"floor"`
+	View  []string `json:"view"`
 }
 
 // run keeps this replica's heartbeat and follows the others' until ctx ends; then it removes
@@ -93,13 +117,24 @@ type heartbeatValue struct {
 func (m *members) run(ctx context.Context, kv jetstream.KeyValue) {
 	m.kv = kv
 	host, _ := os.Hostname()
-	value, _ := json.Marshal(heartbeatValue{Host: host, PID: os.Getpid(), Started: time.Now().UTC()})
+	hb := heartbeatValue{Host: host, PID: os.Getpid(), Started: time.Now().UTC()}
 	beat := func() {
+		hb.View = m.liveNow() // the view first: the floor then covers every tenant it gives this replica
+		hb.Floor = 0
+		if m.floor != nil {
+			hb.Floor = m.floor()
+		}
+		value, _ := json.Marshal(hb)
 		bctx, cancel := context.WithTimeout(ctx, m.heartbeat)
 		defer cancel()
 		if _, err := kv.Put(bctx, m.self, value); err != nil && ctx.Err() == nil {
 			m.log.Warn("replica heartbeat", "err", err)
+			return
 		}
+		m.mu.Lock()
+		m.reports[m.self] = hb
+		m.mu.Unlock()
+		m.compactBelow(bctx)
 	}
 	beat()
 	defer func() {
@@ -145,8 +180,15 @@ func (m *members) follow(ctx context.Context, w jetstream.KeyWatcher, ticker *ti
 			switch e.Operation() {
 			case jetstream.KeyValuePut:
 				m.seen[e.Key()] = minTime(time.Now(), e.Created())
+				var v heartbeatValue
+				if json.Unmarshal(e.Value(), &v) == nil {
+					m.reports[e.Key()] = v
+				} else {
+					delete(m.reports, e.Key())
+				}
 			default:
 				delete(m.seen, e.Key())
+				delete(m.reports, e.Key())
 			}
 			m.mu.Unlock()
 			m.update()
@@ -185,4 +227,39 @@ func (m *members) update() {
 			m.changed()
 		}
 	}
+}
+
+// compactBelow removes the input's jobs below the lowest floor of the live replicas, if this
+// replica is the live one with the lowest name and every live replica's last report saw the
+// same live set (see members).
+func (m *members) compactBelow(ctx context.Context) {
+	if m.compact == nil {
+		return
+	}
+	m.mu.RLock()
+	live := m.live
+	floor := uint64(math.MaxUint64)
+	agreed := len(live) > 0 && live[0] == m.self
+	for _, id := range live {
+		r, ok := m.reports[id]
+		if !ok || !slices.Equal(r.View, live) {
+			agreed = false
+			break
+		}
+		floor = min(floor, r.Floor)
+	}
+	last := m.compactAt
+	m.mu.RUnlock()
+	if !agreed || floor <= max(last, 1) || floor == math.MaxUint64 {
+		return
+	}
+	if err := m.compact(ctx, floor); err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("removing the settled jobs from the input failed: tried again at the next heartbeat", "below", floor, "err", err)
+		}
+		return
+	}
+	m.mu.Lock()
+	m.compactAt = max(m.compactAt, floor)
+	m.mu.Unlock()
 }

@@ -43,7 +43,8 @@ type publisher struct {
 	limits  map[string]int // the streams' maximum message size; -1 for none
 	payload int            // the server's maximum payload
 	// held counts messages held because their stream is full. An episode of backpressure
-	// starts with the first and ends once none has been held for episodeQuiet.
+	// starts with the first and ends when, none held for episodeQuiet, a message is stored at
+	// its first try and none is held for episodeQuiet after it.
 	held    atomic.Int64
 	on      atomic.Bool // episode.on, read without the lock
 	mu      sync.Mutex
@@ -53,6 +54,7 @@ type publisher struct {
 		reason   string
 		since    time.Time
 		released time.Time // when held last fell to zero
+		ending   time.Time // when a message was stored at its first try, none held since
 	}
 }
 
@@ -89,7 +91,11 @@ func (p *publisher) blocked() (bool, string) {
 		return false, ""
 	}
 	if p.held.Load() == 0 && time.Since(p.episode.released) >= episodeQuiet {
-		p.endLocked()
+		// Try again. The episode ends once a message was stored at its first try and none was
+		// held for episodeQuiet after it.
+		if e := p.episode.ending; !e.IsZero() && time.Since(e) >= episodeQuiet {
+			p.endLocked()
+		}
 		return false, ""
 	}
 	return true, fmt.Sprintf("stream %s refuses new messages (%s) since %s: holding them", p.episode.stream, p.episode.reason, p.episode.since.Format(time.RFC3339))
@@ -115,8 +121,20 @@ func (p *publisher) publishAll(ctx context.Context, msgs []*outMsg) {
 		}
 		if m.err != nil && !p.permanent(m.err) {
 			m.err = p.retry(ctx, m)
+		} else if m.err == nil && p.on.Load() {
+			p.storedAtOnce()
 		}
 		m.took = time.Since(begin)
+	}
+}
+
+// storedAtOnce notes a message stored at its first try during an episode of backpressure, none
+// having been held for episodeQuiet: the episode ends if none is held for episodeQuiet more.
+func (p *publisher) storedAtOnce() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.episode.on && p.episode.ending.IsZero() && p.held.Load() == 0 && time.Since(p.episode.released) >= episodeQuiet {
+		p.episode.ending = time.Now()
 	}
 }
 
@@ -181,9 +199,7 @@ func (p *publisher) hold(stream, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.held.Add(1)
-	if p.episode.on && p.held.Load() == 1 && time.Since(p.episode.released) >= episodeQuiet {
-		p.endLocked()
-	}
+	p.episode.ending = time.Time{}
 	if !p.episode.on {
 		p.episode.on = true
 		p.on.Store(true)
@@ -201,7 +217,7 @@ func (p *publisher) release() {
 }
 
 func (p *publisher) endLocked() {
-	p.episode.on = false
+	p.episode.on, p.episode.ending = false, time.Time{}
 	p.on.Store(false)
 	p.log.Info("output stream takes jobs again", "stream", p.episode.stream, "held_for", time.Since(p.episode.since).Round(time.Millisecond).String())
 }

@@ -9,19 +9,32 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/policy"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A tenant's queue is its jobs in the input stream, in the order they were stored: a job waits
-// where it arrived, and nothing of it is copied or held in memory while it waits. The queue of a
-// tenant is read by the replica that owns the tenant (members.go) from a cursor, by batched
-// Direct Get on the tenant's subjects; what it forwards is removed with one purge by subject and
-// sequence per step, so the first job left is the queue's durable head.
+// where it arrived, and nothing of it is copied while it waits. The queue of a tenant is run by
+// the replica that owns the tenant (members.go).
 //
-// The replica knows which tenants have jobs from two sources: a headers-only feed of the input
-// (an ordered consumer: it learns of a job as soon as it is stored, at a few µs of the server's
-// time per job), and, behind it, the input's subject state polled every DiscoveryInterval (a
-// backstop, and what finds the jobs stored before the replica started). Neither holds any job.
+// Every replica follows the input with one ordered consumer (the feed: the server streams each
+// job once, in order, at a few µs per job). A queue learns its jobs in one of two ways:
+//
+//   - following: the feed hands it every job of its tenant as it arrives, and it keeps them (buf)
+//     until they are settled: reading costs nothing more. A queue whose buffer is full (a head
+//     that waits, or all buffers together at InFlightBytes) stops following;
+//   - behind: the feed skips it, and it reads its jobs from the input by subject, from its cursor
+//     (batched Direct Get): a tenant with a backlog costs the others nothing. When a read finds
+//     the tenant's end, the queue follows again (rejoining: the feed's jobs that arrive during
+//     that read are kept, so none is missed between the read and the feed).
+//
+// Settled jobs are removed from the input in two ways (step.go): the lowest sequence any replica
+// still needs (its floor) is shared in the heartbeats, and the input is compacted below it (one
+// cheap purge for everybody: members.go); a tenant's settled jobs that a waiting tenant keeps
+// above that point are purged by subject once they are purgeAge old. The input's subject state,
+// listed every DiscoveryInterval, counts the jobs waiting, and finds the tenants a replica takes
+// over from another (adoption) - or, with no feed (a work-queue input of an earlier version),
+// every tenant with jobs.
 //
 // Queues take steps (step.go). A queue is in one place at a time: idle (not here at all),
 // scheduled (in the due heap, for a time: its head does not fit yet), ready (in the ring: it may
@@ -46,7 +59,43 @@ type queues struct {
 	waiting map[string]uint64
 	legacy  map[string]bool
 	polled  time.Time
+
+	// The feed's: feedOn once it runs; pos the next input sequence it will deliver (every job
+	// below it was handed to its queue, or skipped for a queue behind or another replica's
+	// tenant); bufBytes the payload bytes of every buffer.
+	feedOn   bool
+	pos      uint64
+	bufBytes int
+	// Adoption: the live replicas as of the last adoption (adoptFrom), whether one is due after
+	// a change of membership (adopting), and the changes seen (gen). A tenant this replica did
+	// not own under adoptFrom may have jobs below pos that the feed skipped: its queue reads
+	// them by subject.
+	adoptFrom []string
+	adopting  bool
+	gen       uint64
+	pollNow   chan struct{} // asks the discovery loop for a poll now (capacity 1)
+	// first is the input's first sequence as last seen: settled jobs below it are gone.
+	first uint64
 }
+
+// fed is a job the feed handed to a following queue.
+type fed struct {
+	seq     uint64
+	subject string
+	header  nats.Header
+	data    []byte
+	stored  time.Time
+	size    int
+}
+
+// mode is how a queue learns its jobs (see queues).
+type mode uint8
+
+const (
+	following mode = iota
+	behind
+	rejoining
+)
 
 // queue is one tenant's queue on this replica. Its scheduling fields are guarded by queues.mu;
 // the rest belongs to the step running it (one at a time).
@@ -63,13 +112,18 @@ type queue struct {
 	hinted  bool      // running: a job arrived meanwhile (it must not go idle)
 	gone    bool      // no longer this replica's: dropped when its step ends
 
-	// the step's
-	cursor         uint64 // the next input sequence to read
-	legacy         bool   // read the legacy lane first
-	legacyAt       uint64 // the next legacy lanes-stream sequence to read
-	unpurged       uint64 // settled input jobs not removed yet: through this sequence (0: none)
-	legacyUnpurged uint64 // likewise in the legacy lane
-	storedSeq      uint64 // the highest input sequence settled (forwarded, dead, or stored before)
+	// the feed's, under queues.mu
+	mode     mode
+	buf      []fed // following or rejoining: the tenant's jobs not yet settled, in order; behind: a prefix left to serve
+	bufBytes int
+
+	// the step's (cursor is also read by floor, under queues.mu)
+	cursor         uint64    // the next input sequence to read: every job of the tenant below it is settled
+	legacy         bool      // read the legacy lane first
+	legacyAt       uint64    // the next legacy lanes-stream sequence to read
+	unremoved      unremoved // settled input jobs not removed yet
+	legacyUnpurged uint64    // likewise in the legacy lane
+	storedSeq      uint64    // the highest input sequence settled (forwarded, dead, or stored before)
 	owe            owed
 	errs           int
 	waited         uint64 // the highest input sequence told to wait (each counted once)
@@ -87,12 +141,16 @@ const (
 )
 
 func newQueues(s *Service) *queues {
-	qs := &queues{s: s, byName: map[string]*queue{}, wake: make(chan struct{}, 1), waiting: map[string]uint64{}, legacy: map[string]bool{}}
+	qs := &queues{s: s, byName: map[string]*queue{}, wake: make(chan struct{}, 1), waiting: map[string]uint64{}, legacy: map[string]bool{},
+		pollNow: make(chan struct{}, 1)}
+	if s.members != nil {
+		qs.adoptFrom = []string{s.members.self}
+	}
 	qs.cond = sync.NewCond(&qs.mu)
 	return qs
 }
 
-// newQueue is tenant's queue, read from its first job.
+// newQueue is tenant's queue, behind: it reads its jobs from the input from its first.
 func (qs *queues) newQueue(tenant string) (*queue, error) {
 	c := qs.s.cfg
 	filter, err := c.In.TenantFilter(tenant)
@@ -100,7 +158,184 @@ func (qs *queues) newQueue(tenant string) (*queue, error) {
 		return nil, err
 	}
 	lane, _ := c.Wait.Subject(tenant)
-	return &queue{tenant: tenant, filter: filter, laneSubject: lane, index: -1, legacy: qs.legacy[tenant]}, nil
+	return &queue{tenant: tenant, filter: filter, laneSubject: lane, index: -1, legacy: qs.legacy[tenant], mode: behind}, nil
+}
+
+// feed hands a job the feed delivered to its tenant's queue, if this replica owns the tenant:
+// a following queue keeps it (or, full, falls behind); a tenant without a queue gets one that
+// follows from this job, unless this replica took the tenant over since the last adoption (it
+// may have older jobs the feed skipped).
+func (qs *queues) feed(tenant string, f fed) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if f.seq < qs.pos {
+		return // delivered again after the feed was reset
+	}
+	qs.pos = f.seq + 1
+	if qs.closed || !qs.s.members.owns(tenant) {
+		return
+	}
+	q := qs.byName[tenant]
+	if q == nil {
+		var err error
+		if q, err = qs.newQueue(tenant); err != nil {
+			qs.s.log.Error("a tenant's queue", "tenant", tenant, "err", err)
+			return
+		}
+		if !q.legacy && rank(qs.adoptFrom, tenant) == qs.s.members.self {
+			q.mode, q.cursor = following, f.seq
+		}
+		qs.byName[tenant] = q
+	}
+	if q.mode == behind {
+		if q.where == idle {
+			qs.readyLocked(q)
+		}
+		return
+	}
+	if len(q.buf) >= 2*qs.s.cfg.Batch || qs.bufBytes+f.size > qs.s.cfg.InFlightBytes {
+		q.mode = behind // its jobs from here on are read from the input
+		return
+	}
+	wasEmpty := len(q.buf) == 0
+	q.buf = append(q.buf, f)
+	q.bufBytes += f.size
+	qs.bufBytes += f.size
+	switch q.where {
+	case running:
+		q.hinted = true
+	case idle:
+		qs.readyLocked(q)
+	case scheduled:
+		if wasEmpty { // it waited for a removal, not for a head: it goes now
+			qs.readyLocked(q)
+		}
+	}
+}
+
+// buffered returns up to n of q's buffered jobs, oldest first (they stay buffered until
+// settled), and its mode.
+func (qs *queues) buffered(q *queue, n int) ([]fed, mode) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return q.buf[:min(n, len(q.buf)):min(n, len(q.buf))], q.mode
+}
+
+// startRead marks a queue behind as rejoining before it reads the input: the feed's jobs for it
+// are kept meanwhile. It reports whether the queue has anything to read (a following queue with
+// nothing buffered has not).
+func (qs *queues) startRead(q *queue) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	switch {
+	case q.mode == following:
+		return false
+	case qs.feedOn && !q.legacy:
+		q.mode = rejoining
+	}
+	return true
+}
+
+// endRead ends a read of the input from q's cursor that returned read (whose last has sequence
+// last, or none): if it found the tenant's end (end) and nothing broke the rejoining meanwhile,
+// the queue follows again, and its buffer is what it read followed by the feed's newer jobs;
+// otherwise it stays behind, with what it read as its buffer, and the read jobs are its head
+// (returned).
+func (qs *queues) endRead(q *queue, read []fed, last uint64, end bool) (head []fed, follows bool) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q.mode == rejoining && end {
+		keep := q.buf[:0:0]
+		for _, f := range q.buf {
+			if f.seq > last {
+				keep = append(keep, f)
+			}
+		}
+		qs.bufBytes -= q.bufBytes
+		q.buf, q.bufBytes = append(read, keep...), 0
+		for _, f := range q.buf {
+			q.bufBytes += f.size
+		}
+		qs.bufBytes += q.bufBytes
+		q.mode = following
+		return nil, true
+	}
+	if q.mode == rejoining {
+		q.mode = behind
+	}
+	// Behind: what the feed kept meanwhile is read again later; what was read is kept (while
+	// the buffers have room), so that a head that waits is not read again at each step.
+	qs.bufBytes -= q.bufBytes
+	q.buf, q.bufBytes = nil, 0
+	size := 0
+	for _, f := range read {
+		size += f.size
+	}
+	if qs.bufBytes+size <= qs.s.cfg.InFlightBytes {
+		q.buf, q.bufBytes = read, size
+		qs.bufBytes += size
+	}
+	return read, false
+}
+
+// settled moves q past its settled jobs, through input sequence seq: its cursor, and its
+// buffer (the settled jobs leave it).
+func (qs *queues) settled(q *queue, seq uint64) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q.cursor = max(q.cursor, seq+1)
+	k := 0
+	for k < len(q.buf) && q.buf[k].seq <= seq {
+		q.bufBytes -= q.buf[k].size
+		qs.bufBytes -= q.buf[k].size
+		k++
+	}
+	if k > 0 {
+		clear(q.buf[:k])
+		q.buf = q.buf[k:]
+	}
+}
+
+// dropLocked forgets a queue that leaves this replica: its buffer's bytes.
+func (qs *queues) dropLocked(q *queue) {
+	qs.bufBytes -= q.bufBytes
+	q.buf, q.bufBytes = nil, 0
+	delete(qs.byName, q.tenant)
+}
+
+// floor is the lowest input sequence this replica may still need: no job of a tenant it owns
+// below it is unsettled. 0 (nothing may be removed) before the feed runs, while an adoption is
+// due, and while a queue behind has not read its first job.
+func (qs *queues) floor() uint64 {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if !qs.feedOn || qs.adopting || qs.pos == 0 {
+		return 0
+	}
+	f := qs.pos
+	for _, q := range qs.byName {
+		switch {
+		case q.mode != following || q.legacy:
+			f = min(f, q.cursor)
+		case len(q.buf) > 0:
+			f = min(f, q.buf[0].seq)
+		}
+	}
+	return f
+}
+
+// firstSeq is the input's first sequence as last seen.
+func (qs *queues) firstSeq() uint64 {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return qs.first
+}
+
+// compacted records that the input holds nothing below seq.
+func (qs *queues) compacted(seq uint64) {
+	qs.mu.Lock()
+	qs.first = max(qs.first, seq)
+	qs.mu.Unlock()
 }
 
 // claim is what the queue's next limiter call says for owner (see policy.Queue).
@@ -125,39 +360,19 @@ func (q *queue) tries(seq uint64) uint64 {
 	return q.asks
 }
 
-// advance moves the queue past a settled job: read at sequence at (of the legacy lane, or of
-// the input), input sequence seq.
-func (q *queue) advance(legacy bool, at, seq uint64) {
-	q.storedSeq = max(q.storedSeq, seq)
-	if legacy {
-		q.legacyAt, q.legacyUnpurged = at+1, at
+// adoptLocked gives tenant a queue behind, reading from its first job, if this replica owns it
+// and has none.
+func (qs *queues) adoptLocked(tenant string) {
+	if qs.byName[tenant] != nil || qs.closed || !qs.s.members.owns(tenant) {
 		return
 	}
-	q.cursor, q.unpurged = at+1, at
-}
-
-// hint says that tenant has jobs: its queue, if this replica owns it and it is idle, becomes
-// ready; running, it will not go idle after its step.
-func (qs *queues) hint(tenant string) {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	q := qs.byName[tenant]
-	if q == nil {
-		if qs.closed || !qs.s.members.owns(tenant) {
-			return
-		}
-		var err error
-		if q, err = qs.newQueue(tenant); err != nil {
-			qs.s.log.Error("a tenant's queue", "tenant", tenant, "err", err)
-			return
-		}
-		qs.byName[tenant] = q
-		qs.readyLocked(q)
+	q, err := qs.newQueue(tenant)
+	if err != nil {
+		qs.s.log.Error("a tenant's queue", "tenant", tenant, "err", err)
 		return
 	}
-	if q.where == running {
-		q.hinted = true
-	}
+	qs.byName[tenant] = q
+	qs.readyLocked(q)
 }
 
 // wakeTenant makes tenant's queue ask again now if it waits for a time (a lease of the tenant
@@ -290,15 +505,20 @@ func (qs *queues) done(q *queue, r stepResult) {
 	q.where = idle
 	switch {
 	case q.gone || r.gone:
-		delete(qs.byName, q.tenant)
+		if qs.byName[q.tenant] == q {
+			qs.dropLocked(q)
+		} else {
+			qs.bufBytes -= q.bufBytes
+			q.buf, q.bufBytes = nil, 0
+		}
 		q.gone = true
-	case r.more || (r.idle && q.hinted):
+	case r.more || (r.idle && (q.hinted || len(q.buf) > 0)):
 		if !r.more {
 			q.deficit = min(q.deficit, 0)
 		}
 		qs.readyLocked(q)
 	case r.idle:
-		delete(qs.byName, q.tenant)
+		qs.dropLocked(q)
 	default:
 		q.deficit = min(q.deficit, 0) // it leaves the ring: what it did not spend is not banked, what it owes is
 		qs.scheduleLocked(q, r.next)
@@ -326,8 +546,8 @@ func (qs *queues) close() {
 	qs.mu.Unlock()
 }
 
-// rebalance drops the queues this replica no longer owns and takes those it now owns that
-// have jobs (as the last poll saw them), after the membership changed.
+// rebalance drops the queues this replica no longer owns, after the membership changed, and
+// asks for an adoption: the next poll gives a queue to each tenant this replica took over.
 func (qs *queues) rebalance() {
 	qs.mu.Lock()
 	var moved []*queue
@@ -341,17 +561,16 @@ func (qs *queues) rebalance() {
 				heap.Remove(&qs.due, q.index)
 			}
 			q.where = idle
-			delete(qs.byName, tenant)
+			qs.dropLocked(q)
 			moved = append(moved, q)
 		}
 	}
-	tenants := make([]string, 0, len(qs.waiting))
-	for tenant := range qs.waiting {
-		tenants = append(tenants, tenant)
-	}
+	qs.adopting = true
+	qs.gen++
 	qs.mu.Unlock()
-	for _, tenant := range tenants {
-		qs.hint(tenant)
+	select {
+	case qs.pollNow <- struct{}{}:
+	default:
 	}
 	qs.s.handOver(moved)
 }
@@ -386,9 +605,15 @@ func (qs *queues) waitingNow() (map[string]uint64, time.Time) {
 }
 
 // poll lists the tenants with jobs in the input (and in the legacy lanes stream while it has
-// any): it counts them for operators and hints their queues.
+// any): it counts them for operators, learns the input's first sequence, and gives a queue to
+// the tenants with jobs that no feed hands over: those in the lanes stream, those this replica
+// took over (adoption), every one without a feed.
 func (qs *queues) poll(ctx context.Context) error {
 	c := qs.s.cfg
+	qs.mu.Lock()
+	gen, adopting := qs.gen, qs.adopting
+	qs.mu.Unlock()
+	live := qs.s.members.liveNow()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	in, err := qs.s.streams.get(pctx, c.StreamIn)
@@ -422,16 +647,23 @@ func (qs *queues) poll(ctx context.Context) error {
 			}
 		}
 	}
+	self := qs.s.members.self
 	qs.mu.Lock()
+	defer qs.mu.Unlock()
 	qs.waiting, qs.legacy, qs.polled = waiting, legacy, time.Now()
-	qs.mu.Unlock()
+	qs.first = max(qs.first, info.State.FirstSeq)
 	for tenant := range waiting {
-		qs.hint(tenant)
+		if !qs.feedOn || legacy[tenant] || (adopting && rank(qs.adoptFrom, tenant) != self) {
+			qs.adoptLocked(tenant)
+		}
+	}
+	if adopting && qs.gen == gen {
+		qs.adoptFrom, qs.adopting = live, false
 	}
 	return nil
 }
 
-// discover polls every DiscoveryInterval until ctx ends.
+// discover polls every DiscoveryInterval, and at once when an adoption is due, until ctx ends.
 func (qs *queues) discover(ctx context.Context) {
 	t := time.NewTicker(qs.s.cfg.DiscoveryInterval)
 	defer t.Stop()
@@ -441,6 +673,7 @@ func (qs *queues) discover(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-qs.pollNow:
 		}
 		if err := qs.poll(ctx); err != nil {
 			if !failing && ctx.Err() == nil {

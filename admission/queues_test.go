@@ -1,8 +1,13 @@
 package admission
 
 import (
+	"context"
+	"log/slog"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/admitter/admitter/subjects"
 )
 
 // ring is a scheduler of ready queues alone (no servers): quantum per turn.
@@ -78,5 +83,156 @@ func TestUnspentTurnIsNotBanked(t *testing.T) {
 	qs.done(tq, stepResult{next: 1e9, spent: 30})
 	if q["a"].deficit != -20 {
 		t.Errorf("deficit %d after spending 30 of 10 and leaving, want -20 (owed)", q["a"].deficit)
+	}
+}
+
+// feedRig is a scheduler with a feed and no servers: one replica ("a") that owns every tenant,
+// buffers of 2×batch jobs per queue and bytes in all.
+func feedRig(t *testing.T, batch, bytes int) *queues {
+	t.Helper()
+	s := &Service{cfg: Config{Batch: batch, Quantum: 10, InFlightBytes: bytes,
+		In: subjects.MustParse("jobs.submit.{tenant}.>"), Wait: subjects.MustParse("jobs.waiting.{tenant}")},
+		members: newMembers("a", time.Second, slog.New(slog.DiscardHandler)), log: slog.New(slog.DiscardHandler)}
+	qs := newQueues(s)
+	s.queues = qs
+	qs.feedOn = true
+	return qs
+}
+
+func fedJob(seq uint64) fed { return fed{seq: seq, subject: "jobs.submit.t.x", size: 10} }
+
+func seqs(fs []fed) []uint64 {
+	var out []uint64
+	for _, f := range fs {
+		out = append(out, f.seq)
+	}
+	return out
+}
+
+// TestFeedFollowsThenFallsBehind: a tenant's queue keeps what the feed hands it, in order; once
+// its buffer is full it stops keeping (its jobs are read from the input from its cursor), and
+// the floor never passes a job not yet settled.
+func TestFeedFollowsThenFallsBehind(t *testing.T) {
+	qs := feedRig(t, 2, 1000) // 4 jobs per buffer
+	for seq := uint64(10); seq < 16; seq++ {
+		qs.feed("t", fedJob(seq))
+	}
+	q := qs.byName["t"]
+	got, m := qs.buffered(q, 10)
+	if m != behind || !slices.Equal(seqs(got), []uint64{10, 11, 12, 13}) {
+		t.Fatalf("buffered %v in mode %d, want 10..13 behind (the buffer holds 4)", seqs(got), m)
+	}
+	if f := qs.floor(); f != 10 {
+		t.Errorf("floor %d, want 10: job 10 is not settled", f)
+	}
+	qs.settled(q, 13)
+	if got, _ := qs.buffered(q, 10); len(got) != 0 || q.cursor != 14 {
+		t.Fatalf("after settling through 13: buffered %v, cursor %d; want none, 14 (14 and 15 are read from the input)", seqs(got), q.cursor)
+	}
+	if f := qs.floor(); f != 14 {
+		t.Errorf("floor %d, want 14: jobs 14 and 15 wait in the input", f)
+	}
+	if qs.bufBytes != 0 {
+		t.Errorf("%d bytes buffered in all, want 0", qs.bufBytes)
+	}
+}
+
+// TestRejoiningKeepsWhatArrivesDuringTheRead: a queue behind reads the input; jobs the feed
+// hands over meanwhile are kept if the read reaches the tenant's end (and those the read also
+// returned are not kept twice), and dropped if it does not.
+func TestRejoiningKeepsWhatArrivesDuringTheRead(t *testing.T) {
+	qs := feedRig(t, 10, 1000)
+	qs.mu.Lock()
+	qs.adoptLocked("t") // taken over: behind, from its first job
+	qs.mu.Unlock()
+	q := qs.byName["t"]
+	if !qs.startRead(q) || q.mode != rejoining {
+		t.Fatalf("startRead: mode %d, want rejoining", q.mode)
+	}
+	qs.feed("t", fedJob(7)) // arrives while the read is under way; the read returns it too
+	qs.feed("t", fedJob(9))
+	_, follows := qs.endRead(q, []fed{fedJob(5), fedJob(7)}, 7, true)
+	got, m := qs.buffered(q, 10)
+	if !follows || m != following || !slices.Equal(seqs(got), []uint64{5, 7, 9}) {
+		t.Fatalf("after a read to the end: follows %v, mode %d, buffered %v; want following with 5 7 9", follows, m, seqs(got))
+	}
+
+	qs.settled(q, 9)
+	q.mode = behind
+	qs.startRead(q)
+	qs.feed("t", fedJob(30))
+	head, follows := qs.endRead(q, []fed{fedJob(20)}, 20, false) // more in the input: still behind
+	if follows || !slices.Equal(seqs(head), []uint64{20}) {
+		t.Fatalf("after a read that did not reach the end: follows %v, head %v; want behind with 20", follows, seqs(head))
+	}
+	if got, _ := qs.buffered(q, 10); !slices.Equal(seqs(got), []uint64{20}) {
+		t.Errorf("buffered %v, want 20 alone (30 is read again from the input)", seqs(got))
+	}
+}
+
+// TestAdoptionHoldsTheFloor: after the membership changed, the replica's floor is 0 until the
+// tenants it took over have queues, and each such queue holds the floor at its cursor until it
+// has read its first job.
+func TestAdoptionHoldsTheFloor(t *testing.T) {
+	qs := feedRig(t, 10, 1000)
+	qs.feed("t", fedJob(100))
+	if f := qs.floor(); f != 100 {
+		t.Fatalf("floor %d, want 100", f)
+	}
+	qs.mu.Lock()
+	qs.adopting = true
+	qs.mu.Unlock()
+	if f := qs.floor(); f != 0 {
+		t.Errorf("floor %d while an adoption is due, want 0", f)
+	}
+	qs.mu.Lock()
+	qs.adopting = false
+	qs.adoptLocked("u")
+	qs.mu.Unlock()
+	if f := qs.floor(); f != 0 {
+		t.Errorf("floor %d with an adopted queue that has read nothing, want 0", f)
+	}
+	// A tenant taken over since the last adoption, first seen by the feed: it may have older
+	// jobs the feed skipped, so its queue starts behind, from its first job.
+	qs.mu.Lock()
+	qs.adoptFrom = []string{"z"}
+	qs.mu.Unlock()
+	qs.feed("v", fedJob(101))
+	if q := qs.byName["v"]; q.mode != behind || q.cursor != 0 {
+		t.Errorf("a tenant taken over, first seen by the feed: mode %d cursor %d, want behind from 0", q.mode, q.cursor)
+	}
+}
+
+// TestCompactionWaitsForAgreement: the input is compacted below the lowest floor only by the
+// replica with the lowest name, and only when every live replica's last report saw the same
+// live replicas.
+func TestCompactionWaitsForAgreement(t *testing.T) {
+	var compactedBelow []uint64
+	m := newMembers("a", time.Second, slog.New(slog.DiscardHandler))
+	m.compact = func(_ context.Context, seq uint64) error { compactedBelow = append(compactedBelow, seq); return nil }
+	m.live = []string{"a", "b"}
+	m.reports["a"] = heartbeatValue{Floor: 500, View: []string{"a", "b"}}
+	m.reports["b"] = heartbeatValue{Floor: 300, View: []string{"a"}} // b has not seen a yet
+	m.compactBelow(context.Background())
+	if len(compactedBelow) != 0 {
+		t.Fatalf("compacted below %v while b's view differs", compactedBelow)
+	}
+	m.reports["b"] = heartbeatValue{Floor: 300, View: []string{"a", "b"}}
+	m.compactBelow(context.Background())
+	if !slices.Equal(compactedBelow, []uint64{300}) {
+		t.Fatalf("compacted below %v, want [300] (b's floor)", compactedBelow)
+	}
+	m.compactBelow(context.Background())
+	if len(compactedBelow) != 1 {
+		t.Errorf("compacted again below %v with no floor moved", compactedBelow)
+	}
+	other := newMembers("b", time.Second, slog.New(slog.DiscardHandler))
+	other.compact = m.compact
+	other.live, other.reports = m.live, m.reports
+	other.reports["b"] = heartbeatValue{Floor: 900, View: []string{"a", "b"}}
+	other.reports["a"] = heartbeatValue{Floor: 900, View: []string{"a", "b"}}
+	other.compactBelow(context.Background())
+	if len(compactedBelow) != 1 {
+		t.Errorf("replica b compacted (%v): only the lowest name does", compactedBelow)
 	}
 }

@@ -38,10 +38,12 @@ type Service struct {
 	kv      jetstream.KeyValue
 	// legacyLanes: the lanes stream of an earlier version holds jobs, read first per tenant.
 	legacyLanes atomic.Bool
-	setUp       bool
-	stopped     chan struct{}
-	running     atomic.Bool
-	gauges      metric.Registration
+	// noDeletes: the input denies deletes; settled jobs are purged by subject only.
+	noDeletes atomic.Bool
+	setUp     bool
+	stopped   chan struct{}
+	running   atomic.Bool
+	gauges    metric.Registration
 }
 
 // New validates the configuration and returns a service.
@@ -70,6 +72,8 @@ func New(cfg Config) (*Service, error) {
 	s.queues = newQueues(s)
 	s.leases = newLeases(s)
 	s.members.changed = s.queues.rebalance
+	s.members.floor = s.queues.floor
+	s.members.compact = s.compact
 	return s, nil
 }
 
@@ -256,19 +260,32 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer s.leases.stop()
 
-	// Which tenants have jobs: what the input holds now (retried until it answers), then the
-	// feed of what arrives, and the poll behind it.
-	for err := s.queues.poll(ctx); err != nil; err = s.queues.poll(ctx) {
-		s.log.Warn("listing the tenants with jobs failed: retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
+	// Which tenants have jobs: the feed, from the input's first job; then the input's listing
+	// (retried until it answers), for the jobs no feed hands over.
+	if s.legacyLanes.Load() {
+		// The tenants with jobs in the lanes stream are known before the feed hands any of
+		// their newer jobs over: their queues forward the lane's first.
+		for err := s.queues.poll(ctx); err != nil; err = s.queues.poll(ctx) {
+			s.log.Warn("listing the tenants with jobs failed: retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
 		}
 	}
 	feed, err := s.startFeed(ctx)
 	if err != nil {
 		return err
+	}
+	for err := s.queues.poll(ctx); err != nil; err = s.queues.poll(ctx) {
+		s.log.Warn("listing the tenants with jobs failed: retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			feed()
+			return nil
+		case <-time.After(time.Second):
+		}
 	}
 	bg, stopBG := context.WithCancel(work)
 	var loops sync.WaitGroup
@@ -305,9 +322,11 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// startFeed follows what the input stores, headers only, from now: each job makes its
-// tenant's queue ready if this replica owns it. The feed holds nothing: a job it misses (the
-// feed was reset) is found by the next poll.
+// startFeed follows what the input stores, from its first job: the feed hands each job to its
+// tenant's queue (queues.feed). Its position tells how far this replica has seen the input;
+// jobs it skips (a queue behind, another replica's tenant) stay in the input, read by subject
+// by whoever needs them. On a work-queue input (an earlier version's) there is no feed: every
+// queue reads by subject.
 func (s *Service) startFeed(ctx context.Context) (stop func(), err error) {
 	in, err := s.streams.get(ctx, s.cfg.StreamIn)
 	if err != nil {
@@ -315,23 +334,30 @@ func (s *Service) startFeed(ctx context.Context) (stop func(), err error) {
 	}
 	if in.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy {
 		// A work queue (made by an earlier version) takes no consumer without acknowledgements.
-		s.log.Warn("the input stream is a work queue, made by an earlier admitter: tenants with new jobs are found only by listing it every ADMITTER_DISCOVERY_INTERVAL, not as each job arrives; recreate it with limits retention once it is empty (see README, Upgrading)",
+		s.log.Warn("the input stream is a work queue, made by an earlier admitter: tenants with new jobs are found only by listing it every ADMITTER_DISCOVERY_INTERVAL, and every job is read by subject; recreate it with limits retention once it is empty (see README, Upgrading)",
 			"stream", s.cfg.StreamIn, "interval", s.cfg.DiscoveryInterval.String())
 		return func() {}, nil
 	}
 	cons, err := s.cfg.JetStream.OrderedConsumer(ctx, s.cfg.StreamIn, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{s.cfg.In.Filter()},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-		HeadersOnly:    true,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("admission: the input's feed on %s: %w", s.cfg.StreamIn, err)
 	}
+	s.queues.mu.Lock()
+	s.queues.feedOn = true
+	s.queues.mu.Unlock()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if tenant, ok := s.cfg.In.Match(m.Subject()); ok {
-			s.queues.hint(tenant)
+		tenant, ok := s.cfg.In.Match(m.Subject())
+		md, err := m.Metadata()
+		if !ok || err != nil {
+			return
 		}
-	}, jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
+		data := m.Data()
+		s.queues.feed(tenant, fed{seq: md.Sequence.Stream, subject: m.Subject(), header: m.Headers(), data: data,
+			stored: md.Timestamp, size: len(data) + len(m.Subject()) + 64})
+	}, jetstream.PullMaxBytes(feedPullBytes), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			s.log.Debug("the input's feed", "err", err)
 		}))
@@ -339,6 +365,25 @@ func (s *Service) startFeed(ctx context.Context) (stop func(), err error) {
 		return nil, fmt.Errorf("admission: the input's feed on %s: %w", s.cfg.StreamIn, err)
 	}
 	return cc.Stop, nil
+}
+
+// feedPullBytes is how many bytes of jobs the feed asks the server for at a time: the jobs on
+// their way to this replica are bounded in bytes, whatever their size.
+const feedPullBytes = 4 << 20
+
+// compact removes the input's jobs below seq: every replica's floor is at or above it (see
+// members).
+func (s *Service) compact(ctx context.Context, seq uint64) error {
+	in, err := s.streams.get(ctx, s.cfg.StreamIn)
+	if err != nil {
+		return err
+	}
+	if err := in.Purge(ctx, jetstream.WithPurgeSequence(seq)); err != nil {
+		s.tel.settleError("compact")
+		return err
+	}
+	s.queues.compacted(seq)
+	return nil
 }
 
 // A pull of the feed lasts pullExpiry and asks the server for a heartbeat every pullHeartbeat

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/admitter/admitter/activity"
@@ -86,22 +88,27 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if res.gone || q.errs > 0 {
 		return res
 	}
-	if s.purge(ctx, q) != nil {
+	due, err := s.removeSettled(ctx, q)
+	switch {
+	case err != nil:
 		res.next = min(max(res.next, 100*time.Millisecond), stepRetry(1))
 		res.more = false
+	case due > 0 && !res.more:
+		res.next = min(res.next, due) // its head waits longer than its settled jobs may stay
 	}
 	return res
 }
 
 // readHead reads the head of q: up to budget jobs (and the read's byte bound), from the legacy
-// lanes stream while the tenant has jobs there, then from the input.
+// lanes stream while the tenant has jobs there, then what the feed handed it, or, behind, from
+// the input by subject (see queues).
 func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, error) {
 	n := int(min(budget, int64(s.cfg.Batch)))
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	maxBytes := max(s.cfg.InFlightBytes/s.cfg.Workers, 1<<20)
 	if q.legacy {
-		msgs, err := s.reader.read(rctx, s.cfg.StreamWait, q.laneSubject, q.legacyAt, n, maxBytes)
+		msgs, _, err := s.reader.read(rctx, s.cfg.StreamWait, q.laneSubject, q.legacyAt, n, maxBytes)
 		if err != nil {
 			return nil, fmt.Errorf("read the legacy lane of %s: %w", q.tenant, err)
 		}
@@ -111,19 +118,37 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 		q.legacy = false
 		s.log.Info("the tenant's jobs left in the lanes stream of an earlier admitter are forwarded: its queue is the input now", "tenant", q.tenant)
 	}
-	msgs, err := s.reader.read(rctx, s.cfg.StreamIn, q.filter, q.cursor, n, maxBytes)
+	qs := s.queues
+	if buf, _ := qs.buffered(q, n); len(buf) > 0 {
+		return s.fedJobs(ctx, q, buf), nil
+	}
+	if !qs.startRead(q) {
+		return nil, nil // following, and nothing buffered
+	}
+	msgs, pending, err := s.reader.read(rctx, s.cfg.StreamIn, q.filter, q.cursor, n, maxBytes)
+	read := make([]fed, 0, len(msgs))
+	for _, m := range msgs {
+		if err != nil {
+			break
+		}
+		var f fed
+		if f, err = fedOf(m); err == nil {
+			read = append(read, f)
+		}
+	}
 	if err != nil {
+		qs.endRead(q, nil, 0, false)
 		return nil, err
 	}
-	jobs := make([]job, 0, len(msgs))
-	for _, m := range msgs {
-		seq, err := seqOf(m)
-		if err != nil {
-			return nil, err
-		}
-		jobs = append(jobs, s.inputJob(ctx, q, m, seq))
+	last := q.cursor
+	if len(read) > 0 {
+		last = read[len(read)-1].seq
 	}
-	return jobs, nil
+	head, follows := qs.endRead(q, read, last, pending == 0)
+	if follows {
+		head, _ = qs.buffered(q, n)
+	}
+	return s.fedJobs(ctx, q, head), nil
 }
 
 // within is the head of jobs and the longest run behind it whose weights (1 for a weight that
@@ -151,22 +176,37 @@ func within(jobs []job, budget int64) []job {
 var directHeaders = []string{jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader,
 	jetstream.TimeStampHeaer, jetstream.LastSequenceHeader, "Nats-Num-Pending", "Nats-UpTo-Sequence"}
 
-// inputJob is a job read from the input.
-func (s *Service) inputJob(ctx context.Context, q *queue, m *nats.Msg, seq uint64) job {
-	j := job{tenant: q.tenant, subject: m.Header.Get(jetstream.SubjectHeader), seq: seq, at: seq, header: m.Header, data: m.Data}
-	if j.subject == "" {
-		j.subject = m.Subject
+// fedOf is a job of the input read by Direct Get, as the feed would have handed it over.
+func fedOf(m *nats.Msg) (fed, error) {
+	seq, err := seqOf(m)
+	if err != nil {
+		return fed{}, err
+	}
+	f := fed{seq: seq, subject: m.Header.Get(jetstream.SubjectHeader), header: m.Header, data: m.Data}
+	if f.subject == "" {
+		f.subject = m.Subject
 	}
 	if t, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer)); err == nil {
-		j.stored = t
+		f.stored = t
 	}
 	for _, h := range directHeaders {
 		m.Header.Del(h)
 	}
-	j.tries = q.tries(seq)
-	j.weight, j.wErr = wire.ParseWeight(m.Header)
-	j.ctx, j.span = s.tel.startProcess(ctx, s.tel.processIn, m.Header, j.subject, seq, j.tries, s.cfg)
-	return j
+	f.size = len(f.data) + len(f.subject) + 64
+	return f, nil
+}
+
+// fedJobs are the jobs of fs, to be decided.
+func (s *Service) fedJobs(ctx context.Context, q *queue, fs []fed) []job {
+	jobs := make([]job, len(fs))
+	for i, f := range fs {
+		j := job{tenant: q.tenant, subject: f.subject, seq: f.seq, at: f.seq, stored: f.stored, header: f.header, data: f.data}
+		j.tries = q.tries(f.seq)
+		j.weight, j.wErr = wire.ParseWeight(f.header)
+		j.ctx, j.span = s.tel.startProcess(ctx, s.tel.processIn, f.header, j.subject, f.seq, j.tries, s.cfg)
+		jobs[i] = j
+	}
+	return jobs
 }
 
 // decideAndApply decides jobs at the head of q and applies each verdict in order: forward,
@@ -246,8 +286,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		}
 	}
 	if settled > 0 {
-		last := jobs[settled-1]
-		q.advance(last.legacy, last.at, last.seq)
+		s.advance(q, jobs[:settled])
 	}
 	if q.errs > 0 && settled < len(jobs) && !jobs[settled].verdict.Fate.Waits() {
 		return stepResult{next: stepRetry(q.errs), spent: res.spent}
@@ -300,17 +339,159 @@ func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*out
 	}
 }
 
-// purge removes from the input (or the legacy lane) the jobs q settled and has not removed yet,
-// in one purge by the tenant's subject and sequence. A purge that fails leaves them owed to the
-// limiter as stored (see owed), and is tried again by the next step.
-func (s *Service) purge(ctx context.Context, q *queue) error {
-	stream, subject, through := s.cfg.StreamIn, q.filter, q.unpurged
+// advance moves q past its settled jobs (in order), which are to be removed.
+func (s *Service) advance(q *queue, settled []job) {
+	last := settled[len(settled)-1]
+	q.storedSeq = max(q.storedSeq, last.seq)
+	if last.legacy {
+		q.legacyAt, q.legacyUnpurged = last.at+1, last.at
+		return
+	}
+	for _, j := range settled {
+		q.unremoved.add(j.at)
+	}
+	s.queues.settled(q, last.at)
+}
+
+// unremoved is a queue's settled jobs still in the input: their range and count, and their
+// sequences while they are few.
+type unremoved struct {
+	first, last uint64 // 0: none
+	n           int
+	seqs        []uint64 // while n ≤ maxDeletes
+	since       time.Time
+}
+
+// maxDeletes is the most settled jobs a queue removes one by one (see removeSettled).
+const maxDeletes = 256
+
+func (u *unremoved) add(seq uint64) {
+	if u.n == 0 {
+		u.first, u.since = seq, time.Now()
+	}
+	u.last = seq
+	if u.n++; u.n <= maxDeletes {
+		u.seqs = append(u.seqs, seq)
+	} else {
+		u.seqs = nil
+	}
+}
+
+// sparse reports whether removing the jobs one by one costs the server less than purging the
+// tenant's subjects through the last: a purge walks every message of the input between the
+// first and the last (nats-server's filestore keeps no index of a subject's sequences within a
+// block: FIELD-NOTES), a removal costs about as much as a walk over a thousand.
+func (u *unremoved) sparse() bool {
+	return u.n <= maxDeletes && u.last-u.first+1 > 1000*uint64(u.n)
+}
+
+// purgeAge is how long a tenant's settled jobs may stay in the input, left there by the
+// compaction (a waiting job of another tenant below them), before the tenant's queue removes
+// them itself: well within the output's duplicate window, so that a job read again by another
+// replica meanwhile is forwarded again only as a duplicate the output drops.
+func (s *Service) purgeAge() time.Duration { return min(5*time.Second, s.cfg.DuplicateWindow/4) }
+
+// removeSettled removes q's settled jobs from the input when that is due: at once in the legacy
+// lanes stream and without a feed (nothing compacts the input then); otherwise once they are
+// purgeAge old and the compaction has not removed them (see queues). Jobs spread thinly among
+// other tenants' are deleted one by one, others purged by subject. It returns how long until it
+// is due (0: nothing left to remove). A removal that fails leaves them owed to the limiter as
+// stored (see owed), and is tried again by the next step.
+func (s *Service) removeSettled(ctx context.Context, q *queue) (due time.Duration, err error) {
 	if q.legacyUnpurged > 0 {
-		stream, subject, through = s.cfg.StreamWait, q.laneSubject, q.legacyUnpurged
+		if err := s.purgeOf(ctx, q, s.cfg.StreamWait, q.laneSubject, q.legacyUnpurged); err != nil {
+			return 0, err
+		}
+		q.legacyUnpurged = 0
 	}
-	if through == 0 {
+	u := &q.unremoved
+	if u.n == 0 {
+		return 0, nil
+	}
+	qs := s.queues
+	if qs.firstSeq() > u.last {
+		*u = unremoved{} // compacted
+		return 0, nil
+	}
+	qs.mu.Lock()
+	feedOn := qs.feedOn
+	qs.mu.Unlock()
+	if age := time.Since(u.since); feedOn && age < s.purgeAge() {
+		return s.purgeAge() - age, nil
+	}
+	if u.sparse() && !s.noDeletes.Load() {
+		err = s.deleteEach(ctx, q, u.seqs, qs.firstSeq())
+	} else {
+		err = s.purgeOf(ctx, q, s.cfg.StreamIn, q.filter, u.last)
+	}
+	if err != nil {
+		return 0, err
+	}
+	*u = unremoved{}
+	return 0, nil
+}
+
+// deleteEach removes the input's messages seqs (those at or above first: the others are gone),
+// a few at a time. A stream that denies deletes is purged by subject instead, from then on.
+func (s *Service) deleteEach(ctx context.Context, q *queue, seqs []uint64, first uint64) error {
+	in, err := s.streams.get(ctx, s.cfg.StreamIn)
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, seq := range seqs {
+		if seq < first {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := in.DeleteMsg(dctx, seq); err != nil && !gone(err) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	err = errors.Join(errs...)
+	switch {
+	case err == nil:
 		return nil
+	case deleteDenied(err):
+		s.noDeletes.Store(true)
+		s.log.Warn("the input stream denies deletes: forwarded jobs are purged by subject instead (slower when tenants' jobs are interleaved)", "stream", s.cfg.StreamIn)
+		return s.purgeOf(ctx, q, s.cfg.StreamIn, q.filter, seqs[len(seqs)-1])
 	}
+	if ctx.Err() == nil {
+		s.tel.settleError("delete")
+		s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
+			"tenant", q.tenant, "stream", s.cfg.StreamIn, "jobs", len(seqs), "err", errs[0])
+	}
+	q.owe.stored = max(q.owe.stored, q.storedSeq)
+	return err
+}
+
+// gone reports whether a delete's error says the message is not there (removed already).
+func gone(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, jetstream.ErrMsgNotFound) || (errors.As(err, &api) &&
+		(api.ErrorCode == errCodeSequenceNotFound || (api.ErrorCode == errCodeMsgDeleteFailed && strings.Contains(api.Description, "no message found"))))
+}
+
+// deleteDenied reports whether a delete's error is the stream refusing deletes.
+func deleteDenied(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == errCodeMsgDeleteFailed && strings.Contains(api.Description, "not permitted")
+}
+
+// purgeOf removes subject's messages of stream through sequence through, for q.
+func (s *Service) purgeOf(ctx context.Context, q *queue, stream, subject string, through uint64) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err := s.purgeThrough(pctx, stream, subject, through)
 	cancel()
@@ -321,14 +502,8 @@ func (s *Service) purge(ctx context.Context, q *queue) error {
 				"tenant", q.tenant, "stream", stream, "through", through, "err", err)
 		}
 		q.owe.stored = max(q.owe.stored, q.storedSeq)
-		return err
 	}
-	if stream == s.cfg.StreamWait {
-		q.legacyUnpurged = 0
-		return s.purge(ctx, q) // and the input's, if any
-	}
-	q.unpurged = 0
-	return nil
+	return err
 }
 
 // purgeThrough removes the messages of stream on subject at or below sequence through.
@@ -341,8 +516,8 @@ func (s *Service) purgeThrough(ctx context.Context, stream, subject string, thro
 }
 
 // settleIdle ends a step that found q empty: what it owes the limiter is said (a call without
-// jobs), the removal of settled jobs is tried again, and then it sleeps until its tenant
-// publishes again.
+// jobs), its settled jobs are removed when due (it waits for that), and then it sleeps until
+// its tenant publishes again.
 func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 	if !q.owe.empty() {
 		// Said first: were the removal below to fail, and this replica to die, whoever reads the
@@ -354,10 +529,12 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 		}
 		q.said()
 	}
-	if q.unpurged > 0 || q.legacyUnpurged > 0 {
-		if s.purge(ctx, q) != nil {
-			return stepResult{next: stepRetry(1)}
-		}
+	due, err := s.removeSettled(ctx, q)
+	switch {
+	case err != nil:
+		return stepResult{next: stepRetry(1)}
+	case due > 0:
+		return stepResult{next: due} // its settled jobs are removed then, unless compacted meanwhile
 	}
 	q.errs = 0
 	return stepResult{idle: true}

@@ -268,7 +268,7 @@ func TestConfigCheck(t *testing.T) {
 		"ADMITTER_QUANTUM":            "45",
 		"ADMITTER_BATCH":              "100",
 		"ADMITTER_DUPLICATE_WINDOW":   "2m0s",
-		"ADMITTER_DISCOVERY_INTERVAL": "100ms",
+		"ADMITTER_DISCOVERY_INTERVAL": "1s",
 		"ADMITTER_WORKERS":            "7",
 		"ADMITTER_SHUTDOWN_TIMEOUT":   "10s",
 		"ADMITTER_LOG_FORMAT":         "json",

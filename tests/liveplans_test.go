@@ -244,8 +244,11 @@ func TestPlansOverridesAndPauses(t *testing.T) {
 		t.Errorf("inspect of a paused tenant: exit %d\n%s%s", code, out, errOut)
 	}
 	_, body := httpGet(t, base+"/metrics")
-	if v := metricValue(body, wire.MetricDecisions.Prom, `outcome="paused"`); v < 10 {
-		t.Errorf("%s{outcome=\"paused\"} = %v, want 10", wire.MetricDecisions.Prom, v)
+	// Each job is counted once, when a step first reads it while the pause holds: the first
+	// step reads the jobs stored by then; those that arrive while the queue sleeps until the
+	// pause ends are not read (nor counted) before it ends.
+	if v := metricValue(body, wire.MetricDecisions.Prom, `outcome="paused"`); v < 1 || v > 10 {
+		t.Errorf("%s{outcome=\"paused\"} = %v, want 1 to 10", wire.MetricDecisions.Prom, v)
 	}
 	resumed := time.Now()
 	if code, out, errOut := w.plansCLI(kv, "resume", "acme"); code != 0 {

@@ -45,7 +45,7 @@ type config struct {
 	Workers          int           `env:"ADMITTER_WORKERS" envDefault:"32"`
 	Batch            int           `env:"ADMITTER_BATCH" envDefault:"100"`
 	Quantum          int           `env:"ADMITTER_QUANTUM" envDefault:"100"`
-	Discovery        time.Duration `env:"ADMITTER_DISCOVERY_INTERVAL" envDefault:"100ms"`
+	Discovery        time.Duration `env:"ADMITTER_DISCOVERY_INTERVAL" envDefault:"1s"`
 	ShutdownTimeout  time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
 	ConnectTimeout   time.Duration `env:"ADMITTER_CONNECT_TIMEOUT"` // unset: retry for ever
 	LogFormat        string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
