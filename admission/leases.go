@@ -35,7 +35,8 @@ import (
 // message. Every replica listens in one queue group: each message is handled once. Messages are
 // core NATS: one lost (no replica up, a full buffer) leaves the lease to end by itself. A
 // release that frees a slot is broadcast on the wake subject, so that the replica running the
-// tenant's lane asks again at once instead of at the lease's end.
+// tenant's queue asks again at once instead of at the lease's end; a pool slot freed wakes the
+// tenant whose turn it is (bucket.LeaseResult.Wake).
 type leases struct {
 	s      *Service
 	msgs   chan *nats.Msg
@@ -203,7 +204,10 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 			reply.Ends = res.Ends.UTC().Format(time.RFC3339Nano)
 		}
 		if (res.Held && path != wire.LeasePathRenew) || res.LeasesExpired > 0 {
-			_ = c.JetStream.Conn().Publish(l.wake, []byte(tenant)) // the tenant's queue may go on now
+			l.s.wake(tenant) // the tenant's queue may go on now
+		}
+		if res.Wake != "" && res.Wake != tenant {
+			l.s.wake(res.Wake) // the slot freed in the pool is that tenant's turn
 		}
 	}
 	if err != nil {
@@ -245,4 +249,9 @@ func (l *leases) forwarded(ctx context.Context, event []byte) (tenant string, le
 // leaseAttrs are the attributes of the lease messages metric.
 func leaseAttrs(path, result string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("path", path), attribute.String("result", result))
+}
+
+// wake tells every replica that tenant's queue may go now (the one that owns it asks again).
+func (s *Service) wake(tenant string) {
+	_ = s.cfg.JetStream.Conn().Publish(s.leases.wake, []byte(tenant))
 }

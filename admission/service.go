@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -177,7 +178,9 @@ func (s *Service) registerGauges() error {
 	waiting, err2 := m.Int64ObservableGauge(wire.MetricJobsWaiting.Name, metric.WithDescription("Jobs waiting in every tenant's queue (every replica's), as the last listing of the input counted them."))
 	blocked, err3 := m.Int64ObservableGauge(wire.MetricOutputBlocked.Name, metric.WithDescription("1 while jobs are held because a stream the admitter publishes to is full."))
 	replicas, err4 := m.Int64ObservableGauge(wire.MetricReplicas.Name, metric.WithDescription("Live replicas this one sees, itself included."))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	poolFlight, err5 := m.Int64ObservableGauge(wire.MetricPoolInFlight.Name, metric.WithDescription("Weight in flight in each pool (label pool), as this replica's last call to it found it."))
+	poolWaiting, err6 := m.Int64ObservableGauge(wire.MetricPoolWaiting.Name, metric.WithDescription("Tenants waiting for each pool (label pool), as this replica's last call to it found it."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return err
 	}
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -194,8 +197,13 @@ func (s *Service) registerGauges() error {
 			n += k
 		}
 		o.ObserveInt64(waiting, int64(n))
+		for name, st := range s.tel.poolStates() {
+			attrs := metric.WithAttributes(attribute.String("pool", name))
+			o.ObserveInt64(poolFlight, st.InFlight, attrs)
+			o.ObserveInt64(poolWaiting, st.Waiting, attrs)
+		}
 		return nil
-	}, queues, waiting, blocked, replicas)
+	}, queues, waiting, blocked, replicas, poolFlight, poolWaiting)
 	s.gauges = reg
 	return err
 }

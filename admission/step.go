@@ -227,13 +227,20 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	if d.Plan != nil {
 		plan, lease = d.Plan.Name, d.Plan.Lease()
 	}
+	if d.Wake != "" {
+		s.wake(d.Wake) // the pool capacity this step gave back is that tenant's turn
+	}
+	limit := d.Limit
+	if d.Reason == policy.ReasonPool && d.Pool != nil && d.Plan != nil {
+		limit = d.Pool.Reason(q.tenant, max(d.Plan.Share, 1)) // "pool workers: 8 of 8 in flight; acme's share 3 of 5"
+	}
 	outs := make([]*outMsg, 0, len(jobs))
 	owner := make([]int, 0, len(jobs))
 	settled := len(jobs) // jobs before it are settled once their messages are stored
 	var res stepResult
 	for i := range jobs {
 		j := &jobs[i]
-		j.verdict, j.plan, j.limit, j.lease, j.reason = d.Verdicts[i], plan, d.Limit, lease, d.Reason
+		j.verdict, j.plan, j.limit, j.lease, j.reason = d.Verdicts[i], plan, limit, lease, d.Reason
 		if settled < len(jobs) {
 			j.verdict = policy.Verdict{Fate: jobs[settled].verdict.Fate, Wait: jobs[settled].verdict.Wait} // it waits behind the head, for as long
 			continue

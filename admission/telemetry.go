@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
@@ -33,8 +34,11 @@ const (
 	AttrAttempt  = attribute.Key("admitter.attempt")
 	AttrError    = policy.AttrError
 	// AttrReason is the kind of the limit a waiting job waits for: bucket, window, quota or
-	// concurrency; or handover (policy.ReasonHandover): another replica holds its tenant's queue.
-	AttrReason   = attribute.Key("admitter.reason")
+	// concurrency; handover (policy.ReasonHandover): another replica holds its tenant's queue;
+	// or pool (policy.ReasonPool): its plan's pool.
+	AttrReason = attribute.Key("admitter.reason")
+	// AttrPool is the pool of the job's plan (bucket.Pool).
+	AttrPool     = attribute.Key("admitter.pool")
 	AttrSequence = attribute.Key("messaging.nats.stream.sequence")
 )
 
@@ -63,6 +67,9 @@ type telemetry struct {
 	inFlight     metric.Int64UpDownCounter
 	tenantLabel  bool
 	failMode     attribute.Set
+	// pools is every pool as this replica's last call found it (admitter_pool_* gauges).
+	poolMu sync.Mutex
+	pools  map[string]bucket.PoolState
 	// sets caches the attribute set of each (plan, outcome[, tenant]): building one sorts and
 	// allocates, once per job otherwise. A struct key is looked up without allocating.
 	mu   sync.RWMutex
@@ -145,6 +152,9 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 		t.latency.Record(ctx, d.Took.Seconds())
 	}
 	t.leasesExpired(ctx, d.LeasesExpired)
+	if d.Pool != nil {
+		t.poolSeen(*d.Pool)
+	}
 	if d.Err != nil {
 		span.RecordError(d.Err)
 		span.SetStatus(codes.Error, "limiter failed")
@@ -165,6 +175,9 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 			}
 			if d.Plan != nil {
 				s.SetAttributes(AttrPlan.String(d.Plan.Name))
+			}
+			if d.Pool != nil {
+				s.SetAttributes(AttrPool.String(d.Pool.Name))
 			}
 			if v.Fate == wire.FateDead {
 				s.SetAttributes(AttrError.String(string(v.Code)))
@@ -250,4 +263,25 @@ func messagingAttrs(op attribute.KeyValue, subject, msgID string) []attribute.Ke
 		semconv.MessagingDestinationNameKey.String(subject),
 		semconv.MessagingMessageIDKey.String(msgID),
 	}
+}
+
+// poolSeen records a pool's state as a call found it.
+func (t *telemetry) poolSeen(st bucket.PoolState) {
+	t.poolMu.Lock()
+	if t.pools == nil {
+		t.pools = map[string]bucket.PoolState{}
+	}
+	t.pools[st.Name] = st
+	t.poolMu.Unlock()
+}
+
+// poolStates returns the pools as last seen (a copy).
+func (t *telemetry) poolStates() map[string]bucket.PoolState {
+	t.poolMu.Lock()
+	defer t.poolMu.Unlock()
+	out := make(map[string]bucket.PoolState, len(t.pools))
+	for k, v := range t.pools {
+		out[k] = v
+	}
+	return out
 }

@@ -108,6 +108,14 @@ type BatchResult struct {
 	// LeasesExpired counts the tenant's leases (see KindConcurrency) that this call found ended
 	// without being released, and dropped.
 	LeasesExpired int64
+	// PoolBound: the first job not admitted waits for the plan's pool, not for its limits
+	// (Limit "pool NAME", LimitIndex -1); Wait is until what it needs may be free (it is woken
+	// sooner when a release frees it). Pool is the pool as the call found it (nil: no pool).
+	PoolBound bool
+	Pool      *PoolState
+	// Wake names a tenant the call's giving back of unused pool grants let go: its queue may go
+	// now ("" for none).
+	Wake string
 	// ShadowWaits is set when the plan is in shadow mode (Plan.Shadow): one wait per job, how
 	// long the plan would have delayed it (zero: it fitted at once). Every job not stored is
 	// then admitted, and the plan is charged on the tenant's shadow state, apart from the state
@@ -141,8 +149,8 @@ func (b *Batch) check() error {
 		if j.Weight < 1 {
 			return fmt.Errorf("%w: weight %d, want an integer ≥ 1", ErrInvalidWeight, j.Weight)
 		}
-		if j.Weight > b.Plan.minCapacity {
-			return fmt.Errorf("%w: weight %d exceeds capacity %d of plan %s", ErrWeightOverCapacity, j.Weight, b.Plan.minCapacity, b.Plan.Name)
+		if j.Weight > b.Plan.MaxWeight() {
+			return fmt.Errorf("%w: weight %d exceeds capacity %d of plan %s", ErrWeightOverCapacity, j.Weight, b.Plan.MaxWeight(), b.Plan.Name)
 		}
 	}
 	return nil

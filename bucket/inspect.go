@@ -24,6 +24,8 @@ type Snapshot struct {
 	// Stored is the highest input sequence of the tenant whose forward was seen stored
 	// downstream and may still be in the input (see Batch.Stored); 0 when none.
 	Stored int64
+	// Pool is the plan's pool and the tenants it serves lately (nil: the plan has none).
+	Pool *PoolSnapshot
 }
 
 // LimitState is one limit's state in a Snapshot.
@@ -99,7 +101,16 @@ func (p *Plan) snapshot(now int64, ws []work) Snapshot {
 }
 
 // Inspect reads the tenant's state under plan without changing it.
-func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot, error) {
+func (m *Memory) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapshot, error) {
+	snap, err := m.inspect(tenant, plan)
+	if err == nil {
+		snap.Pool, err = inspectPool(ctx, m, tenant, plan)
+	}
+	return snap, err
+}
+
+// inspect reads the tenant's own state.
+func (m *Memory) inspect(tenant string, plan *Plan) (Snapshot, error) {
 	if err := checkTenant(tenant); err != nil {
 		return Snapshot{}, err
 	}
@@ -124,6 +135,15 @@ func (m *Memory) Inspect(_ context.Context, tenant string, plan *Plan) (Snapshot
 
 // Inspect reads the tenant's state under plan from Redis without changing it.
 func (r *Redis) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapshot, error) {
+	snap, err := r.inspectTenant(ctx, tenant, plan)
+	if err == nil {
+		snap.Pool, err = inspectPool(ctx, r, tenant, plan)
+	}
+	return snap, err
+}
+
+// inspectTenant reads the tenant's own state.
+func (r *Redis) inspectTenant(ctx context.Context, tenant string, plan *Plan) (Snapshot, error) {
 	if err := checkTenant(tenant); err != nil {
 		return Snapshot{}, err
 	}

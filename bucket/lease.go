@@ -48,6 +48,9 @@ type LeaseResult struct {
 	// LeasesExpired counts the tenant's leases that this call found ended unreleased, and
 	// dropped.
 	LeasesExpired int64
+	// Wake names the tenant whose queue the pool's freed slot is for (its next waiter; "" for
+	// none): its queue may go now.
+	Wake string
 }
 
 // LeaseKey is the lease id of a request decided by Decide with this JobID: a 52-bit hash, never
@@ -90,15 +93,21 @@ func (l *LeaseRequest) check(mode int) error {
 	return nil
 }
 
-// Release ends the job's lease now (the job is done), reconciling its cost (LeaseRequest.Cost).
-func (m *Memory) Release(_ context.Context, req LeaseRequest) (LeaseResult, error) {
-	return m.lease(req, leaseRelease)
+// Release ends the job's lease now (the job is done), reconciling its cost (LeaseRequest.Cost),
+// and frees its pool slot.
+func (m *Memory) Release(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
+	return leasePooled(ctx, m, req, leaseRelease, func(_ context.Context, req LeaseRequest) (LeaseResult, error) {
+		return m.lease(req, leaseRelease)
+	})
 }
 
-// Renew moves the end of the job's lease to Lease from now (the job still runs).
-func (m *Memory) Renew(_ context.Context, req LeaseRequest) (LeaseResult, error) {
+// Renew moves the end of the job's lease, and of its pool slot, to their lease from now (the
+// job still runs).
+func (m *Memory) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
-	return m.lease(req, leaseRenew)
+	return leasePooled(ctx, m, req, leaseRenew, func(_ context.Context, req LeaseRequest) (LeaseResult, error) {
+		return m.lease(req, leaseRenew)
+	})
 }
 
 func (m *Memory) lease(req LeaseRequest, mode int) (LeaseResult, error) {
@@ -196,16 +205,21 @@ func (p *Plan) reconcile(ws []work, now, taken, d int64) {
 }
 
 // Release ends the job's lease now (the job is done), reconciling its cost (LeaseRequest.Cost),
-// in one script call. A call that fails or times out may have run: asking again is harmless
-// (the lease is no longer held; nothing is charged twice).
+// in one script call, and frees its pool slot in another. A call that fails or times out may
+// have run: asking again is harmless (the lease is no longer held; nothing is charged twice).
 func (r *Redis) Release(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-	return r.leaseCall(ctx, req, leaseRelease)
+	return leasePooled(ctx, r, req, leaseRelease, func(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
+		return r.leaseCall(ctx, req, leaseRelease)
+	})
 }
 
-// Renew moves the end of the job's lease to Lease from now (the job still runs).
+// Renew moves the end of the job's lease, and of its pool slot, to their lease from now (the
+// job still runs).
 func (r *Redis) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
-	return r.leaseCall(ctx, req, leaseRenew)
+	return leasePooled(ctx, r, req, leaseRenew, func(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
+		return r.leaseCall(ctx, req, leaseRenew)
+	})
 }
 
 // leaseCall runs lua/lease.lua in mode.

@@ -21,6 +21,7 @@ type Memory struct {
 	now    func() time.Time
 	seed   maphash.Seed
 	shards [memShards]memShard
+	pools  memPools
 }
 
 type memShard struct {
@@ -296,7 +297,12 @@ func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Option
 }
 
 // Admit decides the head of one tenant's queue at the backend's current time (see Batch).
-func (m *Memory) Admit(_ context.Context, b Batch) (BatchResult, error) {
+func (m *Memory) Admit(ctx context.Context, b Batch) (BatchResult, error) {
+	return admitPooled(ctx, m, b, m.admit)
+}
+
+// admit decides a batch on the tenant's limits alone.
+func (m *Memory) admit(_ context.Context, b Batch) (BatchResult, error) {
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
 	}

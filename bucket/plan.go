@@ -43,6 +43,11 @@ type Plan struct {
 	// admitted now; its decision is still computed, on a state of its own (see Batch), and
 	// reported as the wait it would have had (BatchResult.ShadowWaits).
 	Shadow bool
+	// Pool is the capacity pool the plan's tenants share with those of the other plans naming
+	// it (nil: none), and Share the plan's share of it, 1 to MaxShare (0 reads as 1): see Pool.
+	// Pools govern the queue's forwards; Decide (a synchronous request) does not ask them.
+	Pool  *Pool
+	Share int64
 
 	minCapacity int64
 	labels      []string
@@ -169,17 +174,29 @@ func NewPlan(name string, limits ...Limit) (*Plan, error) {
 	return p, nil
 }
 
-// Leases reports whether the plan has a concurrency limit: its admitted jobs then take leases,
-// to be released (Release) or renewed (Renew) by their lease id.
-func (p *Plan) Leases() bool { return p.concurrent }
+// Leases reports whether the plan's jobs take leases, to be released (Release) or renewed
+// (Renew) by their lease id: it has a concurrency limit, or its pool has a concurrency.
+func (p *Plan) Leases() bool { return p.concurrent || (p.Pool != nil && p.Pool.Concurrency > 0) }
 
 // Lease is how long an admitted job holds its lease unless released or renewed: the shortest
-// Lease of the plan's concurrency limits (the first to end). Zero when the plan has none.
-func (p *Plan) Lease() time.Duration { return p.lease }
+// Lease of the plan's concurrency limits and of its pool's (the first to end). Zero when it
+// takes none.
+func (p *Plan) Lease() time.Duration {
+	l := p.lease
+	if p.Pool != nil && p.Pool.Concurrency > 0 && (l == 0 || p.Pool.Lease < l) {
+		l = p.Pool.Lease
+	}
+	return l
+}
 
 // MaxWeight is the largest weight the plan can ever admit: its smallest capacity (a bucket's
-// burst, a window's or a quota's limit).
-func (p *Plan) MaxWeight() int64 { return p.minCapacity }
+// burst, a window's or a quota's limit), and its pool's.
+func (p *Plan) MaxWeight() int64 {
+	if p.Pool != nil {
+		return min(p.minCapacity, p.Pool.maxWeight())
+	}
+	return p.minCapacity
+}
 
 // A calendar is a quota's period boundaries over a stretch of time, for the scripts (Lua has no
 // time zones): every boundary from lo, at or before the stretch, to hi, after it.

@@ -17,6 +17,7 @@ type Plans struct {
 	names   []string // sorted
 	tenants map[string]string
 	def     string
+	pools   []*Pool // the plans' pools, by name
 }
 
 // NewPlans returns plans holding plans (at least one, with unique non-empty names), assigning
@@ -40,8 +41,22 @@ func NewPlans(plans []*Plan, tenants map[string]string, def string) (*Plans, err
 		}
 		p.plans[pl.Name] = pl
 		p.names = append(p.names, pl.Name)
+		if pl.Share < 0 || pl.Share > MaxShare || (pl.Share > 1 && pl.Pool == nil) {
+			return nil, fmt.Errorf("bucket: plan %q: share %d (want 1 to %d, with a pool)", pl.Name, pl.Share, MaxShare)
+		}
+		if pl.Pool == nil {
+			continue
+		}
+		i := slices.IndexFunc(p.pools, func(q *Pool) bool { return q.Name == pl.Pool.Name })
+		switch {
+		case i < 0:
+			p.pools = append(p.pools, pl.Pool)
+		case *p.pools[i] != *pl.Pool:
+			return nil, fmt.Errorf("bucket: two pools named %q", pl.Pool.Name)
+		}
 	}
 	slices.Sort(p.names)
+	slices.SortFunc(p.pools, func(a, b *Pool) int { return strings.Compare(a.Name, b.Name) })
 	for t, name := range tenants {
 		if err := checkTenant(t); err != nil {
 			return nil, err
@@ -79,6 +94,9 @@ func (p *Plans) Plan(name string) (*Plan, bool) {
 	return pl, ok
 }
 
+// Pools returns the pools the plans name, sorted by name. The slice is the caller's.
+func (p *Plans) Pools() []*Pool { return slices.Clone(p.pools) }
+
 // Names returns the names of all plans, sorted. The slice is the caller's.
 func (p *Plans) Names() []string { return slices.Clone(p.names) }
 
@@ -109,9 +127,18 @@ func (p *Plans) Describe() string {
 		if pl.Shadow {
 			mode = ", shadow mode: trialled, not enforced"
 		}
+		if pl.Pool != nil {
+			mode += fmt.Sprintf(", pool %s with share %d", pl.Pool.Name, pl.share())
+		}
 		fmt.Fprintf(&b, "  %s: %d %s, max weight %d%s\n", name, len(pl.Limits), plansPlural(len(pl.Limits), "limit", "limits"), pl.MaxWeight(), mode)
 		for i, l := range pl.Limits {
 			fmt.Fprintf(&b, "    limit %s: %s\n", l.label(i), l.describe())
+		}
+	}
+	if len(p.pools) > 0 {
+		fmt.Fprintf(&b, "pools (%d):\n", len(p.pools))
+		for _, pool := range p.pools {
+			fmt.Fprintf(&b, "  %s: %s\n", pool.Name, pool.describe())
 		}
 	}
 	tenants := make([]string, 0, len(p.tenants))

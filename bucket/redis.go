@@ -29,6 +29,7 @@ type Redis struct {
 	admit   *script
 	inspect *script
 	lease   *script
+	pool    *script
 	prefix  string
 	grace   int64 // SlotGrace in µs, for Inspect
 	redeem  int64 // Redeem in µs
@@ -66,6 +67,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		admit:   newScript("admit", lua.Admit, false),
 		inspect: newScript("inspect", lua.Inspect, true),
 		lease:   newScript("lease", lua.Lease, false),
+		pool:    newScript("pool", lua.Pool, false),
 		prefix:  prefix,
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
@@ -168,6 +170,11 @@ func (r *Redis) call(req *Request) (keys, args []string) {
 // lua/admit.lua). A call that fails or times out may still have run on the server: asking again
 // within Options.Redeem gets the same outcomes without a second charge.
 func (r *Redis) Admit(ctx context.Context, b Batch) (BatchResult, error) {
+	return admitPooled(ctx, r, b, r.admitTenant)
+}
+
+// admitTenant decides a batch on the tenant's limits alone.
+func (r *Redis) admitTenant(ctx context.Context, b Batch) (BatchResult, error) {
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
 	}
@@ -378,7 +385,9 @@ func (r *Redis) Prepare(ctx context.Context) error {
 }
 
 // scripts is every script the backend runs.
-func (r *Redis) scripts() []*script { return []*script{r.script, r.admit, r.inspect, r.lease} }
+func (r *Redis) scripts() []*script {
+	return []*script{r.script, r.admit, r.inspect, r.lease, r.pool}
+}
 
 // loadScripts loads every script on every server, for EVALSHA on a Redis without functions.
 func (r *Redis) loadScripts(ctx context.Context) error {

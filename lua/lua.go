@@ -29,6 +29,9 @@ var manyLua string
 //go:embed lease.lua
 var lease string
 
+//go:embed pool.lua
+var pool string
+
 // Memory is the marker script that tells a Redis that never knew admitter from one that forgot
 // (see memory.lua). It stands alone: it reads no tenant's state.
 //
@@ -54,6 +57,9 @@ var Inspect = prelude + inspect
 // Lease releases or renews a job's lease and reconciles its cost (see lease.lua).
 var Lease = prelude + lease
 
+// Pool grants, gives back, releases, renews and reads a capacity pool's slots (see pool.lua).
+var Pool = prelude + pool
+
 // The same scripts as a Redis Functions library (Redis 7 and later). A script sent by EVALSHA
 // runs its whole text on every call: defining the prelude's functions again costs about 7 µs
 // of the server's time per call, as much as a decision. A library's text runs once, when it is
@@ -61,7 +67,7 @@ var Lease = prelude + lease
 // so that versions side by side during a rolling deploy each call their own.
 var (
 	// LibraryName names the library; the functions are LibraryName + "_" + decide, admit,
-	// inspect and lease.
+	// inspect, lease and pool.
 	LibraryName string
 	// Library is the text FUNCTION LOAD takes.
 	Library string
@@ -73,6 +79,7 @@ func init() {
 		"local function admit_one(KEYS, ARGV)\n" + admit + "\nend\n" +
 		"local function inspect_fn(KEYS, ARGV)\n" + inspect + "\nend\n" +
 		"local function lease_fn(KEYS, ARGV)\n" + lease + "\nend\n" +
+		"local function pool_fn(KEYS, ARGV)\n" + pool + "\nend\n" +
 		"local function many(one, KEYS, ARGV)\n" + manyLua + "\nend\n"
 	sum := sha1.Sum([]byte(body))
 	LibraryName = "admitter_" + hex.EncodeToString(sum[:6])
@@ -82,5 +89,6 @@ redis.register_function('%[1]s_decide', function(keys, args) server_time = nil; 
 redis.register_function('%[1]s_admit', function(keys, args) server_time = nil; return many(admit_one, keys, args) end)
 redis.register_function{function_name = '%[1]s_inspect', callback = function(keys, args) server_time = nil; return inspect_fn(keys, args) end, flags = {'no-writes'}}
 redis.register_function('%[1]s_lease', function(keys, args) server_time = nil; return lease_fn(keys, args) end)
+redis.register_function('%[1]s_pool', function(keys, args) server_time = nil; return pool_fn(keys, args) end)
 `, LibraryName)
 }

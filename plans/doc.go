@@ -33,6 +33,18 @@
 //     time zone name (default UTC) whose calendar the periods follow. The zone database is
 //     compiled in, so a file means the same on every machine.
 //
+// Pools (optional, top level) are capacity downstream that the tenants of several plans share
+// (see bucket.Pool):
+//
+//	pools:
+//	  workers: {concurrency: 8, lease: 30s}   # at most 8 weighted jobs in flight, all tenants
+//	  partner-api: {capacity: 100, rate: 50/s} # a bucket shared by the pool's tenants
+//
+// A pool takes concurrency (1 to 1000) with lease (a duration), capacity and rate (as a
+// bucket's), or all four. A plan names its pool with pool: NAME and its share with share: W (an
+// integer from 1 to 1000, default 1; a share needs a pool): when the pool is the bottleneck,
+// what it frees goes to the waiting tenants in proportion to their shares.
+//
 // A field of another kind (rate on a window, capacity on a quota) is an error that says which
 // kind it belongs to. Plan and tenant names are non-empty strings; tenant names must not contain
 // '{' or '}'. Keys are checked strictly: unknown and duplicate keys are errors, and so are YAML

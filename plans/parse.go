@@ -52,6 +52,8 @@ type parser struct {
 	// and the limit's index (-1 outside one).
 	plan  string
 	limit int
+	// uses are the plans' pool: fields, resolved once every key is read.
+	uses []poolUse
 }
 
 // parsed is what the parser gathered, before it becomes a bucket.Plans.
@@ -60,6 +62,15 @@ type parsed struct {
 	list    []*bucket.Plan // in file order
 	tenants map[string]string
 	def     string
+	pools   map[string]*bucket.Pool
+}
+
+// poolUse is a plan's pool: field, to resolve against the pools.
+type poolUse struct {
+	plan  *bucket.Plan
+	name  string
+	line  int
+	field string
 }
 
 // pair is one key and value of a YAML mapping.
@@ -129,11 +140,11 @@ func (ps *parser) document(data []byte) (*yaml.Node, error) {
 
 // top parses the top-level mapping.
 func (ps *parser) top(root *yaml.Node) (*bucket.Plans, error) {
-	pairs, err := ps.mapping(root, "", "a mapping with plans, tenants and default_plan", "plans", "tenants", "default_plan")
+	pairs, err := ps.mapping(root, "", "a mapping with plans, tenants, default_plan and pools", "plans", "tenants", "default_plan", "pools")
 	if err != nil {
 		return nil, err
 	}
-	p := &parsed{plans: map[string]*bucket.Plan{}, tenants: map[string]string{}}
+	p := &parsed{plans: map[string]*bucket.Plan{}, tenants: map[string]string{}, pools: map[string]*bucket.Pool{}}
 	var (
 		sawPlans    bool
 		tenantPairs []pair
@@ -150,6 +161,10 @@ func (ps *parser) top(root *yaml.Node) (*bucket.Plans, error) {
 			if tenantPairs, err = ps.tenants(kv.valueNode); err != nil {
 				return nil, err
 			}
+		case "pools":
+			if err := ps.pools(p, kv.valueNode); err != nil {
+				return nil, err
+			}
 		case "default_plan":
 			if isNull(kv.valueNode) {
 				continue
@@ -162,6 +177,18 @@ func (ps *parser) top(root *yaml.Node) (*bucket.Plans, error) {
 	}
 	if !sawPlans {
 		return nil, ps.errorf(root.Line, "plans", "missing (want a mapping of plan names to plans)")
+	}
+	for _, u := range ps.uses {
+		pool, ok := p.pools[u.name]
+		if !ok {
+			names := make([]string, 0, len(p.pools))
+			for n := range p.pools {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			return nil, ps.errorf(u.line, u.field, "no pool named %s (pools: %s)", quote(u.name), orNone(names))
+		}
+		u.plan.Pool = pool
 	}
 	for _, kv := range tenantPairs {
 		plan := kv.valueNode.Value
@@ -211,16 +238,17 @@ func (ps *parser) plans(p *parsed, n *yaml.Node) error {
 
 // parsePlan parses the plan called name at field.
 func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, error) {
-	const want = "a mapping with limits (and optionally mode)"
+	const want = "a mapping with limits (and optionally mode, pool and share)"
 	if isNull(n) {
 		return nil, ps.errorf(n.Line, field, "empty plan (want %s)", want)
 	}
-	pairs, err := ps.mapping(n, field, want, "limits", "mode")
+	pairs, err := ps.mapping(n, field, want, "limits", "mode", "pool", "share")
 	if err != nil {
 		return nil, err
 	}
-	var ln *yaml.Node
+	var ln, poolNode, shareNode *yaml.Node
 	shadow := false
+	var share int64
 	for _, kv := range pairs {
 		switch kv.key {
 		case "limits":
@@ -229,7 +257,20 @@ func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, err
 			if shadow, err = ps.mode(kv.valueNode, field+".mode"); err != nil {
 				return nil, err
 			}
+		case "pool":
+			if _, err := ps.name(kv.valueNode, field+".pool", "a pool name"); err != nil {
+				return nil, err
+			}
+			poolNode = kv.valueNode
+		case "share":
+			if share, err = ps.integer(kv.valueNode, field+".share", bucket.MaxShare); err != nil {
+				return nil, err
+			}
+			shareNode = kv.valueNode
 		}
+	}
+	if shareNode != nil && poolNode == nil {
+		return nil, ps.errorf(shareNode.Line, field+".share", "a share is of a pool: the plan names none (add pool: NAME)")
 	}
 	if ln == nil {
 		return nil, ps.errorf(n.Line, field+".limits", "missing (want a list of limits)")
@@ -270,8 +311,95 @@ func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, err
 	if err != nil {
 		return nil, ps.wrap(ln.Line, field, strings.TrimPrefix(err.Error(), "bucket: "), err)
 	}
-	pl.Shadow = shadow
+	pl.Shadow, pl.Share = shadow, share
+	if poolNode != nil {
+		ps.uses = append(ps.uses, poolUse{plan: pl, name: poolNode.Value, line: poolNode.Line, field: strings.TrimSuffix(field, ".limits") + ".pool"})
+	}
 	return pl, nil
+}
+
+// pools parses the pools mapping into p: name → concurrency (and lease), and/or capacity and
+// rate.
+func (ps *parser) pools(p *parsed, n *yaml.Node) error {
+	if isNull(n) {
+		return nil
+	}
+	pairs, err := ps.mapping(n, "pools", "a mapping of pool names to pools")
+	if err != nil {
+		return err
+	}
+	const want = "a mapping with concurrency and lease, or capacity and rate, or all four"
+	for _, kv := range pairs {
+		field := fieldPath("pools", kv.key)
+		if strings.ContainsAny(kv.key, "{}") {
+			return ps.errorf(kv.keyNode.Line, field, "pool name %s contains '{' or '}'", quote(kv.key))
+		}
+		if isNull(kv.valueNode) {
+			return ps.errorf(kv.valueNode.Line, field, "empty pool (want %s)", want)
+		}
+		fields, err := ps.mapping(kv.valueNode, field, want, "concurrency", "lease", "capacity", "rate")
+		if err != nil {
+			return err
+		}
+		pool := bucket.Pool{Name: kv.key}
+		lines := map[string]int{}
+		for _, f := range fields {
+			fp, v := field+"."+f.key, f.valueNode
+			lines[f.key] = v.Line
+			switch f.key {
+			case "concurrency":
+				if pool.Concurrency, err = ps.integer(v, fp, bucket.MaxConcurrency); err != nil {
+					return err
+				}
+			case "lease":
+				if pool.Lease, err = ps.window(v, fp); err != nil {
+					return err
+				}
+			case "capacity":
+				if pool.Capacity, err = ps.integer(v, fp, 0); err != nil {
+					return err
+				}
+			case "rate":
+				if v.Kind != yaml.ScalarNode || isNull(v) {
+					return ps.errorf(v.Line, fp, "want a rate such as 10/s, got %s", describe(v))
+				}
+				iv, err := parseRate(v.Value)
+				if err != nil {
+					return ps.wrap(v.Line, fp, err.Error(), err)
+				}
+				pool.Rate, pool.Interval = v.Value, iv
+			}
+		}
+		switch {
+		case pool.Concurrency > 0 && pool.Lease == 0:
+			return ps.errorf(kv.valueNode.Line, field+".lease", "missing (a concurrency holds each slot until released or its lease ends: want a duration such as %s)", durationExamples)
+		case pool.Capacity > 0 && pool.Rate == "":
+			return ps.errorf(kv.valueNode.Line, field+".rate", "missing (want a rate such as 10/s)")
+		case pool.Rate != "" && pool.Capacity == 0:
+			return ps.errorf(kv.valueNode.Line, field+".capacity", "missing (a rate refills a capacity: want an integer ≥ 1)")
+		}
+		made, err := bucket.NewPool(pool)
+		if le := (*bucket.LimitError)(nil); errors.As(err, &le) {
+			line, ok := lines[le.Label]
+			if !ok {
+				line = kv.valueNode.Line
+			}
+			return ps.wrap(line, field+"."+le.Label, le.Msg, err)
+		}
+		if err != nil {
+			return ps.wrap(kv.valueNode.Line, field, strings.TrimPrefix(err.Error(), "bucket: "), err)
+		}
+		p.pools[kv.key] = made
+	}
+	return nil
+}
+
+// orNone is names joined by ", ", or "none".
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 // mode parses a plan's mode: enforce (the default) or shadow; it reports whether it is shadow.

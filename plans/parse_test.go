@@ -202,13 +202,29 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 	type plan struct {
 		Limits []limit `yaml:"limits"`
 		Mode   string  `yaml:"mode,omitempty"`
+		Pool   string  `yaml:"pool,omitempty"`
+		Share  int64   `yaml:"share,omitempty"`
+	}
+	type pool struct {
+		Concurrency int64  `yaml:"concurrency,omitempty"`
+		Lease       string `yaml:"lease,omitempty"`
+		Capacity    int64  `yaml:"capacity,omitempty"`
+		Rate        string `yaml:"rate,omitempty"`
 	}
 	type file struct {
 		Plans       map[string]plan   `yaml:"plans"`
 		Tenants     map[string]string `yaml:"tenants,omitempty"`
 		DefaultPlan string            `yaml:"default_plan,omitempty"`
+		Pools       map[string]pool   `yaml:"pools,omitempty"`
 	}
-	f := file{Plans: map[string]plan{}, Tenants: p.Tenants(), DefaultPlan: p.Default()}
+	f := file{Plans: map[string]plan{}, Tenants: p.Tenants(), DefaultPlan: p.Default(), Pools: map[string]pool{}}
+	for _, pl := range p.Pools() {
+		q := pool{Concurrency: pl.Concurrency, Capacity: pl.Capacity, Rate: pl.Rate}
+		if pl.Lease > 0 {
+			q.Lease = bucket.ShortDuration(pl.Lease)
+		}
+		f.Pools[pl.Name] = q
+	}
 	for _, name := range p.Names() {
 		pl, _ := p.Plan(name)
 		var ls []limit
@@ -232,7 +248,11 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 		if pl.Shadow {
 			mode = "shadow"
 		}
-		f.Plans[name] = plan{ls, mode}
+		pp := plan{Limits: ls, Mode: mode, Share: pl.Share}
+		if pl.Pool != nil {
+			pp.Pool = pl.Pool.Name
+		}
+		f.Plans[name] = pp
 	}
 	out, err := yaml.Marshal(f)
 	if err != nil {
@@ -303,8 +323,8 @@ func TestParseErrors(t *testing.T) {
 		{"empty file", "", 0, "", "the file is empty"},
 		{"only comments", "# nothing yet\n\n", 0, "", "the file is empty"},
 		{"only a document marker", "---\n", 0, "", "the file is empty"},
-		{"not a mapping", "- plans\n", 1, "", "want a mapping with plans, tenants and default_plan, got a list"},
-		{"scalar", "plans\n", 1, "", `want a mapping with plans, tenants and default_plan, got "plans"`},
+		{"not a mapping", "- plans\n", 1, "", "want a mapping with plans, tenants, default_plan and pools, got a list"},
+		{"scalar", "plans\n", 1, "", `want a mapping with plans, tenants, default_plan and pools, got "plans"`},
 		{"syntax error", "plans:\n  free: [\n", 2, "", "invalid YAML: did not find expected node content"},
 		{"tab indentation", "plans:\n\tfree: {}\n", 2, "", "invalid YAML: found character that cannot start any token"},
 		{"two documents", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\n---\nplans: {}\n", 3, "", "more than one YAML document"},
@@ -314,8 +334,8 @@ func TestParseErrors(t *testing.T) {
 		{"plans a list", "plans:\n  - free\n", 2, "plans", "want a mapping of plan names to plans, got a list"},
 
 		// Unknown and duplicate keys at every level.
-		{"unknown top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\ndefault: free\n", 3, "default", `unknown key "default" (want plans, tenants or default_plan)`},
-		{"unknown plan key", "plans:\n  free:\n    limits: [{capacity: 1, rate: 1/s}]\n    burst: 5\n", 4, "plans.free.burst", `unknown key "burst" (want limits or mode)`},
+		{"unknown top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\ndefault: free\n", 3, "default", `unknown key "default" (want plans, tenants, default_plan or pools)`},
+		{"unknown plan key", "plans:\n  free:\n    limits: [{capacity: 1, rate: 1/s}]\n    burst: 5\n", 4, "plans.free.burst", `unknown key "burst" (want limits, mode, pool or share)`},
 		{"unknown limit key", free("{capacity: 1, rate: 1/s, per: tenant}"), 4, "plans.free.limits[0].per", `unknown key "per" (a bucket limit takes name, kind, capacity and rate)`},
 		{"misspelt limits", "plans:\n  free:\n    limts: [{capacity: 1, rate: 1/s}]\n", 3, "plans.free.limts", `unknown key "limts"`},
 		{"duplicate top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\nplans:\n  gold: {limits: [{capacity: 1, rate: 1/s}]}\n", 3, "plans", `duplicate key "plans" (first at line 1)`},
@@ -330,8 +350,8 @@ func TestParseErrors(t *testing.T) {
 		{"alias", "plans:\n  free: &f {limits: [{capacity: 1, rate: 1/s}]}\n  gold: *f\n", 3, "plans.gold", "YAML aliases (*f) are not supported"},
 
 		// Plans and their limits.
-		{"null plan", "plans:\n  free:\n", 2, "plans.free", "empty plan (want a mapping with limits (and optionally mode))"},
-		{"plan a scalar", "plans:\n  free: gold\n", 2, "plans.free", `want a mapping with limits (and optionally mode), got "gold"`},
+		{"null plan", "plans:\n  free:\n", 2, "plans.free", "empty plan (want a mapping with limits (and optionally mode, pool and share))"},
+		{"plan a scalar", "plans:\n  free: gold\n", 2, "plans.free", `want a mapping with limits (and optionally mode, pool and share), got "gold"`},
 		{"plan without limits key", "plans:\n  free: {}\n", 2, "plans.free.limits", "missing (want a list of limits)"},
 		{"empty limits", "plans:\n  free:\n    limits: []\n", 3, "plans.free.limits", `plan "free" has no limits`},
 		{"null limits", "plans:\n  free:\n    limits:\n", 3, "plans.free.limits", `plan "free" has no limits`},
@@ -417,6 +437,21 @@ func TestParseErrors(t *testing.T) {
 			`"rate" is a field of a bucket limit, not of a concurrency one (a concurrency limit takes name, kind, limit and lease)`},
 		{"lease on a bucket", free("{capacity: 1, rate: 1/s, lease: 10m}"), 4, "plans.free.limits[0].lease", `"lease" is a field of a concurrency limit, not of a bucket one`},
 		{"second limit of a kind bad", "plans:\n  pro:\n    limits:\n      - {capacity: 20, rate: 10/s}\n      - kind: window\n        limit: 1000\n        window: 1y\n", 7, "plans.pro.limits[1].window", `"1y" is not a duration`},
+
+		// Pools.
+		{"pool without lease", "pools:\n  w: {concurrency: 8}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.lease", "missing (a concurrency holds each slot until released or its lease ends"},
+		{"pool empty", "pools:\n  w:\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w", "empty pool (want a mapping with concurrency and lease, or capacity and rate, or all four)"},
+		{"pool rate alone", "pools:\n  w: {rate: 5/s}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.capacity", "missing (a rate refills a capacity"},
+		{"pool capacity alone", "pools:\n  w: {capacity: 5}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.rate", "missing (want a rate such as 10/s)"},
+		{"pool concurrency too large", "pools:\n  w: {concurrency: 1001, lease: 1s}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.concurrency", "1001 is too large (at most 1000)"},
+		{"pool unknown key", "pools:\n  w: {concurrency: 2, lease: 1s, limit: 3}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.limit", `unknown key "limit" (want concurrency, lease, capacity or rate)`},
+		{"pool bad rate", "pools:\n  w: {capacity: 2, rate: fast}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.rate", `"fast"`},
+		{"pool with braces", "pools:\n  \"w{x}\": {concurrency: 2, lease: 1s}\n" + free("{capacity: 1, rate: 1/s}"), 2, `pools["w{x}"]`, "contains '{' or '}'"},
+		{"plan of a missing pool", "pools:\n  w: {concurrency: 2, lease: 1s}\nplans:\n  free:\n    pool: x\n    limits: [{capacity: 1, rate: 1/s}]\n", 5, "plans.free.pool", `no pool named "x" (pools: w)`},
+		{"plan of a pool without pools", "plans:\n  free:\n    pool: x\n    limits: [{capacity: 1, rate: 1/s}]\n", 3, "plans.free.pool", `no pool named "x" (pools: none)`},
+		{"share without pool", "plans:\n  free:\n    share: 3\n    limits: [{capacity: 1, rate: 1/s}]\n", 3, "plans.free.share", "a share is of a pool: the plan names none"},
+		{"share 0", "pools:\n  w: {concurrency: 2, lease: 1s}\nplans:\n  free:\n    pool: w\n    share: 0\n    limits: [{capacity: 1, rate: 1/s}]\n", 6, "plans.free.share", "0 is not positive"},
+		{"share too large", "pools:\n  w: {concurrency: 2, lease: 1s}\nplans:\n  free:\n    pool: w\n    share: 1001\n    limits: [{capacity: 1, rate: 1/s}]\n", 6, "plans.free.share", "1001 is too large (at most 1000)"},
 
 		// Tenants and the default plan.
 		{"tenant of missing plan", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\ntenants:\n  bob: free\n  acme: platinum\n", 5, "tenants.acme", `no plan named "platinum"`},
@@ -813,7 +848,7 @@ func TestParseMode(t *testing.T) {
 		{"plans:\n  p:\n    mode: audit\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mode: unknown mode "audit" (want enforce or shadow)`},
 		{"plans:\n  p:\n    limits: [{capacity: 1, rate: 1/s}]\n    mode: [shadow]\n", "plans.yaml:4: plans.p.mode: want enforce or shadow, got a list"},
 		{"plans:\n  p:\n    mode: shadow\n", "plans.yaml:3: plans.p.limits: missing (want a list of limits)"},
-		{"plans:\n  p:\n    mood: shadow\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mood: unknown key "mood" (want limits or mode)`},
+		{"plans:\n  p:\n    mood: shadow\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mood: unknown key "mood" (want limits, mode, pool or share)`},
 	} {
 		_, err := plans.Parse("plans.yaml", []byte(c.doc))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -207,6 +207,10 @@ type Decision struct {
 	// found ended unreleased (see bucket.KindConcurrency).
 	Reason        string
 	LeasesExpired int64
+	// Pool is the plan's pool as the call found it (nil: no pool); Wake a tenant whose queue may
+	// go now because the call gave pool capacity back ("" for none).
+	Pool *bucket.PoolState
+	Wake string
 	// Err is the limiter's error when it failed (verdicts degraded or held), or nil.
 	Err error
 	// Took is how long the limiter call took; zero when there was none.
@@ -217,6 +221,10 @@ type Decision struct {
 // queue (bucket.BatchResult.Handover): a replica that stopped or stalled, or whose view of the
 // replicas has not changed yet; its hold ends within bucket.Options.Hold.
 const ReasonHandover = "handover"
+
+// ReasonPool is the reason of jobs that wait for their plan's pool (bucket.Pool): its capacity
+// is in use, or what is free is the turn of tenants that waited with an earlier start.
+const ReasonPool = "pool"
 
 // Queue is what the replica that owns a tenant's queue says with each step (see bucket.Batch).
 type Queue struct {
@@ -296,9 +304,13 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	}
 	p.ok()
 	d.Limit, d.Remaining, d.LeasesExpired = res.Limit, res.Remaining, res.LeasesExpired
-	if res.Handover {
+	d.Pool, d.Wake = res.Pool, res.Wake
+	switch {
+	case res.Handover:
 		d.Reason = ReasonHandover
-	} else {
+	case res.PoolBound:
+		d.Reason = ReasonPool
+	default:
 		d.Reason = d.Plan.Limits[res.LimitIndex].Kind.String()
 	}
 	for k, o := range res.Outcomes {

@@ -259,6 +259,8 @@ var (
 	MetricRedisForgot   = Metric{"admitter.redis.forgot", "admitter_redis_forgot_total", ""}
 	MetricSettleErrors  = Metric{"admitter.settle.errors", "admitter_settle_errors_total", ""}
 	MetricLateForwards  = Metric{"admitter.forwards.late", "admitter_forwards_late_total", ""}
+	MetricPoolInFlight  = Metric{"admitter.pool.in_flight", "admitter_pool_in_flight", ""}
+	MetricPoolWaiting   = Metric{"admitter.pool.waiting", "admitter_pool_waiting", ""}
 )
 
 // DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they

@@ -46,6 +46,9 @@ type Features struct {
 	// (bucket.KindConcurrency) hold leases that Release ends, reconciling a job's cost, and
 	// Renew extends.
 	Leases bool
+	// Pools: a plan's pool (bucket.Pool) is shared by the tenants of every plan naming it,
+	// fairly by their shares.
+	Pools bool
 }
 
 // All is every feature: what both backends of package bucket promise.
@@ -55,6 +58,7 @@ var All = Features{
 	Queues:       true,
 	Forget:       true,
 	Leases:       true,
+	Pools:        true,
 }
 
 // missing says what of need f lacks, or "" when f covers it.
@@ -73,6 +77,8 @@ func (f Features) missing(need Features) string {
 		return "forgetting (Options.Born)"
 	case need.Leases && !f.Leases:
 		return "leases (Release and Renew)"
+	case need.Pools && !f.Pools:
+		return "pools"
 	}
 	return ""
 }
@@ -91,7 +97,7 @@ func Exercise(t *testing.T, f Features, newLimiter NewLimiter) {
 	for _, group := range []struct {
 		name  string
 		cases []testCase
-	}{{"decide", decideCases}, {"admit", admitCases}, {"forget", forgetCases}, {"kinds", kindCases}, {"leases", leaseCases}} {
+	}{{"decide", decideCases}, {"admit", admitCases}, {"forget", forgetCases}, {"kinds", kindCases}, {"leases", leaseCases}, {"pools", poolCases}} {
 		t.Run(group.name, func(t *testing.T) {
 			for _, tc := range group.cases {
 				t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,213 @@
+package buckettest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/bucket"
+)
+
+// pools is what a case of capacity pools needs: queues, leases, and pools.
+func pools() Features {
+	return Features{Kinds: []bucket.Kind{bucket.KindConcurrency}, Queues: true, Leases: true, Pools: true}
+}
+
+// pooled is a plan of one generous bucket (the tenant's own limits never bind) in pool with
+// share.
+func pooled(t testing.TB, name string, pool *bucket.Pool, share int64) *bucket.Plan {
+	p := mustPlan(t, name, lim("own", 1_000_000, time.Microsecond))
+	p.Pool, p.Share = pool, share
+	return p
+}
+
+// newPool builds a pool named after the case (cases may share a Redis).
+func newPool(t testing.TB, h *harness, p bucket.Pool) *bucket.Pool {
+	p.Name = h.tenant
+	pool, err := bucket.NewPool(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+// as is the case's harness for another tenant of the same case.
+func (h *harness) as(suffix string) *harness {
+	c := *h
+	c.tenant = h.tenant + "-" + suffix
+	return &c
+}
+
+// inFlight is the pool's weight in flight as a batch found it.
+func inFlight(t testing.TB, r bucket.BatchResult) int64 {
+	t.Helper()
+	if r.Pool == nil {
+		t.Fatalf("a pooled batch's result has no pool state: %+v", r)
+	}
+	return r.Pool.InFlight
+}
+
+// poolCases exercise capacity pools shared by tenants: their count, their fairness, their
+// leases and what a failure between the pool and the tenant's limits leaves.
+var poolCases = []testCase{
+	{name: "pool: at most its concurrency in flight over every tenant; a release wakes the next waiter", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 3, Lease: 10 * time.Second})
+		a, b := h.as("a"), h.as("b")
+		pa, pb := pooled(t, "pa", pool, 1), pooled(t, "pb", pool, 1)
+		if r := a.admit(pa, jobs("1", "2", "3"), "AAA", 0); inFlight(t, r) != 3 {
+			t.Fatalf("in flight %d, want 3", inFlight(t, r))
+		}
+		// Full: b waits, and asks again within a second (sooner when woken).
+		r := b.admit(pb, jobs("4"), "N", time.Second)
+		if !r.PoolBound || r.Limit != "pool "+pool.Name || inFlight(t, r) != 3 || r.Pool.Waiting != 1 {
+			t.Fatalf("b's job: %+v (pool %+v), want it bound by the pool with 3 in flight and b waiting", r, r.Pool)
+		}
+		if want := fmt.Sprintf("pool %s: 3 of 3 in flight; %s's share 1 of 1", pool.Name, b.tenant); r.Pool.Reason(b.tenant, 1) != want {
+			t.Fatalf("reason %q, want %q", r.Pool.Reason(b.tenant, 1), want)
+		}
+		h.c.Advance(100 * ms)
+		if rel := a.lease(pa, 1, false, bucket.NoCost, true); rel.Wake != b.tenant {
+			t.Fatalf("the release woke %q, want %q (the tenant waiting)", rel.Wake, b.tenant)
+		}
+		a.admit(pa, jobs("5"), "N", time.Second) // the freed slot is b's until it asks again (or forgets to, for 3s)
+		b.admit(pb, jobs("4"), "A", 0)
+		a.lease(pa, 2, false, bucket.NoCost, true)
+		a.admit(pa, jobs("5"), "A", 0)
+	}},
+	{name: "pool: what is freed goes to the waiting tenants by their shares", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 4, Lease: time.Hour})
+		three, one := h.as("three"), h.as("one")
+		p3, p1 := pooled(t, "p3", pool, 3), pooled(t, "p1", pool, 1)
+		var held []int64
+		next := int64(1)
+		// Each asks for its next two jobs: with a backlog, it always has more than it is given.
+		ask := func(hh *harness, p *bucket.Plan) bool {
+			b := bucket.Batch{Tenant: hh.tenant, Plan: p, Owner: 1, Jobs: []bucket.Job{{ID: next, Weight: 1}, {ID: next + 1, Weight: 1}}}
+			r, err := hh.l.Admit(context.Background(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Outcomes[1].Admitted() {
+				t.Fatalf("both of %s's jobs granted with at most one slot free", hh.tenant)
+			}
+			if r.Outcomes[0].Admitted() {
+				held = append(held, next)
+				next += 2
+				return true
+			}
+			next += 2
+			return false
+		}
+		got := map[string]int{}
+		for _, id := range []int64{1001, 1002, 1003, 1004} { // the pool is full
+			h.admit(p3, jobs(fmt.Sprint(id)), "A", 0)
+			held = append(held, id)
+		}
+		for round := range 200 {
+			if len(held) == 4 { // a job ends: its slot is free
+				h.lease(p3, held[0], false, bucket.NoCost, true)
+				held = held[1:]
+			}
+			// both ask, in turns of who asks first
+			first, second := three, one
+			fp, sp := p3, p1
+			if round%2 == 1 {
+				first, second, fp, sp = one, three, p1, p3
+			}
+			if ask(first, fp) {
+				got[first.tenant]++
+			}
+			if ask(second, sp) {
+				got[second.tenant]++
+			}
+			h.c.Advance(time.Millisecond)
+		}
+		ratio := float64(got[three.tenant]) / float64(got[one.tenant])
+		if ratio < 2.7 || ratio > 3.3 {
+			t.Fatalf("granted %v: ratio %.2f, want 3 (±10%%) by the shares 3 and 1", got, ratio)
+		}
+	}},
+	{name: "pool: a tenant that had nothing waiting banks nothing; a quiet one gets the next freed slot", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 1, Lease: time.Hour})
+		heavy, quiet := h.as("heavy"), h.as("quiet")
+		ph, pq := pooled(t, "ph", pool, 1), pooled(t, "pq", pool, 1)
+		id := int64(1)
+		for range 50 { // heavy alone, for a long time
+			heavy.admit(ph, jobs(fmt.Sprint(id)), "A", 0)
+			h.lease(ph, id, false, bucket.NoCost, true)
+			id++
+		}
+		heavy.admit(ph, jobs(fmt.Sprint(id)), "A", 0) // heavy holds the slot
+		heavy.admit(ph, jobs(fmt.Sprint(id+1)), "N", time.Second)
+		quiet.admit(pq, jobs("1000"), "N", time.Second)
+		if rel := h.lease(ph, id, false, bucket.NoCost, true); rel.Wake != quiet.tenant {
+			t.Fatalf("the release woke %q, want the quiet tenant %q", rel.Wake, quiet.tenant)
+		}
+		heavy.admit(ph, jobs(fmt.Sprint(id+1)), "N", time.Second)
+		quiet.admit(pq, jobs("1000"), "A", 0)
+		// Quiet's 50 idle rounds are not banked: after its job, heavy's turn comes again.
+		quiet.admit(pq, jobs("1001"), "N", time.Second)
+		if rel := h.lease(pq, 1000, false, bucket.NoCost, true); rel.Wake != heavy.tenant {
+			t.Fatalf("the release woke %q, want heavy %q: quiet banked its idle rounds", rel.Wake, heavy.tenant)
+		}
+	}},
+	{name: "pool: weights count against the slots and the shares", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 5, Lease: time.Hour})
+		p := pooled(t, "p", pool, 1)
+		if p.MaxWeight() != 5 {
+			t.Fatalf("MaxWeight %d, want the pool's 5", p.MaxWeight())
+		}
+		r := h.admit(p, jobs("1:3", "2:3"), "AN", time.Second)
+		if inFlight(t, r) != 3 {
+			t.Fatalf("in flight %d, want 3", inFlight(t, r))
+		}
+		if _, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Owner: 1, Jobs: jobs("3:6")}); err == nil || !strings.Contains(err.Error(), "exceeds") {
+			t.Fatalf("a job of weight 6 in a pool of 5: %v, want weight over capacity", err)
+		}
+	}},
+	{name: "pool: a slot ends with its lease; a renewal moves its end", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 1, Lease: 10 * time.Second})
+		p := pooled(t, "p", pool, 1)
+		h.admit(p, jobs("1"), "A", 0)
+		h.c.Advance(6 * time.Second)
+		if r := h.lease(p, 1, true, bucket.NoCost, true); !r.Ends.Equal(h.c.Now().Add(10 * time.Second)) {
+			t.Fatalf("renewed to +%v, want +16s", r.Ends.Sub(Start))
+		}
+		h.admit(p, jobs("2"), "N", time.Second) // asks again within a second
+		h.c.Advance(10 * time.Second)
+		h.admit(p, jobs("2"), "A", 0)
+		h.lease(p, 1, false, bucket.NoCost, false) // ended: not held
+	}},
+	{name: "pool bucket: the pool's rate holds for every tenant together", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Capacity: 2, Rate: "1/s", Interval: time.Second})
+		a, b := h.as("a"), h.as("b")
+		pa, pb := pooled(t, "pa", pool, 1), pooled(t, "pb", pool, 1)
+		a.admit(pa, jobs("1", "2"), "AA", 0)
+		r := b.admit(pb, jobs("3"), "N", time.Second)
+		if r.Pool.Tokens != 0 || !strings.Contains(r.Pool.Reason(b.tenant, 1), "0 of 2 tokens left") {
+			t.Fatalf("pool %+v, reason %q; want 0 tokens", r.Pool, r.Pool.Reason(b.tenant, 1))
+		}
+		h.c.Advance(time.Second)
+		a.admit(pa, jobs("4"), "N", time.Second) // the token is b's, who waited first
+		b.admit(pb, jobs("3"), "A", 0)
+	}},
+	{name: "pool: grants the tenant's own limits do not use go back", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 5, Lease: time.Hour})
+		p := mustPlan(t, "own", lim("own", 1, time.Hour))
+		p.Pool = pool
+		r := h.admit(p, jobs("1", "2", "3"), "ANN", time.Hour)
+		if r.PoolBound || inFlight(t, r) != 1 || r.Limit != "own" {
+			t.Fatalf("%+v (pool %+v): want bound by its own limit, 1 in flight (the 2 others given back)", r, r.Pool)
+		}
+	}},
+	{name: "pool: a job asked about again keeps its one slot", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 2, Lease: time.Hour})
+		p := pooled(t, "p", pool, 1)
+		h.admit(p, jobs("1"), "A", 0)
+		if r := h.admit(p, jobs("1", "2"), "RA", 0); inFlight(t, r) != 2 { // 1 redeemed: still one slot
+			t.Fatalf("in flight %d, want 2", inFlight(t, r))
+		}
+	}},
+}

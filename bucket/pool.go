@@ -1,0 +1,669 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/redis/rueidis"
+)
+
+// Pools. A Pool is capacity downstream that the tenants of every plan naming it share (plans
+// file: pools:, and a plan's pool: and share:): at most Concurrency weighted jobs in flight, each
+// holding a slot from its forward until its done message releases it (the release paths of a
+// concurrency limit, see leases) or Lease after, and/or a bucket of Capacity refilling at Rate
+// (the downstream's own rate). A job is forwarded only when its tenant's plan and its pool both
+// let it go.
+//
+// When the pool is the bottleneck, what it frees goes to the tenants that wait, in proportion to
+// their plans' shares, on cost: a job of weight 5 uses 5 of its tenant's share (start-time fair
+// queuing: every tenant's jobs go in the order of their start tags, whoever asks first; see
+// lua/pool.lua). A tenant with nothing waiting leaves its share to the others and
+// banks none of it; a tenant never exceeds its own plan; the share is the tenant's, whatever
+// subjects its jobs use. A tenant that waits is woken by the release that frees what it needs
+// (LeaseResult.Wake, BatchResult.Wake), and asks again at most poolReask later in any case.
+//
+// Invariant: the weight in flight is at most Concurrency at any instant, counting every job
+// from its grant until its release or the end of its lease: a job still running after its lease
+// ended unrenewed (a worker that stalled) is no longer counted. The pool's state is one place
+// (one Redis key set, under the hash tag of the pool's name), shared by every replica, and
+// survives them.
+//
+// A pooled batch is two calls: the pool grants a prefix of the jobs (taking their slots and
+// tokens), then the tenant's limits decide that prefix; grants the tenant's limits did not use
+// are given back. On Redis Cluster the two keys may live on different nodes: nothing spans
+// them atomically. A failure between the calls leaves grants unused: they are given back when
+// the tenant's call fails, and otherwise (the second call's answer lost, the process gone) their
+// slots return when their leases end. So a failure can only leave the pool below its capacity
+// for a lease, never above it.
+type Pool struct {
+	Name string
+	// Concurrency is the most weight in flight (0: no such limit); Lease how long a slot is held
+	// unless released or renewed.
+	Concurrency int64
+	Lease       time.Duration
+	// Capacity and Interval make the pool's bucket (0: none): Capacity tokens, one more every
+	// Interval; Rate is how the plans file wrote it.
+	Capacity int64
+	Rate     string
+	Interval time.Duration
+}
+
+// MaxShare bounds a plan's share of its pool.
+const MaxShare = 1000
+
+// The pool's timing: a tenant that waits asks again at least every poolReask, and a waiter not
+// heard from for poolTTL is forgotten (its reservation of freed capacity ends).
+const (
+	poolReask = time.Second
+	poolTTL   = 3 * time.Second
+)
+
+// NewPool checks a pool and returns it. A problem is a *LimitError naming the pool (Index -1)
+// and the field.
+func NewPool(p Pool) (*Pool, error) {
+	bad := func(field, format string, args ...any) error {
+		return &LimitError{Plan: p.Name, Index: -1, Label: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case p.Name == "":
+		return nil, fmt.Errorf("bucket: a pool without a name")
+	case strings.ContainsAny(p.Name, "{}"):
+		return nil, bad("name", "pool name %q contains '{' or '}'", p.Name)
+	case p.Concurrency == 0 && p.Capacity == 0:
+		return nil, bad("concurrency", "a pool takes a concurrency (and a lease), a capacity and a rate, or both")
+	case p.Concurrency < 0 || p.Concurrency > MaxConcurrency:
+		return nil, bad("concurrency", "must be 1 to %d, got %d", MaxConcurrency, p.Concurrency)
+	case p.Concurrency > 0 && (p.Lease < time.Microsecond || p.Lease%time.Microsecond != 0 || p.Lease > MaxWindow):
+		return nil, bad("lease", "must be a whole number of microseconds from 1µs to 100 years, got %v", p.Lease)
+	case p.Concurrency == 0 && p.Lease != 0:
+		return nil, bad("lease", "a lease goes with a concurrency")
+	case p.Capacity < 0:
+		return nil, bad("capacity", "must be ≥ 1, got %d", p.Capacity)
+	case p.Capacity > 0 && (p.Interval < time.Microsecond || p.Interval%time.Microsecond != 0):
+		return nil, bad("rate", "the interval must be a whole number of microseconds ≥ 1µs, got %v", p.Interval)
+	case p.Capacity > 0 && p.Capacity > maxWindow/p.Interval.Microseconds():
+		return nil, bad("capacity", "capacity %d takes longer than 285 years to refill", p.Capacity)
+	case p.Capacity == 0 && p.Interval != 0:
+		return nil, bad("rate", "a rate goes with a capacity")
+	}
+	out := p
+	return &out, nil
+}
+
+// maxWeight is the largest weight the pool can ever grant.
+func (p *Pool) maxWeight() int64 {
+	m := int64(math.MaxInt64)
+	if p.Concurrency > 0 {
+		m = p.Concurrency
+	}
+	if p.Capacity > 0 {
+		m = min(m, p.Capacity)
+	}
+	return m
+}
+
+// describe is the pool's rule for people.
+func (p *Pool) describe() string {
+	var parts []string
+	if p.Concurrency > 0 {
+		parts = append(parts, fmt.Sprintf("%d in flight, lease %v", p.Concurrency, p.Lease))
+	}
+	if p.Capacity > 0 {
+		parts = append(parts, fmt.Sprintf("capacity %d at %s", p.Capacity, p.Rate))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// share is the plan's share of its pool (1 when the plans file says none).
+func (p *Plan) share() int64 { return max(p.Share, 1) }
+
+// PoolState is a pool as a call found it.
+type PoolState struct {
+	// Name and rule: Concurrency (0: none) and Capacity (0: no bucket).
+	Name                  string
+	Concurrency, Capacity int64
+	// InFlight is the weight in flight (holding slots); Tokens the bucket's tokens now.
+	InFlight, Tokens int64
+	// Waiting is how many tenants wait for the pool; WaitingShares their shares together.
+	Waiting, WaitingShares int64
+}
+
+// Reason is why a job of tenant (whose plan has share) waits for the pool, for people: "pool
+// workers: 8 of 8 in flight; acme's share 3 of 5".
+func (s PoolState) Reason(tenant string, share int64) string {
+	var b strings.Builder
+	b.WriteString("pool ")
+	b.WriteString(s.Name)
+	b.WriteString(": ")
+	switch {
+	case s.Concurrency > 0 && (s.Capacity == 0 || s.InFlight >= s.Concurrency):
+		fmt.Fprintf(&b, "%d of %d in flight", s.InFlight, s.Concurrency)
+	default:
+		fmt.Fprintf(&b, "%d of %d tokens left", max(s.Tokens, 0), s.Capacity)
+	}
+	total := max(s.WaitingShares, share)
+	fmt.Fprintf(&b, "; %s's share %d of %d", tenant, share, total)
+	return b.String()
+}
+
+// PoolTenant is a tenant a pool serves lately: its share (0 when the pool does not know it: it
+// does not wait), what it received (the weight granted since it last had nothing waiting and
+// nothing ahead of the clock), and whether it waits.
+type PoolTenant struct {
+	Tenant          string
+	Share, Received int64
+	Waiting         bool
+}
+
+// PoolSnapshot is a pool's state and the tenants it serves lately (waiting first, by turn; at
+// most 100).
+type PoolSnapshot struct {
+	PoolState
+	Tenants []PoolTenant
+}
+
+// pool operations (lua/pool.lua's op).
+const (
+	poolAcquire = iota
+	poolGiveBack
+	poolRelease
+	poolRenew
+	poolInspect
+)
+
+// poolReply is a pool operation's answer.
+type poolReply struct {
+	granted     int   // acquire: the jobs granted (a prefix)
+	wait        int64 // acquire: µs until the first job not granted may fit
+	found       bool  // give back, release, renew: a lease was held
+	weight, at  int64 // release: its weight and when it was taken
+	ends        int64 // renew: its new end
+	state       PoolState
+	wake        string // the waiter to wake
+	tenants     []PoolTenant
+	stateOffset int
+}
+
+// poolBackend is a backend's side of the pools: one operation on one pool, for tenant (with
+// its share) and jobs, or a lease (jobs[0].ID) and its cost.
+type poolBackend interface {
+	poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error)
+}
+
+// admitPooled decides a batch of a plan with a pool: the pool grants a prefix of the jobs, the
+// tenant's limits decide that prefix (admit), and the grants they did not use are given back.
+// Jobs beyond the grant wait for the pool (BatchResult.Pool).
+func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
+	p := b.Plan
+	if p == nil || p.Pool == nil || p.Shadow || len(b.Jobs) == 0 {
+		return admit(ctx, b)
+	}
+	if err := b.check(); err != nil {
+		return BatchResult{}, err
+	}
+	pool, share := p.Pool, p.share()
+	g, err := pb.poolCall(ctx, poolAcquire, pool, b.Tenant, share, b.Jobs, NoCost)
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("bucket: pool %s for tenant %q: %w", pool.Name, b.Tenant, err)
+	}
+	sub := b
+	sub.Jobs = b.Jobs[:g.granted]
+	res, err := admit(ctx, sub)
+	if err != nil {
+		if g.granted > 0 {
+			// Nothing was forwarded: the grants go back (were this to fail too, their slots
+			// return when their leases end).
+			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_, _ = pb.poolCall(gctx, poolGiveBack, pool, b.Tenant, share, sub.Jobs, NoCost)
+			cancel()
+		}
+		return BatchResult{}, err
+	}
+	var unused []Job
+	for i, o := range res.Outcomes {
+		if !o.Admitted() {
+			unused = append(unused, sub.Jobs[i])
+		}
+	}
+	res.Wake = g.wake
+	if len(unused) > 0 {
+		if r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost); err == nil {
+			res.Wake, g.state = r.wake, r.state
+		}
+	}
+	g.state.Name, g.state.Concurrency, g.state.Capacity = pool.Name, pool.Concurrency, pool.Capacity
+	res.Pool = &g.state
+	if g.granted < len(b.Jobs) {
+		waited := false
+		for _, o := range res.Outcomes {
+			waited = waited || o == JobNotYet
+		}
+		for range len(b.Jobs) - g.granted {
+			res.Outcomes = append(res.Outcomes, JobNotYet)
+		}
+		if !waited { // the first job that waits, waits for the pool
+			res.Wait, res.PoolBound = time.Duration(g.wait)*time.Microsecond, true
+			res.Limit, res.LimitIndex = "pool "+pool.Name, -1
+		}
+	}
+	return res, nil
+}
+
+// leasePooled releases or renews a job's lease (mode) on its tenant's concurrency limits (lease)
+// and on its pool's slots; the result is held if either held it, and names the pool's next
+// waiter to wake.
+func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int, lease func(context.Context, LeaseRequest) (LeaseResult, error)) (LeaseResult, error) {
+	p := req.Plan
+	var res LeaseResult
+	var err error
+	if p == nil || p.concurrent || p.Pool == nil || p.Pool.Concurrency == 0 {
+		if res, err = lease(ctx, req); err != nil || p == nil || p.Pool == nil || p.Pool.Concurrency == 0 {
+			return res, err
+		}
+	} else if err := req.check(mode); err != nil {
+		return LeaseResult{}, err
+	}
+	op := poolRelease
+	if mode == leaseRenew {
+		op = poolRenew
+	}
+	r, err := pb.poolCall(ctx, op, p.Pool, req.Tenant, p.share(), []Job{{ID: req.Lease}}, req.Cost)
+	if err != nil {
+		return res, fmt.Errorf("bucket: pool %s lease of tenant %q: %w", p.Pool.Name, req.Tenant, err)
+	}
+	if r.found {
+		res.Held = true
+		res.Weight = max(res.Weight, r.weight)
+		if ends := time.UnixMicro(r.ends); r.ends > 0 && (res.Ends.IsZero() || ends.Before(res.Ends)) {
+			res.Ends = ends
+		}
+	}
+	res.Wake = r.wake
+	return res, nil
+}
+
+// inspectPool reads the pool of a plan, when it has one.
+func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*PoolSnapshot, error) {
+	if p == nil || p.Pool == nil {
+		return nil, nil
+	}
+	r, err := pb.poolCall(ctx, poolInspect, p.Pool, tenant, p.share(), nil, NoCost)
+	if err != nil {
+		return nil, fmt.Errorf("bucket: pool %s: %w", p.Pool.Name, err)
+	}
+	r.state.Name, r.state.Concurrency, r.state.Capacity = p.Pool.Name, p.Pool.Concurrency, p.Pool.Capacity
+	return &PoolSnapshot{PoolState: r.state, Tenants: r.tenants}, nil
+}
+
+// poolArgs packs a pool call's argument (see lua/pool.lua).
+func poolArgs(now int64, op int, p *Pool, share int64, jobs []Job, cost int64) []byte {
+	arg := make([]byte, 0, 8*(11+2*len(jobs)))
+	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
+		poolTTL.Microseconds(), poolReask.Microseconds(), cost, int64(len(jobs)))
+	for _, j := range jobs {
+		arg = packInts(arg, j.ID, j.Weight)
+	}
+	return arg
+}
+
+// poolKeys are a pool's keys: its hash and its two sets of waiters, under one hash tag.
+func (r *Redis) poolKeys(p *Pool) []string {
+	base := r.prefix + "pool{pool:" + p.Name + "}"
+	return []string{base, base + ":w", base + ":a"}
+}
+
+// poolCall runs lua/pool.lua.
+func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+	res := r.exec(ctx, r.pool, func() (keys, args []string) {
+		arg := poolArgs(r.now(), op, p, share, jobs, cost)
+		return r.poolKeys(p), []string{unsafe.String(&arg[0], len(arg)), tenant}
+	})
+	parts, err := res.ToArray()
+	if err != nil {
+		return poolReply{}, err
+	}
+	if len(parts) < 2 {
+		return poolReply{}, fmt.Errorf("pool reply of %d parts, want 2 or 3", len(parts))
+	}
+	packed, err := parts[0].AsBytes()
+	if err != nil {
+		return poolReply{}, err
+	}
+	wake, err := parts[1].ToString()
+	if err != nil {
+		return poolReply{}, err
+	}
+	var names []string
+	if len(parts) > 2 {
+		if names, err = parts[2].AsStrSlice(); err != nil && !rueidis.IsRedisNil(err) {
+			return poolReply{}, err
+		}
+	}
+	if len(packed)%8 != 0 {
+		return poolReply{}, fmt.Errorf("pool reply of %d bytes", len(packed))
+	}
+	vals := make([]int64, len(packed)/8)
+	if err := unpackInts(packed, vals); err != nil {
+		return poolReply{}, err
+	}
+	return decodePoolReply(op, vals, wake, names)
+}
+
+// decodePoolReply reads a pool operation's integers (see lua/pool.lua's reply).
+func decodePoolReply(op int, vals []int64, wake string, names []string) (poolReply, error) {
+	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0}[op]
+	if len(vals) < head+4 {
+		return poolReply{}, fmt.Errorf("pool reply of %d values, want at least %d", len(vals), head+4)
+	}
+	r := poolReply{wake: wake}
+	switch op {
+	case poolAcquire:
+		r.granted, r.wait = int(vals[0]), vals[1]
+	case poolGiveBack, poolRelease:
+		r.found, r.weight, r.at = vals[0] == 1, vals[1], vals[2]
+	case poolRenew:
+		r.found, r.ends = vals[0] == 1, vals[1]
+	}
+	st := vals[head:]
+	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3]}
+	if op == poolInspect {
+		rest := st[4:]
+		if len(rest) != 3*len(names) {
+			return poolReply{}, fmt.Errorf("pool inspection of %d tenants and %d values", len(names), len(rest))
+		}
+		for i, n := range names {
+			r.tenants = append(r.tenants, PoolTenant{Tenant: n, Received: rest[3*i], Share: rest[3*i+1], Waiting: rest[3*i+2] == 1})
+		}
+	}
+	return r, nil
+}
+
+// Memory's pools: poolCall mirrors lua/pool.lua step by step.
+
+// memPool is a pool's state in memory.
+type memPool struct {
+	tat     int64
+	leases  []memPoolLease // by death
+	v       float64
+	tenants map[string]*memPoolTenant
+}
+
+type memPoolLease struct{ death, weight, id, at int64 }
+
+type memPoolTenant struct {
+	f        float64
+	received int64
+	waiting  bool
+	start    float64 // waiting: its start tag
+	cost     int64   // waiting: its next job's
+	share    int64
+	asked    int64 // waiting: when it last asked (µs)
+}
+
+// memPools holds the memory backend's pools.
+type memPools struct {
+	mu    sync.Mutex
+	pools map[string]*memPool
+}
+
+func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	if m.pools.pools == nil {
+		m.pools.pools = map[string]*memPool{}
+	}
+	now := m.now().UnixMicro()
+	mp := m.pools.pools[p.Name]
+	if mp == nil {
+		mp = &memPool{tenants: map[string]*memPoolTenant{}}
+		m.pools.pools[p.Name] = mp
+	}
+	return mp.call(now, op, p, tenant, share, jobs, cost), nil
+}
+
+func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) poolReply {
+	conc, lease, capacity, iv := p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds()
+	live := mp.leases[:0]
+	for _, l := range mp.leases {
+		if l.death > now {
+			live = append(live, l)
+		}
+	}
+	mp.leases = live
+	inuse := int64(0)
+	for _, l := range mp.leases {
+		inuse += l.weight
+	}
+	mp.tat = max(mp.tat, now)
+	tokens := func() int64 {
+		if capacity <= 0 {
+			return -1
+		}
+		return int64(math.Floor(float64(capacity*iv-(mp.tat-now)) / float64(iv)))
+	}
+	leaseAt := func(id int64) int {
+		for j, l := range mp.leases {
+			if l.id == id {
+				return j
+			}
+		}
+		return -1
+	}
+	leasePut := func(l memPoolLease) {
+		j := len(mp.leases)
+		for j > 0 && mp.leases[j-1].death > l.death {
+			j--
+		}
+		mp.leases = slices.Insert(mp.leases, j, l)
+	}
+	t := mp.tenants[tenant]
+	if t == nil && op != poolInspect {
+		t = &memPoolTenant{}
+		mp.tenants[tenant] = t
+	}
+	for name, u := range mp.tenants { // waiters not heard from for ttl are forgotten
+		if u.waiting && u.asked <= now-poolTTL.Microseconds() {
+			u.waiting = false
+			if u.f <= mp.v && u != t {
+				delete(mp.tenants, name)
+			}
+		}
+	}
+	waiters := func() []string {
+		var ws []string
+		for name, u := range mp.tenants {
+			if u.waiting {
+				ws = append(ws, name)
+			}
+		}
+		slices.SortFunc(ws, func(a, b string) int {
+			if c := cmpFloat(mp.tenants[a].start, mp.tenants[b].start); c != 0 {
+				return c
+			}
+			return strings.Compare(a, b)
+		})
+		return ws
+	}
+	state := func() PoolState {
+		st := PoolState{InFlight: inuse, Tokens: tokens()}
+		for _, u := range mp.tenants {
+			if u.waiting {
+				st.Waiting++
+				st.WaitingShares += u.share
+			}
+		}
+		return st
+	}
+	best := func() string {
+		if ws := waiters(); len(ws) > 0 {
+			return ws[0]
+		}
+		return ""
+	}
+	switch op {
+	case poolAcquire:
+		free := int64(math.MaxInt64)
+		if conc > 0 {
+			free = conc - inuse
+		}
+		if capacity > 0 {
+			free = min(free, tokens())
+		}
+		other, otherStart := "", 0.0
+		for _, name := range waiters() {
+			if name != tenant {
+				other, otherStart = name, mp.tenants[name].start
+				break
+			}
+		}
+		granted, got, turn := 0, int64(0), false
+		for i, j := range jobs {
+			if conc > 0 && leaseAt(j.ID) >= 0 {
+				granted = i + 1
+				continue
+			}
+			if j.Weight > free {
+				break
+			}
+			start := max(t.f, mp.v)
+			if other != "" && start > otherStart {
+				turn = true
+				break
+			}
+			free -= j.Weight
+			inuse += j.Weight
+			if conc > 0 {
+				leasePut(memPoolLease{now + lease, j.Weight, j.ID, now})
+			}
+			if capacity > 0 {
+				mp.tat += j.Weight * iv
+			}
+			t.f = start + float64(j.Weight)/float64(share)
+			mp.v = max(mp.v, start)
+			got += j.Weight
+			granted = i + 1
+		}
+		var wait int64
+		var wake string
+		if granted < len(jobs) {
+			w := jobs[granted].Weight
+			t.waiting, t.start, t.cost, t.share, t.asked = true, max(t.f, mp.v), w, share, now
+			wait = poolReask.Microseconds()
+			switch {
+			case turn:
+				wake = other
+			default:
+				if conc > 0 && inuse+w > conc && len(mp.leases) > 0 {
+					wait = min(wait, max(mp.leases[0].death-now, 0))
+				}
+				if capacity > 0 && w > tokens() {
+					wait = min(wait, (w-tokens())*iv)
+				}
+			}
+		} else {
+			t.waiting = false
+		}
+		t.received += got
+		mp.sweep()
+		return poolReply{granted: granted, wait: wait, state: state(), wake: wake}
+	case poolGiveBack, poolRelease:
+		var r poolReply
+		back := int64(0)
+		for _, j := range jobs {
+			w, held := j.Weight, false
+			if conc > 0 {
+				if k := leaseAt(j.ID); k >= 0 {
+					l := mp.leases[k]
+					mp.leases = slices.Delete(mp.leases, k, k+1)
+					r.found, r.weight, r.at = true, l.weight, l.at
+					w, held = l.weight, true
+				}
+			}
+			if !held && (conc > 0 || op == poolRelease) {
+				continue
+			}
+			if op == poolGiveBack {
+				back += w
+				if capacity > 0 {
+					mp.tat = max(mp.tat-w*iv, now)
+				}
+			} else if cost >= 0 && cost != w {
+				d := cost - w
+				if capacity > 0 {
+					mp.tat = max(mp.tat+d*iv, now)
+				}
+				t.f += float64(d) / float64(share)
+				t.received += d
+			}
+		}
+		if op == poolGiveBack && back > 0 {
+			t.f -= float64(back) / float64(share)
+			t.received -= back
+		}
+		inuse = 0
+		for _, l := range mp.leases {
+			inuse += l.weight
+		}
+		r.state, r.wake = state(), best()
+		return r
+	case poolRenew:
+		var r poolReply
+		if k := leaseAt(jobs[0].ID); k >= 0 {
+			l := mp.leases[k]
+			mp.leases = slices.Delete(mp.leases, k, k+1)
+			l.death = now + lease
+			leasePut(l)
+			r.found, r.ends = true, l.death
+		}
+		r.state = state()
+		return r
+	}
+	r := poolReply{state: state()}
+	listed := waiters()
+	if len(listed) > 100 {
+		listed = listed[:100]
+	}
+	var others []string
+	for name, u := range mp.tenants {
+		if !u.waiting && u.received != 0 {
+			others = append(others, name)
+		}
+	}
+	slices.Sort(others)
+	listed = append(listed, others[:min(len(others), 100-len(listed))]...)
+	for _, name := range listed {
+		u := mp.tenants[name]
+		pt := PoolTenant{Tenant: name, Received: u.received, Waiting: u.waiting}
+		if u.waiting {
+			pt.Share = u.share
+		}
+		r.tenants = append(r.tenants, pt)
+	}
+	return r
+}
+
+// sweep forgets the tenants whose finish tag the clock has passed and that do not wait: they
+// start at the clock again anyway.
+func (mp *memPool) sweep() {
+	for name, u := range mp.tenants {
+		if !u.waiting && u.f <= mp.v {
+			delete(mp.tenants, name)
+		}
+	}
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

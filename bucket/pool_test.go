@@ -1,0 +1,189 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// poolPlans are plans of pool with shares 1, 2 and 5, of generous limits of their own.
+func poolPlans(t *testing.T, pool *Pool) []*Plan {
+	var out []*Plan
+	for i, share := range []int64{1, 2, 5} {
+		p := mustPlan(t, fmt.Sprint("p", i), lim("own", 1_000_000, time.Microsecond))
+		p.Pool, p.Share = pool, share
+		out = append(out, p)
+	}
+	return out
+}
+
+// TestPoolDifferential feeds the same random grants, releases, renewals and time to both
+// backends' pools and requires the same answers: grants, waits, what is in flight, whom to
+// wake. At every step the weight in flight is at most the pool's concurrency, and the bucket
+// never gives more than its capacity and rate allow (the invariant, as a property).
+func TestPoolDifferential(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			c := newClock()
+			mem := NewMemory(Options{}, c.Now)
+			red := NewRedis(redisClient(t), "", Options{})
+			red.pin(c.Now)
+			pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 6, Lease: 2 * time.Second, Capacity: 8, Rate: "4/s", Interval: 250 * ms})
+			if err != nil {
+				t.Fatal(err)
+			}
+			plans := poolPlans(t, pool)
+			tenants := []string{uniqueTenant("a"), uniqueTenant("b"), uniqueTenant("c"), uniqueTenant("d")}
+			ctx := context.Background()
+			var held []int64
+			next := int64(1)
+			granted := int64(0)
+			start := c.Now()
+			for step := range 2000 {
+				if rng.IntN(3) == 0 {
+					c.Advance(time.Duration(rng.IntN(300_000)) * time.Microsecond)
+				}
+				ti := rng.IntN(len(tenants))
+				tenant, p := tenants[ti], plans[ti%len(plans)]
+				switch op := rng.IntN(10); {
+				case op < 6: // ask for a few jobs
+					jobs := make([]Job, 1+rng.IntN(3))
+					for i := range jobs {
+						jobs[i] = Job{ID: next, Weight: 1 + rng.Int64N(3)}
+						next++
+					}
+					want, err1 := mem.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost)
+					got, err2 := red.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost)
+					if err1 != nil || err2 != nil {
+						t.Fatalf("step %d: %v / %v", step, err1, err2)
+					}
+					if want.granted != got.granted || want.wait != got.wait || want.state != got.state {
+						t.Fatalf("step %d: acquire %v for %s: memory %+v, redis %+v", step, jobs, tenant, want, got)
+					}
+					for _, j := range jobs[:want.granted] {
+						held = append(held, j.ID)
+						granted += j.Weight
+					}
+					if want.state.InFlight > pool.Concurrency {
+						t.Fatalf("step %d: %d in flight in a pool of %d", step, want.state.InFlight, pool.Concurrency)
+					}
+					if most := pool.Capacity + int64(c.Now().Sub(start)/pool.Interval); granted > most {
+						t.Fatalf("step %d: %d granted by %v, more than %d (capacity + rate × time)", step, granted, c.Now().Sub(start), most)
+					}
+				case op < 9 && len(held) > 0: // one ends (or gets renewed)
+					k := rng.IntN(len(held))
+					id := held[k]
+					o := poolRelease
+					if op == 8 {
+						o = poolRenew
+					} else {
+						held = append(held[:k], held[k+1:]...)
+					}
+					cost := int64(NoCost)
+					if rng.IntN(2) == 0 {
+						cost = rng.Int64N(4)
+					}
+					if o == poolRenew {
+						cost = NoCost
+					}
+					want, err1 := mem.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost)
+					got, err2 := red.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost)
+					if err1 != nil || err2 != nil {
+						t.Fatalf("step %d: %v / %v", step, err1, err2)
+					}
+					if want.found != got.found || want.weight != got.weight || want.ends != got.ends || want.state != got.state || want.wake != got.wake {
+						t.Fatalf("step %d: op %d of lease %d: memory %+v, redis %+v", step, o, id, want, got)
+					}
+					if o == poolRelease && want.found && cost >= 0 && cost < want.weight {
+						granted -= want.weight - cost // reconciled: given back (a cost above the weight is a debt, not a grant)
+					}
+				}
+			}
+		})
+	}
+}
+
+// failing is a pool backend whose give-backs fail.
+type failing struct{ poolBackend }
+
+func (f failing) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+	if op == poolGiveBack {
+		return poolReply{}, errors.New("connection lost")
+	}
+	return f.poolBackend.poolCall(ctx, op, p, tenant, share, jobs, cost)
+}
+
+// TestPooledFailureBetweenTheCalls: the pool grants, then the tenant's call fails (on Redis
+// Cluster the two keys may be on different nodes). The grants are given back; and when the
+// give-back fails too, their slots come back when their leases end: the pool is below its
+// capacity for a lease at most, never above it.
+func TestPooledFailureBetweenTheCalls(t *testing.T) {
+	c := newClock()
+	backends := map[string]interface {
+		Limiter
+		poolBackend
+	}{"memory": NewMemory(Options{}, c.Now), "redis": NewTestRedis(t, false, c.Now, Options{})}
+	for name, l := range backends {
+		t.Run(name, func(t *testing.T) {
+			pool, _ := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 2, Lease: 10 * time.Second})
+			p := poolPlans(t, pool)[0]
+			tenant := uniqueTenant("t")
+			ctx := context.Background()
+			broken := func(context.Context, Batch) (BatchResult, error) {
+				return BatchResult{}, errors.New("the tenant's node is down")
+			}
+			b := Batch{Tenant: tenant, Plan: p, Owner: 1, Jobs: []Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}}}
+			if _, err := admitPooled(ctx, l, b, broken); err == nil {
+				t.Fatal("a failed tenant call succeeded")
+			}
+			if s, _ := inspectPool(ctx, l, tenant, p); s.InFlight != 0 {
+				t.Fatalf("%d in flight after the tenant's call failed, want 0 (given back)", s.InFlight)
+			}
+			if _, err := admitPooled(ctx, failing{l}, b, broken); err == nil {
+				t.Fatal("a failed tenant call succeeded")
+			}
+			s, _ := inspectPool(ctx, l, tenant, p)
+			if s.InFlight != 2 {
+				t.Fatalf("%d in flight when the give-back failed too, want 2 (held until their leases end)", s.InFlight)
+			}
+			c.Advance(10 * time.Second)
+			if s, _ = inspectPool(ctx, l, tenant, p); s.InFlight != 0 {
+				t.Fatalf("%d in flight after the leases ended, want 0", s.InFlight)
+			}
+			r, err := l.Admit(ctx, Batch{Tenant: tenant, Plan: p, Owner: 1, Jobs: []Job{{ID: 3, Weight: 1}, {ID: 4, Weight: 1}}})
+			if err != nil || !r.Outcomes[0].Admitted() || !r.Outcomes[1].Admitted() {
+				t.Fatalf("after the leases ended: %+v %v, want both admitted", r, err)
+			}
+		})
+	}
+}
+
+// FuzzDecodePoolReply: a pool script's reply that does not have the layout is an error, never a
+// panic.
+func FuzzDecodePoolReply(f *testing.F) {
+	f.Add(0, []byte{}, "")
+	f.Add(poolAcquire, packInts(nil, 1, 0, 1, -1, 0, 0), "t")
+	f.Add(poolInspect, packInts(nil, 0, -1, 1, 1, 5, 1, 1), "t")
+	f.Fuzz(func(t *testing.T, op int, packed []byte, names string) {
+		if len(packed)%8 != 0 || op < 0 || op > poolInspect {
+			return
+		}
+		vals := make([]int64, len(packed)/8)
+		if err := unpackInts(packed, vals); err != nil {
+			t.Fatal(err)
+		}
+		var ns []string
+		if names != "" {
+			ns = strings.Split(names, ",")
+		}
+		r, err := decodePoolReply(op, vals, "", ns)
+		if err == nil && op == poolInspect && len(r.tenants) != len(ns) {
+			t.Fatalf("%d tenants decoded of %d names", len(r.tenants), len(ns))
+		}
+	})
+}
