@@ -28,7 +28,7 @@ func TestQuickRun(t *testing.T) {
 	code := bench.Main(ctx, []string{"-quick", "-json", path,
 		"-duration", "300ms", "-warmup", "100ms", "-jobs", "1000", "-latency-duration", "1s", "-latency-rate", "300",
 		"-overload-duration", "1500ms", "-overload-tail", "500ms", "-flood-jobs", "3000", "-flood-quiet", "5", "-flood-duration", "1s",
-		"-large-jobs", "20", "-large-kib", "256"}, &out, &errOut, t)
+		"-large-jobs", "20", "-large-kib", "256", "-fair-tenants", "20", "-fair-jobs", "50", "-crowd-tenants", "50", "-crowd-jobs", "10"}, &out, &errOut, t)
 	t.Logf("exit %d after %v\n%s%s", code, time.Since(begin).Round(time.Millisecond), out.String(), errOut.String())
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
@@ -37,6 +37,7 @@ func TestQuickRun(t *testing.T) {
 		"sync: admitter http", "sync: admitter nats", "sync: redis_rate net/http",
 		"decisions: ours bucket", "decisions: ours window", "decisions: ours quota", "decisions: ours mixed",
 		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "large: relay drains", "large: admitter drains", "overload:", "deep flood:",
+		"fair: publish 1,000 jobs tenant by tenant", "fair: the admitter drains them, with ADMITTER_QUANTUM=5", "fair: start-up", "crowd: 50 tenants fire 10 jobs each",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
@@ -159,12 +160,34 @@ func TestQuickRun(t *testing.T) {
 	}
 	latency("deep flood quiet", f.Quiet)
 
-	if len(r.Goals) != 14 {
-		t.Errorf("%d goals, want 14: %+v", len(r.Goals), r.Goals)
+	fa := r.Fair
+	if fa == nil {
+		t.Fatal("no fair section")
+	}
+	if fa.Tenants != 20 || fa.JobsPerTenant != 50 || fa.Settings != "ADMITTER_QUANTUM=5" || fa.Forwarded != 1000 || fa.PublishS <= 0 ||
+		fa.DrainS <= 0 || fa.FirstForwardS <= 0 || fa.FirstForwardS > fa.DrainS || fa.WindowTo <= fa.WindowFrom || fa.WindowTo > 1000 ||
+		fa.Mean <= 0 || fa.Min > fa.Max || fa.Jain <= 0 || fa.Jain > 1 || fa.MaxDeviationPct < 0 || fa.WithinPct < 0 || fa.WithinPct > 100 ||
+		len(fa.Lowest) != 5 || len(fa.Highest) != 5 || fa.AdmitterCPUS <= 0 {
+		t.Errorf("fair: %+v", fa)
+	}
+	c := r.Crowd
+	if c == nil {
+		t.Fatal("no crowd section")
+	}
+	// Nobody is done before its plan allows: the slowest tenant no sooner than PlanS (1s).
+	if c.Tenants != 50 || c.JobsPerTenant != 10 || c.Capacity != 5 || c.RatePerSecond != 5 || c.PlanS != 1 || c.Forwarded != 500 ||
+		c.DoneMaxS < c.PlanS || c.DoneP50S > c.DoneP99S || c.DoneP99S > c.DoneMaxS || c.FirstMaxS <= 0 || c.OverallS < c.DoneMaxS ||
+		c.SlowestTenant == "" || len(c.DonePerSecond) < 2 || c.PublishS <= 0 {
+		t.Errorf("crowd: %+v", c)
+	}
+
+	if len(r.Goals) != 18 {
+		t.Errorf("%d goals, want 18: %+v", len(r.Goals), r.Goals)
 	}
 	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalBatched, bench.GoalSyncHTTP, bench.GoalEndToEnd, bench.GoalAddedP99,
 		bench.GoalLargeRelay, bench.GoalLargeSlow, bench.GoalOverloadErr, bench.GoalAttempts,
-		bench.GoalFloodQuiet, bench.GoalFloodNoisy, bench.GoalFloodRSS, bench.GoalFloodRedis} {
+		bench.GoalFloodQuiet, bench.GoalFloodNoisy, bench.GoalFloodRSS, bench.GoalFloodRedis,
+		bench.GoalFairDev, bench.GoalFairJain, bench.GoalCrowdDone, bench.GoalCrowdPacing} {
 		if _, ok := r.Goal(name); !ok {
 			t.Errorf("no goal %q", name)
 		}

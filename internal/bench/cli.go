@@ -20,7 +20,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs := flag.NewFlagSet("admitter-bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported by run, the usage only on -h
 	o := def
-	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, large, overload, flood (or all)")
+	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, large, overload, flood, fair, crowd (or all)")
 	quick := fs.Bool("quick", false, "shorten every phase for a smoke run of seconds (flags given explicitly still apply)")
 	jsonPath := fs.String("json", "bench-results.json", "write the figures as JSON to this `path` (empty: don't)")
 	fs.DurationVar(&o.Duration, "duration", def.Duration, "decisions and sync: measured time per contender")
@@ -46,6 +46,13 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.IntVar(&o.FloodQuietTenants, "flood-quiet", def.FloodQuietTenants, "deep flood: quiet tenants, 5 jobs/s each, within their plan")
 	fs.StringVar(&o.FloodProfile, "flood-cpuprofile", "", "deep flood: write a 15s CPU profile of the admitter process from the start of the flood to this `path`")
 	fs.DurationVar(&o.FloodDuration, "flood-duration", def.FloodDuration, "deep flood: measured time once the backlog waits in the tenant's lane")
+	fs.IntVar(&o.FairTenants, "fair-tenants", def.FairTenants, "fair: tenants with a backlog each (-quick: 100)")
+	fs.IntVar(&o.FairJobs, "fair-jobs", def.FairJobs, "fair: each tenant's backlog, published tenant by tenant (-quick: 100)")
+	fs.IntVar(&o.FairQuantum, "fair-quantum", def.FairQuantum, "fair: the admitter's ADMITTER_QUANTUM (0: its default, 100)")
+	fs.IntVar(&o.CrowdTenants, "crowd-tenants", def.CrowdTenants, "crowd: tenants firing their jobs at once (-quick: 200)")
+	fs.IntVar(&o.CrowdJobs, "crowd-jobs", def.CrowdJobs, "crowd: jobs each tenant fires")
+	fs.IntVar(&o.CrowdCapacity, "crowd-capacity", def.CrowdCapacity, "crowd: every tenant's plan capacity")
+	fs.IntVar(&o.CrowdRate, "crowd-rate", def.CrowdRate, "crowd: every tenant's plan rate per second")
 	usage := func() {
 		fs.SetOutput(stderr)
 		fmt.Fprintf(stderr, "usage: admitter-bench [flags]\n\n"+
@@ -84,6 +91,9 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 			"large-jobs":        func() { q.LargeJobs = o.LargeJobs },
 			"flood-quiet":       func() { q.FloodQuietTenants = o.FloodQuietTenants },
 			"flood-duration":    func() { q.FloodDuration = o.FloodDuration },
+			"fair-tenants":      func() { q.FairTenants = o.FairTenants },
+			"fair-jobs":         func() { q.FairJobs = o.FairJobs },
+			"crowd-tenants":     func() { q.CrowdTenants = o.CrowdTenants },
 		} {
 			if set[name] {
 				field()

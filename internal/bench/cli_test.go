@@ -17,8 +17,10 @@ func TestParseArgsDefaults(t *testing.T) {
 	}
 	if path != "bench-results.json" || o.Quick || o.Duration != 5*time.Second || o.Warmup != time.Second ||
 		o.Concurrency != 64 || o.Tenants != 1000 || o.Jobs != 50_000 || o.OverloadDuration != 30*time.Second ||
-		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 6 || o.LatencyRate != 5000 || o.LargeJobs != 1000 || o.LargeSize != 1<<20 ||
-		o.FloodJobs != 1_000_000 || o.FloodQuietTenants != 100 || o.FloodDuration != 30*time.Second {
+		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 8 || o.LatencyRate != 5000 || o.LargeJobs != 1000 || o.LargeSize != 1<<20 ||
+		o.FloodJobs != 1_000_000 || o.FloodQuietTenants != 100 || o.FloodDuration != 30*time.Second ||
+		o.FairTenants != 1000 || o.FairJobs != 200 || o.FairQuantum != 5 ||
+		o.CrowdTenants != 2000 || o.CrowdJobs != 20 || o.CrowdCapacity != 5 || o.CrowdRate != 5 {
 		t.Errorf("defaults: %+v, json %q", o, path)
 	}
 }
@@ -34,6 +36,12 @@ func TestParseArgsQuick(t *testing.T) {
 	}
 	if o.Jobs != 777 {
 		t.Errorf("-jobs given with -quick: %d, want 777", o.Jobs)
+	}
+	if o.FairTenants != 100 || o.FairJobs != 100 || o.FairQuantum != 5 || o.CrowdTenants != 200 || o.CrowdJobs != 20 {
+		t.Errorf("-quick fair and crowd: %+v", o)
+	}
+	if o, _, _ := ParseArgs([]string{"-quick", "-fair-tenants", "300", "-crowd-tenants", "50"}, io.Discard); o.FairTenants != 300 || o.CrowdTenants != 50 {
+		t.Errorf("-fair-tenants and -crowd-tenants given with -quick: %d, %d", o.FairTenants, o.CrowdTenants)
 	}
 	if !o.Has(ScenarioOverload) || !o.Has(ScenarioDecisions) || o.Has(ScenarioEndToEnd) {
 		t.Errorf("scenarios %v", o.Scenarios)
@@ -54,6 +62,12 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-overload-factor", "0"}, "overload factor must be positive"},
 		{[]string{"-large-kib", "0"}, "-large-kib must be from 1 to 16384"},
 		{[]string{"-large-jobs", "0"}, "-large-jobs must be from 1"},
+		{[]string{"-fair-tenants", "5"}, "-fair-tenants must be from 10"},
+		{[]string{"-fair-jobs", "1"}, "-fair-jobs must be from 2"},
+		{[]string{"-fair-quantum", "-1"}, "-fair-quantum must be from 0"},
+		{[]string{"-crowd-tenants", "0"}, "-crowd-tenants must be from 1"},
+		{[]string{"-crowd-jobs", "20000"}, "-crowd-jobs must be from 1 to 10000"},
+		{[]string{"-crowd-rate", "0"}, "-crowd-rate must be from 1"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		_, _, err := ParseArgs(c.args, io.Discard)

@@ -261,7 +261,7 @@ func (e *env) latency(ctx context.Context, kind string, rate float64) (Latency, 
 	}
 	// Bounded, but long enough for a forwarder slower than the paced rate to drain its backlog
 	// at 1000 jobs/s.
-	if err := col.waitCount(ctx, sent, 30*time.Second+time.Duration(sent)*time.Millisecond); err != nil {
+	if err := col.waitCount(ctx, sent, 30*time.Second+time.Duration(sent)*time.Millisecond, fw.failed); err != nil {
 		return Latency{}, fmt.Errorf("%s: %w", kind, err)
 	}
 	return Summarize(col.stop()), nil

@@ -18,7 +18,6 @@ import (
 
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/rueidis"
 )
 
@@ -223,66 +222,29 @@ func (e *env) flood(ctx context.Context, p *progress) (*Flood, error) {
 	if err := e.flush(ctx); err != nil {
 		return nil, err
 	}
-	dir := e.tb.TempDir()
-	port, err1 := testenv.FreePort()
-	mport, err2 := testenv.FreePort()
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, err
-	}
-	srv, err := startChild(natsBin, os.Environ(), filepath.Join(dir, "nats-server.log"),
-		"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", strconv.Itoa(mport), "-js", "-sd", filepath.Join(dir, "store"))
+	srv, err := e.startNATSProc(ctx, natsBin, 0, "admitter")
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	mon := monitor{base: fmt.Sprintf("http://127.0.0.1:%d", mport)}
-	var nc *nats.Conn
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if nc, _, err = connect(url, "bench-flood"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("nats-server did not start: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	defer srv.proc.stop()
+	url, mon := srv.url, srv.mon
+	nc, _, err := connect(url, "bench-flood")
+	if err != nil {
+		return nil, err
 	}
 	defer nc.Close()
-	plans := filepath.Join(dir, "plans.yaml")
-	if err := os.WriteFile(plans, []byte(fmt.Sprintf(`plans:
+	adm, err := e.startAdmitterProc(admitterBin, url, fmt.Sprintf(`plans:
   noisy: {limits: [{capacity: %d, rate: %d/s}]}
   quiet: {limits: [{capacity: 20, rate: 20/s}]}
 tenants: {noisy: noisy}
 default_plan: quiet
-`, o.FloodRate, o.FloodRate)), 0o644); err != nil {
-		return nil, err
-	}
-	httpAddr := "off"
-	if o.FloodProfile != "" {
-		hport, err := testenv.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		httpAddr = fmt.Sprintf("127.0.0.1:%d", hport)
-	}
-	adm, err := startChild(admitterBin, append(os.Environ(), "ADMITTER_NATS_URL="+url, "ADMITTER_REDIS_URL="+e.redisURL,
-		"ADMITTER_PLANS_FILE="+plans, "ADMITTER_HTTP_ADDR="+httpAddr, "ADMITTER_LOG_LEVEL=warn"), filepath.Join(dir, "admitter.log"))
+`, o.FloodRate, o.FloodRate))
 	if err != nil {
 		return nil, err
 	}
 	defer adm.stop()
-	js, err := jetstream.New(nc)
-	if err != nil {
+	if err := adm.waitReady(ctx, 30*time.Second); err != nil {
 		return nil, err
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, err := js.KeyValue(ctx, "admitter_replicas"); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "admitter.log"))
-			return nil, fmt.Errorf("the admitter did not set up within 30s: %v\n%s", err, log)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 
 	// Watch: the noisy tenant's forwards, the quiet tenants' latencies, the consumer count.
@@ -353,11 +315,11 @@ default_plan: quiet
 	defer quietWG.Wait()
 
 	begin := time.Now()
-	admCPU0, natsCPU0 := cpuSeconds(adm.cmd.Process.Pid), cpuSeconds(srv.cmd.Process.Pid)
+	admCPU0, natsCPU0 := cpuSeconds(adm.proc.cmd.Process.Pid), cpuSeconds(srv.proc.cmd.Process.Pid)
 	var profiled sync.WaitGroup
 	if o.FloodProfile != "" { // the admitter's CPU while it takes the flood in
 		profiled.Go(func() {
-			resp, err := http.Get("http://" + httpAddr + "/debug/pprof/profile?seconds=15")
+			resp, err := http.Get("http://" + adm.http + "/debug/pprof/profile?seconds=15")
 			if err != nil {
 				return
 			}
@@ -394,8 +356,8 @@ default_plan: quiet
 	}
 	// The million waits where it arrived: absorbed once stored (every PubAck in).
 	f.AbsorbS = f.PublishS
-	f.AbsorbAdmitterCPUS = round(cpuSeconds(adm.cmd.Process.Pid)-admCPU0, 2)
-	f.AbsorbNATSCPUS = round(cpuSeconds(srv.cmd.Process.Pid)-natsCPU0, 2)
+	f.AbsorbAdmitterCPUS = round(cpuSeconds(adm.proc.cmd.Process.Pid)-admCPU0, 2)
+	f.AbsorbNATSCPUS = round(cpuSeconds(srv.proc.cmd.Process.Pid)-natsCPU0, 2)
 	f.AbsorbNATSMicrosPerJob = round(f.AbsorbNATSCPUS*1e6/float64(o.FloodJobs), 1)
 	p.say(fmt.Sprintf("deep flood: stored %.1fs after the first publish; CPU while it arrived: admitter %.1fs, nats-server %.1fs (%.1f µs a job)",
 		f.AbsorbS, f.AbsorbAdmitterCPUS, f.AbsorbNATSCPUS, f.AbsorbNATSMicrosPerJob))
@@ -451,7 +413,7 @@ default_plan: quiet
 	mu.Lock()
 	f.Quiet, f.QuietWhileArriving = Summarize(quiet), Summarize(quietArriving)
 	mu.Unlock()
-	f.AdmitterRSSMiB = peakRSS(adm.cmd.Process.Pid)
-	f.NATSRSSMiB = peakRSS(srv.cmd.Process.Pid)
+	f.AdmitterRSSMiB = peakRSS(adm.proc.cmd.Process.Pid)
+	f.NATSRSSMiB = peakRSS(srv.proc.cmd.Process.Pid)
 	return f, nil
 }

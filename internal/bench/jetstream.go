@@ -140,20 +140,25 @@ func (p *asyncPublisher) close() { p.nc.Close() }
 
 // prepublish stores n jobs spread round-robin over tenants in JOBS and checks they are there.
 func prepublish(ctx context.Context, url string, n, tenants int) error {
+	subj := make([]string, tenants)
+	for i := range subj {
+		subj[i] = prefixIn + tenantName(i) + ".work"
+	}
+	return prepublishTo(ctx, url, n, func(i int) string { return subj[i%tenants] })
+}
+
+// prepublishTo stores n jobs in JOBS, the i-th on subject(i), and checks they are there.
+func prepublishTo(ctx context.Context, url string, n int, subject func(i int) string) error {
 	p, err := newAsyncPublisher(url, "bench-prepublish")
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	subj := make([]string, tenants)
-	for i := range subj {
-		subj[i] = prefixIn + tenantName(i) + ".work"
-	}
 	for i := range n {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := p.publish(&nats.Msg{Subject: subj[i%tenants], Data: payload}); err != nil {
+		if err := p.publish(&nats.Msg{Subject: subject(i), Data: payload}); err != nil {
 			return err
 		}
 	}
@@ -485,8 +490,9 @@ func (c *collector[T]) stop() []T {
 	return items
 }
 
-// waitCount waits until the collector has seen n messages, bounded by timeout.
-func (c *collector[T]) waitCount(ctx context.Context, n int64, timeout time.Duration) error {
+// waitCount waits until the collector has seen n messages, bounded by timeout; it gives up
+// when fail delivers an error (the forwarder stopped; nil: never).
+func (c *collector[T]) waitCount(ctx context.Context, n int64, timeout time.Duration, fail <-chan error) error {
 	deadline := time.Now().Add(timeout)
 	for c.n.Load() < n {
 		if time.Now().After(deadline) {
@@ -495,6 +501,8 @@ func (c *collector[T]) waitCount(ctx context.Context, n int64, timeout time.Dura
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-fail:
+			return fmt.Errorf("the forwarder stopped with %d of %d jobs received: %w", c.n.Load(), n, err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -2,14 +2,10 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
-	"github.com/admitter/admitter/internal/testenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -49,50 +45,6 @@ func largeMaxPayload(size int) int { return max(1<<20, 2*size) }
 
 // largeMaxPending bounds the large jobs' async publishes in flight (in jobs).
 const largeMaxPending = 32
-
-// largeServer is a nats-server process started for one forwarder of the large scenario.
-type largeServer struct {
-	proc *child
-	url  string
-	mon  monitor
-}
-
-// startLargeServer starts a nats-server process with JetStream in a fresh store, its maximum
-// payload raised for jobs of size bytes, and waits until it answers.
-func (e *env) startLargeServer(ctx context.Context, natsBin string, size int, kind string) (*largeServer, error) {
-	dir := e.tb.TempDir()
-	port, err1 := testenv.FreePort()
-	mport, err2 := testenv.FreePort()
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, err
-	}
-	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\nmax_payload: %d\njetstream {\n  store_dir: %q\n}\n",
-		port, mport, largeMaxPayload(size), filepath.Join(dir, "store"))), 0o644); err != nil {
-		return nil, err
-	}
-	proc, err := startChild(natsBin, os.Environ(), filepath.Join(dir, "nats-server.log"), "-c", conf)
-	if err != nil {
-		return nil, err
-	}
-	s := &largeServer{proc: proc, url: fmt.Sprintf("nats://127.0.0.1:%d", port), mon: monitor{base: fmt.Sprintf("http://127.0.0.1:%d", mport)}}
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		nc, js, err := connect(s.url, "bench-large-setup")
-		if err == nil {
-			err = createStreams(ctx, js, kind)
-			nc.Close()
-			if err == nil {
-				return s, nil
-			}
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			proc.stop()
-			log, _ := os.ReadFile(filepath.Join(dir, "nats-server.log"))
-			return nil, fmt.Errorf("nats-server did not start: %v\n%s", errors.Join(err, ctx.Err()), log)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // slowConsumers is the server's count of clients cut off as slow consumers.
 func (m monitor) slowConsumers() (int64, error) {
@@ -138,7 +90,7 @@ func prepublishLarge(ctx context.Context, url string, n, size, tenants int) erro
 // started (the admitter: its process) until the output stream stores the last job.
 func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (LargeRun, error) {
 	o := e.o
-	srv, err := e.startLargeServer(ctx, natsBin, o.LargeSize, kind)
+	srv, err := e.startNATSProc(ctx, natsBin, largeMaxPayload(o.LargeSize), kind)
 	if err != nil {
 		return LargeRun{}, err
 	}
@@ -155,7 +107,7 @@ func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (
 	if err != nil {
 		return LargeRun{}, err
 	}
-	var adm *child
+	var adm *admitterProc
 	var failed <-chan error
 	start := time.Now()
 	switch kind {
@@ -175,26 +127,13 @@ func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (
 		if err := e.flush(ctx); err != nil {
 			return LargeRun{}, err
 		}
-		dir := e.tb.TempDir()
-		plans := filepath.Join(dir, "plans.yaml")
-		if err := os.WriteFile(plans, []byte("plans:\n  bench: {limits: [{capacity: 1000000, rate: 1000000/s}]}\ndefault_plan: bench\n"), 0o644); err != nil {
-			return LargeRun{}, err
-		}
 		start = time.Now()
-		adm, err = startChild(admitterBin, append(os.Environ(), "ADMITTER_NATS_URL="+srv.url, "ADMITTER_REDIS_URL="+e.redisURL,
-			"ADMITTER_PLANS_FILE="+plans, "ADMITTER_HTTP_ADDR=off", "ADMITTER_API_ADDR=off", "ADMITTER_API_SUBJECT=off",
-			"ADMITTER_LOG_LEVEL=warn"), filepath.Join(dir, "admitter.log"))
+		adm, err = e.startAdmitterProc(admitterBin, srv.url, "plans:\n  bench: {limits: [{capacity: 1000000, rate: 1000000/s}]}\ndefault_plan: bench\n")
 		if err != nil {
 			return LargeRun{}, err
 		}
 		defer adm.stop()
-		exited := make(chan error, 1)
-		go func() {
-			<-adm.done
-			log, _ := os.ReadFile(filepath.Join(dir, "admitter.log"))
-			exited <- fmt.Errorf("the admitter exited: %s", log)
-		}()
-		failed = exited
+		failed = adm.exited
 	}
 	bound := time.Minute + time.Duration(o.LargeJobs)*100*time.Millisecond // at least 10 jobs/s
 	last, err := waitForMessages(ctx, js, streamOut, o.LargeJobs, bound, failed)
@@ -216,7 +155,7 @@ func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (
 		NATSRSSMiB:    peakRSS(srv.proc.cmd.Process.Pid),
 	}
 	if adm != nil {
-		r.PeakRSSMiB = peakRSS(adm.cmd.Process.Pid)
+		r.PeakRSSMiB = peakRSS(adm.proc.cmd.Process.Pid)
 	}
 	return r, nil
 }

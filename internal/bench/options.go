@@ -16,10 +16,12 @@ const (
 	ScenarioFlood     = "flood"
 	ScenarioSync      = "sync"
 	ScenarioLarge     = "large"
+	ScenarioFair      = "fair"
+	ScenarioCrowd     = "crowd"
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioLarge, ScenarioOverload, ScenarioFlood}
+var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioLarge, ScenarioOverload, ScenarioFlood, ScenarioFair, ScenarioCrowd}
 
 // Options say what to run and for how long. Start from Defaults or Quick.
 type Options struct {
@@ -74,6 +76,20 @@ type Options struct {
 	// start of the flood.
 	FloodProfile string
 
+	// Fair: FairTenants tenants with FairJobs jobs each, published tenant by tenant, on a plan
+	// far faster than the system, drained by the admitter run with ADMITTER_QUANTUM=FairQuantum
+	// (0: its default).
+	FairTenants int
+	FairJobs    int
+	FairQuantum int
+
+	// Crowd: CrowdTenants tenants fire CrowdJobs jobs each at once, each on a plan of
+	// CrowdCapacity at CrowdRate/s.
+	CrowdTenants  int
+	CrowdJobs     int
+	CrowdCapacity int
+	CrowdRate     int
+
 	// Logger receives admitter's own log (warnings and errors are enough); nil discards it.
 	Logger *slog.Logger
 }
@@ -102,6 +118,13 @@ func Defaults() Options {
 		FloodRate:         500,
 		FloodQuietTenants: 100,
 		FloodDuration:     30 * time.Second,
+		FairTenants:       1000,
+		FairJobs:          200,
+		FairQuantum:       defaultFairQuantum,
+		CrowdTenants:      2000,
+		CrowdJobs:         20,
+		CrowdCapacity:     5,
+		CrowdRate:         5,
 	}
 }
 
@@ -119,8 +142,19 @@ func (o Options) Shortened() Options {
 	o.FloodJobs = 20_000
 	o.FloodQuietTenants = 20
 	o.FloodDuration = 3 * time.Second
+	o.FairTenants = 100
+	o.FairJobs = 100
+	o.CrowdTenants = 200
 	return o
 }
+
+// defaultFairQuantum is the fair scenario's ADMITTER_QUANTUM. Served in turn (deficit round
+// robin on weight), a tenant's forwards over any window are within about one quantum of its
+// share, so a ±10 % goal needs a window of well over ten turns a tenant. At the admitter's
+// default quantum (100) a backlog of 200 jobs is two turns: the window would measure the
+// quantum, not the scheduler. At 5, the window of a 200-job backlog holds some 20 to 30 turns
+// (one is 3 to 5 % of a tenant's count there), with no backlog of millions of jobs to publish.
+const defaultFairQuantum = 5
 
 // Has reports whether scenario is selected.
 func (o Options) Has(scenario string) bool {
@@ -215,6 +249,27 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("-flood-quiet must be from 1 to 10000, got %d", o.FloodQuietTenants))
 	}
 	pos("flood-duration", o.FloodDuration)
+	if o.FairTenants < 10 || o.FairTenants > 100_000 {
+		errs = append(errs, fmt.Errorf("-fair-tenants must be from 10 to 100000, got %d", o.FairTenants))
+	}
+	if o.FairJobs < 2 || o.FairJobs > 100_000 || o.FairTenants*o.FairJobs > 10_000_000 {
+		errs = append(errs, fmt.Errorf("-fair-jobs must be from 2 to 100000, and -fair-tenants × -fair-jobs at most 10000000, got %d", o.FairJobs))
+	}
+	if o.FairQuantum < 0 || o.FairQuantum > 1_000_000 {
+		errs = append(errs, fmt.Errorf("-fair-quantum must be from 0 (admitter's default) to 1000000, got %d", o.FairQuantum))
+	}
+	if o.CrowdTenants < 1 || o.CrowdTenants > 100_000 {
+		errs = append(errs, fmt.Errorf("-crowd-tenants must be from 1 to 100000, got %d", o.CrowdTenants))
+	}
+	if o.CrowdJobs < 1 || o.CrowdJobs > 10_000 || o.CrowdTenants*o.CrowdJobs > 10_000_000 {
+		errs = append(errs, fmt.Errorf("-crowd-jobs must be from 1 to 10000, and -crowd-tenants × -crowd-jobs at most 10000000, got %d", o.CrowdJobs))
+	}
+	if o.CrowdCapacity < 1 || o.CrowdCapacity > 1_000_000 {
+		errs = append(errs, fmt.Errorf("-crowd-capacity must be from 1 to 1000000, got %d", o.CrowdCapacity))
+	}
+	if o.CrowdRate < 1 || o.CrowdRate > 1_000_000 {
+		errs = append(errs, fmt.Errorf("-crowd-rate must be from 1 to 1000000/s, got %d", o.CrowdRate))
+	}
 	if len(o.Scenarios) == 0 {
 		errs = append(errs, errors.New("no scenario selected"))
 	}

@@ -22,6 +22,8 @@ type Report struct {
 	Large     *Large      `json:"large,omitempty"`
 	Overload  *Overload   `json:"overload,omitempty"`
 	Flood     *Flood      `json:"deep_flood,omitempty"`
+	Fair      *Fair       `json:"fair,omitempty"`
+	Crowd     *Crowd      `json:"crowd,omitempty"`
 	Goals     []Goal      `json:"goals"`
 	Notes     []string    `json:"notes,omitempty"`
 	Options   OptionsJSON `json:"options"`
@@ -59,6 +61,11 @@ type OptionsJSON struct {
 	OverloadTailS     float64  `json:"overload_tail_s"`
 	FloodJobs         int      `json:"flood_jobs"`
 	FloodDurationS    float64  `json:"flood_duration_s"`
+	FairTenants       int      `json:"fair_tenants"`
+	FairJobs          int      `json:"fair_jobs_per_tenant"`
+	FairQuantum       int      `json:"fair_quantum"`
+	CrowdTenants      int      `json:"crowd_tenants"`
+	CrowdJobs         int      `json:"crowd_jobs_per_tenant"`
 }
 
 func optionsJSON(o Options) OptionsJSON {
@@ -69,6 +76,8 @@ func optionsJSON(o Options) OptionsJSON {
 		LargeJobs: o.LargeJobs, LargeSizeBytes: o.LargeSize,
 		OverloadDurationS: o.OverloadDuration.Seconds(), OverloadTailS: o.OverloadTail.Seconds(),
 		FloodJobs: o.FloodJobs, FloodDurationS: o.FloodDuration.Seconds(),
+		FairTenants: o.FairTenants, FairJobs: o.FairJobs, FairQuantum: o.FairQuantum,
+		CrowdTenants: o.CrowdTenants, CrowdJobs: o.CrowdJobs,
 	}
 }
 
@@ -227,6 +236,19 @@ const (
 	GoalFloodNoisy  = "deep flood noisy pacing error %"
 	GoalFloodRSS    = "deep flood admitter RSS MiB"
 	GoalFloodRedis  = "deep flood redis calls per job"
+	GoalFairDev     = "fair max deviation from the mean %"
+	GoalFairJain    = "fair Jain index"
+	GoalCrowdDone   = "crowd slowest tenant done s"
+	GoalCrowdPacing = "crowd pacing violations"
+)
+
+// Fair-share goals: every tenant within ±10 % of the mean over the window (the issue's), and
+// Jain's index at least 0.99. The index is 1/(1+CV²): 0.99 is a coefficient of variation of
+// 0.1, the spread (root mean square) the ±10 % allows its worst tenant; it says whether a
+// missed ±10 % is a few tenants or all of them.
+const (
+	fairDevGoal  = 10
+	fairJainGoal = 0.99
 )
 
 func goal(name string, value float64, op string, target float64) Goal {
@@ -265,6 +287,14 @@ func (r *Report) EvaluateGoals() {
 		r.Goals = append(r.Goals, goal(GoalFloodQuiet, f.Quiet.P99Ms, "<=", 1000), goal(GoalFloodNoisy, f.NoisyErrorPct, "abs<=", 2),
 			goal(GoalFloodRSS, f.AdmitterRSSMiB, "<=", 256), goal(GoalFloodRedis, f.RedisCallsPerJob, "<=", 1.5))
 	}
+	if f := r.Fair; f != nil {
+		r.Goals = append(r.Goals, goal(GoalFairDev, f.MaxDeviationPct, "<=", fairDevGoal), goal(GoalFairJain, f.Jain, ">=", fairJainGoal))
+	}
+	if c := r.Crowd; c != nil {
+		// The plans set the pace: every tenant done within a second of what its plan allows.
+		r.Goals = append(r.Goals, goal(GoalCrowdDone, c.DoneMaxS, "<=", c.PlanS+crowdSlack.Seconds()),
+			goal(GoalCrowdPacing, float64(c.PacingViolations), "<=", 0))
+	}
 }
 
 // Goal returns the goal named name.
@@ -297,6 +327,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 				t += "ms"
 			case GoalFloodRSS:
 				t += " MiB"
+			case GoalFairDev:
+				t += "%"
+			case GoalCrowdDone:
+				t += "s"
 			}
 			t = "<=" + t
 		default:
@@ -377,6 +411,27 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("deep flood JetStream API calls/job", fixed(f.APICallsPerJob, 3), fmt.Sprintf("admitter msgs %s", fixed(f.AdmitterMsgsPerJob, 2)), "", "", "")
 		row("deep flood consumers at the peak", strconv.Itoa(f.PeakConsumers), "", "", "", "")
 	}
+	if f := r.Fair; f != nil {
+		what := fmt.Sprintf("%s tenants × %d", count(float64(f.Tenants)), f.JobsPerTenant)
+		if f.Settings != "" {
+			what += ", " + f.Settings
+		}
+		row("fair jobs/s over the window ("+what+")", count(f.PerSecond), fmt.Sprintf("%s forwards in %.1fs", count(float64(f.WindowTo-f.WindowFrom)), f.WindowS), "", "", "")
+		t, m := met(GoalFairDev)
+		row("fair max deviation from the mean", fixed(f.MaxDeviationPct, 1)+"%", fmt.Sprintf("min %d, mean %s, max %d", f.Min, fixed(f.Mean, 1), f.Max), "", t, m)
+		t, m = met(GoalFairJain)
+		row("fair Jain index", fixed(f.Jain, 4), fmt.Sprintf("%s%% of tenants within ±10%%", fixed(f.WithinPct, 1)), "", t, m)
+		row("fair first/last tenth published vs mean", fixed(f.FirstTenth, 2)+"/"+fixed(f.LastTenth, 2), fmt.Sprintf("drained in %.1fs", f.DrainS), "", "", "")
+		row("fair start-up: all tenants served after", fmt.Sprintf("%.2fs", f.AllServedS), fmt.Sprintf("%s forwards, %s had %d", count(float64(f.AllServed)), f.StartLeader.Tenant, f.StartLeader.Count), "", "", "")
+	}
+	if c := r.Crowd; c != nil {
+		t, m := met(GoalCrowdDone)
+		what := fmt.Sprintf("%s × %d at {%d, %g/s}", count(float64(c.Tenants)), c.JobsPerTenant, c.Capacity, c.RatePerSecond)
+		row("crowd slowest tenant done s ("+what+")", fixed(c.DoneMaxS, 2), fmt.Sprintf("plan %.1fs", c.PlanS), "", t, m)
+		row("crowd tenants done p50/p99 s", fixed(c.DoneP50S, 2)+"/"+fixed(c.DoneP99S, 2), fmt.Sprintf("%d late", c.Late), "", "", "")
+		t, m = met(GoalCrowdPacing)
+		row("crowd jobs ahead of their plan", strconv.FormatInt(c.PacingViolations, 10), "", "", t, m)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -391,6 +446,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if e := r.EndToEnd; e != nil {
 		fmt.Fprintf(&b, "\nlatency: publish (stamped in a header) → forwarded message received by a subscriber on jobs.admitted.>;\n"+
 			"added = admitter's p99 − relay's p99 (difference of the two percentiles), p50 likewise.\n")
+	}
+	if r.Fair != nil {
+		fmt.Fprintf(&b, "\nfair: each tenant's forwards from when a tenth of all the jobs had been forwarded and every tenant had had one\n"+
+			"until the first tenant's last was.\n")
+	}
+	if r.Crowd != nil {
+		fmt.Fprintf(&b, "\ncrowd: a tenant is done when its last job is received downstream, counted from its first job's publish;\n"+
+			"ahead of its plan: its k-th job received less than (k − capacity)/rate after that publish.\n")
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)

@@ -42,6 +42,14 @@ func sample() *Report {
 		Overload: &Overload{Capacity: 100, RatePerSecond: 200, PublishRate: 2000, DurationS: 30, TailS: 5, Published: 60000,
 			AdmittedAtEnd: 6090, SinceFirstS: 29.99, Expected: 6098, ErrorPct: -0.131, AdmittedTotal: 7090, TailPerSecond: 200,
 			AttemptsMean: 1.98, AttemptsMax: 3, DelayMs: Latency{Samples: 7090, P50Ms: 15000, P99Ms: 29000, MaxMs: 29800}},
+		Fair: &Fair{Tenants: 1000, JobsPerTenant: 200, Settings: "ADMITTER_QUANTUM=5", PublishS: 1.5, FirstForwardS: 0.05, DrainS: 8.2,
+			DrainPerSecond: 24390.2, Forwarded: 200000, AllServed: 15000, AllServedS: 1.1, StartLeader: TenantCount{Tenant: "t0001", Count: 40},
+			WindowFrom: 20000, WindowTo: 160000, WindowS: 5.6, PerSecond: 25000, Mean: 140, Min: 130, Max: 150, Jain: 0.9951,
+			MaxDeviationPct: 12.5, WithinPct: 97.3, FirstTenth: 0.99, LastTenth: 1.01,
+			Lowest: []TenantCount{{"t0003", 130}}, Highest: []TenantCount{{"t0999", 150}}, AdmitterCPUS: 6, NATSCPUS: 5},
+		Crowd: &Crowd{Tenants: 2000, JobsPerTenant: 20, Capacity: 5, RatePerSecond: 5, PlanS: 3, PublishS: 0.5, Forwarded: 40000,
+			DoneP50S: 3.2, DoneP99S: 3.9, DoneMaxS: 4, SlowestTenant: "t1999", DonePerSecond: []int{0, 0, 0, 2000},
+			FirstP50S: 0.2, FirstMaxS: 0.4, OverallS: 4.4, PacingViolations: 2, EarliestMs: 12.5, AdmitterCPUS: 3, NATSCPUS: 2},
 		Notes:   []string{"a note"},
 		Options: optionsJSON(Defaults()),
 	}
@@ -60,6 +68,10 @@ func TestEvaluateGoals(t *testing.T) {
 		GoalAddedP99:    true,  // 1ms ≤ 1ms
 		GoalOverloadErr: true,  // |−0.13%| ≤ 2%
 		GoalAttempts:    false, // 1.98 > 1.5
+		GoalFairDev:     false, // 12.5% > 10%
+		GoalFairJain:    true,  // 0.9951 ≥ 0.99
+		GoalCrowdDone:   true,  // 4s ≤ 3s plan + 1s
+		GoalCrowdPacing: false, // 2 jobs ahead of their plan > 0
 	}
 	if len(r.Goals) != len(want) {
 		t.Fatalf("%d goals, want %d: %+v", len(r.Goals), len(want), r.Goals)
@@ -81,7 +93,24 @@ func TestEvaluateGoals(t *testing.T) {
 			t.Errorf("%g %s %g: met=%v, want %v", c.value, c.op, c.tgt, g.Met, c.met)
 		}
 	}
-	r.Decisions, r.Sync, r.EndToEnd = nil, nil, nil
+	// the crowd's goal follows its plan: a second more than the plan's own pace
+	r.Crowd.PlanS, r.Crowd.DoneMaxS, r.Crowd.PacingViolations = 1, 2.01, 0
+	r.EvaluateGoals()
+	if g, _ := r.Goal(GoalCrowdDone); g.Target != 2 || g.Met {
+		t.Errorf("crowd done within plan 1s + 1s: %+v", g)
+	}
+	if g, _ := r.Goal(GoalCrowdPacing); !g.Met {
+		t.Errorf("crowd with no job ahead of its plan: %+v", g)
+	}
+	r.Fair.MaxDeviationPct, r.Fair.Jain = 10, 0.9899
+	r.EvaluateGoals()
+	if g, _ := r.Goal(GoalFairDev); !g.Met {
+		t.Errorf("fair at 10%% deviation: %+v", g)
+	}
+	if g, _ := r.Goal(GoalFairJain); g.Met {
+		t.Errorf("fair Jain 0.9899: %+v", g)
+	}
+	r.Decisions, r.Sync, r.EndToEnd, r.Fair, r.Crowd = nil, nil, nil, nil, nil
 	r.EvaluateGoals()
 	if len(r.Goals) != 2 {
 		t.Errorf("only overload: %d goals, want 2", len(r.Goals))
@@ -117,6 +146,14 @@ func TestWriteTable(t *testing.T) {
 		{"decisions/s bucket (c=64, aof)", "78,000"},
 		{"decisions/s window (c=64, aof)", "40,000", "ours bucket 78,000", "0.51"},
 		{"decisions/s quota (c=64, aof)", "76,000", "ours bucket 78,000", "0.97"},
+		{"fair jobs/s over the window (1,000 tenants × 200, ADMITTER_QUANTUM=5)", "25,000", "140,000 forwards in 5.6s"},
+		{"fair max deviation from the mean", "12.5%", "min 130, mean 140.0, max 150", "<=10.0%", "no"},
+		{"fair Jain index", "0.9951", "97.3% of tenants within ±10%", ">=0.99", "yes"},
+		{"fair first/last tenth published vs mean", "0.99/1.01", "drained in 8.2s"},
+		{"fair start-up: all tenants served after", "1.10s", "15,000 forwards, t0001 had 40"},
+		{"crowd slowest tenant done s (2,000 × 20 at {5, 5/s})", "4.00", "plan 3.0s", "<=4.0s", "yes"},
+		{"crowd tenants done p50/p99 s", "3.20/3.90", "0 late"},
+		{"crowd jobs ahead of their plan", "2", "<=0.0", "no"},
 	} {
 		found := false
 		for _, l := range lines {
@@ -177,7 +214,7 @@ func TestJSONRoundTrip(t *testing.T) {
 		t.Errorf("round trip differs:\n%s\n%s", a, b)
 	}
 	raw, _ := os.ReadFile(path)
-	for _, key := range []string{`"timestamp"`, `"go_version"`, `"num_cpu"`, `"git_commit"`, `"ours_vs_redis_rate"`, `"http_vs_redis_rate_net_http"`, `"redis_rate_net_http"`, `"admitter_vs_relay"`, `"added_p99_ms"`, `"error_pct"`, `"attempts_mean"`, `"p99_ms"`, `"goals"`} {
+	for _, key := range []string{`"jain_index"`, `"max_deviation_pct"`, `"done_max_s"`, `"pacing_violations"`, `"timestamp"`, `"go_version"`, `"num_cpu"`, `"git_commit"`, `"ours_vs_redis_rate"`, `"http_vs_redis_rate_net_http"`, `"redis_rate_net_http"`, `"admitter_vs_relay"`, `"added_p99_ms"`, `"error_pct"`, `"attempts_mean"`, `"p99_ms"`, `"goals"`} {
 		if !bytes.Contains(raw, []byte(key)) {
 			t.Errorf("JSON has no %s", key)
 		}

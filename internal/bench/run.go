@@ -202,6 +202,22 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 			return nil, fmt.Errorf("deep flood: %w", err)
 		}
 	}
+	if o.Has(ScenarioFair) {
+		if rep.Fair, err = e.fair(ctx, p); err != nil {
+			return nil, fmt.Errorf("fair: %w", err)
+		}
+		if f := rep.Fair; f.Forwarded != int64(f.Tenants*f.JobsPerTenant) {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("fair: %d forwards received for %d jobs", f.Forwarded, f.Tenants*f.JobsPerTenant))
+		}
+	}
+	if o.Has(ScenarioCrowd) {
+		if rep.Crowd, err = e.crowd(ctx, p); err != nil {
+			return nil, fmt.Errorf("crowd: %w", err)
+		}
+		if c := rep.Crowd; c.Forwarded != int64(c.Tenants*c.JobsPerTenant) {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("crowd: %d forwards received for %d jobs", c.Forwarded, c.Tenants*c.JobsPerTenant))
+		}
+	}
 	rep.Meta.ElapsedS = round(time.Since(p.start).Seconds(), 1)
 	rep.EvaluateGoals()
 	return rep, nil

@@ -1,0 +1,132 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/admitter/admitter/internal/testenv"
+)
+
+// natsProc is a nats-server process of its own, on 127.0.0.1 with JetStream in a fresh store,
+// holding the streams of one forwarder (see createStreams).
+type natsProc struct {
+	proc *child
+	url  string
+	mon  monitor
+}
+
+// startNATSProc starts a nats-server process (natsBin, see buildProcesses) with its monitoring
+// port, a max_payload of maxPayload bytes (0: the server's default), and the streams of kind's
+// forwarder, and waits until it answers.
+func (e *env) startNATSProc(ctx context.Context, natsBin string, maxPayload int, kind string) (*natsProc, error) {
+	dir := e.tb.TempDir()
+	port, err1 := testenv.FreePort()
+	mport, err2 := testenv.FreePort()
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\n", port, mport)
+	if maxPayload > 0 {
+		conf += fmt.Sprintf("max_payload: %d\n", maxPayload)
+	}
+	conf += fmt.Sprintf("jetstream {\n  store_dir: %q\n}\n", filepath.Join(dir, "store"))
+	confPath := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	proc, err := startChild(natsBin, os.Environ(), filepath.Join(dir, "nats-server.log"), "-c", confPath)
+	if err != nil {
+		return nil, err
+	}
+	s := &natsProc{proc: proc, url: fmt.Sprintf("nats://127.0.0.1:%d", port), mon: monitor{base: fmt.Sprintf("http://127.0.0.1:%d", mport)}}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		nc, js, err := connect(s.url, "bench-setup")
+		if err == nil {
+			err = createStreams(ctx, js, kind)
+			nc.Close()
+			if err == nil {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			proc.stop()
+			log, _ := os.ReadFile(filepath.Join(dir, "nats-server.log"))
+			return nil, fmt.Errorf("nats-server did not start: %v\n%s", errors.Join(err, ctx.Err()), log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// admitterProc is the admitter as a process of its own, on a natsProc and the bench's Redis.
+type admitterProc struct {
+	proc *child
+	// http is its HTTP server's address (/readyz, /debug/pprof).
+	http string
+	// exited delivers an error with the admitter's log if the process ends (before stop).
+	exited <-chan error
+}
+
+// startAdmitterProc starts the admitter (admitterBin, see buildProcesses) against natsURL and
+// the bench's Redis with plans (a plans file's YAML) and extra environment (ADMITTER_…=…, which
+// wins over the bench's own), logging warnings and errors to a file of its own. Its HTTP server
+// listens on a free loopback port; its decision APIs are off.
+func (e *env) startAdmitterProc(admitterBin, natsURL, plans string, extra ...string) (*admitterProc, error) {
+	dir := e.tb.TempDir()
+	plansPath := filepath.Join(dir, "plans.yaml")
+	if err := os.WriteFile(plansPath, []byte(plans), 0o644); err != nil {
+		return nil, err
+	}
+	hport, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", hport)
+	env := append(os.Environ(), "ADMITTER_NATS_URL="+natsURL, "ADMITTER_REDIS_URL="+e.redisURL, "ADMITTER_PLANS_FILE="+plansPath,
+		"ADMITTER_HTTP_ADDR="+httpAddr, "ADMITTER_API_ADDR=off", "ADMITTER_API_SUBJECT=off", "ADMITTER_LOG_LEVEL=warn")
+	logPath := filepath.Join(dir, "admitter.log")
+	proc, err := startChild(admitterBin, append(env, extra...), logPath)
+	if err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { // ends with the process, which stop ends
+		<-proc.done
+		log, _ := os.ReadFile(logPath)
+		exited <- fmt.Errorf("the admitter exited: %s", log)
+	}()
+	return &admitterProc{proc: proc, http: httpAddr, exited: exited}, nil
+}
+
+// stop stops the process (bounded, see child.stop).
+func (a *admitterProc) stop() { a.proc.stop() }
+
+// waitReady polls /readyz until the admitter answers that it admits, for at most within.
+func (a *admitterProc) waitReady(ctx context.Context, within time.Duration) error {
+	c := http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := c.Get("http://" + a.http + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = errors.New(resp.Status)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the admitter was not ready within %v: %v", within, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-a.exited:
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
