@@ -62,7 +62,7 @@ type Config struct {
 	// InFlightBytes / Workers (at least 1 MiB).
 	InFlightBytes int
 	// Heartbeat is how often the replica announces itself (default 1s); one not heard from for
-	// three heartbeats is taken for dead and its lanes are taken over.
+	// three heartbeats is taken for dead and its tenants' queues are taken over.
 	Heartbeat time.Duration
 	// Replica names this replica among the others (default: a random id).
 	Replica string

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// reader reads a lane: the first messages at or after a sequence on one subject of a stream, in
+// reader reads a tenant's queue: the first messages at or after a sequence on its subjects, in
 // one batched Direct Get request ($JS.API.DIRECT.GET.<stream> with next_by_subj, batch and
 // max_bytes; nats-server ≥ 2.11). nats.go reads one message per request only. Replies of every
 // request arrive on one wildcard inbox and are routed by its last token, so a read costs one
@@ -39,7 +39,7 @@ func newReader(js jetstream.JetStream) (*reader, error) {
 	r := &reader{nc: js.Conn(), api: api + "DIRECT.GET.", inbox: nats.NewInbox(), routes: map[string]chan *nats.Msg{}}
 	sub, err := r.nc.Subscribe(r.inbox+".*", r.route)
 	if err != nil {
-		return nil, fmt.Errorf("admission: lanes reader: %w", err)
+		return nil, fmt.Errorf("admission: reader: %w", err)
 	}
 	r.sub = sub
 	return r, nil

@@ -1,19 +1,20 @@
-// Package admission runs admitter's queue: it takes jobs from the input stream and forwards each
-// when its tenant's plan allows, through two paths.
+// Package admission runs admitter's queue: it forwards each job of the input stream when its
+// tenant's plan (and its pool) allows, dead-letters what can never pass, and leaves what must wait
+// where it arrived.
 //
-//   - Ingest (ingest.go): one durable consumer shared by every replica. A tenant's jobs are
-//     decided a batch at a time, in order (package policy, one limiter call per batch): what fits
-//     now is forwarded (publish, PubAck, ack), what must wait is moved to the tenant's lane
-//     (publish to the lanes stream, PubAck, ack), what can never pass is dead-lettered (publish,
-//     Term). A job never waits in the consumer's window.
-//   - Lanes (lanes.go): a tenant's waiting jobs, in order, on one subject of the lanes stream. A
-//     lane reads its head by Direct Get when its weight fits, forwards it and removes it, and
-//     sleeps until the next head fits. Replicas share the lanes (members.go).
+//   - Queues (queues.go): a tenant's queue is its jobs in the input, in order. One replica runs
+//     it (members.go); the replica's feed hands it its jobs, or it reads them by subject while
+//     behind; workers step the ready queues in turn (deficit round robin on weight).
+//   - Steps (step.go): read the head, decide it in one limiter call (package policy), forward
+//     and dead-letter in order, stop at the first job that waits and sleep exactly its wait.
+//   - Forwards in flight (forwards.go): the one lifecycle of a forward decided and not yet
+//     stored, and what the queue's next limiter call must say about it.
+//   - Removal: settled jobs leave the input by one compaction below every replica's floor
+//     (members.go), or by their queue's own removal when a waiting job keeps them above it.
 //
 // Nothing is dropped: a step that fails is retried or leaves the job where it was, and the
 // deterministic Nats-Msg-Id of every publish plus the limiter's redeem window make a repeated
 // step harmless. A full stream downstream holds jobs (publish.go): backpressure, not an error.
 // The package does not parse configuration or open connections: the caller passes a JetStream
-// context and a policy (see cmd/admitter); Layout says which streams, consumer and bucket it
-// uses.
+// context and a policy (see cmd/admitter); Layout says which streams and buckets it uses.
 package admission

@@ -59,7 +59,7 @@ func newLeases(s *Service) *leases {
 }
 
 // leaseSubjects checks the done and renew subjects against the others: a lease message must not
-// be stored as a job, forwarded, dead-lettered or taken for a lane.
+// be stored as a job, forwarded or dead-lettered.
 func leaseSubjects(c Config) error {
 	for _, l := range []struct {
 		name string

@@ -15,14 +15,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// members knows which replicas are alive and which of them runs each tenant's lane. Every
+// members knows which replicas are alive and which of them runs each tenant's queue. Every
 // replica writes a heartbeat to the replicas bucket (Layout.Replicas) every Heartbeat and
 // watches the others'; one not heard from for three heartbeats is gone, and one that stops
-// cleanly deletes its key, so the others take its lanes at once. A lane belongs to the live
+// cleanly deletes its key, so the others take its queues at once. A queue belongs to the live
 // replica that ranks highest for its tenant (rendezvous hashing): a replica joining or leaving
-// moves only its share of the lanes.
+// moves only its share of the queues.
 //
-// Nothing depends on two replicas never running one lane at the same moment (while a change of
+// Nothing depends on two replicas never running one queue at the same moment (while a change of
 // membership spreads they may, for a heartbeat): every decision is idempotent per job for the
 // redeem window, and every forward is deduplicated by its Nats-Msg-Id.
 //
@@ -61,7 +61,7 @@ func (m *members) liveNow() []string {
 	return slices.Clone(m.live)
 }
 
-// owns reports whether this replica runs tenant's lane.
+// owns reports whether this replica runs tenant's queue.
 func (m *members) owns(tenant string) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -113,7 +113,7 @@ type heartbeatValue struct {
 }
 
 // run keeps this replica's heartbeat and follows the others' until ctx ends; then it removes
-// its key, so that the others take its lanes at once.
+// its key, so that the others take its queues at once.
 func (m *members) run(ctx context.Context, kv jetstream.KeyValue) {
 	m.kv = kv
 	host, _ := os.Hostname()

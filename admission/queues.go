@@ -127,7 +127,7 @@ type queue struct {
 	owe            owed
 	errs           int
 	waited         uint64 // the highest input sequence told to wait (each counted once)
-	head           uint64 // the head last asked about, and how many steps asked
+	head           uint64 // the job the last step left waiting, and how many steps asked about it
 	asks           uint64
 }
 
@@ -350,15 +350,18 @@ func (q *queue) claim(owner int64) policy.Queue {
 // said clears what a limiter call said.
 func (q *queue) said() { q.owe = owed{} }
 
-// tries counts the steps that asked about the job at seq while it was the queue's head (1 the
-// first time): its Admit-Attempts.
+// tries is the Admit-Attempts of the job at seq in the step about to ask about it: how many
+// steps asked about it, this one included (the job the last step left waiting remembers its
+// count; every other is asked for the first time).
 func (q *queue) tries(seq uint64) uint64 {
-	if q.head != seq {
-		q.head, q.asks = seq, 0
+	if q.head == seq {
+		return q.asks + 1
 	}
-	q.asks++
-	return q.asks
+	return 1
 }
+
+// waits remembers the job the step leaves waiting at the head, and how many steps asked about it.
+func (q *queue) waits(seq, asks uint64) { q.head, q.asks = seq, asks }
 
 // adoptLocked gives tenant a queue behind, reading from its first job, if this replica owns it
 // and has none.

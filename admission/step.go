@@ -300,6 +300,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	}
 	q.errs = 0
 	if settled < len(jobs) {
+		q.waits(jobs[settled].seq, jobs[settled].tries)
 		res.next = max(jobs[settled].verdict.Wait, time.Millisecond)
 		return res
 	}

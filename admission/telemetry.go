@@ -114,7 +114,7 @@ func newTelemetry(c Config) (*telemetry, error) {
 }
 
 // startProcess starts a job's consumer span, continuing the trace its headers carry (the
-// producer's, or for a job read from its lane, the span that moved it there).
+// producer's, or for a job read from an earlier version's lane, the span that moved it there).
 func (t *telemetry) startProcess(ctx context.Context, name string, h nats.Header, subject string, seq, attempts uint64, c Config) (context.Context, trace.Span) {
 	ctx = t.propagator.Extract(ctx, wire.HeaderCarrier(h))
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer))

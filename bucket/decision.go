@@ -89,7 +89,7 @@ type Options struct {
 	// asking again is free (default 1 minute).
 	MarkerTTL time.Duration
 	// Redeem is how long a queued job decided by Admit is remembered (default 2 seconds): asked
-	// about again within it (a retried call, two replicas on one lane), it gets the same answer
+	// about again within it (a retried call, two replicas on one queue), it gets the same answer
 	// and is not charged twice; asked later, it is decided afresh and charged again. A job
 	// admitted by a replica that died before forwarding it is therefore paid for twice rather
 	// than forwarded in a burst after the slot it was given has passed.

@@ -11,8 +11,9 @@
 //
 // Verbs: Decide decides one request and, with a JobID, books the earliest slot at which it fits
 // after the bookings ahead of it (for callers that come back by themselves); Admit decides a
-// batch of one tenant's queued jobs in order without booking (the admission queue); CloseLane
-// and Inspect serve the queue and operators.
+// batch of one tenant's queued jobs in order without booking (the admission queue), and asks
+// the plan's pool first (pool.go); Release and Renew end and extend leases; Inspect serves
+// operators. Every backend implements every verb (Limiter).
 //
 // The package does not read plans files (package plans does), talk to NATS or keep time itself
 // beyond reading a clock.

@@ -172,7 +172,7 @@ tenants:
 
 // TestStalledNATSIsNoBurst: a tenant with a full bucket publishes 60 jobs; as the admitter sends
 // the first forward, NATS stops reading what it sends for 3 s. 20 are forwarded at once, the
-// rest move to its lane, and none of it is stored until NATS reads again. Stored 3 s late, the 20 reach downstream beside
+// rest wait in the input, and none of it is stored until NATS reads again. Stored 3 s late, the 20 reach downstream beside
 // what the bucket refilled meanwhile; the admitter charges them again, so the tenant's forwards
 // stay within C + r·t (one job of slack) in every interval. Before the charge: 20 over.
 func TestStalledNATSIsNoBurst(t *testing.T) {
@@ -181,7 +181,7 @@ func TestStalledNATSIsNoBurst(t *testing.T) {
 	w.natsURL = px.url() // the admitter's connection goes through the proxy, the test's does not
 	w.start()
 	px.arm("jobs.admitted.", 3*time.Second)
-	// All at once, so that the admitter takes them in one pull: 20 forwarded, 40 to the lane.
+	// All at once, so that the admitter reads them in one step: 20 forwarded, 40 waiting.
 	w.publishMany("jobs.submit.acme.report", "r", 60, 0)
 	px.awaitStall(t)
 	out := w.read("ADMITTED", 60, 60*time.Second)
@@ -223,11 +223,11 @@ var stallPlansTwo = func() string {
 // TestStalledNATSTwoReplicasIsNoBurst: two replicas share four tenants of {10, 10/s}; each
 // tenant publishes 30 jobs at once. As the first forward goes out, the node holding the output
 // stream stops reading for 3 s, from every replica (each replica's connection stalls at its
-// first forward from then until the 3 s are over). A tenant's jobs are decided by whichever
-// replica pulled them and by its lane's owner: a second decider that forwards the jobs its
-// bucket refilled while the first one's forwards were not yet stored sends them into the same
-// instant. Every tenant's forwards must stay within C + r·t (one job of slack) in every
-// interval. Before the fence across replicas: up to +10 over.
+// first forward from then until the 3 s are over). A second decider that forwarded the jobs its
+// bucket refilled while the first one's forwards were not yet stored would send them into the
+// same instant: the limiter holds each tenant's queue for its owner. Every tenant's forwards
+// must stay within C + r·t (one job of slack) in every interval. Before a hold across replicas
+// (then a fence): up to +10 over.
 func TestStalledNATSTwoReplicasIsNoBurst(t *testing.T) {
 	w := newWorld(t, stallPlansTwo)
 	px := startStallProxy(t, w.natsURL)

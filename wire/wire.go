@@ -217,7 +217,7 @@ func (f Fate) Waits() bool { return f >= FateDelayed && f <= FateHeld }
 type Source string
 
 const (
-	SourceQueue Source = "queue" // a job of the input stream or of a tenant's lane
+	SourceQueue Source = "queue" // a job of the input stream (or of an earlier version's lane)
 	SourceHTTP  Source = "http"  // POST /v1/decide, or the Go middleware
 	SourceNATS  Source = "nats"  // a request to the admitter.decide NATS endpoint
 	SourceRLS   Source = "rls"   // a descriptor of a ShouldRateLimit call of Envoy's rate limit service

@@ -1,5 +1,5 @@
 // Package buckettest is the conformance suite of admitter's limiters: one set of cases, keyed by
-// the features a backend promises (limit kinds, reservations, lanes, forgetting), that every
+// the features a backend promises (limit kinds, reservations, queues, forgetting, leases, pools), that every
 // backend of package bucket must pass, and that a new backend can run against itself. Each case
 // drives the backend's clock (time only moves when the case says so) and checks decisions,
 // waits and the state Inspect reports, to the microsecond.

@@ -8,7 +8,7 @@ import (
 	"github.com/admitter/admitter/bucket"
 )
 
-// leases is what a case of concurrency limits needs: the kind, lanes, and Release and Renew.
+// leases is what a case of concurrency limits needs: the kind, queues, and Release and Renew.
 func leases(kinds ...bucket.Kind) Features {
 	return Features{Kinds: append([]bucket.Kind{bucket.KindConcurrency}, kinds...), Queues: true, Leases: true}
 }

@@ -4,7 +4,7 @@
 //	admitter                 run the service (also: admitter run)
 //	admitter check-config    validate the environment and plans file, print the effective config
 //	admitter demo            run admitter with three demo tenants and watch it pace them
-//	admitter inspect TENANT  show a tenant's buckets now: tokens, lane, why jobs wait
+//	admitter inspect TENANT  show a tenant's buckets now: tokens, queue, pool, why jobs wait
 //	admitter plans ...       change the plans the replicas follow (ADMITTER_PLANS_KV)
 //	admitter dead ...        list dead letters, replay them to the input exactly once
 package main
@@ -26,7 +26,7 @@ const usage = `usage: admitter [run | check-config | demo | inspect TENANT | pla
   run            consume, decide and forward jobs (the default)
   check-config   validate the environment and the plans file, print the effective configuration
   demo           run admitter with three demo tenants and watch it pace them (admitter demo -h)
-  inspect TENANT show the tenant's plan, each limit's tokens now and time to full, its lane and
+  inspect TENANT show the tenant's plan, each limit's tokens now and time to full, its queue, its pool and
                  pause, and why its jobs wait: from Redis, or from the running admitter's /inspect
   plans COMMAND  push, show, set, unset, pause, resume: the plans in ADMITTER_PLANS_KV
                  (admitter plans help)

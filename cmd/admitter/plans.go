@@ -27,7 +27,7 @@ import (
 
 // livePlans keeps the running service's plans current: the plans file, watched and re-read on
 // SIGHUP, or the plans bucket (ADMITTER_PLANS_KV), followed. A new version is applied whole
-// (plans, overrides, pauses) and the lanes ask again at once; one that does not validate is
+// (plans, overrides, pauses) and the tenants' queues ask again at once; one that does not validate is
 // refused, said in the log and counted, and the plans in force stay.
 type livePlans struct {
 	st      *stack

@@ -45,7 +45,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.IntVar(&o.FloodRate, "flood-rate", def.FloodRate, "deep flood: the noisy tenant's plan rate per second (and burst)")
 	fs.IntVar(&o.FloodQuietTenants, "flood-quiet", def.FloodQuietTenants, "deep flood: quiet tenants, 5 jobs/s each, within their plan")
 	fs.StringVar(&o.FloodProfile, "flood-cpuprofile", "", "deep flood: write a 15s CPU profile of the admitter process from the start of the flood to this `path`")
-	fs.DurationVar(&o.FloodDuration, "flood-duration", def.FloodDuration, "deep flood: measured time once the backlog waits in the tenant's lane")
+	fs.DurationVar(&o.FloodDuration, "flood-duration", def.FloodDuration, "deep flood: measured time once the backlog waits in the tenant's queue")
 	fs.IntVar(&o.FairTenants, "fair-tenants", def.FairTenants, "fair: tenants with a backlog each (-quick: 100)")
 	fs.IntVar(&o.FairJobs, "fair-jobs", def.FairJobs, "fair: each tenant's backlog, published tenant by tenant (-quick: 100)")
 	fs.IntVar(&o.FairQuantum, "fair-quantum", def.FairQuantum, "fair: the admitter's ADMITTER_QUANTUM (0: its default, 100)")
