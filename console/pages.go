@@ -53,6 +53,16 @@ var funcs = template.FuncMap{
 	"list":  func(s ...string) []string { return s },
 	"add":   func(a, b int) int { return a + b },
 	"query": func(v url.Values) string { return v.Encode() },
+	// fate is a fate's index in the per-fate counts, by its name (wire.Fate's String): a
+	// template never spells the order out.
+	"fate": func(name string) (int, error) {
+		for f := range wire.NumFates {
+			if f.String() == name {
+				return int(f), nil
+			}
+		}
+		return 0, fmt.Errorf("console: no fate %q", name)
+	},
 }
 
 func rateDigits(f float64) int {
