@@ -21,6 +21,17 @@ type Merged struct {
 	Replicas []string
 }
 
+// Others are the replicas other than Replica that decided some of its jobs.
+func (m *Merged) Others() []string {
+	var out []string
+	for _, r := range m.Replicas {
+		if r != m.Replica {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // MergeTenants merges the shares' tenants, sorted by tenant. A tenant's counts and admitted
 // weight are the sums over the shares; its latest decision, last seen time and replica are
 // those of the share that saw it last (its plan too, or the latest plan any share names).

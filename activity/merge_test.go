@@ -31,6 +31,9 @@ func TestMergeTenants(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("merged:\n got %+v\nwant %+v", got, want)
 	}
+	if o := got[1].Others(); len(o) != 1 || o[0] != "r1" {
+		t.Errorf("bob's other replicas: %v, want r1", o)
+	}
 	// The order of the shares does not matter.
 	if again := MergeTenants([]Share{r2, r1}); !reflect.DeepEqual(again, want) {
 		t.Errorf("merged the other way round:\n got %+v\nwant %+v", again, want)
