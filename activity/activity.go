@@ -7,6 +7,11 @@
 // (package console) reads it. The data goes one way: an Index decides nothing, reads no message,
 // talks to no server, and nothing it holds flows back into decisions.
 //
+// A replica's share (Share, share.go) is what the consoles of the other replicas read of its
+// index: a bounded JSON message, written and read here (AppendJSON, ParseShare); the console
+// carries it over NATS. MergeTenants, MergeWaits and MergeSeries combine the shares of every
+// replica into the cluster's view (merge.go).
+//
 // Memory: about 1 KiB per tenant (its per-second counts, its recent waits, its names), so at
 // most about 10 MiB with the default MaxTenants of 10,000, plus 600 KiB for the replica's
 // series. Past MaxTenants, the tenant seen least recently is forgotten first; tenants not seen
@@ -225,8 +230,10 @@ type Tenant struct {
 	Tenant, Plan string
 	// LastSeen is when its latest decision was applied.
 	LastSeen time.Time
-	// AdmittedPerSec is the weight admitted per second over the last RateWindow (complete
-	// seconds); Admitted, Delayed and Dead count its jobs over the same window.
+	// AdmittedWeight is the weight admitted over the last RateWindow (complete seconds), and
+	// AdmittedPerSec the same per second; Admitted, Delayed and Dead count its jobs over the
+	// same window.
+	AdmittedWeight          int64
 	AdmittedPerSec          float64
 	Admitted, Delayed, Dead int64
 	// Latest is its latest decision: Fate, Limit, and for a wait the time it was told (its
@@ -256,7 +263,7 @@ func (t *tenant) view(now time.Time) Tenant {
 			v.Dead += int64(s.dead)
 		}
 	}
-	v.AdmittedPerSec = float64(w) / RateWindow.Seconds()
+	v.AdmittedWeight, v.AdmittedPerSec = w, float64(w)/RateWindow.Seconds()
 	return v
 }
 

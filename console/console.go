@@ -5,12 +5,17 @@
 // new job would wait, its recent waits and dead letters, pause/resume and move-to-plan), and
 // Dead letters (by code and tenant, with their headers, replayed exactly once).
 //
+// The overview, tenants and tenant pages show every live replica's decisions: this replica's
+// from memory, the others' as they answer a NATS request for their activity share within a
+// bound (Shares, share.go), each labelled with the replica that decided it; a replica that did
+// not answer is named on the page (a partial view), never left out in silence.
+//
 // Pages are rendered on the server with html/template from templates embedded in the binary;
 // the tables work without script, and a small script refreshes the live parts. It reads: the
-// activity index (package activity), the policy (plans, pauses, Inspect), the queue's status,
-// and the dead stream (package deadletter). It acts only through the plans bucket (package
-// plansource) and deadletter's Replay, and only for a caller holding ADMITTER_CONSOLE_TOKEN;
-// every action is logged with who asked.
+// activity index (package activity) and the other replicas' shares, the policy (plans,
+// pauses, Inspect), the queue's status, and the dead stream (package deadletter). It acts only
+// through the plans bucket (package plansource) and deadletter's Replay, and only for a caller
+// holding ADMITTER_CONSOLE_TOKEN; every action is logged with who asked.
 package console
 
 import (
@@ -75,6 +80,9 @@ type Backend struct {
 	// a plans bucket (then there are no pause, resume or move controls).
 	Dead  DeadLetters
 	Plans PlanControl
+	// Shares asks the other live replicas for their activity (see StartShares); nil: the pages
+	// show this replica's activity only, and say that the others' is missing.
+	Shares *Shares
 }
 
 // Config is what a Console needs from the start.
@@ -164,9 +172,10 @@ func staticHandler(h http.Handler) http.Handler {
 type page struct {
 	Title, Nav string
 	Caller     caller
-	CanAct     bool // ADMITTER_CONSOLE_TOKEN is set
-	Operator   bool // the caller may act
-	Plans      bool // the plans live in a bucket: pause/move controls
+	CanAct     bool   // ADMITTER_CONSOLE_TOKEN is set
+	Operator   bool   // the caller may act
+	Plans      bool   // the plans live in a bucket: pause/move controls
+	Replica    string // this replica's name, when it shares ("" otherwise)
 	Now        time.Time
 	Flash      string
 	Data       any
@@ -181,6 +190,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	p.Operator = p.Caller.role == operator
 	if b := c.back.Load(); b != nil {
 		p.Plans = b.Plans != nil
+		if b.Shares != nil {
+			p.Replica = b.Shares.Replica()
+		}
 	}
 	if p.Flash == "" {
 		p.Flash = flash(r.URL.Query())

@@ -386,3 +386,22 @@ func TestShadowBadges(t *testing.T) {
 		t.Errorf("bob's page says his plan is in shadow mode")
 	}
 }
+
+// TestOverviewTiles: each tile and column of the overview counts its own fate (they once read
+// the counts in the order of an earlier encoding: "Delayed" showed the degraded jobs).
+func TestOverviewTiles(t *testing.T) {
+	r := newRig(t, testPlans(t, 0), "", "")
+	at := time.Now().Add(-3 * time.Second)
+	for i, f := range []wire.Fate{wire.FateAdmitted, wire.FateDegraded, wire.FateDelayed, wire.FatePaused, wire.FateHeld, wire.FateDead} {
+		for range 10 * (i + 1) {
+			r.idx.Record(activity.Event{At: at, Tenant: "bob", Fate: f, Weight: 1})
+		}
+	}
+	_, body := r.get(t, "/console/")
+	for _, want := range []string{`id="rate-admitted">1.00<`, `id="rate-degraded">2.00<`, `id="rate-delayed">3.00<`, `<dt>Paused</dt><dd>4.00<`, `<dt>Held</dt><dd>5.00<`, `id="rate-dead">6.00<`,
+		`<td class="num">10</td><td class="num">30</td><td class="num">60</td><td class="num">20</td>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the overview lacks %s", want)
+		}
+	}
+}

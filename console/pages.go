@@ -53,6 +53,16 @@ var funcs = template.FuncMap{
 	"list":  func(s ...string) []string { return s },
 	"add":   func(a, b int) int { return a + b },
 	"query": func(v url.Values) string { return v.Encode() },
+	// fate is a fate's index in the per-fate counts, by its name (wire.Fate's String): a
+	// template never spells the order out.
+	"fate": func(name string) (int, error) {
+		for f := range wire.NumFates {
+			if f.String() == name {
+				return int(f), nil
+			}
+		}
+		return 0, fmt.Errorf("console: no fate %q", name)
+	},
 }
 
 func rateDigits(f float64) int {
@@ -69,30 +79,60 @@ func rateDigits(f float64) int {
 
 type overviewData struct {
 	Chart    chart
-	Now      [wire.NumFates]float64 // per second over the last 10 s
+	Now      [wire.NumFates]float64 // per second over the last 10 s, every replica that answered
 	Status   admission.Status
 	Redis    string
 	RedisOK  bool
 	FailMode string
 	Ready    string
 	Recent   []activity.Second // the last 60 seconds, newest first, for the data table
+	View     view
+	Replicas []replicaRow
+}
+
+// A replicaRow is one replica of the overview's table: its heartbeat, how its share came,
+// and its decisions per second over the last 10 s.
+type replicaRow struct {
+	admission.Replica
+	Share replicaShare
+	State string // memory, answered, missing (live, no share), or gone
+	Now   [wire.NumFates]float64
+}
+
+// perSecond is the jobs per second by fate over secs.
+func perSecond(secs []activity.Second) [wire.NumFates]float64 {
+	var out [wire.NumFates]float64
+	for _, s := range secs {
+		for k := range s.Jobs {
+			out[k] += float64(s.Jobs[k]) / float64(len(secs))
+		}
+	}
+	return out
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, _ caller, b *Backend) {
 	now := c.cfg.Now()
-	secs := b.Activity.Series(now, 300)
-	d := overviewData{Chart: drawChart(secs), FailMode: string(b.Policy.FailMode())}
-	for _, s := range secs[len(secs)-10:] {
-		for k := range s.Jobs {
-			d.Now[k] += float64(s.Jobs[k]) / 10
-		}
-	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	d := overviewData{FailMode: string(b.Policy.FailMode()), Status: b.Queue.Status(ctx)}
+	d.View = c.gather(ctx, b, d.Status, activity.ShareRequest{Want: activity.WantOverview}, now)
+	secs := activity.MergeSeries(now, 300, d.View.Shares())
+	d.Chart, d.Now = drawChart(secs), perSecond(secs[len(secs)-10:])
 	for i := len(secs) - 1; i >= len(secs)-60; i-- {
 		d.Recent = append(d.Recent, secs[i])
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	d.Status = b.Queue.Status(ctx)
+	for _, rp := range d.Status.Replicas {
+		row := replicaRow{Replica: rp, State: "gone"}
+		for _, rs := range d.View.Replicas {
+			if rs.Name == rp.Name {
+				row.Share, row.State = rs, rs.State()
+				if rs.In {
+					row.Now = perSecond(activity.MergeSeries(now, 10, []activity.Share{rs.Share}))
+				}
+			}
+		}
+		d.Replicas = append(d.Replicas, row)
+	}
 	if err := b.Policy.Ping(ctx); err != nil {
 		d.Redis = "unreachable: " + err.Error()
 	} else if b.Policy.LimiterDown() {
@@ -108,6 +148,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, _ caller, b *
 // A row is one tenant of the tenants page.
 type row struct {
 	activity.Tenant
+	// Replica decided its latest job ("" when no replica that answered did within
+	// activity.Retention); Also are the others that decided some of its jobs.
+	Replica  string
+	Also     []string
 	Rate     float64 // the plan's rate (weight/s); 0 when it has no plan
 	Use      float64 // AdmittedPerSec / Rate; -1 without a plan
 	Waiting  uint64
@@ -128,7 +172,12 @@ var tenantSorts = map[string]func(a, b *row) int{
 	"limit":   func(a, b *row) int { return strings.Compare(a.Latest.Limit, b.Latest.Limit) },
 	"next":    func(a, b *row) int { return a.NextSlot.Compare(b.NextSlot) },
 	"seen":    func(a, b *row) int { return a.LastSeen.Compare(b.LastSeen) },
+	"replica": func(a, b *row) int { return strings.Compare(a.Replica, b.Replica) },
 }
+
+// ascending are the columns that sort ascending first (names); the others sort descending
+// first (figures, times).
+var ascending = map[string]bool{"tenant": true, "plan": true, "limit": true, "replica": true}
 
 // PageSize is how many rows the tenants page shows at once.
 const PageSize = 50
@@ -142,7 +191,8 @@ type tenantsData struct {
 	Columns           []column
 	Prev, Next        string // links
 	WaitingErr        string
-	Tracked, MaxTrack int
+	Tracked, MaxTrack int // tenants this replica's index keeps, and its bound
+	View              view
 }
 
 type column struct {
@@ -157,21 +207,22 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request, _ caller, b *B
 	if _, ok := tenantSorts[d.Sort]; !ok {
 		d.Sort = "waiting"
 	}
-	if d.Sort == "tenant" || d.Sort == "plan" || d.Sort == "limit" {
+	if ascending[d.Sort] {
 		d.Desc = q.Get("dir") == "desc"
 	}
 	d.Page, _ = strconv.Atoi(q.Get("page"))
 	d.Page = max(d.Page, 1)
 
-	acts := b.Activity.Tenants(now)
-	d.Tracked, d.MaxTrack = len(acts), b.Activity.MaxTenants()
-	rows := make(map[string]*row, len(acts))
-	for _, a := range acts {
-		rows[a.Tenant] = &row{Tenant: a}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	d.View = c.gather(ctx, b, b.Queue.Status(ctx), activity.ShareRequest{Want: activity.WantTenants}, now)
+	d.Tracked, d.MaxTrack = d.View.Replicas[0].Share.Total, b.Activity.MaxTenants()
+	merged := activity.MergeTenants(d.View.Shares())
+	rows := make(map[string]*row, len(merged))
+	for _, m := range merged {
+		rows[m.Tenant.Tenant] = &row{Tenant: m.Tenant, Replica: m.Replica, Also: m.Others()}
 	}
 	waiting, err := c.waiting.get(now, 2*time.Second, func() (map[string]uint64, error) {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
 		return b.Queue.Waiting(ctx)
 	})
 	if err != nil {
@@ -274,9 +325,9 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request, _ caller, b *B
 	}
 	for _, col := range []column{{Key: "tenant", Label: "Tenant"}, {Key: "plan", Label: "Plan"}, {Key: "rate", Label: "Admitted/s", Numeric: true},
 		{Key: "use", Label: "Of plan rate", Numeric: true}, {Key: "waiting", Label: "Waiting", Numeric: true}, {Key: "delayed", Label: "Delayed (10 s)", Numeric: true},
-		{Key: "limit", Label: "Binding limit"}, {Key: "next", Label: "Next slot"}, {Key: "seen", Label: "Last decision"}} {
+		{Key: "limit", Label: "Binding limit"}, {Key: "next", Label: "Next slot"}, {Key: "seen", Label: "Last decision"}, {Key: "replica", Label: "Decided by"}} {
 		dir := "desc"
-		if col.Key == "tenant" || col.Key == "plan" || col.Key == "limit" {
+		if ascending[col.Key] {
 			dir = "asc"
 		}
 		col.Aria = "none"
@@ -300,16 +351,21 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request, _ caller, b *B
 // ---- A tenant ----
 
 type tenantData struct {
-	Tenant    string
-	State     wire.TenantState
-	Err       string
-	Weight    int64
-	Why       Why
-	Waiting   uint64
-	Paused    time.Time
+	Tenant  string
+	State   wire.TenantState
+	Err     string
+	Weight  int64
+	Why     Why
+	Waiting uint64
+	Paused  time.Time
+	// Activity is its activity over every replica that answered (Seen: one did see it),
+	// Replica the one that decided its latest job, Also the others that decided some.
 	Activity  activity.Tenant
 	Seen      bool
-	Waits     []activity.Wait
+	Replica   string
+	Also      []string
+	Waits     []activity.ReplicaWait
+	View      view
 	Dead      []deadletter.Letter
 	DeadErr   string
 	PlanNames []string
@@ -345,7 +401,11 @@ func (c *Console) tenant(w http.ResponseWriter, r *http.Request, _ caller, b *Ba
 	if len(st.Limits) > 0 {
 		d.Why = explain(st, d.Weight, d.Waiting, d.Paused, now)
 	}
-	d.Activity, d.Waits, d.Seen = b.Activity.Tenant(name, now)
+	d.View = c.gather(ctx, b, b.Queue.Status(ctx), activity.ShareRequest{Want: activity.WantTenant, Tenant: name}, now)
+	if m := activity.MergeTenants(d.View.Shares()); len(m) == 1 {
+		d.Activity, d.Seen, d.Replica, d.Also = m[0].Tenant, true, m[0].Replica, m[0].Others()
+	}
+	d.Waits = activity.MergeWaits(d.View.Shares())
 	if b.Dead != nil {
 		letters, _, err := b.Dead.List(ctx, deadletter.Filter{Tenant: name, Limit: 10})
 		if err != nil {

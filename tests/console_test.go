@@ -8,13 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/wire"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -305,5 +308,75 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if e := b.errors(); len(e) > 0 {
 		t.Errorf("console messages: %q", e)
+	}
+}
+
+// TestConsoleShowsEveryReplica: two replicas, alpha and beta, share twelve tenants. Each
+// replica's tenants page lists every tenant, each marked with the replica that decided it (both
+// replicas decided some, and both pages agree), and each overview says the other replica's share
+// came in. Before the console asked the other replicas, each page showed its own tenants only.
+func TestConsoleShowsEveryReplica(t *testing.T) {
+	w := newWorld(t, onePlan+"default_plan: free\n")
+	names := []string{"alpha", "beta"}
+	base := map[string]string{}
+	var procs []*proc
+	for _, name := range names {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		base[name] = fmt.Sprintf("http://127.0.0.1:%d", port)
+		procs = append(procs, w.start("ADMITTER_WORKERS=4", "ADMITTER_REPLICA="+name, fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port)))
+	}
+	waitFor(t, 10*time.Second, "both replicas to see each other", func() bool {
+		for _, name := range names {
+			if _, body := httpGet(t, base[name]+"/metrics"); metricValue(body, wire.MetricReplicas.Prom) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	const tenants, each = 12, 3
+	for k := range tenants {
+		for i := range each {
+			w.publish(fmt.Sprintf("jobs.submit.t%02d.x", k), fmt.Sprintf("job-%02d-%d", k, i))
+		}
+	}
+	w.read("ADMITTED", tenants*each, 30*time.Second)
+
+	row := regexp.MustCompile(`<tr data-tenant="(t\d\d)"( data-replica="([^"]*)")?`)
+	decided := map[string]map[string]string{} // page → tenant → replica
+	for _, name := range names {
+		code, body := httpGet(t, base[name]+"/console/tenants?sort=tenant&dir=asc")
+		if code != 200 {
+			t.Fatalf("%s's tenants page: %d\n%s", name, code, body)
+		}
+		decided[name] = map[string]string{}
+		by := map[string]int{}
+		for _, m := range row.FindAllStringSubmatch(body, -1) {
+			decided[name][m[1]] = m[3]
+			by[m[3]]++
+		}
+		if len(decided[name]) != tenants || by["alpha"] == 0 || by["beta"] == 0 || by["alpha"]+by["beta"] != tenants {
+			t.Fatalf("%s's tenants page lists %d of the %d tenants, decided by %v (\"\": not said); want every tenant, decided by alpha or beta, both:\n%s", name, len(decided[name]), tenants, by, body)
+		}
+		if strings.Contains(body, "Partial view") {
+			t.Errorf("%s's tenants page says its view is partial", name)
+		}
+		t.Logf("%s's tenants page: decided by %v", name, by)
+	}
+	for tenant, r := range decided["alpha"] {
+		if decided["beta"][tenant] != r {
+			t.Errorf("tenant %s: decided by %s on alpha's page, by %s on beta's", tenant, r, decided["beta"][tenant])
+		}
+	}
+	_, body := httpGet(t, base["alpha"]+"/console/")
+	if !strings.Contains(body, `data-replica="beta" data-share="answered"`) || !strings.Contains(body, `data-replica="alpha" data-share="memory"`) {
+		t.Errorf("alpha's overview does not say both shares are in:\n%s", body)
+	}
+	for _, p := range procs {
+		if p.signal(syscall.SIGTERM, 15*time.Second) != 0 {
+			t.Errorf("replica exited non-zero:\n%s", p.logs.String())
+		}
 	}
 }

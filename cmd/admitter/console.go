@@ -19,14 +19,21 @@ func newConsole(c *config, b *boot, log *slog.Logger) (*console.Console, error) 
 	return console.New(console.Config{ActToken: c.ConsoleToken, ReadToken: c.HTTPToken, Logger: log, Starting: b.Ready})
 }
 
-// attachConsole gives the console the running stack: its activity, policy and queue, the dead
-// letters, and the plans bucket when the plans live in one. What cannot be opened is left out
-// (the console says so) rather than stopping the service.
-func attachConsole(ctx context.Context, con *console.Console, st *stack, c *config, log *slog.Logger) {
+// startShares answers the other replicas' consoles for this replica's activity, on
+// _ADMITTER.<ADMITTER_CONSUMER>.activity.<replica>, whether this replica's console is on or off
+// (theirs may be on), and asks them for theirs for this replica's console.
+func startShares(st *stack, c *config, log *slog.Logger) (*console.Shares, error) {
+	return console.StartShares(st.nc, console.SharesConfig{Consumer: c.Consumer, Replica: st.replica, Activity: st.activity, Logger: log})
+}
+
+// attachConsole gives the console the running stack: its activity and the other replicas'
+// shares, policy and queue, the dead letters, and the plans bucket when the plans live in one.
+// What cannot be opened is left out (the console says so) rather than stopping the service.
+func attachConsole(ctx context.Context, con *console.Console, st *stack, shares *console.Shares, c *config, log *slog.Logger) {
 	if con == nil {
 		return
 	}
-	back := &console.Backend{Activity: st.activity, Policy: st.policy, Queue: st.svc}
+	back := &console.Backend{Activity: st.activity, Policy: st.policy, Queue: st.svc, Shares: shares}
 	dead, err := deadletter.Open(ctx, deadletter.Config{JetStream: st.js, In: c.in, Dead: c.dead,
 		StreamIn: c.StreamIn, StreamDead: c.StreamDead, Replicas: c.StreamReplicas})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -31,8 +32,10 @@ type stack struct {
 	tel     *telemetry
 	// activity records what this replica's queue decided, for the console.
 	activity *activity.Index
-	natsURL  string
-	closers  []func() // run in reverse order by close
+	// replica is this replica's name (ADMITTER_REPLICA, else a random id).
+	replica string
+	natsURL string
+	closers []func() // run in reverse order by close
 }
 
 // close releases everything start acquired, in reverse order.
@@ -118,9 +121,14 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		}
 		defer stop()
 	}
+	shares, err := startShares(st, c, log)
+	if err != nil {
+		return err
+	}
+	defer shares.Stop()
 	b.running(ready)
 	running.Store(st)
-	attachConsole(ctx, con, st, c, log)
+	attachConsole(ctx, con, st, shares, c, log)
 	return st.svc.Run(ctx)
 }
 
@@ -128,7 +136,10 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 // unset) and prepares the streams and consumer, saying in b what it waits for. On error it
 // releases what it acquired.
 func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *boot) (_ *stack, err error) {
-	st := &stack{tel: tel, activity: activity.New(0)}
+	st := &stack{tel: tel, activity: activity.New(0), replica: c.Replica}
+	if st.replica == "" {
+		st.replica = nuid.Next()
+	}
 	defer func() {
 		if err != nil {
 			st.close()
@@ -200,7 +211,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		JetStream: st.js, Policy: st.policy,
 		In: c.in, Out: c.out, Dead: c.dead, Wait: c.wait, Done: c.done, Renew: c.renew, LeaseAcks: c.LeaseAcks,
 		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, StreamWait: c.StreamWait,
-		Consumer: c.Consumer, Replica: c.Replica, Replicas: c.StreamReplicas,
+		Consumer: c.Consumer, Replica: st.replica, Replicas: c.StreamReplicas,
 		DuplicateWindow: c.DuplicateWindow, Workers: c.Workers, Batch: c.Batch, Quantum: c.Quantum, DiscoveryInterval: c.Discovery,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
