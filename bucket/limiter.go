@@ -19,8 +19,10 @@ type Limiter interface {
 	// LeaseRequest).
 	Release(ctx context.Context, req LeaseRequest) (LeaseResult, error)
 	Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error)
-	// Inspect reads a tenant's state under plan without changing it.
+	// Inspect reads a tenant's state under plan without changing it (its plan's pool too).
 	Inspect(ctx context.Context, tenant string, plan *Plan) (Snapshot, error)
+	// InspectPool reads a pool without changing it: what it holds and whom it serves.
+	InspectPool(ctx context.Context, p *Pool) (PoolSnapshot, error)
 	// Ping reports whether the backend answers.
 	Ping(ctx context.Context) error
 	// Late is how late after its decision a forward may reach downstream before its tenant is

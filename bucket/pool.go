@@ -108,6 +108,9 @@ func (p *Pool) maxWeight() int64 {
 	return m
 }
 
+// Rule is the pool's rule for people: "8 in flight, lease 30s, capacity 100 at 50/s".
+func (p *Pool) Rule() string { return p.describe() }
+
 // describe is the pool's rule for people.
 func (p *Pool) describe() string {
 	var parts []string
@@ -286,6 +289,27 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 	}
 	res.Wake = r.wake
 	return res, nil
+}
+
+// InspectPool reads a pool without changing it.
+func (m *Memory) InspectPool(ctx context.Context, p *Pool) (PoolSnapshot, error) {
+	return poolSnapshot(ctx, m, p)
+}
+
+// InspectPool reads a pool without changing it.
+func (r *Redis) InspectPool(ctx context.Context, p *Pool) (PoolSnapshot, error) {
+	return poolSnapshot(ctx, r, p)
+}
+
+func poolSnapshot(ctx context.Context, pb poolBackend, p *Pool) (PoolSnapshot, error) {
+	if p == nil {
+		return PoolSnapshot{}, fmt.Errorf("bucket: no pool given")
+	}
+	s, err := inspectPool(ctx, pb, "", &Plan{Pool: p})
+	if err != nil {
+		return PoolSnapshot{}, err
+	}
+	return *s, nil
 }
 
 // inspectPool reads the pool of a plan, when it has one.

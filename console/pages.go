@@ -88,6 +88,9 @@ type overviewData struct {
 	Recent   []activity.Second // the last 60 seconds, newest first, for the data table
 	View     view
 	Replicas []replicaRow
+	// Pools are the plans' capacity pools as the limiter holds them now.
+	Pools    []wire.PoolState
+	PoolsErr string
 }
 
 // A replicaRow is one replica of the overview's table: its heartbeat, how its share came,
@@ -132,6 +135,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, _ caller, b *
 			}
 		}
 		d.Replicas = append(d.Replicas, row)
+	}
+	if pools, err := b.Policy.Pools(ctx); err != nil {
+		d.PoolsErr = err.Error()
+	} else {
+		d.Pools = pools
 	}
 	if err := b.Policy.Ping(ctx); err != nil {
 		d.Redis = "unreachable: " + err.Error()

@@ -33,6 +33,31 @@ func (p *Policy) Inspect(ctx context.Context, tenant string) (wire.TenantState, 
 	return TenantState(tenant, plan, snap), nil
 }
 
+// Pools reads every pool the plans name (their rules, what they hold, whom they serve).
+func (p *Policy) Pools(ctx context.Context) ([]wire.PoolState, error) {
+	ctx, cancel := context.WithTimeout(ctx, InspectTimeout)
+	defer cancel()
+	var out []wire.PoolState
+	for _, pool := range p.plans.Load().Pools() {
+		snap, err := p.limiter.InspectPool(ctx, pool)
+		if err != nil {
+			return out, fmt.Errorf("policy: inspect pool %s: %w", pool.Name, err)
+		}
+		out = append(out, poolState(pool, snap, 0))
+	}
+	return out, nil
+}
+
+// poolState is a pool's snapshot as the API tells it; share is the tenant's (0: no tenant's).
+func poolState(pool *bucket.Pool, snap bucket.PoolSnapshot, share int64) wire.PoolState {
+	s := wire.PoolState{Name: pool.Name, Rule: pool.Rule(), Concurrency: pool.Concurrency, Capacity: pool.Capacity,
+		InFlight: snap.InFlight, Tokens: snap.Tokens, Waiting: snap.Waiting, WaitingShares: snap.WaitingShares, Share: share}
+	for _, pt := range snap.Tenants {
+		s.Tenants = append(s.Tenants, wire.PoolTenant{Tenant: pt.Tenant, Share: pt.Share, Received: pt.Received, Waiting: pt.Waiting})
+	}
+	return s
+}
+
 // TenantState turns a snapshot of tenant's buckets under plan into what Inspect returns.
 func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.TenantState {
 	s := wire.TenantState{Tenant: tenant, Plan: plan.Name, Shadow: plan.Shadow, At: snap.At.UTC(), Reservations: snap.Reservations,
@@ -44,6 +69,10 @@ func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.Te
 	if !snap.HeldUntil.IsZero() {
 		t := snap.HeldUntil.UTC()
 		s.HeldUntil = &t
+	}
+	if snap.Pool != nil && plan.Pool != nil {
+		ps := poolState(plan.Pool, *snap.Pool, max(plan.Share, 1))
+		s.Pool = &ps
 	}
 	var wait time.Duration
 	for i, ls := range snap.Limits {

@@ -2,14 +2,18 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/admitter/admitter/wire"
 	"github.com/admitter/admitter/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,7 +78,7 @@ func (p *poolWork) handle(ctx context.Context, j *worker.Job) error {
 // their publishing (p99); the workers are busy ≥ 85 % of the time.
 func TestPoolSharesTheWorkers(t *testing.T) {
 	w := newWorld(t, poolPlans)
-	env, metrics, _ := servePorts(t)
+	env, metrics, api := servePorts(t)
 	w.start(env...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -122,6 +126,25 @@ func TestPoolSharesTheWorkers(t *testing.T) {
 		}
 	}()
 	<-quiet
+	// While the heavy tenants still wait: the pool as the decision API, the console and the
+	// metrics show it.
+	resp, err := http.Get(api + "/v1/tenants/heavy3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st wire.TenantState
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.Pool == nil || st.Pool.Name != "workers" || st.Pool.Share != 3 || st.Pool.InFlight > 8 || st.Pool.Waiting < 1 {
+		t.Errorf("GET /v1/tenants/heavy3: pool %+v (%v), want workers, share 3, at most 8 in flight, tenants waiting", st.Pool, err)
+	}
+	console := strings.TrimSuffix(metrics, "/metrics") + "/console/"
+	if _, body := httpGet(t, console); !strings.Contains(body, `data-pool="workers"`) {
+		t.Errorf("the console's overview lists no pool workers")
+	}
+	if _, body := httpGet(t, console+"tenants/heavy1"); !strings.Contains(body, "Pool workers") || !strings.Contains(body, "heavy1&#39;s share 1") {
+		t.Errorf("the console's page of heavy1 does not show its pool and share")
+	}
 	time.Sleep(time.Second) // the last quiet job's turn
 	end := time.Now()
 

@@ -27,6 +27,38 @@ type TenantState struct {
 	// it would be allowed now), and Limit the limit it would wait for ("" when none).
 	WaitMs int64  `json:"wait_ms"`
 	Limit  string `json:"limit"`
+	// Pool is the capacity pool the tenant's plan shares with others (absent: none). WaitMs
+	// does not count it: a synchronous request does not ask pools, the queue's jobs do.
+	Pool *PoolState `json:"pool,omitempty"`
+}
+
+// PoolState is a pool of a TenantState: its rule, what it holds now, the tenant's share, and the
+// tenants it serves lately (waiting first, in turn; at most 100).
+type PoolState struct {
+	Name string `json:"name"`
+	// Rule is the pool in words ("8 in flight, lease 30s", "capacity 100 at 50/s").
+	Rule        string `json:"rule"`
+	Concurrency int64  `json:"concurrency,omitempty"`
+	Capacity    int64  `json:"capacity,omitempty"`
+	// InFlight is the weight holding its slots; Tokens its bucket's tokens (-1: no bucket).
+	InFlight int64 `json:"in_flight"`
+	Tokens   int64 `json:"tokens"`
+	// Waiting is how many tenants wait for it, WaitingShares their shares together; Share the
+	// tenant's (its plan's).
+	Waiting       int64 `json:"waiting"`
+	WaitingShares int64 `json:"waiting_shares"`
+	Share         int64 `json:"share"`
+	// Tenants it serves lately: each one's share (0: not known, it does not wait), the weight
+	// it received since it last had nothing waiting, and whether it waits.
+	Tenants []PoolTenant `json:"tenants,omitempty"`
+}
+
+// PoolTenant is one tenant of a PoolState.
+type PoolTenant struct {
+	Tenant   string `json:"tenant"`
+	Share    int64  `json:"share"`
+	Received int64  `json:"received"`
+	Waiting  bool   `json:"waiting"`
 }
 
 // LimitState is one limit of a TenantState.

@@ -216,6 +216,9 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 		}
 		fmt.Fprintln(w)
 	}
+	if p := r.Pool; p != nil {
+		printPool(w, r.Tenant, p)
+	}
 	switch {
 	case binding != nil && r.WaitMs > 0:
 		fmt.Fprintf(w, "\nwhy jobs wait: limit %s (%s, %s) %s; a job of weight 1 fits in %s\n",
@@ -223,6 +226,32 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 	default:
 		fmt.Fprintln(w, "\na job of weight 1 would be admitted now")
 	}
+}
+
+// printPool says what the tenant's pool holds and whom it serves.
+func printPool(w io.Writer, tenant string, p *wire.PoolState) {
+	fmt.Fprintf(w, "\npool %s (%s): ", p.Name, p.Rule)
+	var parts []string
+	if p.Concurrency > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d in flight", p.InFlight, p.Concurrency))
+	}
+	if p.Capacity > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d tokens left", max(p.Tokens, 0), p.Capacity))
+	}
+	fmt.Fprintf(w, "%s; %d tenants waiting (shares %d in all); %s's share %d\n", strings.Join(parts, ", "), p.Waiting, p.WaitingShares, tenant, p.Share)
+	if len(p.Tenants) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TENANT\tSHARE\tRECEIVED\tWAITING")
+	for _, t := range p.Tenants {
+		share := "-"
+		if t.Share > 0 {
+			share = fmt.Sprint(t.Share)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%v\n", t.Tenant, share, t.Received, t.Waiting)
+	}
+	tw.Flush()
 }
 
 // next says when a limit next gives something back, in its kind's terms.

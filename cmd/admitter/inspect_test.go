@@ -132,3 +132,35 @@ func TestPrintInspectionHeld(t *testing.T) {
 		t.Errorf("after the holder gave it up: held until %v, want none", res.HeldUntil)
 	}
 }
+
+// TestPrintInspectionPool: a tenant of a pooled plan sees its pool: what is in flight, who waits
+// and with what shares, and what each received.
+func TestPrintInspectionPool(t *testing.T) {
+	ps, m, _ := inspectAt(t, `
+pools:
+  workers: {concurrency: 2, lease: 30s}
+plans:
+  gold: {pool: workers, share: 3, limits: [{capacity: 100, rate: 100/s}]}
+  free: {pool: workers, limits: [{capacity: 100, rate: 100/s}]}
+tenants: {acme: gold, bob: free}
+`)
+	ctx := context.Background()
+	gold, _ := ps.Lookup("acme")
+	free, _ := ps.Lookup("bob")
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: gold, Owner: 7, Jobs: []bucket.Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "bob", Plan: free, Owner: 7, Jobs: []bucket.Job{{ID: 3, Weight: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, text := inspection(t, m, ps, "acme")
+	for _, want := range []string{"pool workers (2 in flight, lease 30s): 2 of 2 in flight; 1 tenants waiting (shares 1 in all); acme's share 3",
+		"bob     1      0         true", "acme    -      2         false"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if res.Pool == nil || res.Pool.InFlight != 2 || res.Pool.Share != 3 {
+		t.Errorf("pool state %+v", res.Pool)
+	}
+}
