@@ -124,6 +124,9 @@ func (s *Shares) Stop() {
 	if err := s.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
 		s.cfg.Logger.Warn("console: shares: unsubscribe", "err", err)
 	}
+	// The server knows at once that nobody answers here any more: an asker is told "no
+	// responders" rather than waiting out its timeout.
+	_ = s.nc.FlushTimeout(time.Second)
 	s.busy.Wait()
 }
 

@@ -210,6 +210,9 @@ func TestConsoleMergesReplicas(t *testing.T) {
 	beta.shares.Stop()
 	beta.shares.Stop() // twice is fine
 	swallow.Unsubscribe()
+	if err := gamma.nc.Flush(); err != nil { // the server has dropped gamma's interest too
+		t.Fatal(err)
+	}
 	body, took = fetch(t, srv.URL+"/console/")
 	if !strings.Contains(body, `<span class="missing" data-replica="beta">Replica beta: no answer: nothing listens on its subject`) {
 		t.Errorf("the overview does not say beta has no responder:\n%s", body)
