@@ -40,7 +40,7 @@ vet:
 # test: formatting, vet, and every test (unit, conformance, fuzz seeds, end-to-end) under the
 # race detector; then the checks of the deployment files (compose.yaml, Dockerfile, deploy/).
 test: deps fmt-check vet
-	PATH="$$PATH:/usr/bin" $(GO) test -race -count=1 -timeout 8m $(PKGS)
+	PATH="$$PATH:/usr/bin" $(GO) test -race -count=1 -parallel 4 -timeout 8m $(PKGS)
 	# allocation budgets hold in a plain build only (the race detector changes escape analysis)
 	PATH="$$PATH:/usr/bin" $(GO) test -count=1 -run 'Allocations' ./bucket
 	$(MAKE) --no-print-directory test-deploy

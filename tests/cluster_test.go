@@ -16,6 +16,7 @@ import (
 // the server leading the output stream is shut down while jobs flow and wait in a lane: every
 // job is forwarded exactly once, none is lost.
 func TestOutputLeaderKilledInACluster(t *testing.T) {
+	t.Parallel()
 	cluster := testenv.StartNATSCluster(t, 3)
 	w := newWorldOn(t, "plans: {p: {limits: [{capacity: 20, rate: 100/s}]}}\ndefault_plan: p\n", cluster.URLs(), testenv.StartPersistentRedis(t).URL())
 	js := w.js
@@ -83,6 +84,7 @@ tenants: {ant: ant, bee: bee, cat: cat}
 // within C + r·t per limit, except those marked fail-open while the slot had no master; the
 // tenant on another master (cat) is decided throughout.
 func TestRedisClusterMasterFailover(t *testing.T) {
+	t.Parallel()
 	// As the README advises: the other masters answer while a slot has no master.
 	rc := testenv.StartRedisClusterWithReplicas(t, 3, 1, "--cluster-require-full-coverage", "no")
 	n := testenv.StartNATS(t)

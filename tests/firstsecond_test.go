@@ -90,6 +90,7 @@ tenants:
 // (fail-closed), then again while no admitter runs: a tenant with a monthly quota goes on
 // within what its bucket refills, and each forgetting is counted once.
 func TestRedisThatForgotCostsLittle(t *testing.T) {
+	t.Parallel()
 	redis := testenv.StartDefaultRedis(t)
 	w := newWorldWith(t, forgotPlans, redis)
 	metrics := freeAddr(t)

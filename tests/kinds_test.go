@@ -68,6 +68,7 @@ default_plan: w
 // test waits for a real minute to turn, at most a minute: it starts its burst early enough in a
 // minute that the first 5 cannot straddle the turn.
 func TestQuotaResetsAtTheMinute(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, `
 plans:
   q:
@@ -103,6 +104,7 @@ default_plan: q
 // tenant's plan has one of them tight. Of 4 jobs, 2 pass and 2 wait in the lane, and admitter
 // inspect shows that every limit counts the 2 that passed and nothing of the 2 refused.
 func TestChainedKindsTakeNothingWhenOneRefuses(t *testing.T) {
+	t.Parallel()
 	plan := func(name string, b, win, q int) string {
 		return fmt.Sprintf(`  %s:
     limits:

@@ -189,6 +189,7 @@ func TestPlansInKVFollowedByEveryReplica(t *testing.T) {
 // brings it back; a paused tenant's jobs wait (none forwarded) while another tenant's go, then
 // they all go at the pace of the plan, in order, when it resumes.
 func TestPlansOverridesAndPauses(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, "plans:\n  slow: {limits: [{capacity: 1, rate: 1/m}]}\n  fast: {limits: [{capacity: 5, rate: 20/s}]}\ndefault_plan: fast\n")
 	kv := []string{"ADMITTER_PLANS_KV=plans"}
 	port, err := testenv.FreePort()

@@ -56,6 +56,7 @@ func lossyWorld(t *testing.T, plans string) (w *world, deny func(subjects ...str
 // job. Every refusal is counted, and no job is stored twice downstream: the limiter was told
 // which jobs were stored, whoever reads them again.
 func TestLostRemovalsForwardNothingTwice(t *testing.T) {
+	t.Parallel()
 	w, deny, env := lossyWorld(t, `
 plans:
   steady:

@@ -41,6 +41,7 @@ tenants: {ant: ant, bee: bee}
 // than C + r·t (forwards marked fail-open excepted), up to the time between a decision and the
 // store of its forward. The schedule is random; ADMITTER_CHAOS_SEED replays one.
 func TestPacingHoldsThroughChaos(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("ADMITTER_CHAOS_SEED"); s != "" {
 		var err error

@@ -14,6 +14,7 @@ import (
 )
 
 func TestReadmeNamesWhatExists(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)

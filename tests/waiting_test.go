@@ -114,6 +114,7 @@ tenants: {noisy: slow, quiet: fast}
 // once: forwarding resumes within 5s, and in no interval does the tenant get more than C + r·t
 // (slack: one job, for the time between a decision and the store of its forward).
 func TestCrashDoesNotBecomeABurst(t *testing.T) {
+	t.Parallel()
 	const capacity, rate, n = 10, 20.0, 300
 	w := newWorld(t, `
 plans: {p: {limits: [{capacity: 10, rate: 20/s}]}}
@@ -155,6 +156,7 @@ default_plan: p
 // refuses new ones when full, drained by a slower downstream. Every job is forwarded exactly
 // once, none is dead-lettered, and the admitter says it is held back.
 func TestFullOutputStreamIsBackpressure(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, `
 plans: {big: {limits: [{capacity: 1000, rate: 1000/s}]}}
 default_plan: big
