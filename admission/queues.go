@@ -110,6 +110,7 @@ type queue struct {
 	index   int       // scheduled: its place in the due heap
 	deficit int64     // ready or running: the weight it may still admit this round
 	hinted  bool      // running: a job arrived meanwhile (it must not go idle)
+	woken   bool      // running: woken meanwhile (what it waits for may be free: it asks again at once)
 	gone    bool      // no longer this replica's: dropped when its step ends
 
 	// the feed's, under queues.mu
@@ -379,12 +380,13 @@ func (qs *queues) adoptLocked(tenant string) {
 }
 
 // wakeTenant makes tenant's queue ask again now if it waits for a time (a lease of the tenant
-// ended).
+// ended, a pool slot freed is its turn). A queue whose step runs asks again as soon as the step
+// ends, whatever wait the step's answer gave: that answer may predate what the wake announces.
 func (qs *queues) wakeTenant(tenant string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if q := qs.byName[tenant]; q != nil && q.where == scheduled {
-		qs.scheduleLocked(q, 0)
+	if q := qs.byName[tenant]; q != nil {
+		qs.wakeLocked(q)
 	}
 }
 
@@ -394,9 +396,16 @@ func (qs *queues) wakeAll() {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	for _, q := range qs.byName {
-		if q.where == scheduled {
-			qs.scheduleLocked(q, 0)
-		}
+		qs.wakeLocked(q)
+	}
+}
+
+func (qs *queues) wakeLocked(q *queue) {
+	switch q.where {
+	case scheduled:
+		qs.scheduleLocked(q, 0)
+	case running:
+		q.woken = true
 	}
 }
 
@@ -496,7 +505,7 @@ func (qs *queues) take() (q *queue, budget int64, ok bool) {
 			skipped = 0
 		}
 	}
-	q.where, q.hinted = running, false
+	q.where, q.hinted, q.woken = running, false, false
 	return q, q.deficit, true
 }
 
@@ -524,7 +533,11 @@ func (qs *queues) done(q *queue, r stepResult) {
 		qs.dropLocked(q)
 	default:
 		q.deficit = min(q.deficit, 0) // it leaves the ring: what it did not spend is not banked, what it owes is
-		qs.scheduleLocked(q, r.next)
+		if q.woken {
+			qs.readyLocked(q) // woken during the step: it asks again now
+		} else {
+			qs.scheduleLocked(q, r.next)
+		}
 	}
 }
 

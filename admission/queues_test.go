@@ -86,6 +86,35 @@ func TestUnspentTurnIsNotBanked(t *testing.T) {
 	}
 }
 
+// TestWakeDuringAStepIsKept: a wake that comes while the queue's step runs (a release freed the
+// pool slot that is its turn, and the step's answer was a wait computed before) makes the queue
+// ask again at once when the step ends, not after the wait.
+func TestWakeDuringAStepIsKept(t *testing.T) {
+	qs, _ := ring(10, "a", "b")
+	tq, _, _ := qs.take()
+	qs.wakeTenant(tq.tenant) // running: the step's answer does not know of this wake
+	qs.done(tq, stepResult{next: time.Hour, spent: 1})
+	other, _, _ := qs.take()
+	qs.done(other, stepResult{next: time.Hour, spent: 1})
+	qs.mu.Lock()
+	where := tq.where
+	qs.mu.Unlock()
+	if where != ready {
+		t.Fatalf("queue %s woken during its step is %v after it, want ready (it asks again at once)", tq.tenant, where)
+	}
+	again, _, _ := qs.take()
+	if again != tq {
+		t.Fatalf("took %s, want %s", again.tenant, tq.tenant)
+	}
+	qs.done(again, stepResult{next: time.Hour, spent: 1}) // no wake this time: it waits
+	qs.mu.Lock()
+	where = again.where
+	qs.mu.Unlock()
+	if where != scheduled {
+		t.Errorf("queue %s not woken is %v after its step, want scheduled", again.tenant, where)
+	}
+}
+
 // feedRig is a scheduler with a feed and no servers: one replica ("a") that owns every tenant,
 // buffers of 2×batch jobs per queue and bytes in all.
 func feedRig(t *testing.T, batch, bytes int) *queues {
