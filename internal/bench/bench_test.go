@@ -28,7 +28,8 @@ func TestQuickRun(t *testing.T) {
 	code := bench.Main(ctx, []string{"-quick", "-json", path,
 		"-duration", "300ms", "-warmup", "100ms", "-jobs", "1000", "-latency-duration", "1s", "-latency-rate", "300",
 		"-overload-duration", "1500ms", "-overload-tail", "500ms", "-flood-jobs", "3000", "-flood-quiet", "5", "-flood-duration", "1s",
-		"-large-jobs", "20", "-large-kib", "256", "-fair-tenants", "20", "-fair-jobs", "50", "-crowd-tenants", "50", "-crowd-jobs", "10"}, &out, &errOut, t)
+		"-large-jobs", "20", "-large-kib", "256", "-fair-tenants", "20", "-fair-jobs", "50", "-crowd-tenants", "50", "-crowd-jobs", "10",
+		"-pool-tenants", "12", "-pool-jobs", "10", "-pool-concurrency", "4", "-pool-quiet", "2"}, &out, &errOut, t)
 	t.Logf("exit %d after %v\n%s%s", code, time.Since(begin).Round(time.Millisecond), out.String(), errOut.String())
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
@@ -38,6 +39,7 @@ func TestQuickRun(t *testing.T) {
 		"decisions: ours bucket", "decisions: ours window", "decisions: ours quota", "decisions: ours mixed",
 		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "large: relay drains", "large: admitter drains", "overload:", "deep flood:",
 		"fair: publish 1,000 jobs tenant by tenant", "fair: the admitter drains them, with ADMITTER_QUANTUM=5", "fair: start-up", "crowd: 50 tenants fire 10 jobs each",
+		"pool: publish 280 jobs tenant by tenant", "pool: 12 tenants share a pool of 4", "pool: Jain",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
@@ -181,13 +183,25 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("crowd: %+v", c)
 	}
 
-	if len(r.Goals) != 18 {
-		t.Errorf("%d goals, want 18: %+v", len(r.Goals), r.Goals)
+	pl := r.Pool
+	if pl == nil {
+		t.Fatal("no pool section")
+	}
+	// A pool of 4: never more than 4 handlers at once (the pool, not the workers' 8, binds).
+	if pl.Tenants != 12 || pl.Concurrency != 4 || pl.WorkerConcurrency != 8 || pl.Backlog != 280 || pl.MostInFlight < 1 || pl.MostInFlight > 4 ||
+		pl.Jain <= 0 || pl.Jain > 1 || len(pl.ByShare) != 3 || pl.WindowS <= 0 || pl.PerSecond <= 0 || pl.Handled < 1 ||
+		pl.Utilisation <= 0 || pl.Utilisation > 1 || pl.AdmitterCPUS <= 0 || pl.Quiet.Samples < 1 {
+		t.Errorf("pool: %+v", pl)
+	}
+
+	if len(r.Goals) != 21 {
+		t.Errorf("%d goals, want 21: %+v", len(r.Goals), r.Goals)
 	}
 	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalBatched, bench.GoalSyncHTTP, bench.GoalEndToEnd, bench.GoalAddedP99,
 		bench.GoalLargeRelay, bench.GoalLargeSlow, bench.GoalOverloadErr, bench.GoalAttempts,
 		bench.GoalFloodQuiet, bench.GoalFloodNoisy, bench.GoalFloodRSS, bench.GoalFloodRedis,
-		bench.GoalFairDev, bench.GoalFairJain, bench.GoalCrowdDone, bench.GoalCrowdPacing} {
+		bench.GoalFairDev, bench.GoalFairJain, bench.GoalCrowdDone, bench.GoalCrowdPacing,
+		bench.GoalPoolJain, bench.GoalPoolQuiet, bench.GoalPoolHolds} {
 		if _, ok := r.Goal(name); !ok {
 			t.Errorf("no goal %q", name)
 		}

@@ -20,7 +20,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs := flag.NewFlagSet("admitter-bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported by run, the usage only on -h
 	o := def
-	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, large, overload, flood, fair, crowd (or all)")
+	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, large, overload, flood, fair, crowd, pool (or all)")
 	quick := fs.Bool("quick", false, "shorten every phase for a smoke run of seconds (flags given explicitly still apply)")
 	jsonPath := fs.String("json", "bench-results.json", "write the figures as JSON to this `path` (empty: don't)")
 	fs.DurationVar(&o.Duration, "duration", def.Duration, "decisions and sync: measured time per contender")
@@ -53,6 +53,12 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.IntVar(&o.CrowdJobs, "crowd-jobs", def.CrowdJobs, "crowd: jobs each tenant fires")
 	fs.IntVar(&o.CrowdCapacity, "crowd-capacity", def.CrowdCapacity, "crowd: every tenant's plan capacity")
 	fs.IntVar(&o.CrowdRate, "crowd-rate", def.CrowdRate, "crowd: every tenant's plan rate per second")
+	fs.IntVar(&o.PoolTenants, "pool-tenants", def.PoolTenants, "pool: contending tenants, spread over shares 1, 2 and 4 (-quick: 100)")
+	fs.IntVar(&o.PoolJobs, "pool-jobs", def.PoolJobs, "pool: each contending tenant's backlog per unit of its share (-quick: 20)")
+	fs.IntVar(&o.PoolConcurrency, "pool-concurrency", def.PoolConcurrency, "pool: the pool's concurrency, its workers (-quick: 16)")
+	fs.DurationVar(&o.PoolJobTime, "pool-job-time", def.PoolJobTime, "pool: how long each job takes a worker")
+	fs.IntVar(&o.PoolQuietTenants, "pool-quiet", def.PoolQuietTenants, "pool: quiet tenants publishing 1 job/s each, share 1 (-quick: 5)")
+	fs.StringVar(&o.PoolProfile, "pool-cpuprofile", "", "pool: write a 15s CPU profile of the admitter process from its start to this `path`")
 	usage := func() {
 		fs.SetOutput(stderr)
 		fmt.Fprintf(stderr, "usage: admitter-bench [flags]\n\n"+
@@ -94,6 +100,10 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 			"fair-tenants":      func() { q.FairTenants = o.FairTenants },
 			"fair-jobs":         func() { q.FairJobs = o.FairJobs },
 			"crowd-tenants":     func() { q.CrowdTenants = o.CrowdTenants },
+			"pool-tenants":      func() { q.PoolTenants = o.PoolTenants },
+			"pool-jobs":         func() { q.PoolJobs = o.PoolJobs },
+			"pool-concurrency":  func() { q.PoolConcurrency = o.PoolConcurrency },
+			"pool-quiet":        func() { q.PoolQuietTenants = o.PoolQuietTenants },
 		} {
 			if set[name] {
 				field()

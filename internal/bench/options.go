@@ -18,10 +18,11 @@ const (
 	ScenarioLarge     = "large"
 	ScenarioFair      = "fair"
 	ScenarioCrowd     = "crowd"
+	ScenarioPool      = "pool"
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioLarge, ScenarioOverload, ScenarioFlood, ScenarioFair, ScenarioCrowd}
+var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioLarge, ScenarioOverload, ScenarioFlood, ScenarioFair, ScenarioCrowd, ScenarioPool}
 
 // Options say what to run and for how long. Start from Defaults or Quick.
 type Options struct {
@@ -90,6 +91,17 @@ type Options struct {
 	CrowdCapacity int
 	CrowdRate     int
 
+	// Pool: PoolTenants tenants, spread over plans of shares 1, 2 and 4 of a pool of
+	// PoolConcurrency workers (lease 30s), each with a backlog of PoolJobs × its share, beside
+	// PoolQuietTenants tenants publishing 1 job/s each; every job takes the workers PoolJobTime.
+	PoolTenants      int
+	PoolJobs         int
+	PoolConcurrency  int
+	PoolJobTime      time.Duration
+	PoolQuietTenants int
+	// PoolProfile, when set, receives a 15 s CPU profile of the admitter process from its start.
+	PoolProfile string
+
 	// Logger receives admitter's own log (warnings and errors are enough); nil discards it.
 	Logger *slog.Logger
 }
@@ -125,6 +137,11 @@ func Defaults() Options {
 		CrowdJobs:         20,
 		CrowdCapacity:     5,
 		CrowdRate:         5,
+		PoolTenants:       1000,
+		PoolJobs:          50,
+		PoolConcurrency:   64,
+		PoolJobTime:       20 * time.Millisecond,
+		PoolQuietTenants:  20,
 	}
 }
 
@@ -145,6 +162,10 @@ func (o Options) Shortened() Options {
 	o.FairTenants = 100
 	o.FairJobs = 100
 	o.CrowdTenants = 200
+	o.PoolTenants = 100
+	o.PoolJobs = 20
+	o.PoolConcurrency = 16
+	o.PoolQuietTenants = 5
 	return o
 }
 
@@ -269,6 +290,21 @@ func (o Options) Validate() error {
 	}
 	if o.CrowdRate < 1 || o.CrowdRate > 1_000_000 {
 		errs = append(errs, fmt.Errorf("-crowd-rate must be from 1 to 1000000/s, got %d", o.CrowdRate))
+	}
+	if o.PoolTenants < 3 || o.PoolTenants > 100_000 {
+		errs = append(errs, fmt.Errorf("-pool-tenants must be from 3 (one a share) to 100000, got %d", o.PoolTenants))
+	}
+	if o.PoolJobs < 1 || o.PoolJobs > 100_000 || o.PoolTenants*o.PoolJobs > 2_000_000 {
+		errs = append(errs, fmt.Errorf("-pool-jobs must be from 1 to 100000, and -pool-tenants × -pool-jobs at most 2000000 (the backlog is 7/3 of it), got %d", o.PoolJobs))
+	}
+	if o.PoolConcurrency < 1 || o.PoolConcurrency > 500 {
+		errs = append(errs, fmt.Errorf("-pool-concurrency must be from 1 to 500 (the workers get twice as many handlers, under the pool's 1000), got %d", o.PoolConcurrency))
+	}
+	if o.PoolJobTime < time.Millisecond || o.PoolJobTime > 10*time.Second {
+		errs = append(errs, fmt.Errorf("-pool-job-time must be from 1ms to 10s, got %v", o.PoolJobTime))
+	}
+	if o.PoolQuietTenants < 1 || o.PoolQuietTenants > 1000 {
+		errs = append(errs, fmt.Errorf("-pool-quiet must be from 1 to 1000, got %d", o.PoolQuietTenants))
 	}
 	if len(o.Scenarios) == 0 {
 		errs = append(errs, errors.New("no scenario selected"))

@@ -24,6 +24,7 @@ type Report struct {
 	Flood     *Flood      `json:"deep_flood,omitempty"`
 	Fair      *Fair       `json:"fair,omitempty"`
 	Crowd     *Crowd      `json:"crowd,omitempty"`
+	Pool      *Pool       `json:"pool,omitempty"`
 	Goals     []Goal      `json:"goals"`
 	Notes     []string    `json:"notes,omitempty"`
 	Options   OptionsJSON `json:"options"`
@@ -66,6 +67,11 @@ type OptionsJSON struct {
 	FairQuantum       int      `json:"fair_quantum"`
 	CrowdTenants      int      `json:"crowd_tenants"`
 	CrowdJobs         int      `json:"crowd_jobs_per_tenant"`
+	PoolTenants       int      `json:"pool_tenants"`
+	PoolJobs          int      `json:"pool_jobs_per_share"`
+	PoolConcurrency   int      `json:"pool_concurrency"`
+	PoolJobMs         float64  `json:"pool_job_ms"`
+	PoolQuietTenants  int      `json:"pool_quiet_tenants"`
 }
 
 func optionsJSON(o Options) OptionsJSON {
@@ -78,6 +84,8 @@ func optionsJSON(o Options) OptionsJSON {
 		FloodJobs: o.FloodJobs, FloodDurationS: o.FloodDuration.Seconds(),
 		FairTenants: o.FairTenants, FairJobs: o.FairJobs, FairQuantum: o.FairQuantum,
 		CrowdTenants: o.CrowdTenants, CrowdJobs: o.CrowdJobs,
+		PoolTenants: o.PoolTenants, PoolJobs: o.PoolJobs, PoolConcurrency: o.PoolConcurrency,
+		PoolJobMs: ms(o.PoolJobTime), PoolQuietTenants: o.PoolQuietTenants,
 	}
 }
 
@@ -240,6 +248,18 @@ const (
 	GoalFairJain    = "fair Jain index"
 	GoalCrowdDone   = "crowd slowest tenant done s"
 	GoalCrowdPacing = "crowd pacing violations"
+	GoalPoolJain    = "pool Jain index of received/share"
+	GoalPoolQuiet   = "pool quiet p99 ms"
+	GoalPoolHolds   = "pool most in flight"
+)
+
+// Pool goals (the issue's): Jain's index of received/share over the contending tenants at least
+// 0.95 (a coefficient of variation of about 0.23), the quiet tenants' p99 from publish to forward
+// at most a second, and never more jobs running at once than the pool's concurrency (the
+// README's invariant 8; the target is the run's concurrency).
+const (
+	poolJainGoal    = 0.95
+	poolQuietGoalMs = 1000
 )
 
 // Fair-share goals: every tenant within ±10 % of the mean over the window (the issue's), and
@@ -295,6 +315,10 @@ func (r *Report) EvaluateGoals() {
 		r.Goals = append(r.Goals, goal(GoalCrowdDone, c.DoneMaxS, "<=", c.PlanS+crowdSlack.Seconds()),
 			goal(GoalCrowdPacing, float64(c.PacingViolations), "<=", 0))
 	}
+	if p := r.Pool; p != nil {
+		r.Goals = append(r.Goals, goal(GoalPoolJain, p.Jain, ">=", poolJainGoal), goal(GoalPoolQuiet, p.Quiet.P99Ms, "<=", poolQuietGoalMs),
+			goal(GoalPoolHolds, float64(p.MostInFlight), "<=", float64(p.Concurrency)))
+	}
 }
 
 // Goal returns the goal named name.
@@ -323,7 +347,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			t = "±" + t + "%"
 		case "<=":
 			switch name {
-			case GoalAddedP99, GoalFloodQuiet:
+			case GoalAddedP99, GoalFloodQuiet, GoalPoolQuiet:
 				t += "ms"
 			case GoalFloodRSS:
 				t += " MiB"
@@ -432,6 +456,22 @@ func (r *Report) WriteTable(w io.Writer) error {
 		t, m = met(GoalCrowdPacing)
 		row("crowd jobs ahead of their plan", strconv.FormatInt(c.PacingViolations, 10), "", "", t, m)
 	}
+	if p := r.Pool; p != nil {
+		what := fmt.Sprintf("%s tenants, shares %s, %d/share", count(float64(p.Tenants)), sharesText(p.Shares), p.JobsPerShare)
+		t, m := met(GoalPoolJain)
+		row("pool Jain index of received/share ("+what+")", fixed(p.Jain, 4), fmt.Sprintf("min %s×, max %s× the mean", fixed(p.MinRatio, 2), fixed(p.MaxRatio, 2)), "", t, m)
+		for _, s := range p.ByShare {
+			row(fmt.Sprintf("pool share %d: mean received (%d tenants)", s.Share, s.Tenants), fixed(s.MeanReceived, 1), "per share vs mean "+fixed(s.PerShareVsMean, 3), "", "", "")
+		}
+		t, m = met(GoalPoolQuiet)
+		row(fmt.Sprintf("pool quiet p99 ms (%d tenants at %g/s)", p.QuietTenants, p.QuietRate), fixed(p.Quiet.P99Ms, 2), "p50 "+fixed(p.Quiet.P50Ms, 2), "", t, m)
+		t, m = met(GoalPoolHolds)
+		row(fmt.Sprintf("pool most in flight (pool of %d, %d handlers)", p.Concurrency, p.WorkerConcurrency), strconv.Itoa(p.MostInFlight), "", "", t, m)
+		row(fmt.Sprintf("pool jobs/s over the window (%gms jobs)", p.JobMs), count(p.PerSecond), "pool's ceiling "+count(p.CeilingPerSecond),
+			fixed(Ratio(p.PerSecond, p.CeilingPerSecond), 2), "", "")
+		row("pool utilisation", fixed(100*p.Utilisation, 1)+"%", fmt.Sprintf("window %.1fs from %.1fs", p.WindowS, p.AllServedS), "", "", "")
+		row("pool redis calls/forwarded job", fixed(p.RedisCallsPerJob, 3), "", "", "", "")
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -454,6 +494,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Crowd != nil {
 		fmt.Fprintf(&b, "\ncrowd: a tenant is done when its last job is received downstream, counted from its first job's publish;\n"+
 			"ahead of its plan: its k-th job received less than (k − capacity)/rate after that publish.\n")
+	}
+	if r.Pool != nil {
+		fmt.Fprintf(&b, "\npool: each contending tenant's forwards from when every one had had one until the first had had its last\n"+
+			"(its backlog: jobs per share × its share), over its share; quiet: publish → forward of their jobs published then;\n"+
+			"in flight: handlers running at once (a job holds its slot from before its handler starts until after it returns).\n")
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)

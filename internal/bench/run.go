@@ -218,6 +218,17 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 			rep.Notes = append(rep.Notes, fmt.Sprintf("crowd: %d forwards received for %d jobs", c.Forwarded, c.Tenants*c.JobsPerTenant))
 		}
 	}
+	if o.Has(ScenarioPool) {
+		if rep.Pool, err = e.pool(ctx, p); err != nil {
+			return nil, fmt.Errorf("pool: %w", err)
+		}
+		if f := rep.Pool; f.QuietMissing > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("pool: %d quiet jobs published in the window were not forwarded within %v of its end (counted with their wait so far)", f.QuietMissing, poolQuietGrace))
+		}
+		if f := rep.Pool; f.AllServed == 0 {
+			rep.Notes = append(rep.Notes, "pool: a tenant ran out before every tenant had been served: the window is the start-up")
+		}
+	}
 	rep.Meta.ElapsedS = round(time.Since(p.start).Seconds(), 1)
 	rep.EvaluateGoals()
 	return rep, nil
