@@ -36,7 +36,7 @@ import (
 // core NATS: one lost (no replica up, a full buffer) leaves the lease to end by itself. A
 // release that frees a slot is broadcast on the wake subject, so that the replica running the
 // tenant's queue asks again at once instead of at the lease's end; a pool slot freed wakes the
-// tenant whose turn it is (bucket.LeaseResult.Wake).
+// tenants whose turn it is (bucket.LeaseResult.Wakes).
 type leases struct {
 	s      *Service
 	msgs   chan *nats.Msg
@@ -203,11 +203,13 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		if !res.Ends.IsZero() {
 			reply.Ends = res.Ends.UTC().Format(time.RFC3339Nano)
 		}
-		if (res.Held && path != wire.LeasePathRenew) || res.LeasesExpired > 0 {
+		if (res.Held && !res.PoolOnly && path != wire.LeasePathRenew) || res.LeasesExpired > 0 {
 			l.s.wake(tenant) // the tenant's queue may go on now
 		}
-		if res.Wake != "" && res.Wake != tenant {
-			l.s.wake(res.Wake) // the slot freed in the pool is that tenant's turn
+		for _, t := range res.Wakes {
+			if t != tenant {
+				l.s.wake(t) // the capacity freed in the pool is that tenant's turn
+			}
 		}
 	}
 	if err != nil {

@@ -227,8 +227,10 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	if d.Plan != nil {
 		plan, lease = d.Plan.Name, d.Plan.Lease()
 	}
-	if d.Wake != "" {
-		s.wake(d.Wake) // the pool capacity this step gave back is that tenant's turn
+	for _, t := range d.Wakes {
+		if t != q.tenant {
+			s.wake(t) // the pool capacity this step gave back, or refused for their turn, is theirs
+		}
 	}
 	limit := d.Limit
 	if d.Reason == policy.ReasonPool && d.Pool != nil && d.Plan != nil {

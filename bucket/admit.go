@@ -113,9 +113,9 @@ type BatchResult struct {
 	// sooner when a release frees it). Pool is the pool as the call found it (nil: no pool).
 	PoolBound bool
 	Pool      *PoolState
-	// Wake names a tenant the call's giving back of unused pool grants let go: its queue may go
-	// now ("" for none).
-	Wake string
+	// Wakes names the tenants whose queues may go now: the waiters the call's giving back of
+	// unused pool grants made room for, or the one whose turn refused the pool's grant.
+	Wakes []string
 	// ShadowWaits is set when the plan is in shadow mode (Plan.Shadow): one wait per job, how
 	// long the plan would have delayed it (zero: it fitted at once). Every job not stored is
 	// then admitted, and the plan is charged on the tenant's shadow state, apart from the state

@@ -48,9 +48,13 @@ type LeaseResult struct {
 	// LeasesExpired counts the tenant's leases that this call found ended unreleased, and
 	// dropped.
 	LeasesExpired int64
-	// Wake names the tenant whose queue the pool's freed slot is for (its next waiter; "" for
-	// none): its queue may go now.
-	Wake string
+	// Wakes names the tenants whose queues the pool's freed capacity is for (the waiters whose
+	// turn it is): their queues may go now.
+	Wakes []string
+	// PoolOnly reports that only the plan's pool held the lease: the tenant's own limits
+	// (none of them a concurrency limit) freed nothing, so its queue has no more reason to go
+	// now than any waiter's (Wakes names it when it is its turn).
+	PoolOnly bool
 }
 
 // LeaseKey is the lease id of a request decided by Decide with this JobID: a 52-bit hash, never

@@ -25,8 +25,10 @@ import (
 // queuing: every tenant's jobs go in the order of their start tags, whoever asks first; see
 // lua/pool.lua). A tenant with nothing waiting leaves its share to the others and
 // banks none of it; a tenant never exceeds its own plan; the share is the tenant's, whatever
-// subjects its jobs use. A tenant that waits is woken by the release that frees what it needs
-// (LeaseResult.Wake, BatchResult.Wake), and asks again at most poolReask later in any case.
+// subjects its jobs use. Capacity that frees is reserved for the waiters in the order of their
+// turns (each for its next job), so a waiter slow to ask again holds back its own job only. A
+// tenant that waits is woken by the release that frees what it needs (LeaseResult.Wakes,
+// BatchResult.Wakes), and asks again at most poolReask later in any case.
 //
 // Invariant: the weight in flight is at most Concurrency at any instant, counting every job
 // from its grant until its release or the end of its lease: a job still running after its lease
@@ -63,6 +65,14 @@ const (
 	poolReask = time.Second
 	poolTTL   = 3 * time.Second
 )
+
+// poolScan bounds the waiters a pool call looks at (lua/pool.lua's SCAN): a job with more than
+// poolScan waiters ahead of it is not granted until some of them have gone.
+const poolScan = 64
+
+// poolWakeJobs bounds the reserved jobs a release looks at to find whom to wake (lua/pool.lua's
+// WAKE_JOBS).
+const poolWakeJobs = 256
 
 // NewPool checks a pool and returns it. A problem is a *LimitError naming the pool (Index -1)
 // and the field.
@@ -188,7 +198,7 @@ type poolReply struct {
 	weight, at  int64 // release: its weight and when it was taken
 	ends        int64 // renew: its new end
 	state       PoolState
-	wake        string // the waiter to wake
+	wakes       []string // the waiters to wake
 	tenants     []PoolTenant
 	stateOffset int
 }
@@ -234,10 +244,10 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 			unused = append(unused, sub.Jobs[i])
 		}
 	}
-	res.Wake = g.wake
+	res.Wakes = g.wakes
 	if len(unused) > 0 {
 		if r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost); err == nil {
-			res.Wake, g.state = r.wake, r.state
+			res.Wakes, g.state = r.wakes, r.state
 		}
 	}
 	g.state.Name, g.state.Concurrency, g.state.Capacity = pool.Name, pool.Concurrency, pool.Capacity
@@ -281,13 +291,14 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 		return res, fmt.Errorf("bucket: pool %s lease of tenant %q: %w", p.Pool.Name, req.Tenant, err)
 	}
 	if r.found {
+		res.PoolOnly = !res.Held
 		res.Held = true
 		res.Weight = max(res.Weight, r.weight)
 		if ends := time.UnixMicro(r.ends); r.ends > 0 && (res.Ends.IsZero() || ends.Before(res.Ends)) {
 			res.Ends = ends
 		}
 	}
-	res.Wake = r.wake
+	res.Wakes = r.wakes
 	return res, nil
 }
 
@@ -336,10 +347,11 @@ func poolArgs(now int64, op int, p *Pool, share int64, jobs []Job, cost int64) [
 	return arg
 }
 
-// poolKeys are a pool's keys: its hash and its two sets of waiters, under one hash tag.
+// poolKeys are a pool's keys: its hash, its two sets of waiters and its leases, under one hash
+// tag.
 func (r *Redis) poolKeys(p *Pool) []string {
 	base := r.prefix + "pool{pool:" + p.Name + "}"
-	return []string{base, base + ":w", base + ":a"}
+	return []string{base, base + ":w", base + ":a", base + ":l"}
 }
 
 // poolCall runs lua/pool.lua.
@@ -359,9 +371,11 @@ func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, sh
 	if err != nil {
 		return poolReply{}, err
 	}
-	wake, err := parts[1].ToString()
-	if err != nil {
-		return poolReply{}, err
+	var wakes []string
+	if op != poolInspect {
+		if wakes, err = parts[1].AsStrSlice(); err != nil && !rueidis.IsRedisNil(err) {
+			return poolReply{}, err
+		}
 	}
 	var names []string
 	if len(parts) > 2 {
@@ -376,16 +390,16 @@ func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, sh
 	if err := unpackInts(packed, vals); err != nil {
 		return poolReply{}, err
 	}
-	return decodePoolReply(op, vals, wake, names)
+	return decodePoolReply(op, vals, wakes, names)
 }
 
 // decodePoolReply reads a pool operation's integers (see lua/pool.lua's reply).
-func decodePoolReply(op int, vals []int64, wake string, names []string) (poolReply, error) {
+func decodePoolReply(op int, vals []int64, wakes []string, names []string) (poolReply, error) {
 	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0}[op]
 	if len(vals) < head+4 {
 		return poolReply{}, fmt.Errorf("pool reply of %d values, want at least %d", len(vals), head+4)
 	}
-	r := poolReply{wake: wake}
+	r := poolReply{wakes: wakes}
 	switch op {
 	case poolAcquire:
 		r.granted, r.wait = int(vals[0]), vals[1]
@@ -524,27 +538,92 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		return st
 	}
-	best := func() string {
-		if ws := waiters(); len(ws) > 0 {
-			return ws[0]
+	freeNow := func() int64 {
+		f := int64(math.MaxInt64)
+		if conc > 0 {
+			f = conc - inuse
 		}
-		return ""
+		if capacity > 0 {
+			f = min(f, tokens())
+		}
+		return f
+	}
+	// freedWakes names the owners of the waiters' reserved jobs (in the order of their starts)
+	// that what is free now covers and what was free before did not (at least the last that
+	// fits); at most poolWakeJobs jobs are looked at.
+	freedWakes := func(before int64) []string {
+		free := freeNow()
+		from := free - max(free-before, 1)
+		type head struct {
+			name  string
+			start float64
+			cost  int64
+			share int64
+		}
+		var heads []*head
+		ws := waiters()
+		for _, name := range ws[:min(len(ws), poolScan)] {
+			if u := mp.tenants[name]; u.cost > 0 {
+				heads = append(heads, &head{name, u.start, u.cost, u.share})
+			}
+		}
+		var wakes []string
+		var pos int64
+		for range poolWakeJobs {
+			if len(heads) == 0 {
+				break
+			}
+			h := heads[0]
+			for _, o := range heads[1:] {
+				if o.start < h.start || (o.start == h.start && o.name < h.name) {
+					h = o
+				}
+			}
+			if pos+h.cost > free {
+				break
+			}
+			pos += h.cost
+			if pos > from && !slices.Contains(wakes, h.name) {
+				wakes = append(wakes, h.name)
+			}
+			h.start += float64(h.cost) / float64(h.share)
+		}
+		return wakes
 	}
 	switch op {
 	case poolAcquire:
-		free := int64(math.MaxInt64)
-		if conc > 0 {
-			free = conc - inuse
-		}
-		if capacity > 0 {
-			free = min(free, tokens())
-		}
-		other, otherStart := "", 0.0
+		free := freeNow()
+		var others []string
 		for _, name := range waiters() {
 			if name != tenant {
-				other, otherStart = name, mp.tenants[name].start
-				break
+				others = append(others, name)
 			}
+		}
+		more := len(others) > poolScan
+		others = others[:min(len(others), poolScan)]
+		// reservedBefore is the weight of the others' jobs that start before start (ties: by
+		// name), taking each to have a backlog like its next job; over is set once it is more
+		// than limit.
+		reservedBefore := func(start float64, limit int64) (r int64, over bool) {
+			for _, name := range others {
+				u := mp.tenants[name]
+				if u.start > start || (u.start == start && name > tenant) {
+					return r, false // it and those after it are later
+				}
+				if u.cost <= 0 {
+					continue
+				}
+				x := (start - u.start) * float64(u.share) / float64(u.cost)
+				n := math.Ceil(x)
+				if n == x && name < tenant {
+					n++
+				}
+				if n*float64(u.cost) > float64(limit-r) {
+					return r, true
+				}
+				r += int64(n) * u.cost
+			}
+			return r, more
 		}
 		granted, got, turn := 0, int64(0), false
 		for i, j := range jobs {
@@ -556,7 +635,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 				break
 			}
 			start := max(t.f, mp.v)
-			if other != "" && start > otherStart {
+			if r, over := reservedBefore(start, free-j.Weight); over || j.Weight > free-r {
 				turn = true
 				break
 			}
@@ -569,19 +648,23 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 				mp.tat += j.Weight * iv
 			}
 			t.f = start + float64(j.Weight)/float64(share)
-			mp.v = max(mp.v, start)
+			vs := start
+			if len(others) > 0 {
+				vs = min(vs, mp.tenants[others[0]].start)
+			}
+			mp.v = max(mp.v, vs)
 			got += j.Weight
 			granted = i + 1
 		}
 		var wait int64
-		var wake string
+		var wakes []string
 		if granted < len(jobs) {
 			w := jobs[granted].Weight
 			t.waiting, t.start, t.cost, t.share, t.asked = true, max(t.f, mp.v), w, share, now
 			wait = poolReask.Microseconds()
 			switch {
 			case turn:
-				wake = other
+				wakes = others[:1]
 			default:
 				if conc > 0 && inuse+w > conc && len(mp.leases) > 0 {
 					wait = min(wait, max(mp.leases[0].death-now, 0))
@@ -595,9 +678,10 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		t.received += got
 		mp.sweep()
-		return poolReply{granted: granted, wait: wait, state: state(), wake: wake}
+		return poolReply{granted: granted, wait: wait, state: state(), wakes: wakes}
 	case poolGiveBack, poolRelease:
 		var r poolReply
+		before := freeNow()
 		back := int64(0)
 		for _, j := range jobs {
 			w, held := j.Weight, false
@@ -634,7 +718,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		for _, l := range mp.leases {
 			inuse += l.weight
 		}
-		r.state, r.wake = state(), best()
+		r.state, r.wakes = state(), freedWakes(before)
 		return r
 	case poolRenew:
 		var r poolReply

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,7 +97,7 @@ func TestPoolDifferential(t *testing.T) {
 					if err1 != nil || err2 != nil {
 						t.Fatalf("step %d: %v / %v", step, err1, err2)
 					}
-					if want.found != got.found || want.weight != got.weight || want.ends != got.ends || want.state != got.state || want.wake != got.wake {
+					if want.found != got.found || want.weight != got.weight || want.ends != got.ends || want.state != got.state || !slices.Equal(want.wakes, got.wakes) {
 						t.Fatalf("step %d: op %d of lease %d: memory %+v, redis %+v", step, o, id, want, got)
 					}
 					if o == poolRelease && want.found && cost >= 0 && cost < want.weight {
@@ -181,7 +182,7 @@ func FuzzDecodePoolReply(f *testing.F) {
 		if names != "" {
 			ns = strings.Split(names, ",")
 		}
-		r, err := decodePoolReply(op, vals, "", ns)
+		r, err := decodePoolReply(op, vals, nil, ns)
 		if err == nil && op == poolInspect && len(r.tenants) != len(ns) {
 			t.Fatalf("%d tenants decoded of %d names", len(r.tenants), len(ns))
 		}

@@ -9,32 +9,41 @@
 -- V. A job of weight w of t starts at max(F[t], V) and finishes at start + w / share: a tenant
 -- with share 3 is served three times the weight of one with share 1 while both wait. A tenant
 -- that had nothing waiting starts at V, not at its old finish: what it did not use is not banked
--- (no burst when it comes back). V moves to the start of each job granted.
+-- (no burst when it comes back). V moves to the start of each job granted, but not past the
+-- start of another tenant that waits.
 --
 -- Waiting. A tenant that asks for more than it is granted waits: it is kept in the waiters (a
--- sorted set by start tag), with the cost of its next job. A tenant's job is granted only when
--- the capacity is free and its start is not after the earliest start of the other waiters: the
--- jobs of every tenant go in the order of their start tags, whoever asks first. Capacity left
--- free for a waiter is kept for it until it asks again (it is woken: the reply names it); a
--- waiter not heard from for `ttl` µs is forgotten, and its turn with it. A release (or a give
--- back of unused grants) answers the tenant to wake: the waiter with the earliest start.
+-- sorted set by start tag, ties by name), with the cost of its next job and its share. Capacity
+-- that frees is reserved for the waiters in the order of their jobs' start tags: a job is
+-- granted only when it fits in what is free less the jobs of the other waiters that start
+-- before it (a waiter is taken to have a backlog of jobs like its next: with start s, cost c and
+-- share h, its jobs start at s, s + c/h, s + 2c/h, …; only the first SCAN waiters are looked at,
+-- and past them nothing is granted). So the jobs of every tenant go in the order of their start
+-- tags, whoever asks first, and a waiter slow to ask again holds back only its own jobs. A
+-- waiter is woken to ask again: a release (or a give back of unused grants) names the waiters
+-- whose reserved jobs the capacity it freed covers; a job refused for the others' turn names
+-- the first of them. A waiter not heard from for `ttl` µs is forgotten, and
+-- its reservation with it.
 --
--- KEYS[1]  the pool's hash: s (packed int64s: tat, n, then n leases (death, weight, id, at) by
---          death), v (V, a decimal), c (a cursor of the sweep below), ws (the shares of the
---          waiters together), and per tenant t: f:t (F[t]), g:t (the weight granted to t since it
---          last had nothing waiting and nothing ahead: what it received), w:t (waiting: the cost of
---          its next job and its share, packed)
+-- KEYS[1]  the pool's hash: t (the bucket's tat, µs), u (the weight in flight), v (V, a
+--          decimal), c (a cursor of the sweep below), ws (the shares of the waiters together);
+--          per lease l:<id> (its weight and when it was taken, packed); and per tenant t: f:t
+--          (F[t]), g:t (the weight granted to t since it last had nothing waiting and nothing
+--          ahead: what it received), w:t (waiting: the cost of its next job and its share, packed)
 -- KEYS[2]  the waiters by start tag (sorted set)
 -- KEYS[3]  the waiters by when they last asked (sorted set, µs)
+-- KEYS[4]  the leases by when they end (sorted set of the ids packed as int64s, µs): each call
+--          touches only the leases it names and those that ended, not every lease
 -- ARGV[1]  packed int64s: op (0 acquire, 1 give back unused grants, 2 release, 3 renew,
 --          4 inspect), now (µs, 0: the server's TIME), conc, lease (µs), cap, iv (µs), share,
 --          ttl (µs), reask (µs), cost (release; -1: none), k, then k × (job id, weight)
 -- ARGV[2]  the tenant
 --
--- Reply: {packed int64s, wake}: wake is the tenant to wake ('' for none); the int64s are
+-- Reply: {packed int64s, wakes}: wakes are the tenants to wake (a list, often empty); the
+-- int64s are
 --   acquire  granted (a prefix of the jobs), wait (µs, for the first job not granted: until the
 --            capacity it needs may be free, at most reask; 0 when all were granted), then the
---            pool's state (below); wake is the waiter whose turn stopped the grant
+--            pool's state (below); wakes the first waiter when its turn stopped the grant
 --   give back / release  found (0/1), weight, taken (µs), then the pool's state
 --   renew    found, the lease's new end (µs), then the pool's state
 --   inspect  the pool's state, then up to MAX_LISTED tenants as (received, share, waiting) with
@@ -44,8 +53,9 @@
 --
 -- Redis commands: TIME, HGET/HMGET/HSET/HDEL/HSCAN, ZADD/ZREM/ZSCORE/ZRANGE(BYSCORE)/ZCARD,
 -- PEXPIRE. The keys share the hash tag of the pool's name.
-local POOL_TAG = 1094995280 -- "APL0"
 local MAX_LISTED = 100
+local SCAN = 64 -- the waiters a call looks at: reservations, wakes
+local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
 local op, now, conc, lease, cap, iv, share, ttl, reask, cost, k = struct.unpack('<lllllllllll', arg)
@@ -58,44 +68,45 @@ local function num(s) return tonumber(s) or 0 end
 local function dec(x) return string.format('%.17g', x) end
 
 -- the leases and the bucket
-local tat, leases = 0, {}
-local raw = redis.call('HGET', KEYS[1], 's')
-if raw and #raw >= 24 then
-  local tag, n
-  tag, tat, n = struct.unpack('<lll', raw)
-  if tag == POOL_TAG and #raw == 24 + 32 * n then
-    local vals = unpack_ints(raw, 25, 4 * n)
-    for j = 1, 4 * n, 4 do
-      if vals[j] > now then
-        leases[#leases + 1] = {vals[j], vals[j + 1], vals[j + 2], vals[j + 3]}
-      end
-    end
-  else
-    tat = 0
-  end
-end
-local inuse = 0
-for _, l in ipairs(leases) do inuse = inuse + l[2] end
+local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws')
+local tat, inuse = num(head[1]), num(head[2])
+local V, wshares = num(head[3]), num(head[4])
 if tat < now then tat = now end
-local V = num(redis.call('HGET', KEYS[1], 'v'))
-local wshares = num(redis.call('HGET', KEYS[1], 'ws'))
+
+-- lease_at is the weight and the start of the lease id, nil when it is not held.
+local function lease_at(id)
+  local l = redis.call('HGET', KEYS[1], 'l:' .. struct.pack('<l', id))
+  if not l then return nil end
+  return struct.unpack('<ll', l)
+end
+
+local function lease_put(death, w, id, at)
+  local m = struct.pack('<l', id)
+  redis.call('ZADD', KEYS[4], death, m)
+  redis.call('HSET', KEYS[1], 'l:' .. m, struct.pack('<ll', w, at))
+  inuse = inuse + w
+end
+
+local function lease_drop(m, w)
+  redis.call('ZREM', KEYS[4], m)
+  redis.call('HDEL', KEYS[1], 'l:' .. m)
+  inuse = inuse - w
+end
+
+-- Leases that ended unreleased are dropped (at most MAX_CONC, the most a pool holds; an
+-- inspection only leaves them out).
+local MAX_CONC = 1000
+local ended = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, MAX_CONC)
+for _, m in ipairs(ended) do
+  local l = redis.call('HGET', KEYS[1], 'l:' .. m)
+  local w = l and struct.unpack('<ll', l) or 0
+  if op == 4 then inuse = inuse - w else lease_drop(m, w) end
+end
+if inuse < 0 then inuse = 0 end
 
 local function tokens()
   if cap <= 0 then return -1 end
   return math.floor((cap * iv - (tat - now)) / iv)
-end
-
-local function lease_at(id)
-  for j, l in ipairs(leases) do
-    if l[3] == id then return j end
-  end
-  return nil
-end
-
-local function lease_put(death, w, id, at)
-  local j = #leases
-  while j >= 1 and leases[j][1] > death do j = j - 1 end
-  table.insert(leases, j + 1, {death, w, id, at})
 end
 
 -- unwait forgets that t waits.
@@ -114,9 +125,68 @@ end
 local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - ttl, 'LIMIT', 0, 64)
 for _, t in ipairs(stale) do unwait(t) end
 
-local function best_waiter()
-  local b = redis.call('ZRANGE', KEYS[2], 0, 0)
-  return b[1] or ''
+-- waiter_cost is the cost of waiter t's next job.
+local function waiter_cost(t)
+  local w = redis.call('HGET', KEYS[1], 'w:' .. t)
+  if not w then return 0 end
+  local c = struct.unpack('<ll', w)
+  return c
+end
+
+-- free is the capacity free now: slots and tokens.
+local function free_now()
+  local f = math.huge
+  if conc > 0 then f = conc - inuse end
+  if cap > 0 then f = math.min(f, tokens()) end
+  return f
+end
+
+-- freed_wakes names the waiters to wake after a release or a give back turned free_before
+-- into free: the owners of the reserved jobs (every waiter's, in the order of their starts, as
+-- the grants go) that fit in what is free now and did not before (the others were woken by the
+-- release that made room for them), or, when nothing more is free (expired leases freed it
+-- earlier), of the last that fits. At most WAKE_JOBS jobs are looked at.
+local WAKE_JOBS = 256
+local function freed_wakes(free_before)
+  local free = free_now()
+  local from = free - math.max(free - free_before, 1)
+  local heads = {}
+  local ws, done = {}, false -- the waiters read so far (pages of PAGE, SCAN at most)
+  local nextw = 1 -- the next waiter not loaded (its next job is the earliest of theirs)
+  local wakes, woken, pos = {}, {}, 0
+  for _ = 1, WAKE_JOBS do
+    -- the earliest job: of the heads loaded, or the next waiter's (loaded then)
+    local h
+    while true do
+      h = nil
+      for _, o in ipairs(heads) do
+        if not h or o[2] < h[2] or (o[2] == h[2] and o[1] < h[1]) then h = o end
+      end
+      if nextw > #ws and not done and #ws < 2 * SCAN then
+        local page = redis.call('ZRANGE', KEYS[2], #ws / 2, #ws / 2 + PAGE - 1, 'WITHSCORES')
+        done = #page < 2 * PAGE
+        for _, x in ipairs(page) do ws[#ws + 1] = x end
+      end
+      if nextw > #ws then break end
+      local t, s = ws[nextw], num(ws[nextw + 1])
+      if h and (s > h[2] or (s == h[2] and t > h[1])) then break end
+      nextw = nextw + 2
+      local w = redis.call('HGET', KEYS[1], 'w:' .. t)
+      if w then
+        local c, sh = struct.unpack('<ll', w)
+        if c > 0 then heads[#heads + 1] = {t, s, c, sh} end
+      end
+    end
+    if not h then break end
+    if pos + h[3] > free then break end
+    pos = pos + h[3]
+    if pos > from and not woken[h[1]] then
+      woken[h[1]] = true
+      wakes[#wakes + 1] = h[1]
+    end
+    h[2] = h[2] + h[3] / h[4]
+  end
+  return wakes
 end
 
 local function state()
@@ -124,20 +194,15 @@ local function state()
 end
 
 local function save()
-  local vals = {}
-  for _, l in ipairs(leases) do
-    vals[#vals + 1], vals[#vals + 2], vals[#vals + 3], vals[#vals + 4] = l[1], l[2], l[3], l[4]
-  end
-  local s = struct.pack('<lll', POOL_TAG, tat, #leases)
-  if #vals > 0 then s = s .. pack_ints(vals) end
-  redis.call('HSET', KEYS[1], 's', s, 'v', dec(V), 'ws', wshares)
+  redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares)
   -- The pool lives while anything of it matters, and a day more: a lease, the bucket's refill,
   -- a waiter, the fairness of the tenants served lately.
   local life = 86400000000
-  if #leases > 0 and leases[#leases][1] - now > life then life = leases[#leases][1] - now end
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  if last[2] and num(last[2]) - now > life then life = num(last[2]) - now end
   if tat - now > life then life = tat - now end
   local ms = math.ceil(life / 1000)
-  for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ms) end
+  for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ms) end
 end
 
 -- sweep drops a few tenants whose finish tag V has passed and that do not wait: they start at V
@@ -154,24 +219,56 @@ local function sweep()
   end
 end
 
-local function reply(ints, wake)
-  return {pack_ints(ints), wake or ''}
+local function reply(ints, wakes)
+  return {pack_ints(ints), wakes or {}}
 end
 
 if op == 0 then
   -- acquire: the jobs go in order while they fit the capacity free and their start is not
   -- after another waiter's (that one's turn comes first: it is woken)
   local F = num(redis.call('HGET', KEYS[1], 'f:' .. tenant))
-  local free = math.huge
-  if conc > 0 then free = conc - inuse end
-  if cap > 0 then free = math.min(free, tokens()) end
-  local other, other_start
-  local first = redis.call('ZRANGE', KEYS[2], 0, 1, 'WITHSCORES')
-  for j = 1, #first, 2 do
-    if first[j] ~= tenant then
-      other, other_start = first[j], num(first[j + 1])
-      break
+  local free = free_now()
+  -- the other waiters by start (the first SCAN), and what those before a start reserve
+  -- other(i) is the i-th other waiter by start (i ≤ SCAN; nil past them), read in pages
+  local others, read, done = {}, 0, false
+  local function other(i)
+    while #others < i and #others < SCAN and not done do
+      local page = redis.call('ZRANGE', KEYS[2], read, read + PAGE - 1, 'WITHSCORES')
+      read = read + #page / 2
+      done = #page < 2 * PAGE
+      for j = 1, #page, 2 do
+        if page[j] ~= tenant and #others < SCAN then others[#others + 1] = {page[j], num(page[j + 1])} end
+      end
     end
+    return others[i]
+  end
+  -- reserved_before is the weight of the others' jobs that start before start (ties: by name),
+  -- or anything above limit once it is known to be.
+  local function reserved_before(start, limit)
+    local r = 0
+    local i = 1
+    while other(i) do
+      local o = others[i]
+      i = i + 1
+      if o[2] > start or (o[2] == start and o[1] > tenant) then return r end -- it and those after are later
+      if not o[3] then
+        local w = redis.call('HGET', KEYS[1], 'w:' .. o[1])
+        o[3], o[4] = 0, 1
+        if w then o[3], o[4] = struct.unpack('<ll', w) end
+      end
+      if o[3] > 0 then
+        local x = (start - o[2]) * o[4] / o[3]
+        local n = math.ceil(x)
+        if n == x and o[1] < tenant then n = n + 1 end
+        r = r + n * o[3]
+        if r > limit then return r end
+      end
+    end
+    if #others == SCAN then -- past the waiters looked at, nothing is known
+      local self = redis.call('ZSCORE', KEYS[2], tenant) and 1 or 0
+      if redis.call('ZCARD', KEYS[2]) - self > SCAN then return math.huge end
+    end
+    return r
   end
   local granted, got, turn = 0, 0, false
   for i = 1, k do
@@ -181,21 +278,24 @@ if op == 0 then
     else
       if w > free then break end
       local start = math.max(F, V)
-      if other and start > other_start then
+      if w > free - reserved_before(start, free - w) then
         turn = true
         break
       end
       free = free - w
-      inuse = inuse + w
-      if conc > 0 then lease_put(now + lease, w, id, now) end
+      if conc > 0 then lease_put(now + lease, w, id, now) else inuse = inuse + w end
       if cap > 0 then tat = tat + w * iv end
       F = start + w / share
-      if start > V then V = start end
+      -- V follows the jobs granted, but not past another waiter's start: a job granted ahead of
+      -- it (capacity to spare) does not move its turn
+      local vs = start
+      if other(1) and others[1][2] < vs then vs = others[1][2] end
+      if vs > V then V = vs end
       got = got + w
       granted = i
     end
   end
-  local wait, wake = 0, ''
+  local wait, wakes = 0, {}
   if granted < k then
     local w = jw[granted + 1]
     local was = redis.call('HGET', KEYS[1], 'w:' .. tenant)
@@ -209,10 +309,11 @@ if op == 0 then
     redis.call('HSET', KEYS[1], 'w:' .. tenant, struct.pack('<ll', w, share))
     wait = reask
     if turn then
-      wake = other -- the capacity free is its turn
+      wakes[1] = others[1][1] -- the capacity free is the others' turn: the first asks again
     else
-      if conc > 0 and inuse + w > conc and #leases > 0 then
-        wait = math.min(wait, math.max(leases[1][1] - now, 0))
+      local first = conc > 0 and inuse + w > conc and redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+      if first and first[2] then
+        wait = math.min(wait, math.max(num(first[2]) - now, 0))
       end
       if cap > 0 and w > tokens() then
         wait = math.min(wait, (w - tokens()) * iv)
@@ -227,19 +328,21 @@ if op == 0 then
   save()
   local ints = {granted, wait}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
-  return reply(ints, wake)
+  return reply(ints, wakes)
 elseif op == 1 or op == 2 then
   -- give back unused grants (1), or release a lease (2, one job: the done message's cost is
   -- reconciled with the bucket and the tenant's finish tag)
   local found, weight, taken = 0, 0, 0
+  local free_before = free_now()
   local F = num(redis.call('HGET', KEYS[1], 'f:' .. tenant))
   local back = 0
   for i = 1, k do
     local id, w = jid[i], jw[i]
-    local j = conc > 0 and lease_at(id)
-    if j then
-      weight, taken = leases[j][2], leases[j][4]
-      table.remove(leases, j)
+    local lw, lat
+    if conc > 0 then lw, lat = lease_at(id) end
+    if lw then
+      weight, taken = lw, lat
+      lease_drop(struct.pack('<l', id), lw)
       found = 1
       w = weight
     elseif conc > 0 or op == 2 then
@@ -268,23 +371,19 @@ elseif op == 1 or op == 2 then
     redis.call('HINCRBY', KEYS[1], 'g:' .. tenant, -back)
   end
   if op == 1 or found == 1 then redis.call('HSET', KEYS[1], 'f:' .. tenant, dec(F)) end
-  inuse = 0
-  for _, l in ipairs(leases) do inuse = inuse + l[2] end
   save()
   local ints = {found, weight, taken}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
-  return reply(ints, best_waiter())
+  return reply(ints, freed_wakes(free_before))
 elseif op == 3 then
   -- renew
   local found, ends = 0, 0
-  local j = lease_at(jid[1])
-  if j then
-    local l = table.remove(leases, j)
+  if lease_at(jid[1]) then
     ends = now + lease
-    lease_put(ends, l[2], l[3], l[4])
+    redis.call('ZADD', KEYS[4], 'XX', ends, struct.pack('<l', jid[1]))
     found = 1
-    save()
   end
+  if found == 1 or #ended > 0 then save() end
   local ints = {found, ends}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints)

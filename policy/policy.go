@@ -207,10 +207,10 @@ type Decision struct {
 	// found ended unreleased (see bucket.KindConcurrency).
 	Reason        string
 	LeasesExpired int64
-	// Pool is the plan's pool as the call found it (nil: no pool); Wake a tenant whose queue may
-	// go now because the call gave pool capacity back ("" for none).
-	Pool *bucket.PoolState
-	Wake string
+	// Pool is the plan's pool as the call found it (nil: no pool); Wakes the tenants whose
+	// queues may go now (the call gave pool capacity back, or another's turn refused it).
+	Pool  *bucket.PoolState
+	Wakes []string
 	// Err is the limiter's error when it failed (verdicts degraded or held), or nil.
 	Err error
 	// Took is how long the limiter call took; zero when there was none.
@@ -304,7 +304,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	}
 	p.ok()
 	d.Limit, d.Remaining, d.LeasesExpired = res.Limit, res.Remaining, res.LeasesExpired
-	d.Pool, d.Wake = res.Pool, res.Wake
+	d.Pool, d.Wakes = res.Pool, res.Wakes
 	switch {
 	case res.Handover:
 		d.Reason = ReasonHandover

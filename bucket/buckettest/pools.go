@@ -3,6 +3,7 @@ package buckettest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,13 +69,40 @@ var poolCases = []testCase{
 			t.Fatalf("reason %q, want %q", r.Pool.Reason(b.tenant, 1), want)
 		}
 		h.c.Advance(100 * ms)
-		if rel := a.lease(pa, 1, false, bucket.NoCost, true); rel.Wake != b.tenant {
-			t.Fatalf("the release woke %q, want %q (the tenant waiting)", rel.Wake, b.tenant)
+		if rel := a.lease(pa, 1, false, bucket.NoCost, true); !slices.Equal(rel.Wakes, []string{b.tenant}) {
+			t.Fatalf("the release woke %q, want %q (the tenant waiting)", rel.Wakes, b.tenant)
 		}
 		a.admit(pa, jobs("5"), "N", time.Second) // the freed slot is b's until it asks again (or forgets to, for 3s)
 		b.admit(pb, jobs("4"), "A", 0)
 		a.lease(pa, 2, false, bucket.NoCost, true)
 		a.admit(pa, jobs("5"), "A", 0)
+	}},
+	{name: "pool: what is freed is reserved for the waiters' jobs in turn; one slow to ask holds back only its own", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 3, Lease: time.Hour})
+		a, w1, w2, c := h.as("a"), h.as("w1"), h.as("w2"), h.as("c")
+		pa, p1, p2, pc := pooled(t, "pa", pool, 1), pooled(t, "p1", pool, 1), pooled(t, "p2", pool, 1), pooled(t, "pc", pool, 1)
+		// a's jobs start at 0 and 1, c's at 1 (the clock): the waiters' next jobs start at 1,
+		// before c's next (at 2).
+		a.admit(pa, jobs("1", "2"), "AA", 0)
+		c.admit(pc, jobs("3"), "A", 0)
+		w1.admit(p1, jobs("10"), "N", time.Second)
+		h.c.Advance(ms)
+		w2.admit(p2, jobs("20"), "N", time.Second)
+		// Each release wakes the waiter whose reserved job the slot it freed covers.
+		if rel := a.lease(pa, 1, false, bucket.NoCost, true); !slices.Equal(rel.Wakes, []string{w1.tenant}) {
+			t.Fatalf("the first release woke %q, want %q", rel.Wakes, w1.tenant)
+		}
+		if rel := a.lease(pa, 2, false, bucket.NoCost, true); !slices.Equal(rel.Wakes, []string{w2.tenant}) {
+			t.Fatalf("the second release woke %q, want %q", rel.Wakes, w2.tenant)
+		}
+		// w1 is slow to ask: w2 goes in the slot past w1's, and c, whose turn comes later, finds
+		// w1's kept.
+		w2.admit(p2, jobs("20"), "A", 0)
+		r := c.admit(pc, jobs("30"), "N", time.Second)
+		if !slices.Equal(r.Wakes, []string{w1.tenant}) {
+			t.Fatalf("c refused for w1's turn woke %q, want %q", r.Wakes, w1.tenant)
+		}
+		w1.admit(p1, jobs("10"), "A", 0)
 	}},
 	{name: "pool: what is freed goes to the waiting tenants by their shares", needs: pools(), run: func(t *testing.T, h *harness) {
 		pool := newPool(t, h, bucket.Pool{Concurrency: 4, Lease: time.Hour})
@@ -142,15 +170,15 @@ var poolCases = []testCase{
 		heavy.admit(ph, jobs(fmt.Sprint(id)), "A", 0) // heavy holds the slot
 		heavy.admit(ph, jobs(fmt.Sprint(id+1)), "N", time.Second)
 		quiet.admit(pq, jobs("1000"), "N", time.Second)
-		if rel := h.lease(ph, id, false, bucket.NoCost, true); rel.Wake != quiet.tenant {
-			t.Fatalf("the release woke %q, want the quiet tenant %q", rel.Wake, quiet.tenant)
+		if rel := h.lease(ph, id, false, bucket.NoCost, true); !slices.Equal(rel.Wakes, []string{quiet.tenant}) {
+			t.Fatalf("the release woke %q, want the quiet tenant %q", rel.Wakes, quiet.tenant)
 		}
 		heavy.admit(ph, jobs(fmt.Sprint(id+1)), "N", time.Second)
 		quiet.admit(pq, jobs("1000"), "A", 0)
 		// Quiet's 50 idle rounds are not banked: after its job, heavy's turn comes again.
 		quiet.admit(pq, jobs("1001"), "N", time.Second)
-		if rel := h.lease(pq, 1000, false, bucket.NoCost, true); rel.Wake != heavy.tenant {
-			t.Fatalf("the release woke %q, want heavy %q: quiet banked its idle rounds", rel.Wake, heavy.tenant)
+		if rel := h.lease(pq, 1000, false, bucket.NoCost, true); !slices.Equal(rel.Wakes, []string{heavy.tenant}) {
+			t.Fatalf("the release woke %q, want heavy %q: quiet banked its idle rounds", rel.Wakes, heavy.tenant)
 		}
 	}},
 	{name: "pool: weights count against the slots and the shares", needs: pools(), run: func(t *testing.T, h *harness) {

@@ -190,7 +190,7 @@ func TestQuickRun(t *testing.T) {
 	// A pool of 4: never more than 4 handlers at once (the pool, not the workers' 8, binds).
 	if pl.Tenants != 12 || pl.Concurrency != 4 || pl.WorkerConcurrency != 8 || pl.Backlog != 280 || pl.MostInFlight < 1 || pl.MostInFlight > 4 ||
 		pl.Jain <= 0 || pl.Jain > 1 || len(pl.ByShare) != 3 || pl.WindowS <= 0 || pl.PerSecond <= 0 || pl.Handled < 1 ||
-		pl.Utilisation <= 0 || pl.Utilisation > 1 || pl.AdmitterCPUS <= 0 || pl.Quiet.Samples < 1 {
+		pl.Utilisation <= 0 || pl.Utilisation > 1 || pl.AdmitterCPUS <= 0 || (pl.Quiet.Samples > 0 && pl.Quiet.P50Ms > pl.Quiet.P99Ms) {
 		t.Errorf("pool: %+v", pl)
 	}
 

@@ -57,7 +57,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.IntVar(&o.PoolJobs, "pool-jobs", def.PoolJobs, "pool: each contending tenant's backlog per unit of its share (-quick: 20)")
 	fs.IntVar(&o.PoolConcurrency, "pool-concurrency", def.PoolConcurrency, "pool: the pool's concurrency, its workers (-quick: 16)")
 	fs.DurationVar(&o.PoolJobTime, "pool-job-time", def.PoolJobTime, "pool: how long each job takes a worker")
-	fs.IntVar(&o.PoolQuietTenants, "pool-quiet", def.PoolQuietTenants, "pool: quiet tenants publishing 1 job/s each, share 1 (-quick: 5)")
+	fs.IntVar(&o.PoolQuietTenants, "pool-quiet", def.PoolQuietTenants, "pool: quiet tenants publishing a job every 4 s each, share 1: well under their share (-quick: 5)")
 	fs.StringVar(&o.PoolProfile, "pool-cpuprofile", "", "pool: write a 15s CPU profile of the admitter process from its start to this `path`")
 	usage := func() {
 		fs.SetOutput(stderr)

@@ -17,10 +17,11 @@ func TestParseArgsDefaults(t *testing.T) {
 	}
 	if path != "bench-results.json" || o.Quick || o.Duration != 5*time.Second || o.Warmup != time.Second ||
 		o.Concurrency != 64 || o.Tenants != 1000 || o.Jobs != 50_000 || o.OverloadDuration != 30*time.Second ||
-		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 8 || o.LatencyRate != 5000 || o.LargeJobs != 1000 || o.LargeSize != 1<<20 ||
+		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 9 || o.LatencyRate != 5000 || o.LargeJobs != 1000 || o.LargeSize != 1<<20 ||
 		o.FloodJobs != 1_000_000 || o.FloodQuietTenants != 100 || o.FloodDuration != 30*time.Second ||
 		o.FairTenants != 1000 || o.FairJobs != 200 || o.FairQuantum != 5 ||
-		o.CrowdTenants != 2000 || o.CrowdJobs != 20 || o.CrowdCapacity != 5 || o.CrowdRate != 5 {
+		o.CrowdTenants != 2000 || o.CrowdJobs != 20 || o.CrowdCapacity != 5 || o.CrowdRate != 5 ||
+		o.PoolTenants != 1000 || o.PoolJobs != 50 || o.PoolConcurrency != 64 || o.PoolJobTime != 20*time.Millisecond || o.PoolQuietTenants != 40 {
 		t.Errorf("defaults: %+v, json %q", o, path)
 	}
 }

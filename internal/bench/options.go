@@ -93,7 +93,7 @@ type Options struct {
 
 	// Pool: PoolTenants tenants, spread over plans of shares 1, 2 and 4 of a pool of
 	// PoolConcurrency workers (lease 30s), each with a backlog of PoolJobs × its share, beside
-	// PoolQuietTenants tenants publishing 1 job/s each; every job takes the workers PoolJobTime.
+	// PoolQuietTenants tenants publishing 0.25 jobs/s each (share 1: well under it); every job takes the workers PoolJobTime.
 	PoolTenants      int
 	PoolJobs         int
 	PoolConcurrency  int
@@ -141,7 +141,7 @@ func Defaults() Options {
 		PoolJobs:          50,
 		PoolConcurrency:   64,
 		PoolJobTime:       20 * time.Millisecond,
-		PoolQuietTenants:  20,
+		PoolQuietTenants:  40,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -48,6 +49,10 @@ type Pool struct {
 	// (0: never, some tenant ran out first), AllServedS after the admitter's start.
 	AllServed  int     `json:"all_served_after"`
 	AllServedS float64 `json:"all_served_s"`
+	// RanOutEarly is how many contending tenants received their whole backlog before every one
+	// had been served (the first queues found have the pool to themselves): they are left out
+	// of the window's figures.
+	RanOutEarly int `json:"ran_out_early"`
 	// The window: the contending tenants' forwards from the WindowFrom-th to before the
 	// WindowTo-th (counting from 0), over WindowS seconds; PerSecond is their throughput, and
 	// CeilingPerSecond the pool's (Concurrency jobs every JobMs).
@@ -103,13 +108,15 @@ type TenantShare struct {
 }
 
 // The pool scenario's fixed settings: the shares the contending tenants are spread over, the
-// pool's lease, the quiet tenants' rate, how long a quiet job may still come once the window
+// pool's lease, the quiet tenants' rate (a share of 1 among the default 1,000 tenants' 2,333 and
+// the quiet ones' is about 1.3 jobs/s of a pool of 64 × 20 ms: a quiet tenant at 0.25/s is well
+// under it, as the issue's quiet tenant is), how long a quiet job may still come once the window
 // ends, and how often Redis's command counts are read.
 var poolShares = []int64{1, 2, 4}
 
 const (
 	poolLease      = 30 * time.Second
-	poolQuietRate  = 1.0
+	poolQuietRate  = 0.25
 	poolQuietGrace = 10 * time.Second
 	poolSampleTick = 250 * time.Millisecond
 )
@@ -162,8 +169,11 @@ func PoolFigures(r poolRun) Pool {
 	if n == 0 || len(contending) == 0 {
 		return f
 	}
-	seen := make([]int, n)
+	seen, last := make([]int, n), make([]int, n) // last: the index of a tenant's last job (-1: not received)
 	from, to, served := 0, len(contending), 0
+	for i := range last {
+		last[i] = -1
+	}
 	for i, fw := range contending {
 		seen[fw.tenant]++
 		if seen[fw.tenant] == 1 {
@@ -173,12 +183,25 @@ func PoolFigures(r poolRun) Pool {
 			}
 		}
 		if seen[fw.tenant] == r.jobs[fw.tenant] {
-			to = i
-			break
+			last[fw.tenant] = i
 		}
 	}
-	if f.AllServed == 0 || from > to {
-		from = 0 // a tenant ran out before every one was served: the start-up was the window
+	// A tenant whose whole backlog went before every tenant had been served (the first queues
+	// found at the start have the pool to themselves) does not contend in the window: it is left
+	// out. The window ends at the first of the others to run out.
+	in := make([]int, 0, n)
+	for i := range n {
+		if last[i] >= 0 && last[i] < from {
+			f.RanOutEarly++
+			continue
+		}
+		in = append(in, i)
+		if last[i] >= 0 {
+			to = min(to, last[i])
+		}
+	}
+	if len(in) == 0 {
+		return f
 	}
 	f.WindowFrom, f.WindowTo = from, to
 	// The window in time: from the forward that made every tenant served (or the first) to the
@@ -195,34 +218,36 @@ func PoolFigures(r poolRun) Pool {
 	}
 	x := make([]float64, n)
 	var sum, squares float64
-	for i, c := range counts {
-		x[i] = float64(c) / float64(r.shares[i])
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, i := range in {
+		x[i] = float64(counts[i]) / float64(r.shares[i])
 		sum += x[i]
 		squares += x[i] * x[i]
+		lo, hi = min(lo, x[i]), max(hi, x[i])
 	}
-	m := sum / float64(n)
+	m := sum / float64(len(in))
 	if squares > 0 {
-		f.Jain = round(sum*sum/(float64(n)*squares), 4)
+		f.Jain = round(sum*sum/(float64(len(in))*squares), 4)
 	}
-	f.MinRatio = round(Ratio(slices.Min(x), m), 3)
-	f.MaxRatio = round(Ratio(slices.Max(x), m), 3)
+	f.MinRatio = round(Ratio(lo, m), 3)
+	f.MaxRatio = round(Ratio(hi, m), 3)
 	for _, s := range distinct(r.shares) {
 		var k int
 		var received, per float64
-		for i := range n {
+		for _, i := range in {
 			if r.shares[i] == s {
 				k++
 				received += float64(counts[i])
 				per += x[i]
 			}
 		}
+		if k == 0 {
+			continue
+		}
 		f.ByShare = append(f.ByShare, PoolShare{Share: s, Tenants: k, MeanReceived: round(received/float64(k), 2),
 			PerShareVsMean: round(Ratio(per/float64(k), m), 3)})
 	}
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
+	order := slices.Clone(in)
 	slices.SortStableFunc(order, func(a, b int) int {
 		switch {
 		case x[a] < x[b]:
@@ -232,14 +257,14 @@ func PoolFigures(r poolRun) Pool {
 		}
 		return 0
 	})
-	k := min(poolExtremes, n)
+	k := min(poolExtremes, len(order))
 	ts := func(i int) TenantShare {
 		return TenantShare{Tenant: r.names[i], Share: r.shares[i], Received: counts[i]}
 	}
 	for _, i := range order[:k] {
 		f.Lowest = append(f.Lowest, ts(i))
 	}
-	for _, i := range slices.Backward(order[n-k:]) {
+	for _, i := range slices.Backward(order[len(order)-k:]) {
 		f.Highest = append(f.Highest, ts(i))
 	}
 
@@ -407,7 +432,7 @@ func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 
 	// The forwards: each contending tenant's count (the subscription's callback is the only
 	// writer), ranOut closed at the first tenant's last job.
-	counts := make([]int, len(names))
+	counts, served := make([]int, len(names)), 0
 	ranOut := make(chan struct{})
 	index := make(map[string]int32, len(names))
 	for i, name := range names {
@@ -416,7 +441,12 @@ func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 	col, err := collect(nc, prefixOut+">", func(m *nats.Msg, now time.Time) (poolForward, bool) {
 		tenant, _, _ := strings.Cut(strings.TrimPrefix(m.Subject, prefixOut), ".")
 		if i, ok := index[tenant]; ok {
-			if counts[i]++; counts[i] == run.jobs[i] && !isClosed(ranOut) {
+			if counts[i]++; counts[i] == 1 {
+				served++
+			}
+			// The run ends when a tenant runs out once every tenant has been served (one that
+			// ran out before is left out of the figures).
+			if counts[i] == run.jobs[i] && served == len(names) && !isClosed(ranOut) {
 				close(ranOut)
 			}
 			return poolForward{tenant: i, at: now}, true
@@ -554,7 +584,7 @@ func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 	run.spans, f.MostInFlight, f.Handled = work.result()
 
 	fig := PoolFigures(run)
-	f.AllServed, f.WindowFrom, f.WindowTo, f.WindowS, f.PerSecond = fig.AllServed, fig.WindowFrom, fig.WindowTo, fig.WindowS, fig.PerSecond
+	f.AllServed, f.RanOutEarly, f.WindowFrom, f.WindowTo, f.WindowS, f.PerSecond = fig.AllServed, fig.RanOutEarly, fig.WindowFrom, fig.WindowTo, fig.WindowS, fig.PerSecond
 	f.Jain, f.MinRatio, f.MaxRatio, f.ByShare, f.Lowest, f.Highest = fig.Jain, fig.MinRatio, fig.MaxRatio, fig.ByShare, fig.Lowest, fig.Highest
 	f.Utilisation, f.Quiet, f.QuietMissing, f.RedisCallsPerJob = fig.Utilisation, fig.Quiet, fig.QuietMissing, fig.RedisCallsPerJob
 	if f.AllServed > 0 {

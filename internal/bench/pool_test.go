@@ -55,6 +55,13 @@ func TestPoolFigures(t *testing.T) {
 	if f.RedisCallsPerJob != 2.5 {
 		t.Errorf("redis calls per job %v, want 2.5", f.RedisCallsPerJob)
 	}
+	// A tenant whose whole backlog went before every one had been served is left out.
+	early := PoolFigures(poolRun{names: tenantNames(3), shares: []int64{1, 1, 1}, jobs: []int{1, 4, 10}, pool: 1,
+		forwards: []poolForward{fw(0, 0), fw(1, 10), fw(2, 20), fw(1, 30), fw(2, 40), fw(1, 50), fw(2, 60), fw(1, 70), fw(2, 80)}})
+	if early.RanOutEarly != 1 || early.WindowFrom != 3 || early.WindowTo != 7 || early.Jain != 1 || len(early.Lowest) != 2 ||
+		len(early.ByShare) != 1 || early.ByShare[0].Tenants != 2 || early.ByShare[0].MeanReceived != 2 {
+		t.Errorf("a tenant out before the window: %+v", early)
+	}
 	if f := PoolFigures(poolRun{names: tenantNames(2), shares: []int64{1, 1}, jobs: []int{1, 1}}); f.Jain != 0 || f.WindowS != 0 {
 		t.Errorf("no forward: %+v", f)
 	}
