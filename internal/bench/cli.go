@@ -33,6 +33,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.IntVar(&o.RelayPipelines, "relay-pipelines", def.RelayPipelines, "end to end: the relay's consume→publish→ack pipelines")
 	fs.IntVar(&o.Workers, "workers", def.Workers, "admitter's Workers (0: admission's default)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of admitter's end-to-end throughput run to this `path`")
+	fs.StringVar(&o.LatencyProfile, "latency-cpuprofile", "", "write a CPU profile of the bench process (the admitter, nats-server, producer and subscriber) during admitter's paced latency run to this `path`")
 	fs.IntVar(&o.LargeJobs, "large-jobs", def.LargeJobs, "large: jobs queued while the forwarder is down")
 	largeKiB := fs.Int("large-kib", def.LargeSize>>10, "large: each job's payload in KiB")
 	fs.IntVar(&o.LargeTenants, "large-tenants", def.LargeTenants, "large: tenants the jobs are spread over")

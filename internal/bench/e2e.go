@@ -248,6 +248,19 @@ func (e *env) latency(ctx context.Context, kind string, rate float64) (Latency, 
 		subj[i] = prefixIn + tenantName(i) + ".work"
 	}
 	runtime.GC()
+	if kind == "admitter" && e.o.LatencyProfile != "" {
+		// The profile is the bench's whole process at the paced rate: the in-process admitter,
+		// nats-server, the producer and the subscriber (Redis runs apart).
+		f, err := os.Create(e.o.LatencyProfile)
+		if err != nil {
+			return Latency{}, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return Latency{}, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	sent, _, err := pace(ctx, pub, rate, e.o.LatencyDuration, func(i int64) *nats.Msg {
 		h := nats.Header{}
 		h.Set(headerSent, strconv.FormatInt(time.Now().UnixNano(), 10))

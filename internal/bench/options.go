@@ -51,6 +51,9 @@ type Options struct {
 	// CPUProfile, when set, receives a CPU profile of the process during admitter's end-to-end
 	// throughput run (the in-process nats-server included; redis-server is another process).
 	CPUProfile string
+	// LatencyProfile, when set, receives a CPU profile of the process during admitter's paced
+	// latency run.
+	LatencyProfile string
 
 	// Large: LargeJobs jobs of LargeSize bytes over LargeTenants tenants, queued while the
 	// forwarder was down, drained by the relay and by the admitter (a process).
