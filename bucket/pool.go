@@ -66,13 +66,13 @@ const (
 	poolTTL   = 3 * time.Second
 )
 
-// poolScan bounds the waiters a pool call looks at (lua/pool.lua's SCAN): a job with more than
-// poolScan waiters ahead of it is not granted until some of them have gone.
-const poolScan = 64
-
-// poolWakeJobs bounds the reserved jobs a release looks at to find whom to wake (lua/pool.lua's
-// WAKE_JOBS).
-const poolWakeJobs = 256
+// poolScan bounds the waiters a pool call looks at (passed to lua/pool.lua as SCAN): a job with
+// more than poolScan waiters ahead of it is not granted until some of them have gone;
+// poolWakeJobs bounds the reserved jobs a release looks at to find whom to wake (WAKE_JOBS).
+const (
+	poolScan     = 64
+	poolWakeJobs = 256
+)
 
 // NewPool checks a pool and returns it. A problem is a *LimitError naming the pool (Index -1)
 // and the field.
@@ -338,9 +338,9 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 
 // poolArgs packs a pool call's argument (see lua/pool.lua).
 func poolArgs(now int64, op int, p *Pool, share int64, jobs []Job, cost int64) []byte {
-	arg := make([]byte, 0, 8*(11+2*len(jobs)))
+	arg := make([]byte, 0, 8*(14+2*len(jobs)))
 	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
-		poolTTL.Microseconds(), poolReask.Microseconds(), cost, int64(len(jobs)))
+		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, int64(len(jobs)))
 	for _, j := range jobs {
 		arg = packInts(arg, j.ID, j.Weight)
 	}

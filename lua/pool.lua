@@ -36,7 +36,9 @@
 --          touches only the leases it names and those that ended, not every lease
 -- ARGV[1]  packed int64s: op (0 acquire, 1 give back unused grants, 2 release, 3 renew,
 --          4 inspect), now (µs, 0: the server's TIME), conc, lease (µs), cap, iv (µs), share,
---          ttl (µs), reask (µs), cost (release; -1: none), k, then k × (job id, weight)
+--          ttl (µs), reask (µs), cost (release; -1: none), scan (the waiters a call looks at:
+--          reservations, wakes), wake_jobs (the reserved jobs a release looks at), max_conc (the
+--          most leases a pool holds), k, then k × (job id, weight)
 -- ARGV[2]  the tenant
 --
 -- Reply: {packed int64s, wakes}: wakes are the tenants to wake (a list, often empty); the
@@ -54,13 +56,13 @@
 -- Redis commands: TIME, HGET/HMGET/HSET/HDEL/HSCAN, ZADD/ZREM/ZSCORE/ZRANGE(BYSCORE)/ZCARD,
 -- PEXPIRE. The keys share the hash tag of the pool's name.
 local MAX_LISTED = 100
-local SCAN = 64 -- the waiters a call looks at: reservations, wakes
 local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
-local op, now, conc, lease, cap, iv, share, ttl, reask, cost, k = struct.unpack('<lllllllllll', arg)
+local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, k =
+  struct.unpack('<llllllllllllll', arg)
 if now == 0 then now = server_now() end
-local pos = 8 * 11 + 1
+local pos = 8 * 14 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 
@@ -95,7 +97,6 @@ end
 
 -- Leases that ended unreleased are dropped (at most MAX_CONC, the most a pool holds; an
 -- inspection only leaves them out).
-local MAX_CONC = 1000
 local ended = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, MAX_CONC)
 for _, m in ipairs(ended) do
   local l = redis.call('HGET', KEYS[1], 'l:' .. m)
@@ -146,7 +147,6 @@ end
 -- the grants go) that fit in what is free now and did not before (the others were woken by the
 -- release that made room for them), or, when nothing more is free (expired leases freed it
 -- earlier), of the last that fits. At most WAKE_JOBS jobs are looked at.
-local WAKE_JOBS = 256
 local function freed_wakes(free_before)
   local free = free_now()
   local from = free - math.max(free - free_before, 1)
