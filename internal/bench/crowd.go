@@ -118,14 +118,7 @@ func CrowdFigures(first []time.Time, jobs []landed, names []string, perTenant in
 // crowd runs the crowd scenario.
 func (e *env) crowd(ctx context.Context, p *progress) (*Crowd, error) {
 	o := e.o
-	admitterBin, natsBin, err := buildProcesses(e.tb)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.flush(ctx); err != nil {
-		return nil, err
-	}
-	srv, err := e.startNATSProc(ctx, natsBin, 0, "admitter")
+	admitterBin, srv, err := e.processWorld(ctx)
 	if err != nil {
 		return nil, err
 	}

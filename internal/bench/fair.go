@@ -208,14 +208,7 @@ func subscribeLanded(nc *nats.Conn, names []string) (*collector[landed], error) 
 // fair runs the fair-share scenario.
 func (e *env) fair(ctx context.Context, p *progress) (*Fair, error) {
 	o := e.o
-	admitterBin, natsBin, err := buildProcesses(e.tb)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.flush(ctx); err != nil {
-		return nil, err
-	}
-	srv, err := e.startNATSProc(ctx, natsBin, 0, "admitter")
+	admitterBin, srv, err := e.processWorld(ctx)
 	if err != nil {
 		return nil, err
 	}

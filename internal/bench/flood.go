@@ -215,14 +215,7 @@ func (e *env) flood(ctx context.Context, p *progress) (*Flood, error) {
 	o := e.o
 	f := &Flood{Jobs: o.FloodJobs, NoisyRate: float64(o.FloodRate), QuietTenants: o.FloodQuietTenants, QuietRate: 5,
 		DurationS: o.FloodDuration.Seconds()}
-	admitterBin, natsBin, err := buildProcesses(e.tb)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.flush(ctx); err != nil {
-		return nil, err
-	}
-	srv, err := e.startNATSProc(ctx, natsBin, 0, "admitter")
+	admitterBin, srv, err := e.processWorld(ctx)
 	if err != nil {
 		return nil, err
 	}

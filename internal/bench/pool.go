@@ -372,14 +372,7 @@ const headerSeq = "Bench-Seq"
 // pool runs the pool scenario.
 func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 	o := e.o
-	admitterBin, natsBin, err := buildProcesses(e.tb)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.flush(ctx); err != nil {
-		return nil, err
-	}
-	srv, err := e.startNATSProc(ctx, natsBin, 0, "admitter")
+	admitterBin, srv, err := e.processWorld(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,24 @@ type natsProc struct {
 	mon  monitor
 }
 
+// processWorld prepares a scenario that runs admitter and nats-server as processes of their
+// own: both built, Redis emptied, and a nats-server started for the admitter; the caller stops
+// it (srv.proc.stop).
+func (e *env) processWorld(ctx context.Context) (admitterBin string, srv *natsProc, err error) {
+	admitterBin, natsBin, err := buildProcesses(e.tb)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := e.flush(ctx); err != nil {
+		return "", nil, err
+	}
+	srv, err = e.startNATSProc(ctx, natsBin, 0, "admitter")
+	if err != nil {
+		return "", nil, err
+	}
+	return admitterBin, srv, nil
+}
+
 // startNATSProc starts a nats-server process (natsBin, see buildProcesses) with its monitoring
 // port, a max_payload of maxPayload bytes (0: the server's default), and the streams of kind's
 // forwarder, and waits until it answers.
