@@ -105,13 +105,14 @@ type queue struct {
 	laneSubject string // its lane in the legacy lanes stream
 
 	// scheduling, under queues.mu
-	where   place
-	at      time.Time // scheduled: when it is due
-	index   int       // scheduled: its place in the due heap
-	deficit int64     // ready or running: the weight it may still admit this round
-	hinted  bool      // running: a job arrived meanwhile (it must not go idle)
-	woken   bool      // running: woken meanwhile (what it waits for may be free: it asks again at once)
-	gone    bool      // no longer this replica's: dropped when its step ends
+	where    place
+	at       time.Time // scheduled: when it is due
+	index    int       // scheduled: its place in the due heap
+	deficit  int64     // ready or running: the weight it may still admit this round
+	hinted   bool      // running: a job arrived meanwhile (it must not go idle)
+	headless bool      // scheduled with no head waiting, for its settled jobs' removal only: a job that arrives makes it go
+	woken    bool      // running: woken meanwhile (what it waits for may be free: it asks again at once)
+	gone     bool      // no longer this replica's: dropped when its step ends
 
 	// the feed's, under queues.mu
 	mode     mode
@@ -189,8 +190,11 @@ func (qs *queues) feed(tenant string, f fed) {
 		qs.byName[tenant] = q
 	}
 	if q.mode == behind {
-		if q.where == idle {
+		switch {
+		case q.where == idle, q.where == scheduled && q.headless:
 			qs.readyLocked(q)
+		case q.where == running:
+			q.hinted = true // its read may have ended before this job: it must not go idle
 		}
 		return
 	}
@@ -514,7 +518,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q.deficit -= r.spent
-	q.where = idle
+	q.where, q.headless = idle, r.headless
 	switch {
 	case q.gone || r.gone:
 		if qs.byName[q.tenant] == q {
@@ -524,7 +528,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 			q.buf, q.bufBytes = nil, 0
 		}
 		q.gone = true
-	case r.more || (r.idle && (q.hinted || len(q.buf) > 0)):
+	case r.more || ((r.idle || r.headless) && (q.hinted || len(q.buf) > 0)):
 		if !r.more {
 			q.deficit = min(q.deficit, 0)
 		}

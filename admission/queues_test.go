@@ -199,6 +199,55 @@ func TestRejoiningKeepsWhatArrivesDuringTheRead(t *testing.T) {
 	}
 }
 
+// TestJobArrivingWhileOnlyARemovalWaitsGoesAtOnce: a queue whose step found no job waits only
+// for its settled jobs' removal (minutes, at most 5 s): a job the feed hands it during that
+// step, or while it waits so, makes it go at once, following or behind; and a queue behind
+// whose read ended before a job arrived does not go idle and lose it. Before, the job waited
+// for the removal (the bench's overload scenario stalled for seconds, 1 run in 4), and the
+// queue behind was dropped.
+func TestJobArrivingWhileOnlyARemovalWaitsGoesAtOnce(t *testing.T) {
+	qs := feedRig(t, 10, 1000)
+	where := func(q *queue) place {
+		qs.mu.Lock()
+		defer qs.mu.Unlock()
+		return q.where
+	}
+	qs.feed("t", fedJob(10))
+	q, _, _ := qs.take()
+	qs.settled(q, 10)
+	qs.feed("t", fedJob(11)) // during the step that found nothing more
+	qs.done(q, stepResult{next: 5 * time.Second, headless: true})
+	if w := where(q); w != ready {
+		t.Fatalf("following, a job arrived during a step that waits for a removal: %v, want ready", w)
+	}
+
+	qs.mu.Lock()
+	qs.adoptLocked("u") // behind
+	qs.mu.Unlock()
+	for range 2 { // t (scheduled away), then u
+		if b, _, _ := qs.take(); b.tenant == "u" {
+			qs.feed("u", fedJob(20)) // after its read ended empty
+			qs.done(b, stepResult{idle: true})
+			break
+		} else {
+			qs.done(b, stepResult{next: time.Hour})
+		}
+	}
+	b := qs.byName["u"]
+	if b == nil || where(b) != ready {
+		t.Fatalf("behind, a job arrived after its read ended: queue %v, want ready", b)
+	}
+	b, _, _ = qs.take()
+	qs.done(b, stepResult{next: 5 * time.Second, headless: true})
+	if w := where(b); w != scheduled {
+		t.Fatalf("behind, waiting for a removal: %v, want scheduled", w)
+	}
+	qs.feed("u", fedJob(21))
+	if w := where(b); w != ready {
+		t.Errorf("behind, a job arrived while it waited for a removal: %v, want ready", w)
+	}
+}
+
 // TestAdoptionHoldsTheFloor: after the membership changed, the replica's floor is 0 until the
 // tenants it took over have queues, and each such queue holds the floor at its cursor until it
 // has read its first job.

@@ -51,6 +51,9 @@ type stepResult struct {
 	more bool
 	// idle: the queue is empty and owes nothing: it sleeps until its tenant publishes again.
 	idle bool
+	// headless: the queue was empty; its wait (next) is for its settled jobs' removal, not for
+	// a head, so a job that arrived during the step goes at once.
+	headless bool
 	// spent is the weight the step admitted (its turn's budget is reduced by it).
 	spent int64
 	// gone: the queue is no longer this replica's.
@@ -544,7 +547,7 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 	case err != nil:
 		return stepResult{next: stepRetry(1)}
 	case due > 0:
-		return stepResult{next: due} // its settled jobs are removed then, unless compacted meanwhile
+		return stepResult{next: due, headless: true} // its settled jobs are removed then, unless compacted meanwhile
 	}
 	q.errs = 0
 	return stepResult{idle: true}
