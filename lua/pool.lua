@@ -53,7 +53,7 @@
 -- the pool's state: weight in flight, tokens now (-1 without a bucket), waiters, their shares
 -- together.
 --
--- Redis commands: TIME, HGET/HMGET/HSET/HDEL/HSCAN, ZADD/ZREM/ZSCORE/ZRANGE(BYSCORE)/ZCARD,
+-- Redis commands: TIME, HGET/HMGET/HSET/HDEL/HINCRBY/HSCAN, ZADD/ZREM/ZSCORE/ZRANGE(BYSCORE)/ZCARD,
 -- PEXPIRE. The keys share the hash tag of the pool's name.
 local MAX_LISTED = 100
 local PAGE = 8 -- the waiters read at once
