@@ -49,9 +49,12 @@ func forwardHeader(h nats.Header, id, tenant, plan string, attempts uint64, wait
 	h.Set(wire.HeaderPlan, plan)
 	h.Set(wire.HeaderAttempts, strconv.FormatUint(attempts, 10))
 	h.Set(wire.HeaderDelayMs, strconv.FormatInt(max(waited.Milliseconds(), 0), 10))
-	if v.Fate == wire.FateDegraded {
+	switch {
+	case v.Fate == wire.FateDegraded:
 		h.Set(wire.HeaderDegraded, wire.DegradedFailOpen)
-	} else {
+	case v.Local:
+		h.Set(wire.HeaderDegraded, wire.DegradedLocal)
+	default:
 		h.Del(wire.HeaderDegraded)
 	}
 	if v.Shadow {

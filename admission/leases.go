@@ -149,7 +149,8 @@ func (l *leases) stop() {
 func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 	c := l.s.cfg
 	var path, tenant string
-	var lease, cost int64 = 0, bucket.NoCost
+	var lease, cost, weight int64 = 0, bucket.NoCost, 1
+	op := policy.LeaseRelease
 	var err error
 	switch {
 	case strings.HasPrefix(m.Subject, l.ack) || strings.HasPrefix(m.Subject, l.term):
@@ -170,21 +171,29 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 				cost, err = wire.ParseCost(m.Header)
 			}
 		} else if tenant, ok = c.Renew.Match(m.Subject); ok && c.Renew.String() != "" {
-			path = wire.LeasePathRenew
+			path, op = wire.LeasePathRenew, policy.LeaseRenew
 			lease, err = wire.ParseLease(m.Header, c.StreamIn)
+			var start bool
+			if err == nil {
+				start, err = wire.ParseStart(m.Header)
+			}
+			if start {
+				path, op = wire.LeasePathStart, policy.LeaseStart
+			}
 		} else {
 			return
+		}
+		if err == nil {
+			// The job's weight names the slots of a lease the limiter does not hold (see
+			// bucket.LeaseRequest.Weight); the worker library sends the forward's.
+			weight, err = wire.ParseWeight(m.Header)
 		}
 	}
 	reply := wire.LeaseReply{Tenant: tenant, Lease: lease}
 	result := "invalid"
 	if err == nil {
 		var res bucket.LeaseResult
-		if path == wire.LeasePathRenew {
-			res, _, err = c.Policy.Renew(ctx, tenant, lease)
-		} else {
-			res, _, err = c.Policy.Release(ctx, tenant, lease, cost)
-		}
+		res, _, err = c.Policy.Lease(ctx, op, tenant, lease, weight, cost)
 		l.s.tel.leasesExpired(ctx, res.LeasesExpired)
 		switch {
 		case errors.Is(err, policy.ErrNoLeases), errors.Is(err, bucket.ErrUnknownTenant), errors.Is(err, bucket.ErrInvalidTenant):
@@ -192,10 +201,14 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		case err != nil:
 			result = "error"
 			l.s.log.Warn("lease", "path", path, "tenant", tenant, "lease", lease, "err", err)
+		case !res.Held && op == policy.LeaseStart:
+			result = "wait"
 		case !res.Held:
 			result = "not-held"
-		case path == wire.LeasePathRenew:
+		case op == policy.LeaseRenew:
 			result = "renewed"
+		case op == policy.LeaseStart:
+			result = "started"
 		default:
 			result = "released"
 		}
@@ -203,7 +216,10 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		if !res.Ends.IsZero() {
 			reply.Ends = res.Ends.UTC().Format(time.RFC3339Nano)
 		}
-		if (res.Held && !res.PoolOnly && path != wire.LeasePathRenew) || res.LeasesExpired > 0 {
+		if !res.Held && op == policy.LeaseStart {
+			reply.WaitMs = max(wire.Millis(res.Wait), minStartWait)
+		}
+		if (res.Held && !res.PoolOnly && op == policy.LeaseRelease) || res.LeasesExpired > 0 {
 			l.s.wake(tenant) // the tenant's queue may go on now
 		}
 		for _, t := range res.Wakes {
@@ -222,6 +238,10 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		}
 	}
 }
+
+// minStartWait is the shortest wait a start not held is told (ms): a job whose slots will not
+// be free soon is not asked about again in a loop.
+const minStartWait = 100
 
 // forwarded reads an ack metric or a termination advisory of the output stream and the
 // forwarded job it names: its tenant and lease. ok is false for a message without a lease.

@@ -127,6 +127,7 @@ type queue struct {
 	legacyUnpurged uint64    // likewise in the legacy lane
 	storedSeq      uint64    // the highest input sequence settled (forwarded, dead, or stored before)
 	owe            owed
+	fresh          bool // no limiter call has answered for it yet (policy.Queue.Fresh)
 	errs           int
 	waited         uint64 // the highest input sequence told to wait (each counted once)
 	head           uint64 // the job the last step left waiting, and how many steps asked about it
@@ -160,7 +161,7 @@ func (qs *queues) newQueue(tenant string) (*queue, error) {
 		return nil, err
 	}
 	lane, _ := c.Wait.Subject(tenant)
-	return &queue{tenant: tenant, filter: filter, laneSubject: lane, index: -1, legacy: qs.legacy[tenant], mode: behind}, nil
+	return &queue{tenant: tenant, filter: filter, laneSubject: lane, index: -1, legacy: qs.legacy[tenant], mode: behind, fresh: true}, nil
 }
 
 // feed hands a job the feed delivered to its tenant's queue, if this replica owns the tenant:
@@ -345,7 +346,7 @@ func (qs *queues) compacted(seq uint64) {
 
 // claim is what the queue's next limiter call says for owner (see policy.Queue).
 func (q *queue) claim(owner int64) policy.Queue {
-	pq := policy.Queue{Owner: owner, LateWeight: q.owe.lateWeight, Late: q.owe.late}
+	pq := policy.Queue{Owner: owner, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh}
 	if q.owe.stored > 0 {
 		pq.Stored, pq.Keep = int64(q.owe.stored), storedKeep
 	}
@@ -353,7 +354,7 @@ func (q *queue) claim(owner int64) policy.Queue {
 }
 
 // said clears what a limiter call said.
-func (q *queue) said() { q.owe = owed{} }
+func (q *queue) said() { q.owe, q.fresh = owed{}, false }
 
 // tries is the Admit-Attempts of the job at seq in the step about to ask about it: how many
 // steps asked about it, this one included (the job the last step left waiting remembers its

@@ -38,7 +38,10 @@ const (
 	// or pool (policy.ReasonPool): its plan's pool.
 	AttrReason = attribute.Key("admitter.reason")
 	// AttrPool is the pool of the job's plan (bucket.Pool).
-	AttrPool     = attribute.Key("admitter.pool")
+	AttrPool = attribute.Key("admitter.pool")
+	// AttrDegraded is a decision's wire.HeaderDegraded: local when made on the replica's copy
+	// of the tenant's state while the limiter was unreachable.
+	AttrDegraded = attribute.Key("admitter.degraded")
 	AttrSequence = attribute.Key("messaging.nats.stream.sequence")
 )
 
@@ -160,6 +163,10 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 		span.SetStatus(codes.Error, "limiter failed")
 		t.limiterErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", policy.ErrorKind(d.Err))))
 		t.failEvents.Add(ctx, int64(len(jobs)), metric.WithAttributeSet(t.failMode))
+	}
+	if d.Local {
+		t.failEvents.Add(ctx, int64(len(jobs)), metric.WithAttributeSet(t.failMode))
+		span.SetAttributes(AttrDegraded.String(wire.DegradedLocal))
 	}
 	if span.IsRecording() {
 		span.SetAttributes(AttrTenant.String(tenant), AttrLimit.String(d.Limit),

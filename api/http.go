@@ -85,8 +85,8 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := h.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	a := h.pol.Ask(ctx, wire.SourceHTTP, req)
-	if a.Degraded {
-		w.Header().Set(wire.HeaderDegraded, wire.DegradedFailOpen)
+	if v := a.DegradedAs(); v != "" {
+		w.Header().Set(wire.HeaderDegraded, v)
 	}
 	httplimit.WriteAnswer(w, &a)
 }

@@ -143,8 +143,8 @@ func (s *Service) decide(data []byte, reply string, hdr nats.Header) {
 		ctx := s.prop.Extract(context.Background(), wire.HeaderCarrier(hdr))
 		a := s.pol.Ask(ctx, wire.SourceNATS, req)
 		a.Headers(out.Header.Set)
-		if a.Degraded {
-			out.Header.Set(wire.HeaderDegraded, wire.DegradedFailOpen)
+		if v := a.DegradedAs(); v != "" {
+			out.Header.Set(wire.HeaderDegraded, v)
 		}
 		if a.Refused() {
 			microError(out, a.Status(), a.Detail)

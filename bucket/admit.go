@@ -72,6 +72,10 @@ type Batch struct {
 	// Release gives the owner's hold on the queue up after the call (it no longer owns the
 	// tenant: another replica may take the queue at once).
 	Release bool
+	// Fresh says the owner's queue is new (its first call since it took the tenant): a local
+	// copy of the tenant's state (Fallback) may predate another owner's decisions and is not
+	// used.
+	Fresh bool
 }
 
 // MaxBatch bounds the jobs of one Admit call.
@@ -123,6 +127,9 @@ type BatchResult struct {
 	// those of the queue the plan would have made. A wait of Options.Horizon or more is given
 	// as Options.Horizon. Remaining and Limit are the shadow state's. No owner holds the queue.
 	ShadowWaits []time.Duration
+	// Local: decided on this replica's copy of the tenant's state while Redis was unreachable
+	// (see Fallback).
+	Local bool
 }
 
 // check validates a batch before any state is touched.

@@ -1,6 +1,10 @@
 package bucket
 
-import "time"
+import (
+	"time"
+
+	"github.com/admitter/admitter/lua"
+)
 
 // The slots booked by Decide and not yet claimed, as a tenant's state counts them (book and
 // unbook of lua/state.lua, mirrored here function by function): a log of (death, count), death
@@ -11,7 +15,7 @@ import "time"
 // entries whose deaths are closest are merged into the later one, whose count then lasts until
 // its death: Snapshot.Reservations may then count a slot a little past its grace, never forget
 // one early, and the latest slot stays exact.
-const maxBooked = 16
+const maxBooked = lua.MaxBooked
 
 // book counts a slot booked until death.
 func book(b []entry, death int64) []entry {

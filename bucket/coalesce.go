@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -27,8 +28,9 @@ type admitCall struct {
 	keys     []string
 	arg      func() string
 	jobs     int       // the jobs it decides (1 for a request)
-	size     int       // its reply's length in bytes
+	size     int       // its reply's length in bytes (without the mirrored state)
 	shadow   bool      // a shadow plan's batch (see BatchResult.ShadowWaits)
+	mirror   bool      // its reply ends with the tenant's state (see Batch.Mirror)
 	deadline time.Time // its caller's, zero when none
 	// Set once done is closed.
 	reply []byte
@@ -36,8 +38,25 @@ type admitCall struct {
 	done  chan struct{}
 }
 
-// replyLen is the length of the batch's reply.
-func (c *admitCall) replyLen() int { return c.size }
+// replyLen is the length of the batch's reply at the start of rest (what is left of every
+// batch's replies): its fixed part, and for a mirror the server's time, the state's length and
+// the state (see lua/admit.lua). -1 when rest is too short to hold it.
+func (c *admitCall) replyLen(rest []byte) int {
+	if !c.mirror {
+		if len(rest) < c.size {
+			return -1
+		}
+		return c.size
+	}
+	if len(rest) < c.size+16 {
+		return -1
+	}
+	b := int64(binary.LittleEndian.Uint64(rest[c.size+8:]))
+	if b < 0 || b > int64(len(rest)-c.size-16) {
+		return -1
+	}
+	return c.size + 16 + int(b)
+}
 
 // admitReplyLen is the length of admit.lua's reply for k jobs: wait, binding limit, remaining,
 // leases expired, one outcome per job, and for a shadow plan one wait per job.
@@ -185,10 +204,13 @@ func (r *Redis) execMany(ctx context.Context, script *script, calls []*admitCall
 			c.err = err2
 		case why != "":
 			c.err = errors.New(why)
-		case len(replies) < c.replyLen():
-			c.err = fmt.Errorf("reply of %d bytes, want %d", len(replies), c.replyLen())
 		default:
-			c.reply, replies = replies[:c.replyLen()], replies[c.replyLen():]
+			n := c.replyLen(replies)
+			if n < 0 {
+				c.err = fmt.Errorf("reply of %d bytes is too short for batch %d of %d", len(replies), i+1, len(calls))
+				break
+			}
+			c.reply, replies = replies[:n], replies[n:]
 		}
 	}
 	if err == nil && len(replies) != 0 {

@@ -75,6 +75,9 @@ type Result struct {
 	// LeasesExpired counts the tenant's leases (see KindConcurrency) that this call found ended
 	// without being released, and dropped: each is counted once, by the call that drops it.
 	LeasesExpired int64
+	// Local: decided on this replica's copy of the tenant's state while Redis was unreachable
+	// (see Fallback).
+	Local bool
 }
 
 // Options tune both backends. The zero value uses the defaults.

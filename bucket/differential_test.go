@@ -188,13 +188,20 @@ func TestDifferentialAdmit(t *testing.T) {
 					if a := admitted[ti]; len(a) > 0 && rng.IntN(4) > 0 { // mostly a job that holds a lease
 						id = a[len(a)-1-rng.IntN(min(len(a), 3))]
 					}
-					req := LeaseRequest{Tenant: tenants[ti], Plan: p, Lease: id, Cost: NoCost}
+					if rng.IntN(5) == 0 { // a job that was running when the limiter forgot, reporting
+						id = 1_000_000 + rng.Int64N(50)
+					}
+					req := LeaseRequest{Tenant: tenants[ti], Plan: p, Lease: id, Cost: NoCost, Weight: rng.Int64N(3)}
 					var a, r LeaseResult
 					var err1, err2 error
-					if rng.IntN(3) == 0 {
+					switch rng.IntN(4) {
+					case 0:
 						a, err1 = mem.Renew(ctx, req)
 						r, err2 = red.Renew(ctx, req)
-					} else {
+					case 1:
+						a, err1 = mem.Start(ctx, req)
+						r, err2 = red.Start(ctx, req)
+					default:
 						if rng.IntN(2) == 0 {
 							req.Cost = rng.Int64N(2 * p.MaxWeight())
 						}

@@ -1,6 +1,8 @@
 package bucket
 
 import (
+	"github.com/admitter/admitter/lua"
+
 	"math"
 	"slices"
 	"time"
@@ -208,9 +210,9 @@ func (p *Plan) forgotten(i int, now, born int64, log []entry, tags []leaseTag) w
 		return work{tat: max(born+sp.span, now), log: log, tags: tags}
 	}
 	if sp.kind == KindConcurrency {
-		// every job in flight when memory began holds a lease nobody can release
-		if born > 0 && born+sp.span > now {
-			return work{log: append(log, entry{born + sp.span, sp.cap}), tags: append(tags, leaseTag{0, born})}
+		// every job in flight when memory began holds a lease nobody can name, until they report
+		if end := phantomEnd(born, sp.span); born > 0 && end > now {
+			return work{log: append(log, entry{end, sp.cap}), tags: append(tags, leaseTag{0, born})}
 		}
 		return work{log: log, tags: tags}
 	}
@@ -227,4 +229,12 @@ func (p *Plan) forgotten(i int, now, born int64, log []entry, tags []leaseTag) w
 		}
 	}
 	return work{log: log, tags: tags}
+}
+
+// phantomEnd is when the slots of a concurrency limit or a pool with a lease of `lease` µs,
+// forgotten at born, stop being counted: lua.PhantomPercent of the lease after born (lua/state.lua
+// phantom_end, in the same integer steps).
+func phantomEnd(born, lease int64) int64 {
+	q := lease / 100
+	return born + q*lua.PhantomPercent + ((lease-100*q)*lua.PhantomPercent+99)/100
 }

@@ -34,6 +34,10 @@ type LeaseRequest struct {
 	// the plan's other limits at once, atomically with the release (see lua/lease.lua for each
 	// kind). Only a lease still held is reconciled: a repeated release charges nothing.
 	Cost int64
+	// Weight is the job's weight (the forward's Admit-Weight; 0 reads as 1): what a start takes
+	// again for a lease that ended, and what a release or renewal of a lease the state lost
+	// names of the slots it counts as forgotten (see Start and lua/lease.lua).
+	Weight int64
 }
 
 // LeaseResult is Release's or Renew's answer.
@@ -55,6 +59,10 @@ type LeaseResult struct {
 	// (none of them a concurrency limit) freed nothing, so its queue has no more reason to go
 	// now than any waiter's (Wakes names it when it is its turn).
 	PoolOnly bool
+	// Wait is, for a Start not held (its slots are taken), how long until they may be free.
+	Wait time.Duration
+	// Local: decided on this replica's copy while Redis was unreachable (see Fallback).
+	Local bool
 }
 
 // LeaseKey is the lease id of a request decided by Decide with this JobID: a 52-bit hash, never
@@ -75,7 +83,11 @@ func LeaseKey(jobID string) int64 {
 const (
 	leaseRelease = 0
 	leaseRenew   = 1
+	leaseStart   = 2
 )
+
+// weight is the request's weight, 1 when unset.
+func (l *LeaseRequest) weight() int64 { return max(l.Weight, 1) }
 
 // check validates a lease request before any state is touched.
 func (l *LeaseRequest) check(mode int) error {
@@ -88,8 +100,11 @@ func (l *LeaseRequest) check(mode int) error {
 	if l.Lease < 1 || l.Lease > maxJobID {
 		return fmt.Errorf("%w: lease %d, want 1 to 2^53-1", ErrInvalidLease, l.Lease)
 	}
-	if mode == leaseRenew && l.Cost != NoCost && l.Cost != 0 {
-		return fmt.Errorf("bucket: a renewal carries no cost, got %d", l.Cost)
+	if mode != leaseRelease && l.Cost != NoCost && l.Cost != 0 {
+		return fmt.Errorf("bucket: a renewal or a start carries no cost, got %d", l.Cost)
+	}
+	if l.Weight < 0 || l.Weight > MaxCost {
+		return fmt.Errorf("%w: weight %d, want 1 to 2^40", ErrInvalidWeight, l.Weight)
 	}
 	if mode == leaseRelease && (l.Cost < NoCost || l.Cost > MaxCost) {
 		return fmt.Errorf("%w: cost %d, want 0 to 2^40", ErrInvalidCost, l.Cost)
@@ -100,8 +115,8 @@ func (l *LeaseRequest) check(mode int) error {
 // Release ends the job's lease now (the job is done), reconciling its cost (LeaseRequest.Cost),
 // and frees its pool slot.
 func (m *Memory) Release(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-	return leasePooled(ctx, m, req, leaseRelease, func(_ context.Context, req LeaseRequest) (LeaseResult, error) {
-		return m.lease(req, leaseRelease)
+	return leasePooled(ctx, m, req, leaseRelease, func(_ context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
+		return m.lease(req, mode)
 	})
 }
 
@@ -109,8 +124,17 @@ func (m *Memory) Release(ctx context.Context, req LeaseRequest) (LeaseResult, er
 // job still runs).
 func (m *Memory) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
-	return leasePooled(ctx, m, req, leaseRenew, func(_ context.Context, req LeaseRequest) (LeaseResult, error) {
-		return m.lease(req, leaseRenew)
+	return leasePooled(ctx, m, req, leaseRenew, func(_ context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
+		return m.lease(req, mode)
+	})
+}
+
+// Start renews the job's lease as its worker begins it, or takes its slots again when the
+// lease ended while the job waited for a worker: see Limiter.Start.
+func (m *Memory) Start(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
+	req.Cost = NoCost
+	return leasePooled(ctx, m, req, leaseStart, func(_ context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
+		return m.lease(req, mode)
 	})
 }
 
@@ -120,12 +144,12 @@ func (m *Memory) lease(req LeaseRequest, mode int) (LeaseResult, error) {
 	}
 	sh, st, now := m.lock(req.Tenant)
 	defer sh.mu.Unlock()
-	found, weight, expired, ends := sh.lease(now, m.born(), st, &req, mode, m.opts)
-	return leaseResult(found, weight, expired, ends), nil
+	found, weight, expired, ends, wait := sh.lease(now, m.born(), st, &req, mode, m.opts)
+	return leaseResult(found, weight, expired, ends, wait), nil
 }
 
-func leaseResult(found, weight, expired, ends int64) LeaseResult {
-	res := LeaseResult{Held: found == 1, Weight: weight, LeasesExpired: expired}
+func leaseResult(found, weight, expired, ends, wait int64) LeaseResult {
+	res := LeaseResult{Held: found == 1, Weight: weight, LeasesExpired: expired, Wait: time.Duration(wait) * time.Microsecond}
 	if ends > 0 {
 		res.Ends = time.UnixMicro(ends)
 	}
@@ -133,34 +157,70 @@ func leaseResult(found, weight, expired, ends int64) LeaseResult {
 }
 
 // lease mirrors lua/lease.lua step by step; the differential test holds them together.
-func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode int, o Options) (found, weight, expired, ends int64) {
+func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode int, o Options) (found, weight, expired, ends, wait int64) {
 	p := req.Plan
 	ws := sh.load(st, p, now, born)
+	jw := req.weight()
 	var taken int64
+	held := false
 	for i := range p.specs {
 		if p.specs[i].kind != KindConcurrency {
 			continue
 		}
 		if j := ws[i].leaseFind(req.Lease); j >= 0 {
 			e, t := ws[i].leaseDrop(j)
-			if mode == leaseRenew {
+			if mode != leaseRelease {
 				ends = now + p.specs[i].span
 				ws[i].leasePut(ends, e.weight, t)
 			}
-			found, weight, taken = 1, e.weight, t.at
+			found, weight, taken, held = 1, e.weight, t.at, true
+		} else if mode != leaseStart {
+			if z := ws[i].leaseFind(0); z >= 0 {
+				e, t := ws[i].leaseDrop(z)
+				if e.weight > jw {
+					ws[i].leasePut(e.death, e.weight-jw, t)
+				}
+				if mode == leaseRenew {
+					ends = now + p.specs[i].span
+					ws[i].leasePut(ends, jw, leaseTag{req.Lease, now})
+				}
+				found, weight = 1, jw
+			}
+		}
+	}
+	if found == 0 && mode == leaseStart {
+		fits := true
+		for i := range p.specs {
+			sp := &p.specs[i]
+			if sp.kind != KindConcurrency {
+				continue
+			}
+			if s := logFit(ws[i].log, sp.cap, now, jw); s > now || used(ws[i].log, now)+jw > sp.cap {
+				fits = false
+				wait = max(wait, s-now)
+			}
+		}
+		if fits {
+			for i := range p.specs {
+				if p.specs[i].kind == KindConcurrency {
+					ends = now + p.specs[i].span
+					ws[i].leasePut(ends, jw, leaseTag{req.Lease, now})
+				}
+			}
+			found, weight = 1, jw
 		}
 	}
 	if found == 0 {
-		return 0, 0, 0, 0
+		return 0, 0, 0, 0, wait
 	}
-	if d := req.Cost - weight; mode == leaseRelease && req.Cost >= 0 && d != 0 {
+	if d := req.Cost - weight; held && mode == leaseRelease && req.Cost >= 0 && d != 0 {
 		p.reconcile(ws, now, taken, d)
 	}
 	if st == nil {
 		st = &memState{}
 	}
 	sh.store(req.Tenant, st, p, ws, now, o)
-	return 1, weight, sh.expired, ends
+	return 1, weight, sh.expired, ends, 0
 }
 
 // chargeLate takes w again for jobs that reached downstream late µs after their admission, at
@@ -212,18 +272,21 @@ func (p *Plan) reconcile(ws []work, now, taken, d int64) {
 // in one script call, and frees its pool slot in another. A call that fails or times out may
 // have run: asking again is harmless (the lease is no longer held; nothing is charged twice).
 func (r *Redis) Release(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-	return leasePooled(ctx, r, req, leaseRelease, func(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-		return r.leaseCall(ctx, req, leaseRelease)
-	})
+	return leasePooled(ctx, r, req, leaseRelease, r.leaseCall)
 }
 
 // Renew moves the end of the job's lease, and of its pool slot, to their lease from now (the
 // job still runs).
 func (r *Redis) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
-	return leasePooled(ctx, r, req, leaseRenew, func(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-		return r.leaseCall(ctx, req, leaseRenew)
-	})
+	return leasePooled(ctx, r, req, leaseRenew, r.leaseCall)
+}
+
+// Start renews the job's lease as its worker begins it, or takes its slots again when the
+// lease ended while the job waited for a worker: see Limiter.Start.
+func (r *Redis) Start(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
+	req.Cost = NoCost
+	return leasePooled(ctx, r, req, leaseStart, r.leaseCall)
 }
 
 // leaseCall runs lua/lease.lua in mode.
@@ -237,17 +300,17 @@ func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (Leas
 	}
 	key := r.keys(req.Tenant)
 	reply, err := r.run(ctx, r.lease, func() (keys, args []string) {
-		arg := make([]byte, 0, 8*8+len(p.packed)+p.calendarsLen())
-		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, r.redeem, r.pad, r.born.at.Load(), int64(len(p.Limits)))
+		arg := make([]byte, 0, 8*9+len(p.packed)+p.calendarsLen())
+		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, req.weight(), r.redeem, r.pad, r.born.at.Load(), int64(len(p.Limits)))
 		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
 		return key, []string{unsafe.String(&arg[0], len(arg))}
 	})
 	if err != nil {
 		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
 	}
-	var v [4]int64
+	var v [5]int64
 	if err := unpackInts(reply, v[:]); err != nil {
 		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
 	}
-	return leaseResult(v[0], v[1], v[2], v[3]), nil
+	return leaseResult(v[0], v[1], v[2], v[3], v[4]), nil
 }

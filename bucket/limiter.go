@@ -19,6 +19,12 @@ type Limiter interface {
 	// LeaseRequest).
 	Release(ctx context.Context, req LeaseRequest) (LeaseResult, error)
 	Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error)
+	// Start is a worker about to begin a job: its lease is renewed, or, when it ended while
+	// the job waited for a worker (the workers were away longer than a lease), its slots are
+	// taken again if they are free; otherwise nothing is taken and LeaseResult.Wait says how
+	// long until they may be. So jobs whose leases ended in the output run at most a limit at
+	// once when the workers return.
+	Start(ctx context.Context, req LeaseRequest) (LeaseResult, error)
 	// Inspect reads a tenant's state under plan without changing it (its plan's pool too).
 	Inspect(ctx context.Context, tenant string, plan *Plan) (Snapshot, error)
 	// InspectPool reads a pool without changing it: what it holds and whom it serves.
@@ -33,6 +39,7 @@ type Limiter interface {
 var (
 	_ Limiter = (*Memory)(nil)
 	_ Limiter = (*Redis)(nil)
+	_ Limiter = (*Fallback)(nil)
 )
 
 // Ping reports whether the backend answers: an in-process one always does.

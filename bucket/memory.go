@@ -4,10 +4,13 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/admitter/admitter/lua"
 )
 
 const memShards = 64
@@ -63,7 +66,7 @@ type jobKey struct{ tenant, id string }
 const sweepEvery = int64(time.Second / time.Microsecond)
 
 // maxMarks is MAX_MARKS of lua/state.lua.
-const maxMarks = 64
+const maxMarks = lua.MaxMarks
 
 // NewMemory returns an in-process limiter reading time from now (time.Now when nil).
 func NewMemory(opts Options, now func() time.Time) *Memory {
@@ -469,4 +472,70 @@ func (m *Memory) Len() (tenants, jobs int) {
 		sh.mu.Unlock()
 	}
 	return tenants, jobs
+}
+
+// restore makes st the tenant's state (nil: none), as another backend left it (see Fallback):
+// the state is the backend's from now on.
+func (m *Memory) restore(tenant string, st *memState) {
+	sh, _, _ := m.lock(tenant)
+	defer sh.mu.Unlock()
+	if st == nil {
+		delete(sh.tenants, tenant)
+		return
+	}
+	sh.tenants[tenant] = st
+}
+
+// copyOf returns a copy of the tenant's live state, nil when it has none.
+func (m *Memory) copyOf(tenant string) *memState {
+	sh, st, _ := m.lock(tenant)
+	defer sh.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	c := *st
+	c.marks = slices.Clone(st.marks)
+	c.booked = slices.Clone(st.booked)
+	c.limits = make([]memLimit, len(st.limits))
+	for i, l := range st.limits {
+		c.limits[i] = l
+		c.limits[i].log = slices.Clone(l.log)
+		c.limits[i].tags = slices.Clone(l.tags)
+	}
+	return &c
+}
+
+// forget takes tenant's limits as used at born (µs) to the bound Plan.forgotten states, whatever
+// its state held: the state of a tenant this backend was not told of (see Fallback).
+func (m *Memory) forget(tenant string, p *Plan, born int64) {
+	sh, _, now := m.lock(tenant)
+	defer sh.mu.Unlock()
+	ws := sh.load(nil, p, now, born)
+	sh.store(tenant, &memState{}, p, ws, now, m.opts)
+}
+
+// holdLeases keeps every named lease of tenant's concurrency limits held until at least the end
+// of the slots forgotten at born (µs): a lease copied from Redis may have been renewed there since
+// (see Fallback).
+func (m *Memory) holdLeases(tenant string, p *Plan, born int64) {
+	sh, st, now := m.lock(tenant)
+	defer sh.mu.Unlock()
+	if st == nil || !p.concurrent {
+		return
+	}
+	ws := sh.load(st, p, now, 0)
+	for i := range p.specs {
+		if p.specs[i].kind != KindConcurrency {
+			continue
+		}
+		end := phantomEnd(born, p.specs[i].span)
+		for j := len(ws[i].log) - 1; j >= 0; j-- {
+			if e := ws[i].log[j]; ws[i].tags[j].id != 0 && e.death < end {
+				t := ws[i].tags[j]
+				ws[i].leaseDrop(j)
+				ws[i].leasePut(end, e.weight, t)
+			}
+		}
+	}
+	sh.store(tenant, st, p, ws, now, m.opts)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/admitter/admitter/lua"
 	"github.com/redis/rueidis"
 )
 
@@ -188,19 +189,20 @@ const (
 	poolRelease
 	poolRenew
 	poolInspect
+	poolStart
+	poolMerge
 )
 
 // poolReply is a pool operation's answer.
 type poolReply struct {
-	granted     int   // acquire: the jobs granted (a prefix)
-	wait        int64 // acquire: µs until the first job not granted may fit
-	found       bool  // give back, release, renew: a lease was held
-	weight, at  int64 // release: its weight and when it was taken
-	ends        int64 // renew: its new end
-	state       PoolState
-	wakes       []string // the waiters to wake
-	tenants     []PoolTenant
-	stateOffset int
+	granted    int   // acquire: the jobs granted (a prefix)
+	wait       int64 // acquire, start: µs until the first job not granted (the job) may fit
+	found      bool  // give back, release, renew: a lease was held
+	weight, at int64 // release: its weight and when it was taken
+	ends       int64 // renew: its new end
+	state      PoolState
+	wakes      []string // the waiters to wake
+	tenants    []PoolTenant
 }
 
 // poolBackend is a backend's side of the pools: one operation on one pool, for tenant (with
@@ -271,24 +273,31 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 // leasePooled releases or renews a job's lease (mode) on its tenant's concurrency limits (lease)
 // and on its pool's slots; the result is held if either held it, and names the pool's next
 // waiter to wake.
-func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int, lease func(context.Context, LeaseRequest) (LeaseResult, error)) (LeaseResult, error) {
+func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int, lease func(context.Context, LeaseRequest, int) (LeaseResult, error)) (LeaseResult, error) {
 	p := req.Plan
 	var res LeaseResult
 	var err error
 	if p == nil || p.concurrent || p.Pool == nil || p.Pool.Concurrency == 0 {
-		if res, err = lease(ctx, req); err != nil || p == nil || p.Pool == nil || p.Pool.Concurrency == 0 {
+		if res, err = lease(ctx, req, mode); err != nil || p == nil || p.Pool == nil || p.Pool.Concurrency == 0 {
 			return res, err
 		}
 	} else if err := req.check(mode); err != nil {
 		return LeaseResult{}, err
 	}
-	op := poolRelease
-	if mode == leaseRenew {
-		op = poolRenew
+	if mode == leaseStart && p.concurrent && !res.Held {
+		return res, nil // the tenant's own slots are taken: the pool is not asked
 	}
-	r, err := pb.poolCall(ctx, op, p.Pool, req.Tenant, p.share(), []Job{{ID: req.Lease}}, req.Cost)
+	op := map[int]int{leaseRelease: poolRelease, leaseRenew: poolRenew, leaseStart: poolStart}[mode]
+	r, err := pb.poolCall(ctx, op, p.Pool, req.Tenant, p.share(), []Job{{ID: req.Lease, Weight: req.weight()}}, req.Cost)
 	if err != nil {
 		return res, fmt.Errorf("bucket: pool %s lease of tenant %q: %w", p.Pool.Name, req.Tenant, err)
+	}
+	if mode == leaseStart && !r.found {
+		if res.Held {
+			// The tenant's slots were taken for a job the pool has no room for: they go back.
+			_, _ = lease(ctx, req, leaseRelease)
+		}
+		return LeaseResult{Wait: time.Duration(r.wait) * time.Microsecond, Wakes: r.wakes, LeasesExpired: res.LeasesExpired}, nil
 	}
 	if r.found {
 		res.PoolOnly = !res.Held
@@ -337,10 +346,10 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 }
 
 // poolArgs packs a pool call's argument (see lua/pool.lua).
-func poolArgs(now int64, op int, p *Pool, share int64, jobs []Job, cost int64) []byte {
-	arg := make([]byte, 0, 8*(14+2*len(jobs)))
+func poolArgs(now, born int64, op int, p *Pool, share int64, jobs []Job, cost int64) []byte {
+	arg := make([]byte, 0, 8*(15+2*len(jobs)))
 	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
-		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, int64(len(jobs)))
+		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born, int64(len(jobs)))
 	for _, j := range jobs {
 		arg = packInts(arg, j.ID, j.Weight)
 	}
@@ -357,7 +366,7 @@ func (r *Redis) poolKeys(p *Pool) []string {
 // poolCall runs lua/pool.lua.
 func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
 	res := r.exec(ctx, r.pool, func() (keys, args []string) {
-		arg := poolArgs(r.now(), op, p, share, jobs, cost)
+		arg := poolArgs(r.now(), r.born.at.Load(), op, p, share, jobs, cost)
 		return r.poolKeys(p), []string{unsafe.String(&arg[0], len(arg)), tenant}
 	})
 	parts, err := res.ToArray()
@@ -395,7 +404,7 @@ func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, sh
 
 // decodePoolReply reads a pool operation's integers (see lua/pool.lua's reply).
 func decodePoolReply(op int, vals []int64, wakes []string, names []string) (poolReply, error) {
-	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0}[op]
+	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0, poolStart: 3, poolMerge: 1}[op]
 	if len(vals) < head+4 {
 		return poolReply{}, fmt.Errorf("pool reply of %d values, want at least %d", len(vals), head+4)
 	}
@@ -407,6 +416,8 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 		r.found, r.weight, r.at = vals[0] == 1, vals[1], vals[2]
 	case poolRenew:
 		r.found, r.ends = vals[0] == 1, vals[1]
+	case poolStart:
+		r.found, r.ends, r.wait = vals[0] == 1, vals[1], vals[2]
 	}
 	st := vals[head:]
 	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3]}
@@ -426,13 +437,33 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 
 // memPool is a pool's state in memory.
 type memPool struct {
-	tat     int64
-	leases  []memPoolLease // by death
-	v       float64
-	tenants map[string]*memPoolTenant
+	tat      int64
+	leases   []memPoolLease // by death
+	v        float64
+	tenants  map[string]*memPoolTenant
+	reported []int64 // leases taken out of the forgotten slots (see forgottenReport)
 }
 
 type memPoolLease struct{ death, weight, id, at int64 }
+
+// forgottenReport takes weight w of a lease the pool does not hold out of its forgotten slots
+// (the lease of id 0: see lua/pool.lua), if they are still counted, and remembers the lease's id
+// (a release of one of Redis's leases during an outage: see outageLeases).
+func (mp *memPool) forgottenReport(id, w int64) bool {
+	z := slices.IndexFunc(mp.leases, func(l memPoolLease) bool { return l.id == 0 })
+	if z < 0 {
+		return false
+	}
+	if mp.leases[z].weight > w {
+		mp.leases[z].weight -= w
+	} else {
+		mp.leases = slices.Delete(mp.leases, z, z+1)
+	}
+	if len(mp.reported) < maxReported {
+		mp.reported = append(mp.reported, id)
+	}
+	return true
+}
 
 type memPoolTenant struct {
 	f        float64
@@ -448,7 +479,12 @@ type memPoolTenant struct {
 type memPools struct {
 	mu    sync.Mutex
 	pools map[string]*memPool
+	born  int64 // µs: the pools were forgotten then (see reset); 0: as the backend's born says
 }
+
+// maxReported bounds the leases a pool remembers having taken out of its forgotten slots (see
+// outageLeases).
+const maxReported = 4096
 
 func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
 	m.pools.mu.Lock()
@@ -460,9 +496,53 @@ func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, sha
 	mp := m.pools.pools[p.Name]
 	if mp == nil {
 		mp = &memPool{tenants: map[string]*memPoolTenant{}}
-		m.pools.pools[p.Name] = mp
+		if op != poolInspect {
+			m.pools.pools[p.Name] = mp
+		}
+		if born := max(m.born(), m.pools.born); born > 0 { // a pool this backend does not know was forgotten at born
+			if p.Capacity > 0 {
+				mp.tat = born + p.Capacity*p.Interval.Microseconds()
+			}
+			if end := phantomEnd(born, p.Lease.Microseconds()); p.Concurrency > 0 && end > now {
+				mp.leases = append(mp.leases, memPoolLease{end, p.Concurrency, 0, born})
+			}
+		}
 	}
 	return mp.call(now, op, p, tenant, share, jobs, cost), nil
+}
+
+// reset forgets every pool at born (µs): the copy knows no pool when an outage begins (see
+// Fallback), and takes each as forgotten then.
+func (mp *memPools) reset(born int64) {
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	clear(mp.pools)
+	mp.born = born
+}
+
+// outageLeases is what the copy of pool name holds that Redis must be told after an outage that
+// began at born (µs): the leases taken on the copy and still held, as merge pairs of (id,
+// weight), (death, taken at), and the leases the copy did not know that were released meanwhile
+// (weight 0: to drop).
+func (mp *memPools) outageLeases(name string, born, now int64) []Job {
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	p := mp.pools[name]
+	if p == nil {
+		return nil
+	}
+	var out []Job
+	for _, l := range p.leases {
+		if l.id != 0 && l.death > now {
+			out = append(out, Job{ID: l.id, Weight: l.weight}, Job{ID: l.death, Weight: l.at})
+		}
+	}
+	for _, id := range p.reported {
+		if !slices.ContainsFunc(p.leases, func(l memPoolLease) bool { return l.id == id }) {
+			out = append(out, Job{ID: id}, Job{})
+		}
+	}
+	return out
 }
 
 func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) poolReply {
@@ -693,6 +773,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 					w, held = l.weight, true
 				}
 			}
+			if !held && op == poolRelease && conc > 0 && mp.forgottenReport(j.ID, max(j.Weight, 1)) {
+				r.found, r.weight = true, max(j.Weight, 1)
+			}
 			if !held && (conc > 0 || op == poolRelease) {
 				continue
 			}
@@ -720,22 +803,51 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		r.state, r.wakes = state(), freedWakes(before)
 		return r
-	case poolRenew:
+	case poolRenew, poolStart:
 		var r poolReply
-		if k := leaseAt(jobs[0].ID); k >= 0 {
+		id, w := jobs[0].ID, max(jobs[0].Weight, 1)
+		if k := leaseAt(id); k >= 0 {
 			l := mp.leases[k]
 			mp.leases = slices.Delete(mp.leases, k, k+1)
 			l.death = now + lease
 			leasePut(l)
 			r.found, r.ends = true, l.death
+		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(id, w)) || (op == poolStart && inuse+w <= conc)) {
+			r.ends = now + lease
+			leasePut(memPoolLease{r.ends, w, id, now})
+			r.found = true
+		} else if op == poolStart && conc > 0 {
+			r.wait = poolReask.Microseconds()
+			if len(mp.leases) > 0 {
+				r.wait = max(mp.leases[0].death-now, 1)
+			}
+		}
+		inuse = 0
+		for _, l := range mp.leases {
+			inuse += l.weight
 		}
 		r.state = state()
 		return r
+	case poolMerge:
+		for i := 0; i+1 < len(jobs); i += 2 {
+			id, w, death, at := jobs[i].ID, jobs[i].Weight, jobs[i+1].ID, jobs[i+1].Weight
+			if k := leaseAt(id); k >= 0 {
+				mp.leases = slices.Delete(mp.leases, k, k+1)
+			}
+			if w > 0 && death > now {
+				leasePut(memPoolLease{death, w, id, at})
+			}
+		}
+		inuse = 0
+		for _, l := range mp.leases {
+			inuse += l.weight
+		}
+		return poolReply{found: true, state: state()}
 	}
 	r := poolReply{state: state()}
 	listed := waiters()
-	if len(listed) > 100 {
-		listed = listed[:100]
+	if len(listed) > lua.MaxListed {
+		listed = listed[:lua.MaxListed]
 	}
 	var others []string
 	for name, u := range mp.tenants {
@@ -744,7 +856,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 	}
 	slices.Sort(others)
-	listed = append(listed, others[:min(len(others), 100-len(listed))]...)
+	listed = append(listed, others[:min(len(others), lua.MaxListed-len(listed))]...)
 	for _, name := range listed {
 		u := mp.tenants[name]
 		pt := PoolTenant{Tenant: name, Received: u.received, Waiting: u.waiting}

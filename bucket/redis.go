@@ -30,6 +30,7 @@ type Redis struct {
 	inspect *script
 	lease   *script
 	pool    *script
+	merge   *script
 	prefix  string
 	grace   int64 // SlotGrace in µs, for Inspect
 	redeem  int64 // Redeem in µs
@@ -68,6 +69,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		inspect: newScript("inspect", lua.Inspect, true),
 		lease:   newScript("lease", lua.Lease, false),
 		pool:    newScript("pool", lua.Pool, false),
+		merge:   newScript("merge", lua.Merge, false),
 		prefix:  prefix,
 		grace:   opts.SlotGrace.Microseconds(),
 		redeem:  opts.Redeem.Microseconds(),
@@ -175,15 +177,30 @@ func (r *Redis) Admit(ctx context.Context, b Batch) (BatchResult, error) {
 
 // admitTenant decides a batch on the tenant's limits alone.
 func (r *Redis) admitTenant(ctx context.Context, b Batch) (BatchResult, error) {
+	res, _, err := r.admitState(ctx, b, false)
+	return res, err
+}
+
+// mirrored is the tenant's state as an admission left it, for a local copy (see Fallback): the
+// server's time of the call (µs) and the state as stored (empty when the key is absent).
+type mirrored struct {
+	now int64
+	raw []byte
+}
+
+// admitState decides a batch on the tenant's limits alone and, with mirror (not for a shadow
+// plan), returns the tenant's state as the call left it.
+func (r *Redis) admitState(ctx context.Context, b Batch, mirror bool) (BatchResult, mirrored, error) {
 	if err := b.check(); err != nil {
-		return BatchResult{}, err
+		return BatchResult{}, mirrored{}, err
 	}
 	p := &b.Plan
 	if err := r.refreshBorn(ctx); err != nil {
-		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
+		return BatchResult{}, mirrored{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	shadow := (*p).Shadow
-	c := &admitCall{jobs: len(b.Jobs), done: make(chan struct{}), shadow: shadow}
+	mirror = mirror && !shadow
+	c := &admitCall{jobs: len(b.Jobs), done: make(chan struct{}), shadow: shadow, mirror: mirror}
 	c.keys = r.keys(b.Tenant)
 	if shadow {
 		c.keys = r.keys(b.Tenant, shadowSuffix)
@@ -195,9 +212,9 @@ func (r *Redis) admitTenant(ctx context.Context, b Batch) (BatchResult, error) {
 	}
 	c.arg = func() string {
 		plan := *p
-		arg := make([]byte, 0, 8*(15+2*len(b.Jobs))+len(plan.packed)+plan.calendarsLen())
+		arg := make([]byte, 0, 8*(16+2*len(b.Jobs))+len(plan.packed)+plan.calendarsLen())
 		arg = packInts(arg, r.now(), b2i(shadow), r.redeem, r.late, r.horizon, b.Owner, hold, b.Stored, b.Keep.Microseconds(),
-			b.LateWeight, b.Late.Microseconds(), int64(len(b.Jobs)), int64(len(plan.Limits)), r.pad, r.born.at.Load())
+			b.LateWeight, b.Late.Microseconds(), int64(len(b.Jobs)), int64(len(plan.Limits)), r.pad, r.born.at.Load(), b2i(mirror))
 		for _, j := range b.Jobs {
 			arg = packInts(arg, j.ID, j.Weight)
 		}
@@ -205,21 +222,32 @@ func (r *Redis) admitTenant(ctx context.Context, b Batch) (BatchResult, error) {
 		return unsafe.String(&arg[0], len(arg))
 	}
 	if err := r.admits.do(ctx, c); err != nil {
-		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
+		return BatchResult{}, mirrored{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	k := len(b.Jobs)
 	vals := make([]int64, 4+k, 4+2*k)
 	if shadow {
 		vals = vals[:4+2*k]
 	}
-	if err := unpackInts(c.reply, vals); err != nil {
-		return BatchResult{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
+	reply := c.reply
+	var m mirrored
+	if mirror {
+		if len(reply) < c.size+16 {
+			return BatchResult{}, mirrored{}, fmt.Errorf("bucket: redis admit for tenant %q: a mirrored reply of %d bytes", b.Tenant, len(reply))
+		}
+		m.now = int64(binary.LittleEndian.Uint64(reply[c.size:]))
+		m.raw = reply[c.size+16:]
+		reply = reply[:c.size]
+	}
+	if err := unpackInts(reply, vals); err != nil {
+		return BatchResult{}, mirrored{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	var waits []int64
 	if shadow {
 		waits = vals[4+k:]
 	}
-	return b.Plan.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:4+k], waits)
+	res, err := b.Plan.batchResult(vals[0], vals[1], vals[2], vals[3], vals[4:4+k], waits)
+	return res, m, err
 }
 
 func b2i(b bool) int64 {
@@ -386,7 +414,7 @@ func (r *Redis) Prepare(ctx context.Context) error {
 
 // scripts is every script the backend runs.
 func (r *Redis) scripts() []*script {
-	return []*script{r.script, r.admit, r.inspect, r.lease, r.pool}
+	return []*script{r.script, r.admit, r.inspect, r.lease, r.pool, r.merge}
 }
 
 // loadScripts loads every script on every server, for EVALSHA on a Redis without functions.

@@ -82,7 +82,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		}
 		h := w.Header()
 		a.Headers(headerSetter(h).set)
-		if a.Degraded {
+		if a.Degraded || a.Local {
 			h.Set(wire.HeaderRateLimitDegraded, "true")
 		}
 		next.ServeHTTP(w, r)

@@ -46,8 +46,8 @@
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), shadow (0/1), redeem (µs), late (µs),
 --          horizon (µs), owner, olife (µs), stored (input sequence, 0: none), keep (µs), lw
 --          (weight), lt (µs), k jobs, n limits, extra key life (ms, 0 in production), born (µs,
---          see load), then k × (job id, weight), then the plan's n limits and calendars (see
---          read_limits).
+--          see load), mirror (0/1), then k × (job id, weight), then the plan's n limits and
+--          calendars (see read_limits).
 --
 -- A concurrency limit takes a lease for each job admitted, its id the job's (see lease.lua).
 --
@@ -56,20 +56,24 @@
 -- outcome per job}: 0 admitted, 1 admitted before (redeemed), 2 not yet, 3 stored before. wait
 -- and the binding limit concern the first job not admitted (0 when all were); otherwise the
 -- limit holding the fewest tokens. Shadow adds one value per job: its shadow wait (µs; 0 when it
--- fitted at once), and remaining and the binding limit are the shadow state's.
+-- fitted at once), and remaining and the binding limit are the shadow state's. Mirror (not with
+-- shadow) adds now (µs) and the length b in bytes of the tenant's state as the call leaves it,
+-- then that state (b bytes, the layout above; none when the key is absent): the caller's local
+-- copy of it (bucket.Local).
 --
 -- Redis commands: TIME, GET (two in shadow), and one SET ... PX or DEL (two in shadow).
 local arg = ARGV[1]
-local now, shadow, redeem, late, horizon, owner, olife, stored, keep, lw, lt, k, n, pad, born =
-  struct.unpack('<lllllllllllllll', arg)
+local now, shadow, redeem, late, horizon, owner, olife, stored, keep, lw, lt, k, n, pad, born, mirror =
+  struct.unpack('<llllllllllllllll', arg)
 if now == 0 then now = server_now() end
 shadow = shadow == 1
-local pos = 8 * 15 + 1
+local pos = 8 * 16 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 local lims = read_limits(arg, pos, n)
 check_calendars(lims, n, now)
-local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
+local raw = redis.call('GET', KEYS[1])
+local st = read_state(raw, lims, n, now)
 local ws = load(st, lims, n, now, born)
 
 local out = {}
@@ -138,7 +142,7 @@ end
 
 local r, rb = remaining(lims, sws or ws, n, now)
 if wait < 0 then wait, bind = 0, rb end
-if changed then write_state(KEYS[1], st, lims, ws, n, now, redeem, pad) end
+if changed then raw = write_state(KEYS[1], st, lims, ws, n, now, redeem, pad) end
 if schanged then write_state(KEYS[2], sst, lims, sws, n, now, redeem, pad) end
 local expired = 0
 if changed then expired = st.expired end
@@ -146,5 +150,9 @@ local vals = {wait, bind, r, expired}
 for i = 1, k do vals[4 + i] = out[i] end
 if shadow then
   for i = 1, k do vals[4 + k + i] = swait[i] or 0 end
+end
+if mirror == 1 and not shadow then
+  raw = raw or ''
+  return pack_ints(vals) .. struct.pack('<ll', now, #raw) .. raw
 end
 return pack_ints(vals)

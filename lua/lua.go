@@ -12,7 +12,32 @@ import (
 )
 
 //go:embed state.lua
-var prelude string
+var state string
+
+// Limits the scripts and the Go code share, defined once here: constants() writes them into the
+// scripts' prelude, and package bucket reads them from here.
+const (
+	// MaxMarks is the most recent decisions a tenant's state keeps (state.lua MAX_MARKS).
+	MaxMarks = 64
+	// MaxBooked is the most entries of booked slots a tenant's state keeps (MAX_BOOKED).
+	MaxBooked = 16
+	// MaxListed is the most tenants a pool's inspection lists (pool.lua MAX_LISTED).
+	MaxListed = 100
+	// PhantomPercent: a concurrency limit or a pool whose state Redis lost (or that a replica's
+	// local copy does not know) counts every slot as held for this share of its lease after
+	// the loss, in percent (state.lua PHANTOM_PERCENT): the jobs running then report before it
+	// ends (the worker library renews at half a lease), and each report names its own slot.
+	PhantomPercent = 60
+)
+
+// constants is the Lua prelude that defines the shared limits.
+func constants() string {
+	return fmt.Sprintf("local MAX_MARKS, MAX_BOOKED, MAX_LISTED, PHANTOM_PERCENT = %d, %d, %d, %d\n",
+		MaxMarks, MaxBooked, MaxListed, PhantomPercent)
+}
+
+// prelude is every script's beginning: the shared limits, then state.lua.
+var prelude = constants() + state
 
 //go:embed decide.lua
 var decide string
@@ -31,6 +56,9 @@ var lease string
 
 //go:embed pool.lua
 var pool string
+
+//go:embed merge.lua
+var merge string
 
 // Memory is the marker script that tells a Redis that never knew admitter from one that forgot
 // (see memory.lua). It stands alone: it reads no tenant's state.
@@ -60,6 +88,10 @@ var Lease = prelude + lease
 // Pool grants, gives back, releases, renews and reads a capacity pool's slots (see pool.lua).
 var Pool = prelude + pool
 
+// Merge charges a tenant's state with what a replica decided on its own copy of it while Redis
+// was unreachable (see merge.lua).
+var Merge = prelude + merge
+
 // The same scripts as a Redis Functions library (Redis 7 and later). A script sent by EVALSHA
 // runs its whole text on every call: defining the prelude's functions again costs about 7 µs
 // of the server's time per call, as much as a decision. A library's text runs once, when it is
@@ -80,6 +112,7 @@ func init() {
 		"local function inspect_fn(KEYS, ARGV)\n" + inspect + "\nend\n" +
 		"local function lease_fn(KEYS, ARGV)\n" + lease + "\nend\n" +
 		"local function pool_fn(KEYS, ARGV)\n" + pool + "\nend\n" +
+		"local function merge_fn(KEYS, ARGV)\n" + merge + "\nend\n" +
 		"local function many(one, KEYS, ARGV)\n" + manyLua + "\nend\n"
 	sum := sha1.Sum([]byte(body))
 	LibraryName = "admitter_" + hex.EncodeToString(sum[:6])
@@ -90,5 +123,6 @@ redis.register_function('%[1]s_admit', function(keys, args) server_time = nil; r
 redis.register_function{function_name = '%[1]s_inspect', callback = function(keys, args) server_time = nil; return inspect_fn(keys, args) end, flags = {'no-writes'}}
 redis.register_function('%[1]s_lease', function(keys, args) server_time = nil; return lease_fn(keys, args) end)
 redis.register_function('%[1]s_pool', function(keys, args) server_time = nil; return pool_fn(keys, args) end)
+redis.register_function('%[1]s_merge', function(keys, args) server_time = nil; return merge_fn(keys, args) end)
 `, LibraryName)
 }

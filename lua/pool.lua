@@ -35,11 +35,23 @@
 -- KEYS[4]  the leases by when they end (sorted set of the ids packed as int64s, µs): each call
 --          touches only the leases it names and those that ended, not every lease
 -- ARGV[1]  packed int64s: op (0 acquire, 1 give back unused grants, 2 release, 3 renew,
---          4 inspect), now (µs, 0: the server's TIME), conc, lease (µs), cap, iv (µs), share,
---          ttl (µs), reask (µs), cost (release; -1: none), scan (the waiters a call looks at:
---          reservations, wakes), wake_jobs (the reserved jobs a release looks at), max_conc (the
---          most leases a pool holds), k, then k × (job id, weight)
+--          4 inspect, 5 start, 6 merge), now (µs, 0: the server's TIME), conc, lease (µs), cap,
+--          iv (µs), share, ttl (µs), reask (µs), cost (release; -1: none), scan (the waiters a
+--          call looks at: reservations, wakes), wake_jobs (the reserved jobs a release looks
+--          at), max_conc (the most leases a pool holds), born (µs: when the server lost what it
+--          knew, 0: nothing known lost), k, then k × (job id, weight); for merge, k/2 leases,
+--          each two pairs (id, weight), (death, taken at): put in place of any lease of the same
+--          id, or, of weight 0, dropped
 -- ARGV[2]  the tenant
+--
+-- Forgotten. A pool whose state is absent while the server is known to have lost what it knew
+-- (born) counts every slot as held by a lease of id 0 until PHANTOM_PERCENT of a lease after
+-- born (phantom_end), and its bucket as empty at born: the jobs in flight then are not known by
+-- name. A release or a renewal of a lease the pool does not hold, while that lease of id 0
+-- lasts, is one of those jobs reporting: its weight leaves the forgotten slots, and renewed it
+-- holds a lease of its own again. A start renews the job's lease, or takes a slot again for a
+-- job whose lease ended while it waited for a worker, when one is free (fairness does not apply:
+-- the job was granted before), without charging the bucket again.
 --
 -- Reply: {packed int64s, wakes}: wakes are the tenants to wake (a list, often empty); the
 -- int64s are
@@ -48,6 +60,9 @@
 --            pool's state (below); wakes the first waiter when its turn stopped the grant
 --   give back / release  found (0/1), weight, taken (µs), then the pool's state
 --   renew    found, the lease's new end (µs), then the pool's state
+--   start    found, the lease's new end (µs), the wait (µs, not found: until a slot may be
+--            free), then the pool's state
+--   merge    1, then the pool's state
 --   inspect  the pool's state, then up to MAX_LISTED tenants as (received, share, waiting) with
 --            their names in the reply's third element (a list), active tenants first by start
 -- the pool's state: weight in flight, tokens now (-1 without a bucket), waiters, their shares
@@ -55,14 +70,13 @@
 --
 -- Redis commands: TIME, HGET/HMGET/HSET/HDEL/HINCRBY/HSCAN, ZADD/ZREM/ZSCORE/ZRANGE(BYSCORE)/ZCARD,
 -- PEXPIRE. The keys share the hash tag of the pool's name.
-local MAX_LISTED = 100
 local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
-local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, k =
-  struct.unpack('<llllllllllllll', arg)
+local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, k =
+  struct.unpack('<lllllllllllllll', arg)
 if now == 0 then now = server_now() end
-local pos = 8 * 14 + 1
+local pos = 8 * 15 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 
@@ -73,6 +87,8 @@ local function dec(x) return string.format('%.17g', x) end
 local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws')
 local tat, inuse = num(head[1]), num(head[2])
 local V, wshares = num(head[3]), num(head[4])
+local forgotten = not head[1] and not head[2] and not head[3] and born > 0
+if forgotten and cap > 0 then tat = born + cap * iv end
 if tat < now then tat = now end
 
 -- lease_at is the weight and the start of the lease id, nil when it is not held.
@@ -93,6 +109,29 @@ local function lease_drop(m, w)
   redis.call('ZREM', KEYS[4], m)
   redis.call('HDEL', KEYS[1], 'l:' .. m)
   inuse = inuse - w
+end
+
+-- The slots of a pool the server forgot are held by a lease nobody can name (see above).
+local made = false
+if forgotten and conc > 0 and phantom_end(born, lease) > now then
+  if op == 4 then
+    inuse = inuse + conc
+  else
+    lease_put(phantom_end(born, lease), conc, 0, born)
+    made = true
+  end
+end
+
+-- forgotten_report takes weight w of a lease the pool does not hold out of the forgotten slots
+-- (the lease of id 0), if they are still counted; it reports whether they were.
+local function forgotten_report(w)
+  local zw, zat = lease_at(0)
+  if not zw then return false end
+  local m = struct.pack('<l', 0)
+  local zd = redis.call('ZSCORE', KEYS[4], m)
+  lease_drop(m, zw)
+  if zw > w then lease_put(num(zd), zw - w, 0, zat) end
+  return true
 end
 
 -- Leases that ended unreleased are dropped (at most MAX_CONC, the most a pool holds; an
@@ -345,8 +384,11 @@ elseif op == 1 or op == 2 then
       lease_drop(struct.pack('<l', id), lw)
       found = 1
       w = weight
-    elseif conc > 0 or op == 2 then
-      w = nil -- not held: nothing to give back or reconcile
+    else
+      if op == 2 and conc > 0 and forgotten_report(w) then found, weight = 1, w end
+      if conc > 0 or op == 2 then
+        w = nil -- not held: nothing to give back or reconcile
+      end
     end
     if w then
       if op == 1 then
@@ -375,16 +417,38 @@ elseif op == 1 or op == 2 then
   local ints = {found, weight, taken}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints, freed_wakes(free_before))
-elseif op == 3 then
-  -- renew
-  local found, ends = 0, 0
-  if lease_at(jid[1]) then
+elseif op == 3 or op == 5 then
+  -- renew, or start
+  local found, ends, wait = 0, 0, 0
+  local id, w = jid[1], jw[1]
+  if lease_at(id) then
     ends = now + lease
-    redis.call('ZADD', KEYS[4], 'XX', ends, struct.pack('<l', jid[1]))
+    redis.call('ZADD', KEYS[4], 'XX', ends, struct.pack('<l', id))
     found = 1
+  elseif conc > 0 and ((op == 3 and forgotten_report(w)) or (op == 5 and inuse + w <= conc)) then
+    ends = now + lease
+    lease_put(ends, w, id, now)
+    found = 1
+  elseif op == 5 and conc > 0 then
+    local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+    wait = reask
+    if first[2] then wait = math.max(num(first[2]) - now, 1) end
   end
-  if found == 1 or #ended > 0 then save() end
+  if found == 1 or #ended > 0 or made then save() end
   local ints = {found, ends}
+  if op == 5 then ints[3] = wait end
+  for _, x in ipairs(state()) do ints[#ints + 1] = x end
+  return reply(ints)
+elseif op == 6 then
+  -- merge: what a replica decided on its own copy of the pool while Redis was away
+  for i = 1, k - 1, 2 do
+    local id, w, death, at = jid[i], jw[i], jid[i + 1], jw[i + 1]
+    local lw = lease_at(id)
+    if lw then lease_drop(struct.pack('<l', id), lw) end
+    if w > 0 and death > now then lease_put(death, w, id, at) end
+  end
+  save()
+  local ints = {1}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints)
 end

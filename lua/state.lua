@@ -71,8 +71,9 @@ local V4_TAG = 1094995252 -- "ADM4"
 local V3_TAG = 1094995251 -- "ADM3"
 local OLD_TAG = 1094995250 -- "ADM2"
 local UNKNOWN_HWM = 9007199254740991 -- 2^53 - 1: every job may have been decided
-local MAX_MARKS = 64
-local BOOKED_ID, MAX_BOOKED = -1, 16
+-- MAX_MARKS, MAX_BOOKED, MAX_LISTED and PHANTOM_PERCENT are defined before this prelude, from
+-- Go (lua.go): one definition for both sides.
+local BOOKED_ID = -1
 local BUCKET, WINDOW, QUOTA, CONC = 0, 1, 2, 3
 
 -- fmts caches the struct formats of n int64s.
@@ -341,6 +342,14 @@ local function unbook(st, death)
   return false
 end
 
+-- phantom_end is when the slots of a concurrency limit or a pool with a lease of `lease` µs,
+-- forgotten at born, stop being counted (exact in doubles for any lease up to 100 years; Go:
+-- phantomEnd).
+local function phantom_end(born, lease)
+  local q = math.floor(lease / 100)
+  return born + q * PHANTOM_PERCENT + math.ceil((lease - 100 * q) * PHANTOM_PERCENT / 100)
+end
+
 -- load returns each limit's state at now: a bucket's tat, no earlier than now (a full bucket is
 -- tat = now); a window's or a quota's log of the takes it still counts (death > now). A limit
 -- the state does not know is unused, unless the server is known to have forgotten (born, µs,
@@ -348,9 +357,11 @@ end
 -- used up to a stated bound at born. A bucket was empty then and has refilled since; a window
 -- counted its whole limit until born + window; a quota, the share of its period elapsed at born
 -- (limit x elapsed / period, rounded down) until the period's end; a concurrency limit, every
--- slot until born + lease. A Redis that restarted without its data must not take every limit
--- for unused, or a burst follows every restart; nor a quota for used up, or its tenants wait
--- for the rest of the period (see Go's Plan.forgotten, the twin of this).
+-- slot, as a lease of id 0 that nobody can name, until PHANTOM_PERCENT of a lease after born
+-- (the jobs running then report meanwhile, each taking its weight out of it: see lease.lua). A
+-- Redis that restarted without its data must not take every limit for unused, or a burst
+-- follows every restart; nor a quota for used up, or its tenants wait for the rest of the period
+-- (see Go's Plan.forgotten, the twin of this).
 local function load(st, lims, n, now, born)
   local ws = {tags = {}}
   st.expired = 0
@@ -371,8 +382,8 @@ local function load(st, lims, n, now, born)
             st.expired = st.expired + 1
           end
         end
-      elseif born > 0 and born + l.b > now then
-        log[1], log[2], tags[1], tags[2] = born + l.b, l.a, 0, born
+      elseif born > 0 and phantom_end(born, l.b) > now then
+        log[1], log[2], tags[1], tags[2] = phantom_end(born, l.b), l.a, 0, born
       end
       ws[i], ws.tags[i] = log, tags
     else
@@ -436,7 +447,8 @@ end
 -- younger than redeem (at most MAX_MARKS, the newest). The key lives as long as any of it
 -- matters: a bucket not yet full, a take a window or quota still counts, a recent decision, an
 -- owner's hold on the queue, or stored while keep says so. When nothing matters the key is
--- deleted. pad is extra ms on every TTL (tests with a pinned clock).
+-- deleted. pad is extra ms on every TTL (tests with a pinned clock). It returns what it stored,
+-- nil when it deleted the key.
 local function write_state(key, st, lims, ws, n, now, redeem, pad)
   -- The oldest recent decisions go: those older than redeem (a prefix: they are kept in the
   -- order they were made), then those beyond MAX_MARKS. Decisions made now are never older.
@@ -464,7 +476,7 @@ local function write_state(key, st, lims, ws, n, now, redeem, pad)
   if #booked > 0 and booked[#booked - 1] - now > life then life = booked[#booked - 1] - now end
   if life <= 0 then
     redis.call('DEL', key)
-    return
+    return nil
   end
   local marks = ''
   if first < old then marks = string.sub(raw, 16 * first + 1) end
@@ -502,7 +514,9 @@ local function write_state(key, st, lims, ws, n, now, redeem, pad)
   else
     head = struct.pack('<llllllll', SHORT_TAG, recs, st.stored, st.keep, st.owner, st.owner_until, 0, now + life)
   end
-  redis.call('SET', key, head .. marks .. pack_ints(vals), 'PX', math.ceil(life / 1000) + pad)
+  local raw = head .. marks .. pack_ints(vals)
+  redis.call('SET', key, raw, 'PX', math.ceil(life / 1000) + pad)
+  return raw
 end
 
 -- server_now is the Redis server's clock in µs, read once per script call (every batch of a

@@ -12,19 +12,22 @@ import (
 // or renew.
 var ErrNoLeases = errors.New("policy: the plan has no concurrency limit")
 
-// Release ends the lease of a job of tenant (the job is done) under the tenant's plan, charging
-// or giving back the difference of its actual cost (bucket.NoCost: none), in one limiter call
-// bounded by the timeout. A lease not held is no error: LeaseResult.Held says.
-func (p *Policy) Release(ctx context.Context, tenant string, lease, cost int64) (bucket.LeaseResult, *bucket.Plan, error) {
-	return p.lease(ctx, tenant, lease, cost, false)
-}
+// A LeaseOp is what a lease message asks: the job is done (release), still runs (renew), or is
+// about to begin (start).
+type LeaseOp int
 
-// Renew moves the end of the lease of a job of tenant to its plan's lease from now.
-func (p *Policy) Renew(ctx context.Context, tenant string, lease int64) (bucket.LeaseResult, *bucket.Plan, error) {
-	return p.lease(ctx, tenant, lease, bucket.NoCost, true)
-}
+const (
+	LeaseRelease LeaseOp = iota
+	LeaseRenew
+	LeaseStart
+)
 
-func (p *Policy) lease(ctx context.Context, tenant string, lease, cost int64, renew bool) (bucket.LeaseResult, *bucket.Plan, error) {
+// Lease releases, renews or starts the lease of a job of tenant under the tenant's plan (see
+// bucket.Limiter's verbs), in one limiter call bounded by the timeout. weight is the job's (0:
+// 1), used for a lease the limiter does not hold (lost with Redis, or ended before a start); cost
+// (release only) is its actual cost (bucket.NoCost: none), whose difference is charged or given
+// back. A lease not held is no error: LeaseResult.Held says.
+func (p *Policy) Lease(ctx context.Context, op LeaseOp, tenant string, lease, weight, cost int64) (bucket.LeaseResult, *bucket.Plan, error) {
 	plan, err := p.plans.Load().Lookup(tenant)
 	if err != nil {
 		return bucket.LeaseResult{}, nil, err
@@ -32,22 +35,37 @@ func (p *Policy) lease(ctx context.Context, tenant string, lease, cost int64, re
 	if !plan.Leases() {
 		return bucket.LeaseResult{}, plan, fmt.Errorf("%w: plan %s of tenant %q", ErrNoLeases, plan.Name, tenant)
 	}
-	ll := p.limiter
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	req := bucket.LeaseRequest{Tenant: tenant, Plan: plan, Lease: lease, Cost: cost}
+	req := bucket.LeaseRequest{Tenant: tenant, Plan: plan, Lease: lease, Cost: cost, Weight: weight}
 	var res bucket.LeaseResult
-	if renew {
-		res, err = ll.Renew(ctx, req)
-	} else {
-		res, err = ll.Release(ctx, req)
+	switch op {
+	case LeaseRenew:
+		req.Cost = bucket.NoCost
+		res, err = p.limiter.Renew(ctx, req)
+	case LeaseStart:
+		req.Cost = bucket.NoCost
+		res, err = p.limiter.Start(ctx, req)
+	default:
+		res, err = p.limiter.Release(ctx, req)
 	}
 	if err != nil {
-		if !errors.Is(err, bucket.ErrInvalidLease) && !errors.Is(err, bucket.ErrInvalidCost) {
+		if !errors.Is(err, bucket.ErrInvalidLease) && !errors.Is(err, bucket.ErrInvalidCost) && !errors.Is(err, bucket.ErrInvalidWeight) {
 			p.failed(err)
 		}
 		return res, plan, err
 	}
-	p.ok()
+	p.ok(res.Local)
 	return res, plan, nil
+}
+
+// Release ends the lease of a job of tenant (the job is done): Lease with LeaseRelease.
+func (p *Policy) Release(ctx context.Context, tenant string, lease, cost int64) (bucket.LeaseResult, *bucket.Plan, error) {
+	return p.Lease(ctx, LeaseRelease, tenant, lease, 0, cost)
+}
+
+// Renew moves the end of the lease of a job of tenant to its plan's lease from now: Lease with
+// LeaseRenew.
+func (p *Policy) Renew(ctx context.Context, tenant string, lease int64) (bucket.LeaseResult, *bucket.Plan, error) {
+	return p.Lease(ctx, LeaseRenew, tenant, lease, 0, bucket.NoCost)
 }

@@ -33,6 +33,11 @@ type Limiter = bucket.Limiter
 type FailMode string
 
 const (
+	// FailLocal (the default) keeps every plan while Redis is away: the limiter (a
+	// bucket.Fallback) decides on this replica's copy of the tenants' state, and answers say so
+	// (Verdict.Local, Answer.Local; forwards carry Admit-Degraded: local). A limiter that still
+	// fails holds the job as FailClosed does.
+	FailLocal FailMode = "local"
 	// FailOpen forwards the job without a decision, marked Admit-Degraded: fail-open.
 	FailOpen FailMode = "open"
 	// FailClosed holds the job and asks again after an exponential backoff with jitter (250ms
@@ -49,7 +54,7 @@ type Config struct {
 	Limiter Limiter
 	// Plans maps tenants to plans (required); replace them later with SetPlans.
 	Plans *bucket.Plans
-	// FailMode applies when the limiter fails (default FailOpen).
+	// FailMode applies when the limiter fails (default FailLocal).
 	FailMode FailMode
 	// Timeout bounds one limiter call (default DefaultTimeout).
 	Timeout time.Duration
@@ -98,10 +103,10 @@ func New(c Config) (*Policy, error) {
 		return nil, errors.New("policy: no plans")
 	}
 	if c.FailMode == "" {
-		c.FailMode = FailOpen
+		c.FailMode = FailLocal
 	}
-	if c.FailMode != FailOpen && c.FailMode != FailClosed {
-		return nil, fmt.Errorf("policy: fail mode must be open or closed, got %q", c.FailMode)
+	if c.FailMode != FailLocal && c.FailMode != FailOpen && c.FailMode != FailClosed {
+		return nil, fmt.Errorf("policy: fail mode must be local, open or closed, got %q", c.FailMode)
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
@@ -187,6 +192,9 @@ type Verdict struct {
 	Redeemed bool
 	// Shadow: forwarded under a plan in shadow mode (trialled, not enforced).
 	Shadow bool
+	// Local: decided on this replica's copy of the tenant's state while the limiter is
+	// unreachable (fail mode local).
+	Local bool
 	// Code and Detail say why a dead job is dead.
 	Code   wire.Code
 	Detail string
@@ -213,6 +221,8 @@ type Decision struct {
 	Wakes []string
 	// Err is the limiter's error when it failed (verdicts degraded or held), or nil.
 	Err error
+	// Local: decided on this replica's copy of the tenant's state (fail mode local).
+	Local bool
 	// Took is how long the limiter call took; zero when there was none.
 	Took time.Duration
 }
@@ -239,6 +249,8 @@ type Queue struct {
 	Late       time.Duration
 	// Release gives the owner's hold on the queue up (it stops owning the tenant).
 	Release bool
+	// Fresh: the queue's first call since this replica took the tenant (bucket.Batch.Fresh).
+	Fresh bool
 }
 
 // Step decides jobs at the head of tenant's queue, in order, for the queue's owner (see Queue).
@@ -257,7 +269,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	}
 	d.Plan = plan
 	batch := bucket.Batch{Tenant: tenant, Plan: plan, Owner: q.Owner, Stored: q.Stored, Keep: q.Keep,
-		LateWeight: q.LateWeight, Late: q.Late, Release: q.Release, Jobs: make([]bucket.Job, 0, len(jobs))}
+		LateWeight: q.LateWeight, Late: q.Late, Release: q.Release, Fresh: q.Fresh, Jobs: make([]bucket.Job, 0, len(jobs))}
 	index := make([]int, 0, len(jobs)) // batch position → job position
 	for i, j := range jobs {
 		switch {
@@ -294,7 +306,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		d.Err = err
 		p.failed(err)
 		v := Verdict{Fate: wire.FateDegraded}
-		if p.failMode == FailClosed {
+		if p.failMode != FailOpen {
 			v = Verdict{Fate: wire.FateHeld, Wait: p.nextHold()}
 		}
 		for _, i := range index {
@@ -302,7 +314,8 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		}
 		return d
 	}
-	p.ok()
+	p.ok(res.Local)
+	d.Local = res.Local
 	d.Limit, d.Remaining, d.LeasesExpired = res.Limit, res.Remaining, res.LeasesExpired
 	d.Pool, d.Wakes = res.Pool, res.Wakes
 	switch {
@@ -329,6 +342,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		default:
 			*v = Verdict{Fate: wire.FateDelayed, Wait: res.Wait}
 		}
+		v.Local = res.Local
 	}
 	return d
 }
@@ -345,20 +359,55 @@ func (p *Policy) failed(err error) {
 	}
 }
 
-// ok records a successful limiter call, logging a recovery.
-func (p *Policy) ok() {
-	if p.down.Load() && p.down.CompareAndSwap(true, false) {
-		p.held.mu.Lock()
-		p.held.b.Reset()
-		p.held.mu.Unlock()
-		p.log.Info("limiter available again", "outage", time.Since(time.Unix(0, p.since.Load())).String())
-		p.recovered.mu.Lock()
-		if p.recovered.ch != nil {
-			close(p.recovered.ch)
-			p.recovered.ch = nil
-		}
-		p.recovered.mu.Unlock()
+// Lost records that the limiter (a bucket.Fallback, fail mode local) could not reach Redis and
+// decides on this replica's copy of the tenants' state from now on: logged once, with the cause.
+func (p *Policy) Lost(err error) {
+	if p.down.CompareAndSwap(false, true) {
+		p.since.Store(time.Now().UnixNano())
+		p.log.Error("limiter unavailable: every plan is kept on this replica's copy of the tenants' state until Redis answers",
+			"fail_mode", string(p.failMode), "err", err)
 	}
+}
+
+// Back records that the limiter answers again and was charged with what the copy decided
+// meanwhile (o): logged once, with what was decided.
+func (p *Policy) Back(o bucket.Outage) {
+	if p.down.CompareAndSwap(true, false) {
+		p.log.Info("limiter available again", "outage", o.Lasted.Round(time.Millisecond).String(), "decided_on_the_copy",
+			fmt.Sprintf("%d tenants, %d pools: %d jobs admitted, %d told to wait; %d requests allowed, %d refused; %d lease messages", o.Tenants, o.Pools, o.Admitted, o.Waited, o.Allowed, o.Refused, o.Leases))
+		p.recover()
+	}
+}
+
+// Outage is when the limiter was lost, if it is now (the last call failed, or it decides on
+// its copy).
+func (p *Policy) Outage() (since time.Time, down bool) {
+	if !p.down.Load() {
+		return time.Time{}, false
+	}
+	return time.Unix(0, p.since.Load()), true
+}
+
+// ok records a successful limiter call, logging a recovery; a decision made on the limiter's
+// copy (local) is not one: Back says when Redis answers.
+func (p *Policy) ok(local bool) {
+	if !local && p.down.Load() && p.down.CompareAndSwap(true, false) {
+		p.log.Info("limiter available again", "outage", time.Since(time.Unix(0, p.since.Load())).String())
+		p.recover()
+	}
+}
+
+// recover resets the fail-closed backoff and tells whoever waits on Recovered.
+func (p *Policy) recover() {
+	p.held.mu.Lock()
+	p.held.b.Reset()
+	p.held.mu.Unlock()
+	p.recovered.mu.Lock()
+	if p.recovered.ch != nil {
+		close(p.recovered.ch)
+		p.recovered.ch = nil
+	}
+	p.recovered.mu.Unlock()
 }
 
 // Recovered returns a channel closed the next time the limiter answers after it failed (when

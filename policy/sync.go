@@ -42,6 +42,9 @@ type Answer struct {
 	Allowed bool
 	// Degraded: allowed without a decision (the limiter failed, fail mode open).
 	Degraded bool
+	// Local: decided on this replica's copy of the tenant's state while the limiter is
+	// unreachable (fail mode local): allowed or denied by the plan as Redis would.
+	Local bool
 	// Reserved: denied, but a slot is booked for Key, Wait from now.
 	Reserved bool
 	// Shadow: the plan is in shadow mode (trialled, not enforced): the request is allowed, and
@@ -73,6 +76,18 @@ type Answer struct {
 
 // Refused reports whether the request was refused rather than decided.
 func (a *Answer) Refused() bool { return a.Code != "" }
+
+// DegradedAs is the value of the answer's wire.HeaderDegraded: wire.DegradedFailOpen (allowed
+// without a decision), wire.DegradedLocal (decided on the replica's copy), or "" (decided).
+func (a *Answer) DegradedAs() string {
+	switch {
+	case a.Degraded:
+		return wire.DegradedFailOpen
+	case a.Local:
+		return wire.DegradedLocal
+	}
+	return ""
+}
 
 // Decision names the answer for the decisions metric and the admitter.decision span
 // attribute (wire.Decision*).
@@ -132,7 +147,7 @@ func (a *Answer) errorBody() wire.ErrorBody {
 
 func (a *Answer) decision() wire.Decision {
 	d := wire.Decision{Allowed: a.Allowed, Tenant: a.Tenant, Limit: a.Limit, Remaining: a.Remaining,
-		WaitMs: wire.Millis(a.Wait), Reserved: a.Reserved, Degraded: a.Degraded}
+		WaitMs: wire.Millis(a.Wait), Reserved: a.Reserved, Degraded: a.Degraded || a.Local}
 	if a.Plan != nil {
 		d.Plan = a.Plan.Name
 	}
@@ -245,10 +260,12 @@ func (p *Policy) decideSync(ctx context.Context, a Answer, reserve bool) Answer 
 			a.Allowed, a.Degraded = true, true
 			return a
 		}
+		// closed, or local with a limiter that failed even so
 		a.Wait = p.nextHold()
 		return a.refuse(wire.CodeLimiterUnavailable, "the limiter is unavailable and the fail mode is closed: ask again after the wait")
 	}
-	p.ok()
+	p.ok(res.Local)
+	a.Local = res.Local
 	a.Allowed, a.Outcome, a.Wait = res.Allowed, res.Outcome, res.Wait
 	a.Remaining, a.Limit, a.LimitIndex = res.Remaining, res.Limit, res.LimitIndex
 	a.Reserved = res.Outcome == bucket.Delayed || res.Outcome == bucket.Early

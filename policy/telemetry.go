@@ -116,6 +116,9 @@ func (t *telemetry) record(ctx context.Context, span trace.Span, a *Answer) {
 		t.limiterErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", ErrorKind(a.Err))))
 		t.failEvents.Add(ctx, 1, t.failMode)
 	}
+	if a.Local {
+		t.failEvents.Add(ctx, 1, t.failMode)
+	}
 	span.End()
 	if a.Took > 0 {
 		t.latency.Record(ctx, a.Took.Seconds())

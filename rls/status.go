@@ -30,8 +30,9 @@ type verdict struct {
 	reset time.Duration
 	// retry: over the limit with a time to ask again after (Retry-After); not for a refusal.
 	retry bool
-	// degraded: OK without a decision (the limiter failed, fail mode open).
-	degraded bool
+	// degraded is the answer's wire.HeaderDegraded (policy.Answer.DegradedAs): fail-open, OK
+	// without a decision; local, decided on the replica's copy; "" decided.
+	degraded string
 	// shadow is the Admit-Shadow value when the plan is in shadow mode, else "".
 	shadow string
 }
@@ -45,14 +46,14 @@ func judge(a *policy.Answer, now time.Time) verdict {
 	case a.Refused(): // unknown or invalid tenant, invalid weight, weight over capacity: never
 		return verdict{over: true}
 	case a.Degraded:
-		return verdict{degraded: true}
+		return verdict{degraded: wire.DegradedFailOpen}
 	case a.Shadow:
 		return verdict{shadow: wire.ShadowValue(a.ShadowWait)}
 	case a.Plan == nil || a.LimitIndex < 0 || a.LimitIndex >= len(a.Plan.Limits):
 		return verdict{over: !a.Allowed, reset: a.Wait, retry: !a.Allowed} // no limit to name: a limiter bug, not a client's
 	}
 	l := a.Plan.Limits[a.LimitIndex]
-	v := verdict{over: !a.Allowed, limit: rateLimit(l, a.Limit), remaining: uint32(min(max(a.Remaining, 0), math.MaxUint32))}
+	v := verdict{over: !a.Allowed, limit: rateLimit(l, a.Limit), remaining: uint32(min(max(a.Remaining, 0), math.MaxUint32)), degraded: a.DegradedAs()}
 	if v.over {
 		v.reset, v.retry = a.Wait, true
 	} else {
@@ -125,7 +126,7 @@ var quotaUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 // mode (the first one's).
 func respond(vs []verdict) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(vs))}
-	head, retry, degraded, shadow := -1, time.Duration(-1), false, ""
+	head, retry, degraded, shadow := -1, time.Duration(-1), "", ""
 	for i := range vs {
 		v := &vs[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: v.limit, LimitRemaining: v.remaining}
@@ -142,7 +143,9 @@ func respond(vs []verdict) *rlsv3.RateLimitResponse {
 		if v.retry {
 			retry = max(retry, v.reset)
 		}
-		degraded = degraded || v.degraded
+		if v.degraded != "" {
+			degraded = v.degraded
+		}
 		if shadow == "" {
 			shadow = v.shadow
 		}
@@ -159,8 +162,8 @@ func respond(vs []verdict) *rlsv3.RateLimitResponse {
 	if retry >= 0 {
 		add(wire.HeaderRetryAfter, strconv.FormatInt(wire.Seconds(retry), 10))
 	}
-	if degraded {
-		add(wire.HeaderDegraded, wire.DegradedFailOpen)
+	if degraded != "" {
+		add(wire.HeaderDegraded, degraded)
 	}
 	if shadow != "" {
 		add(wire.HeaderShadow, shadow)

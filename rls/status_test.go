@@ -114,7 +114,7 @@ func TestRespond(t *testing.T) {
 		{"longest wait", []verdict{{over: true, retry: true, limit: a, reset: 20 * time.Second}, {over: true, retry: true, limit: b, reset: 10 * time.Second}, {over: true, retry: true, reset: 30 * time.Second}},
 			true, map[string]string{wire.HeaderRateLimitLimit: "10", wire.HeaderRateLimitRemaining: "0", wire.HeaderRateLimitReset: "20", wire.HeaderRetryAfter: "30"}},
 		{"refused only", []verdict{{over: true}, {}}, true, map[string]string{}},
-		{"degraded and shadow", []verdict{{degraded: true}, {shadow: "delayed 12"}, {shadow: "admitted"}}, false,
+		{"degraded and shadow", []verdict{{degraded: wire.DegradedFailOpen}, {shadow: "delayed 12"}, {shadow: "admitted"}}, false,
 			map[string]string{wire.HeaderDegraded: wire.DegradedFailOpen, wire.HeaderShadow: "delayed 12"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -50,7 +50,7 @@ func uniquePayloads(t *testing.T, jobs []job) int {
 
 func TestFailOpenWhileRedisIsDown(t *testing.T) {
 	w := newWorld(t, onePlan)
-	p := w.start() // ADMITTER_FAIL_MODE defaults to open
+	p := w.start("ADMITTER_FAIL_MODE=open") // the default is local (tests/faults_test.go)
 	w.publish("jobs.submit.bob.x", "before")
 	w.read("ADMITTED", 1, 10*time.Second)
 

@@ -72,7 +72,7 @@ func checkInvariants(published map[string]string, forwarded, dead []job, tenants
 	seen := make(map[string]int, len(forwarded))
 	for _, j := range forwarded {
 		seen[j.payload]++
-		if j.header.Get(wire.HeaderDegraded) != "" {
+		if j.header.Get(wire.HeaderDegraded) == wire.DegradedFailOpen {
 			c.degraded++
 		}
 	}
@@ -107,8 +107,8 @@ func checkInvariants(published map[string]string, forwarded, dead []job, tenants
 		var weights []float64
 		degraded := 0
 		for _, j := range byTenant[tn.name] {
-			if j.header.Get(wire.HeaderDegraded) != "" {
-				degraded++
+			if j.header.Get(wire.HeaderDegraded) == wire.DegradedFailOpen {
+				degraded++ // forwarded without a decision; those decided locally (Admit-Degraded: local) count
 				continue
 			}
 			w, _ := strconv.Atoi(j.header.Get(wire.HeaderWeight))

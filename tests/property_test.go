@@ -51,7 +51,7 @@ func TestPacingHoldsThroughChaos(t *testing.T) {
 	}
 	t.Logf("seed %d (replay with ADMITTER_CHAOS_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	failMode := []string{"open", "closed"}[rng.IntN(2)]
+	failMode := []string{"local", "open", "closed"}[rng.IntN(3)]
 	w := newWorldWith(t, chaosPlans, testenv.StartRedis(t)) // no append-only file: a restart forgets
 	env := []string{"ADMITTER_FAIL_MODE=" + failMode, "ADMITTER_SHUTDOWN_TIMEOUT=3s", "ADMITTER_REDIS_TIMEOUT=200ms"}
 

@@ -194,7 +194,9 @@ func TestHTTPNeverHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	w.start(fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port), "ADMITTER_HTTP_TOKEN=s3cret-token")
+	// Fail mode closed: nothing answers for Redis (in the default mode, local, /inspect answers
+	// from the replica's copy: see TestRedisOutageKeepsThePlans).
+	w.start(fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port), "ADMITTER_HTTP_TOKEN=s3cret-token", "ADMITTER_FAIL_MODE=closed")
 	get := func(path, token string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 		if token != "" {

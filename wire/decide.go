@@ -479,8 +479,11 @@ const (
 	// through without a decision (the limiter failed, fail mode open). The HTTP API says the same
 	// with HeaderDegraded: fail-open, as forwarded jobs do.
 	HeaderRateLimitDegraded = "X-RateLimit-Degraded"
-	// DegradedFailOpen is the value of HeaderDegraded.
+	// DegradedFailOpen and DegradedLocal are the values of HeaderDegraded: forwarded (or allowed)
+	// without a decision (fail mode open), or decided by the replica from its own copy of the
+	// plans' state while the limiter is unreachable (fail mode local).
 	DegradedFailOpen = "fail-open"
+	DegradedLocal    = "local"
 	// HeaderRateLimitLimit, HeaderRateLimitRemaining and HeaderRateLimitReset, added by Envoy to
 	// its response from a rate limit service answer (package rls), under the names
 	// envoyproxy/ratelimit gives them (its LIMIT_RESPONSE_HEADERS_ENABLED, after

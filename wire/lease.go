@@ -57,8 +57,12 @@ type LeaseReply struct {
 	Held bool `json:"held"`
 	// Weight is the weight the lease was taken with (when held).
 	Weight int64 `json:"weight,omitempty"`
-	// Ends is, for a renewal held, when the lease now ends (RFC 3339, the limiter's clock).
+	// Ends is, for a renewal or a start held, when the lease now ends (RFC 3339, the limiter's
+	// clock).
 	Ends string `json:"ends,omitempty"`
+	// WaitMs is, for a start not held (the job's slots are taken), how long until they may be
+	// free: the worker puts the job back for that long.
+	WaitMs int64 `json:"wait_ms,omitempty"`
 	// Error says why the message ended or extended nothing: it named no lease, the plan has no
 	// concurrency limit, the limiter failed.
 	Error string `json:"error,omitempty"`
@@ -96,6 +100,19 @@ func ParseCost(h nats.Header) (int64, error) {
 		return -1, fmt.Errorf("header %s is %q, want an integer from 0 to %d", HeaderCost, v, int64(MaxCost))
 	}
 	return n, nil
+}
+
+// ParseStart reads Admit-Start on a renew message: "true" (the worker is about to begin the
+// job) or absent (a renewal). The header name is matched without regard to case.
+func ParseStart(h nats.Header) (bool, error) {
+	v, ok, err := one(h, HeaderStart)
+	if err != nil || !ok {
+		return false, err
+	}
+	if v != "true" {
+		return false, fmt.Errorf("header %s is %q, want true", HeaderStart, v)
+	}
+	return true, nil
 }
 
 // one is the single value of header name (matched without regard to case).

@@ -53,6 +53,11 @@ const (
 	// HeaderCost, on a done message: what the job really cost, an integer from 0 to 2^40; the
 	// difference from its weight is charged or given back (reconciliation).
 	HeaderCost = "Admit-Cost"
+	// HeaderStart, on a renew message sent as a request: the worker is about to begin the job
+	// (value "true"). The lease is renewed, or taken again if it ended while the job waited for
+	// a worker and its slots are free; otherwise the answer says not held and how long to wait
+	// (LeaseReply.WaitMs), and the worker puts the job back for that long without running it.
+	HeaderStart = "Admit-Start"
 )
 
 // Defaults of the output subject (ADMITTER_SUBJECT_OUT) and of the lease subjects (see README,
@@ -67,6 +72,7 @@ const (
 const (
 	LeasePathDone  = "done"  // a message on the done subject
 	LeasePathRenew = "renew" // a message on the renew subject
+	LeasePathStart = "start" // a message on the renew subject with Admit-Start: true
 	LeasePathAck   = "ack"   // a downstream consumer's sampled ack of the forwarded job
 	LeasePathTerm  = "term"  // a downstream consumer terminated the forwarded job
 	// HeaderReplayOf, on a job replayed from a dead letter (admitter dead replay, the console):

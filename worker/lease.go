@@ -22,25 +22,58 @@ const doneTries = 3
 // runs; the function it returns stops that and waits for it, a renewal in flight included, so
 // that no renewal follows the done message. A renewal due at once (a job delivered before, or
 // whose lease is past its middle) is sent before keepAlive returns, so before the handler runs.
-func (w *Worker) keepAlive(base context.Context, m jetstream.Msg, j *Job) (stop func()) {
+//
+// started says the job's start (see start) renewed its lease just now: the first renewal is due
+// halfway through it.
+func (w *Worker) keepAlive(base context.Context, m jetstream.Msg, j *Job, started bool) (stop func()) {
 	k := keeper{job: j, progress: m.InProgress, every: w.progress, log: w.cfg.Logger}
 	if j.Lease > 0 && j.LeaseLength > 0 {
 		subject := w.leaseSubject(w.t.toRenew, w.t.renew, j)
 		timeout := min(w.cfg.RequestTimeout, j.LeaseLength/2)
 		k.renew = func(ctx context.Context) (wire.LeaseReply, error) {
-			return w.request(ctx, timeout, subject, j.Lease, noCost)
+			return w.request(ctx, timeout, subject, j, false, noCost)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(base))
 	first := time.Duration(-1)
-	if k.renew != nil {
-		if first = firstRenewal(time.Now(), j.LeaseDeadline(), j.LeaseLength, j.Attempt); first == 0 {
-			first = k.renewOnce(ctx) // delivered before, or late: learn now whether the lease is held
-		}
+	switch {
+	case k.renew != nil && started:
+		first = j.LeaseLength / 2
+	case k.renew != nil:
+		first = firstRenewal(time.Now(), j.LeaseDeadline(), j.LeaseLength, j.Attempt)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { k.run(ctx, first) })
 	return func() { cancel(); wg.Wait() }
+}
+
+// start tells admitter that j is about to begin (a renew message with Admit-Start: true): its
+// lease is renewed, or taken again if it ended while the job waited for a worker (the workers
+// were away longer than a lease) and its slots are free. It reports whether the job may run; when
+// it may not, wait is how long its slots stay taken (admitter's answer). When admitter does not
+// answer, the job runs if the lease it was forwarded with has not ended, and otherwise goes back
+// for a moment (wait); an admitter that does not know starts (it answers as to a renewal) lets
+// it run.
+func (w *Worker) start(ctx context.Context, j *Job) (ok bool, wait time.Duration) {
+	subject := w.leaseSubject(w.t.toRenew, w.t.renew, j)
+	sent := time.Now()
+	rep, err := w.request(ctx, min(w.cfg.RequestTimeout, j.LeaseLength/2), subject, j, true, noCost)
+	switch {
+	case err != nil:
+		if d := j.LeaseDeadline(); !d.IsZero() && d.After(sent) {
+			return true, 0
+		}
+		w.cfg.Logger.Warn("worker: the start of a job whose lease has ended is unanswered: it is put back", "tenant", j.Tenant, "lease", j.Lease, "err", err)
+		return false, retryDelay(j.LeaseLength)
+	case rep.Held:
+		j.setDeadline(sent.Add(j.LeaseLength))
+		return true, 0
+	case rep.WaitMs > 0:
+		return false, time.Duration(rep.WaitMs) * time.Millisecond
+	}
+	j.lost(sent)
+	w.cfg.Logger.Warn("worker: the lease has ended and admitter does not take it again: the job runs outside its tenant's concurrency limit", "tenant", j.Tenant, "lease", j.Lease, "subject", j.Subject)
+	return true, 0
 }
 
 // done ends j's lease with a done message carrying its cost, sent again while unanswered
@@ -50,7 +83,7 @@ func (w *Worker) done(ctx context.Context, j *Job) {
 	var err error
 	for try := 1; try <= doneTries; try++ {
 		var rep wire.LeaseReply
-		if rep, err = w.request(ctx, w.cfg.RequestTimeout, subject, j.Lease, j.cost.Load()); err == nil {
+		if rep, err = w.request(ctx, w.cfg.RequestTimeout, subject, j, false, j.cost.Load()); err == nil {
 			if !rep.Held {
 				w.cfg.Logger.Info("worker: the lease had ended before the job was done", "tenant", j.Tenant, "lease", j.Lease, "subject", j.Subject)
 			}
@@ -66,15 +99,21 @@ func (w *Worker) done(ctx context.Context, j *Job) {
 	w.cfg.Logger.Warn("worker: done message unanswered: the lease ends by itself", "tenant", j.Tenant, "lease", j.Lease, "subject", subject, "err", err)
 }
 
-// request sends a done or renew message for lease (with Admit-Cost when cost ≥ 0) and reads
-// admitter's answer, waiting at most timeout. An answer carrying an error is an error.
-func (w *Worker) request(ctx context.Context, timeout time.Duration, subject string, lease, cost int64) (wire.LeaseReply, error) {
+// request sends a done, renew or start message (start: Admit-Start) for j's lease, with its
+// weight (which names the slots of a lease admitter lost: see README, Leases) and Admit-Cost
+// when cost ≥ 0, and reads admitter's answer, waiting at most timeout. An answer carrying an
+// error is an error.
+func (w *Worker) request(ctx context.Context, timeout time.Duration, subject string, j *Job, start bool, cost int64) (wire.LeaseReply, error) {
 	var rep wire.LeaseReply
 	if subject == "" {
 		return rep, fmt.Errorf("worker: no lease subject for this job (its tenant cannot be a subject token)")
 	}
 	m := nats.NewMsg(subject)
-	m.Header.Set(wire.HeaderLease, strconv.FormatInt(lease, 10))
+	m.Header.Set(wire.HeaderLease, strconv.FormatInt(j.Lease, 10))
+	m.Header.Set(wire.HeaderWeight, strconv.FormatInt(max(j.Weight, 1), 10))
+	if start {
+		m.Header.Set(wire.HeaderStart, "true")
+	}
 	if cost >= 0 {
 		m.Header.Set(wire.HeaderCost, strconv.FormatInt(cost, 10))
 	}

@@ -180,12 +180,28 @@ func (w *Worker) dispatch(base context.Context, it jetstream.MessagesContext, un
 	}
 }
 
-// run handles one delivery: the job, its handler with the lease kept alive, then the outcome.
+// run handles one delivery: the job's start (its slots taken again if its lease ended while it
+// waited), its handler with the lease kept alive, then the outcome.
 func (w *Worker) run(base context.Context, m jetstream.Msg) {
 	j := w.newJob(m)
+	started := false
+	// A job delivered again, or whose lease is past its middle (it waited in the output: the
+	// workers were busy or away), starts by asking for its slots (see start); one delivered
+	// promptly holds the lease it was forwarded with, renewed halfway through as usual.
+	if j.Lease > 0 && j.LeaseLength > 0 && firstRenewal(time.Now(), j.LeaseDeadline(), j.LeaseLength, j.Attempt) == 0 {
+		var wait time.Duration
+		if started, wait = w.start(base, j); !started && wait > 0 {
+			// Its tenant's (or pool's) slots are taken by jobs running now: it goes back to the
+			// consumer for as long as admitter says, without running.
+			if err := m.NakWithDelay(wait); err != nil {
+				w.cfg.Logger.Warn("worker: put back a job whose slots are taken", "tenant", j.Tenant, "subject", j.Subject, "err", err)
+			}
+			return
+		}
+	}
 	ctx, cancel := context.WithCancel(base)
 	defer cancel()
-	stop := w.keepAlive(base, m, j)
+	stop := w.keepAlive(base, m, j, started)
 	err := w.call(ctx, j)
 	stop()
 	o := outcomeOf(err, base.Err() != nil)

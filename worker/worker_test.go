@@ -34,14 +34,19 @@ type env struct {
 	msgs []leaseMsg       // every done and renew message, in order
 	held map[int64]bool   // leases held: renewals answer held while true, a done ends them
 	acks map[int64]uint64 // the consumer's ack floor (stream sequence) when each done arrived
+	// taken counts, per lease, the starts still to answer "not held, wait 300 ms" (its slots
+	// are taken by jobs running elsewhere).
+	taken map[int64]int
 }
 
-// leaseMsg is a done or renew message the stand-in received.
+// leaseMsg is a done, renew or start message the stand-in received.
 type leaseMsg struct {
 	at      time.Time
 	subject string
 	lease   string
 	cost    string // "" when absent
+	weight  string
+	start   bool
 }
 
 func (m leaseMsg) done() bool { return strings.HasPrefix(m.subject, "jobs.done.") }
@@ -69,7 +74,7 @@ func setup(t *testing.T, ackWait time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, nc: nc, js: js, cons: cons, held: map[int64]bool{}, acks: map[int64]uint64{}}
+	e := &env{t: t, nc: nc, js: js, cons: cons, held: map[int64]bool{}, acks: map[int64]uint64{}, taken: map[int64]int{}}
 	for _, subj := range []string{"jobs.done.>", "jobs.renew.>", "fin.>"} {
 		sub, err := nc.Subscribe(subj, e.answer)
 		if err != nil {
@@ -83,7 +88,8 @@ func setup(t *testing.T, ackWait time.Duration) *env {
 // answer is the stand-in's handling of a done or renew request.
 func (e *env) answer(m *nats.Msg) {
 	lease, _ := strconv.ParseInt(m.Header.Get(wire.HeaderLease), 10, 64)
-	msg := leaseMsg{at: time.Now(), subject: m.Subject, lease: m.Header.Get(wire.HeaderLease), cost: m.Header.Get(wire.HeaderCost)}
+	msg := leaseMsg{at: time.Now(), subject: m.Subject, lease: m.Header.Get(wire.HeaderLease), cost: m.Header.Get(wire.HeaderCost),
+		weight: m.Header.Get(wire.HeaderWeight), start: m.Header.Get(wire.HeaderStart) == "true"}
 	var floor uint64
 	if !strings.Contains(m.Subject, "renew") {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -99,8 +105,13 @@ func (e *env) answer(m *nats.Msg) {
 		e.held[lease] = false
 		e.acks[lease] = floor
 	}
+	reply := wire.LeaseReply{Lease: lease, Held: held, Weight: 1}
+	if msg.start && e.taken[lease] > 0 {
+		e.taken[lease]--
+		reply = wire.LeaseReply{Lease: lease, WaitMs: 300}
+	}
 	e.mu.Unlock()
-	b, _ := json.Marshal(wire.LeaseReply{Lease: lease, Held: held, Weight: 1})
+	b, _ := json.Marshal(reply)
 	_ = m.Respond(b)
 }
 
@@ -231,8 +242,8 @@ func TestDoneMessageEndsTheLease(t *testing.T) {
 	}
 	testenv.WaitFor(t, 5*time.Second, "the forward acked", func() bool { floor, _ := e.consumerState(); return floor == seq })
 	msgs := e.leaseMsgs()
-	if len(msgs) != 1 || msgs[0] != (leaseMsg{at: msgs[0].at, subject: "jobs.done.acme.email.send", lease: "7", cost: "5"}) {
-		t.Fatalf("lease messages %+v, want one done of lease 7 with cost 5 on jobs.done.acme.email.send", msgs)
+	if len(msgs) != 1 || msgs[0] != (leaseMsg{at: msgs[0].at, subject: "jobs.done.acme.email.send", lease: "7", cost: "5", weight: "3"}) {
+		t.Fatalf("lease messages %+v, want one done of lease 7 (weight 3) with cost 5 on jobs.done.acme.email.send: a job delivered promptly needs no start", msgs)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -351,10 +362,50 @@ func TestRetryKeepsTheLease(t *testing.T) {
 	})
 	var kinds []string
 	for _, m := range e.leaseMsgs() {
-		kinds = append(kinds, strings.Split(m.subject, ".")[1])
+		k := strings.Split(m.subject, ".")[1]
+		if m.start {
+			k = "start"
+		}
+		kinds = append(kinds, k)
 	}
-	if !slices.Equal(kinds, []string{"renew", "done"}) {
-		t.Errorf("lease messages %v, want a renewal (the second delivery, before its handler) then done", kinds)
+	if !slices.Equal(kinds, []string{"start", "done"}) {
+		t.Errorf("lease messages %v, want a start before the second delivery's handler (it renews the lease), then done", kinds)
+	}
+}
+
+// TestStartPutsBackAJobWhoseSlotsAreTaken: a job that waited in the output past the middle of
+// its lease (the workers were away) starts by asking for its slots; admitter answers they are
+// taken (its lease ended and other jobs run now) and for how long: the job goes back to the
+// consumer for that long without running, and runs once a start is answered held.
+func TestStartPutsBackAJobWhoseSlotsAreTaken(t *testing.T) {
+	e := setup(t, time.Minute)
+	e.mu.Lock()
+	e.taken[9] = 2
+	e.mu.Unlock()
+	ran := make(chan uint64, 3)
+	e.forward("jobs.admitted.acme.x", 9, 1000)
+	time.Sleep(600 * time.Millisecond) // past the middle of its 1 s lease: no worker ran
+	begin := time.Now()
+	e.start(Config{Handler: func(ctx context.Context, j *Job) error { ran <- j.Attempt; return nil }})
+	if a := <-ran; a != 3 {
+		t.Fatalf("the handler ran at delivery %d, want 3 (two starts refused)", a)
+	}
+	if d := time.Since(begin); d < 600*time.Millisecond {
+		t.Errorf("the job ran %v after the worker started: it was not put back for the 2 × 300 ms admitter said", d)
+	}
+	select {
+	case a := <-ran:
+		t.Fatalf("the handler ran again (delivery %d)", a)
+	case <-time.After(200 * time.Millisecond):
+	}
+	var starts int
+	for _, m := range e.leaseMsgs() {
+		if m.start {
+			starts++
+		}
+	}
+	if starts != 3 {
+		t.Errorf("%d starts sent, want 3", starts)
 	}
 }
 

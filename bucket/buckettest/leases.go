@@ -130,15 +130,76 @@ var leaseCases = []testCase{
 		h.expectLimit(p, 0, 3, 0, 0)
 		h.admit(p, jobs("1", "2", "3", "4"), "AAAN", 5*time.Minute)
 	}},
-	{name: "concurrency: a limiter that forgot takes every slot for held, one lease long", needs: forget(leases()), opts: bucket.Options{Born: Start.Add(-time.Minute)}, run: func(t *testing.T, h *harness) {
+	{name: "concurrency: a limiter that forgot holds every slot until the running jobs report", needs: forget(leases()), opts: bucket.Options{Born: Start.Add(-time.Minute)}, run: func(t *testing.T, h *harness) {
+		// Lease 5m, forgotten 1m ago: the slots are held until 60 % of a lease after the loss
+		// (+2m), by a lease nobody can name.
 		p := mustPlan(t, "c", conc("running", 3, 5*time.Minute))
-		h.expectLimit(p, 0, 0, 3, 4*time.Minute)
-		h.admit(p, jobs("1"), "N", 4*time.Minute)
-		h.lease(p, 1, false, bucket.NoCost, false) // nobody can release what was forgotten
-		h.c.Advance(4 * time.Minute)
-		r := h.admit(p, jobs("1"), "A", 0)
+		h.expectLimit(p, 0, 0, 3, 2*time.Minute)
+		h.admit(p, jobs("1"), "N", 2*time.Minute)
+		// A job running at the loss is done: its slot is free at once.
+		h.leaseWeighted(p, 901, leaseDone, 1, true)
+		h.expectLimit(p, 0, 1, 2, 2*time.Minute)
+		// Another renews its lease: it holds a slot of its own again, out of the forgotten ones.
+		h.leaseWeighted(p, 902, leaseRenewed, 1, true)
+		h.expectLimit(p, 0, 1, 2, 2*time.Minute)
+		h.admit(p, jobs("1"), "A", 0)
+		h.admit(p, jobs("2"), "N", 2*time.Minute)
+		h.c.Advance(2 * time.Minute)
+		// The forgotten slots are gone; the renewed job and job 1 hold theirs.
+		r := h.admit(p, jobs("2"), "A", 0)
 		if r.LeasesExpired != 0 {
 			t.Fatalf("%d leases expired: the forgotten ones are not leases of jobs", r.LeasesExpired)
 		}
+		h.admit(p, jobs("3"), "N", 3*time.Minute)    // 902's renewed lease ends 5m after +1m
+		h.leaseWeighted(p, 903, leaseDone, 1, false) // nothing forgotten is counted any more
 	}},
+	{name: "concurrency: a start renews a held lease, takes an ended one again when a slot is free", needs: leases(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "c", conc("running", 2, time.Minute))
+		h.admit(p, jobs("1", "2"), "AA", 0)
+		h.c.Advance(30 * time.Second)
+		r := h.leaseWeighted(p, 1, leaseStarted, 1, true)
+		if want := h.c.Now().Add(time.Minute); !r.Ends.Equal(want) {
+			t.Fatalf("start of a held lease ends at %v, want %v", r.Ends, want)
+		}
+		h.c.Advance(45 * time.Second) // lease 2 ended while its job waited for a worker
+		h.admit(p, jobs("3"), "A", 0)
+		r = h.leaseWeighted(p, 2, leaseStarted, 1, false) // 1 and 3 hold both slots
+		if r.Wait != 15*time.Second {
+			t.Fatalf("a start with no slot free waits %v, want 15s (until lease 1 ends)", r.Wait)
+		}
+		h.leaseWeighted(p, 1, leaseDone, 1, true)
+		h.leaseWeighted(p, 2, leaseStarted, 1, true) // a slot is free: taken again
+		h.admit(p, jobs("4"), "N", time.Minute)      // jobs 3 and 2 hold both slots for a lease
+	}},
+}
+
+// lease operations of leaseWeighted.
+const (
+	leaseDone = iota
+	leaseRenewed
+	leaseStarted
+)
+
+// leaseWeighted is a release (done), renewal or start of lease id naming the job's weight, and
+// checks whether it held.
+func (h *harness) leaseWeighted(p *bucket.Plan, id int64, op int, weight int64, held bool) bucket.LeaseResult {
+	h.t.Helper()
+	req := bucket.LeaseRequest{Tenant: h.tenant, Plan: p, Lease: id, Cost: bucket.NoCost, Weight: weight}
+	var r bucket.LeaseResult
+	var err error
+	switch op {
+	case leaseDone:
+		r, err = h.l.Release(context.Background(), req)
+	case leaseRenewed:
+		r, err = h.l.Renew(context.Background(), req)
+	default:
+		r, err = h.l.Start(context.Background(), req)
+	}
+	if err != nil {
+		h.t.Fatalf("lease %d (op %d): %v", id, op, err)
+	}
+	if r.Held != held {
+		h.t.Fatalf("lease %d (op %d) at +%v: %+v, want held %v", id, op, h.c.Now().Sub(Start), r, held)
+	}
+	return r
 }

@@ -230,6 +230,38 @@ var poolCases = []testCase{
 			t.Fatalf("%+v (pool %+v): want bound by its own limit, 1 in flight (the 2 others given back)", r, r.Pool)
 		}
 	}},
+	{name: "pool: a limiter that forgot holds every slot until the running jobs report", needs: forget(pools()), opts: bucket.Options{Born: Start.Add(-time.Minute)}, run: func(t *testing.T, h *harness) {
+		// Lease 5m, forgotten 1m ago: every slot is held until +2m (60 % of a lease after the
+		// loss) by a lease nobody can name; the jobs running at the loss report meanwhile.
+		pool := newPool(t, h, bucket.Pool{Concurrency: 3, Lease: 5 * time.Minute})
+		p := pooled(t, "p", pool, 1)
+		if r := h.admit(p, jobs("1"), "N", time.Second); inFlight(t, r) != 3 {
+			t.Fatalf("in flight %d after the loss, want 3 (every slot)", inFlight(t, r))
+		}
+		h.leaseWeighted(p, 901, leaseDone, 1, true)    // a running job is done: its slot is free
+		h.leaseWeighted(p, 902, leaseRenewed, 1, true) // another renews: it holds its own again
+		h.admit(p, jobs("1"), "A", 0)
+		h.admit(p, jobs("2"), "N", time.Second)
+		h.c.Advance(2 * time.Minute) // the forgotten slots are gone: 902 and 1 hold theirs
+		if r := h.admit(p, jobs("2"), "A", 0); inFlight(t, r) != 3 {
+			t.Fatalf("in flight %d, want 3 (902, 1 and 2)", inFlight(t, r))
+		}
+	}},
+	{name: "pool: a start renews a held slot, takes an ended one again when one is free", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 2, Lease: time.Minute})
+		p := pooled(t, "p", pool, 1)
+		h.admit(p, jobs("1", "2"), "AA", 0)
+		h.c.Advance(30 * time.Second)
+		h.leaseWeighted(p, 1, leaseStarted, 1, true) // held: renewed to +1m30s
+		h.c.Advance(45 * time.Second)                // 2 ended while it waited for a worker
+		h.admit(p, jobs("3"), "A", 0)
+		if r := h.leaseWeighted(p, 2, leaseStarted, 1, false); r.Wait != 15*time.Second {
+			t.Fatalf("a start with no slot free waits %v, want 15s (until 1's lease ends)", r.Wait)
+		}
+		h.leaseWeighted(p, 1, leaseDone, 1, true)
+		h.leaseWeighted(p, 2, leaseStarted, 1, true)
+		h.admit(p, jobs("4"), "N", time.Second)
+	}},
 	{name: "pool: a job asked about again keeps its one slot", needs: pools(), run: func(t *testing.T, h *harness) {
 		pool := newPool(t, h, bucket.Pool{Concurrency: 2, Lease: time.Hour})
 		p := pooled(t, "p", pool, 1)

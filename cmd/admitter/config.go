@@ -37,7 +37,7 @@ type config struct {
 	StreamReplicas   int           `env:"ADMITTER_STREAM_REPLICAS" envDefault:"1"`
 	Consumer         string        `env:"ADMITTER_CONSUMER" envDefault:"admitter"`
 	Replica          string        `env:"ADMITTER_REPLICA"` // unset: a random id per process
-	FailMode         string        `env:"ADMITTER_FAIL_MODE" envDefault:"open"`
+	FailMode         string        `env:"ADMITTER_FAIL_MODE" envDefault:"local"`
 	RedisTimeout     time.Duration `env:"ADMITTER_REDIS_TIMEOUT" envDefault:"250ms"`
 	RedisPrefix      string        `env:"ADMITTER_REDIS_PREFIX" envDefault:"admitter:"`
 	RequireNoEvict   bool          `env:"ADMITTER_REDIS_REQUIRE_NOEVICTION" envDefault:"false"`
@@ -190,8 +190,8 @@ func (c *config) validate() error {
 		return err
 	}
 	switch {
-	case c.FailMode != "open" && c.FailMode != "closed":
-		return fmt.Errorf("ADMITTER_FAIL_MODE must be open or closed, got %q", c.FailMode)
+	case c.FailMode != "local" && c.FailMode != "open" && c.FailMode != "closed":
+		return fmt.Errorf("ADMITTER_FAIL_MODE must be local, open or closed, got %q", c.FailMode)
 	case c.RedisTimeout <= 0:
 		return fmt.Errorf("ADMITTER_REDIS_TIMEOUT must be positive, got %v", c.RedisTimeout)
 	case c.DuplicateWindow < 10*time.Second:

@@ -29,6 +29,7 @@ type stack struct {
 	svc     *admission.Service
 	policy  *policy.Policy
 	limiter policy.Limiter
+	redis   *bucket.Redis // the shared limiter's Redis (nil: in-process buckets)
 	tel     *telemetry
 	// activity records what this replica's queue decided, for the console.
 	activity *activity.Index
@@ -66,7 +67,13 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	if c.HTTPAddr != "off" {
-		stop, err := startHTTP(c.HTTPAddr, tel.registry, b.Ready, map[string]http.Handler{
+		degraded := func() string {
+			if st := running.Load(); st != nil {
+				return degradedDetail(st.policy)
+			}
+			return ""
+		}
+		stop, err := startHTTP(c.HTTPAddr, tel.registry, b.Ready, degraded, map[string]http.Handler{
 			"GET /inspect": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				st := running.Load()
 				if st == nil {
@@ -92,8 +99,8 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 	}
 	defer stopPlans()
 	ready := st.svc.Ready
-	if r, ok := st.limiter.(*bucket.Redis); ok {
-		guard, stopGuard, err := startEvictionGuard(ctx, r, c.RequireNoEvict, st.tel.meter, log)
+	if st.redis != nil {
+		guard, stopGuard, err := startEvictionGuard(ctx, st.redis, c.RequireNoEvict, st.tel.meter, log)
 		if err != nil {
 			return err
 		}
@@ -195,12 +202,16 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 	if st.js, err = jetstream.New(st.nc); err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	limiter, closeLimiter, err := newLimiter(ctx, c, log, b, st.js, tel)
+	limiter, redis, closeLimiter, err := newLimiter(ctx, c, log, b, st.js, tel, bucket.FallbackHooks{
+		// Decisions begin once the policy below exists: no hook runs before.
+		Down: func(err error) { st.policy.Lost(err) },
+		Up:   func(o bucket.Outage) { st.policy.Back(o) },
+	})
 	if err != nil {
 		return nil, err
 	}
 	st.closers = append(st.closers, closeLimiter)
-	st.limiter = limiter
+	st.limiter, st.redis = limiter, redis
 
 	if st.policy, err = policy.New(policy.Config{Limiter: limiter, Plans: c.plans,
 		FailMode: policy.FailMode(c.FailMode), Timeout: c.RedisTimeout, Logger: log,
@@ -250,15 +261,15 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 // The Redis limiter keeps its record of having marked a Redis (bucket.MemoryRecord) in the
 // deployment's limiter bucket on NATS, and each loss of admitter's state it finds is logged
 // with its cost and counted.
-func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot, js jetstream.JetStream, tel *telemetry) (policy.Limiter, func(), error) {
+func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot, js jetstream.JetStream, tel *telemetry, hooks bucket.FallbackHooks) (policy.Limiter, *bucket.Redis, func(), error) {
 	opts := bucket.Options{}
 	if c.RedisURL == "" {
 		log.Warn("ADMITTER_REDIS_URL is unset: using in-process buckets, which are not shared between processes: run only one replica")
-		return bucket.NewMemory(opts, nil), func() {}, nil
+		return bucket.NewMemory(opts, nil), nil, func() {}, nil
 	}
 	ropt, err := c.redisClientOption()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", errConfig, err)
+		return nil, nil, nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	kv, err := await(ctx, b, "set up the limiter's record on NATS", func() (jetstream.KeyValue, error) {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, admission.LimiterRecord(c.Consumer, c.StreamReplicas))
@@ -269,18 +280,18 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot, js je
 		return kv, err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	forgot, err := tel.meter.Meter("github.com/admitter/admitter/cmd/admitter").Int64Counter(wire.MetricRedisForgot.Name,
 		metric.WithDescription("Losses of admitter's state found on a Redis server (restarted without its data, emptied, or restored from an old snapshot): limits without state are taken as used up to a bound per kind at the loss."))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	r, err := await(ctx, b, "connect to Redis at "+redactURL(c.RedisURL), func() (*bucket.Redis, error) {
 		return bucket.DialRedisWith(ropt, c.RedisPrefix, opts)
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	r.Record(limiterRecord{kv: kv, replica: c.Replica})
 	r.OnForget(func(f bucket.Forgetting) {
@@ -293,7 +304,11 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot, js je
 	if err := r.Prepare(pctx); err != nil {
 		log.Warn("redis: could not load the scripts at start; the first decisions will", "err", err)
 	}
-	return r, r.Close, nil
+	if c.FailMode != string(policy.FailLocal) {
+		return r, r, r.Close, nil
+	}
+	f := bucket.NewFallback(r, opts, 4*c.RedisTimeout, hooks)
+	return f, r, func() { f.Close(); r.Close() }, nil
 }
 
 // limiterRecord is the deployment's bucket.MemoryRecord: key recordKey of its limiter bucket
@@ -320,6 +335,23 @@ func (r limiterRecord) Mark(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// degradedDetail says how decisions are made while the limiter is unreachable, for /readyz (""
+// while it answers).
+func degradedDetail(p *policy.Policy) string {
+	since, down := p.Outage()
+	if !down {
+		return ""
+	}
+	at := since.UTC().Format(time.RFC3339)
+	switch p.FailMode() {
+	case policy.FailLocal:
+		return "degraded: the limiter (Redis) is unreachable since " + at + "; every plan is kept on this replica's copy of the tenants' state (fail mode local)"
+	case policy.FailOpen:
+		return "degraded: the limiter (Redis) is unreachable since " + at + "; jobs are forwarded without a decision (fail mode open)"
+	}
+	return ""
 }
 
 // isTransient reports whether a set-up error may go away by itself (NATS not reachable yet).

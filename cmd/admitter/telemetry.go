@@ -88,7 +88,11 @@ func newTelemetry(ctx context.Context, env map[string]string) (*telemetry, error
 // The console, when not nil, is served under /console/ (and / leads there): it checks its own
 // tokens (ADMITTER_HTTP_TOKEN to read, through a sign-in form a browser can use), so the bearer
 // guard of the other endpoints does not apply to it.
-func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context) error, extra map[string]http.Handler, con *console.Console, token string, log *slog.Logger) (stop func(), err error) {
+//
+// /readyz answers 503 with what ready says is missing, else 200 "ready", followed by what
+// degraded says (empty: nothing), e.g. that decisions are made on the replica's copy of the
+// tenants' state while Redis is away.
+func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context) error, degraded func() string, extra map[string]http.Handler, con *console.Console, token string, log *slog.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -97,6 +101,10 @@ func startHTTP(addr string, reg *prometheus.Registry, ready func(context.Context
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := ready(r.Context()); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if d := degraded(); d != "" {
+			fmt.Fprintln(w, "ready, "+d)
 			return
 		}
 		fmt.Fprintln(w, "ready")

@@ -1,0 +1,240 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/internal/testenv"
+	"github.com/redis/rueidis"
+)
+
+// fallbackRedis is a Redis backend on a redis-server of the test's own, which the test may kill
+// and restart (with its data: an append-only file written at every command), deciding at
+// clock's time.
+func fallbackRedis(t *testing.T, clock func() time.Time, o Options) (*Redis, *testenv.RedisServer) {
+	t.Helper()
+	srv := testenv.StartRedisWith(t, "--appendfsync", "always")
+	opt, err := RedisClientOption(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	r := NewRedis(client, "", o)
+	r.pin(clock)
+	return r, srv
+}
+
+// TestMirrorCopiesTheState: after every admission on Redis, the state it returns (Batch.Mirror),
+// read into a memory backend, reads there exactly as on Redis.
+func TestMirrorCopiesTheState(t *testing.T) {
+	plans := differentialPlans(t)
+	c := newClock()
+	opts := Options{Horizon: 2 * time.Second, SlotGrace: 500 * ms, MarkerTTL: 3 * time.Second, Redeem: 700 * ms, Hold: 1500 * ms}
+	red := NewRedis(redisClient(t), "", opts)
+	red.pin(c.Now)
+	cp := NewMemory(opts, c.Now)
+	rng := rand.New(rand.NewPCG(3, 3))
+	ctx := context.Background()
+	tenants := make([]string, len(plans))
+	next := make([]int64, len(plans))
+	for i := range tenants {
+		tenants[i], next[i] = uniqueTenant("m"), 1
+	}
+	mirrored := 0
+	for step := 0; step < 600; step++ {
+		c.Advance(time.Duration(rng.IntN(400_000)) * time.Microsecond)
+		ti := rng.IntN(len(plans))
+		p := plans[ti]
+		b := Batch{Tenant: tenants[ti], Plan: p, Owner: 1}
+		for range 1 + rng.IntN(4) {
+			b.Jobs = append(b.Jobs, Job{ID: next[ti], Weight: 1 + rng.Int64N(p.MaxWeight())})
+			next[ti]++
+		}
+		if rng.IntN(4) == 0 && p.Leases() {
+			_, _ = red.Release(ctx, LeaseRequest{Tenant: b.Tenant, Plan: p, Lease: next[ti] - 2 - rng.Int64N(3), Cost: NoCost})
+		}
+		_, m, err := red.admitState(ctx, b, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st *memState
+		if len(m.raw) > 0 {
+			if st, err = decodeState(m.raw); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			mirrored++
+		}
+		if m.now != c.Now().UnixMicro() {
+			t.Fatalf("step %d: mirrored at %d, want the call's time %d", step, m.now, c.Now().UnixMicro())
+		}
+		cp.restore(b.Tenant, st)
+		want, err := red.Inspect(ctx, b.Tenant, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := cp.Inspect(ctx, b.Tenant, p)
+		want.Pool, got.Pool = nil, nil
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("step %d tenant %s:\nredis %+v\ncopy  %+v", step, b.Tenant, want, got)
+		}
+	}
+	if mirrored < 300 {
+		t.Errorf("only %d states mirrored: the test proves little", mirrored)
+	}
+}
+
+// TestFallbackChangesNothing: the same random admissions on a Fallback and on a memory backend
+// that never fails, under buckets, windows and quotas; Redis is killed a third of the way and
+// started again (with its data) at two thirds. Every answer is the memory backend's, before,
+// during and after the outage: the copy takes over where Redis left off, and Redis, charged with
+// the outage, where the copy did; at the end Redis holds the memory backend's state. (A
+// concurrency limit differs by design: see TestFallbackHoldsLeasesUntilTheyReport.)
+func TestFallbackChangesNothing(t *testing.T) {
+	c := newClock()
+	opts := Options{Redeem: 700 * ms, Hold: 1500 * ms}
+	red, srv := fallbackRedis(t, c.Now, opts)
+	downs, ups := 0, []Outage{}
+	f := NewFallback(red, opts, time.Second, FallbackHooks{Down: func(error) { downs++ }, Up: func(o Outage) { ups = append(ups, o) }})
+	t.Cleanup(f.Close)
+	ref := NewMemory(opts, c.Now)
+	plans := []*Plan{
+		mustPlan(t, "mixed", lim("burst", 6, 150*ms), win("w", 9, 1500*ms), quota("q", 40, Minute, nil)),
+		mustPlan(t, "odd", lim("a", 7, 333334*time.Microsecond), quota("q", 60, Minute, nil), lim("b", 6, 80*ms)),
+		mustPlan(t, "wide", win("wide", 200, 3*time.Second), lim("burst", 60, 5*ms)),
+	}
+	tenants := make([]string, len(plans))
+	next := make([]int64, len(plans))
+	admitted := make([][]int64, len(plans))
+	for i := range tenants {
+		tenants[i], next[i] = uniqueTenant("f"), 1
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	ctx := context.Background()
+	local := 0
+	for step := 0; step < 900; step++ {
+		switch step {
+		case 300:
+			srv.Kill()
+		case 600:
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			testenv.WaitFor(t, 20*time.Second, "the fallback to charge Redis and return to it", func() bool { return !f.Local() })
+		}
+		c.Advance(time.Duration(rng.IntN(300_000)) * time.Microsecond)
+		ti := rng.IntN(len(plans))
+		p := plans[ti]
+		if a := admitted[ti]; p.Leases() && len(a) > 0 && rng.IntN(3) == 0 {
+			req := LeaseRequest{Tenant: tenants[ti], Plan: p, Lease: a[rng.IntN(len(a))], Cost: NoCost}
+			got, err := f.Release(ctx, req)
+			if err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			want, _ := ref.Release(ctx, req)
+			got.Local, got.LeasesExpired, want.LeasesExpired = false, 0, 0
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("step %d release %d:\nfallback %+v\nmemory   %+v", step, req.Lease, got, want)
+			}
+			continue
+		}
+		b := Batch{Tenant: tenants[ti], Plan: p, Owner: 1}
+		for range 1 + rng.IntN(3) {
+			b.Jobs = append(b.Jobs, Job{ID: next[ti], Weight: 1 + rng.Int64N(min(p.MaxWeight(), 3))})
+			next[ti]++
+		}
+		got, err := f.Admit(ctx, b)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		want, _ := ref.Admit(ctx, b)
+		if got.Local {
+			local++
+		}
+		for i, o := range want.Outcomes {
+			if o == JobAdmitted {
+				admitted[ti] = append(admitted[ti], b.Jobs[i].ID)
+			}
+		}
+		got.Local, got.LeasesExpired, want.LeasesExpired = false, 0, 0
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("step %d (%d jobs of %s) at %v, Redis away %v:\nfallback %+v\nmemory   %+v", step, len(b.Jobs), p.Name, c.Now(), step >= 300 && step < 600, got, want)
+		}
+	}
+	if local < 250 || downs != 1 || len(ups) != 1 {
+		t.Fatalf("%d answers decided on the copy, %d outages begun and %v ended: want about 300, one", local, downs, ups)
+	}
+	if ups[0].Tenants != len(plans) || ups[0].Admitted == 0 || ups[0].Waited == 0 {
+		t.Errorf("the outage's summary %+v: want every tenant, admissions and waits", ups[0])
+	}
+	for i, tn := range tenants {
+		want, _ := ref.Inspect(ctx, tn, plans[i])
+		got, err := red.Inspect(ctx, tn, plans[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("tenant %s on Redis after the outage:\nredis  %+v\nmemory %+v", tn, got, want)
+		}
+	}
+}
+
+// TestFallbackHoldsLeasesUntilTheyReport: a concurrency limit of 3 full when Redis fails. On the
+// copy, each lease copied from Redis is held until 60 % of a lease after the switch (it may have
+// been renewed on Redis since it was copied), unless its job reports: a done message frees its
+// slot at once, a renewal keeps it. Never more than 3 are held; after the outage Redis counts
+// what the copy held, not what it released.
+func TestFallbackHoldsLeasesUntilTheyReport(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	red, srv := fallbackRedis(t, c.Now, opts)
+	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	t.Cleanup(f.Close)
+	p := mustPlan(t, "c", conc("c", 3, 10*time.Second))
+	tn := uniqueTenant("h")
+	ctx := context.Background()
+	admit := func(id int64, want JobOutcome) BatchResult {
+		t.Helper()
+		r, err := f.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: id, Weight: 1}}})
+		if err != nil || r.Outcomes[0] != want {
+			t.Fatalf("job %d at +%v: %+v %v, want %v", id, c.Now().Sub(newClock().Now()), r, err, want)
+		}
+		return r
+	}
+	for id := int64(1); id <= 3; id++ {
+		admit(id, JobAdmitted)
+	}
+	c.Advance(6 * time.Second) // leases 1-3 end at +10s as copied; Redis may have renewed them
+	srv.Kill()
+	if r := admit(4, JobNotYet); !r.Local || r.Wait != 6*time.Second {
+		t.Fatalf("after the switch: %+v, want decided locally, waiting 6s (60%% of a lease)", r)
+	}
+	if r, err := f.Release(ctx, LeaseRequest{Tenant: tn, Plan: p, Lease: 1, Cost: NoCost}); err != nil || !r.Held || !r.Local {
+		t.Fatalf("job 1 done: %+v %v", r, err)
+	}
+	admit(4, JobAdmitted)
+	if r, err := f.Renew(ctx, LeaseRequest{Tenant: tn, Plan: p, Lease: 2, Cost: NoCost}); err != nil || !r.Held {
+		t.Fatalf("job 2 renewed: %+v %v", r, err)
+	}
+	c.Advance(6 * time.Second) // +12s: job 3 never reported; its lease is gone; 2 and 4 hold theirs
+	admit(5, JobAdmitted)
+	admit(6, JobNotYet)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the fallback to charge Redis and return to it", func() bool { return !f.Local() })
+	snap, err := red.Inspect(ctx, tn, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := snap.Limits[0]; l.Used != 3 {
+		t.Fatalf("Redis counts %d in flight after the outage, want 3 (jobs 2, 4 and 5)", l.Used)
+	}
+	admit(6, JobNotYet)
+}

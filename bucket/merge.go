@@ -1,0 +1,132 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// What a replica decided on its copy of a tenant's state during an outage (see Fallback) is
+// charged to Redis when it answers again as a difference: the copy at the outage's start (its
+// base) against the copy now, applied on top of what Redis holds (lua/merge.lua). A difference
+// rather than the copy itself, so that what another replica charged Redis meanwhile is kept, and
+// so that what the copy took for forgotten at the switch (a tenant it did not know: see
+// Plan.forgotten) is not charged as if it had been used.
+
+// tenantDelta is the difference of one tenant's copy over an outage, ready for merge.lua.
+type tenantDelta struct {
+	// limits is ARGV[2] of merge.lua: per limit of the plan a count and its values, then the
+	// recent decisions.
+	limits []byte
+	stored int64
+	empty  bool // nothing to charge
+}
+
+// outageDelta is what tenant's copy cur (nil: none) holds beyond base (nil: the copy did not
+// know the tenant when the outage began at born, µs) under plan p at now (µs).
+func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
+	var sh memShard
+	var bs, cs []work
+	bs = slices.Clone(sh.loadInto(&[]work{}, base, p, born, born))
+	cs = sh.loadInto(&[]work{}, cur, p, now, born)
+	d := tenantDelta{empty: true}
+	b := make([]byte, 0, 64)
+	for i := range p.specs {
+		sp := &p.specs[i]
+		switch sp.kind {
+		case KindBucket:
+			// The copy's takes not refilled by now, beyond what the base owed.
+			if inc := cs[i].tat - max(bs[i].tat, now); inc > 0 {
+				b = packInts(b, 1, inc)
+				d.empty = false
+			} else {
+				b = packInts(b, 0)
+			}
+		case KindConcurrency:
+			var put []int64
+			for j, e := range cs[i].log {
+				tag := cs[i].tags[j]
+				if tag.id == 0 {
+					continue // a lease nobody can name: the forgotten slots, Redis's own to take
+				}
+				k := slices.IndexFunc(bs[i].tags, func(t leaseTag) bool { return t.id == tag.id })
+				if k < 0 || bs[i].log[k] != e {
+					put = append(put, e.death, e.weight, tag.id, tag.at)
+				}
+			}
+			var drop []int64
+			for j := range bs[i].log {
+				id := bs[i].tags[j].id
+				// released on the copy, or ended there (counted there: not by Redis again)
+				if id != 0 && !slices.ContainsFunc(cs[i].tags, func(t leaseTag) bool { return t.id == id }) {
+					drop = append(drop, id)
+				}
+			}
+			b = packInts(b, int64(len(put)))
+			b = packInts(b, put...)
+			b = packInts(b, int64(len(drop)))
+			b = packInts(b, drop...)
+			d.empty = d.empty && len(put) == 0 && len(drop) == 0
+		default:
+			var add []int64
+			for _, e := range cs[i].log {
+				w := e.weight
+				for _, f := range bs[i].log {
+					if f.death == e.death {
+						w -= f.weight
+					}
+				}
+				if w > 0 {
+					add = append(add, e.death, w)
+				}
+			}
+			b = packInts(b, int64(len(add)))
+			b = packInts(b, add...)
+			d.empty = d.empty && len(add) == 0
+		}
+	}
+	var marks []int64
+	if cur != nil {
+		for _, m := range cur.marks {
+			if m.at >= born && (base == nil || !slices.Contains(base.marks, m)) {
+				marks = append(marks, m.job, m.at)
+			}
+		}
+		if base == nil || cur.stored > base.stored {
+			d.stored = cur.stored
+		}
+	}
+	b = packInts(b, int64(len(marks)/2))
+	d.limits = packInts(b, marks...)
+	d.empty = d.empty && len(marks) == 0 && d.stored == 0
+	return d
+}
+
+// mergeTenant charges tenant's state on Redis with d (lua/merge.lua).
+func (r *Redis) mergeTenant(ctx context.Context, tenant string, p *Plan, d tenantDelta) error {
+	if d.empty || p.Shadow {
+		return nil
+	}
+	_, err := r.run(ctx, r.merge, func() (keys, args []string) {
+		arg := make([]byte, 0, 8*6+len(p.packed)+p.calendarsLen())
+		arg = packInts(arg, r.now(), r.born.at.Load(), r.redeem, r.pad, d.stored, int64(len(p.Limits)))
+		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
+		return r.keys(tenant), []string{string(arg), string(d.limits)}
+	})
+	if err != nil {
+		return fmt.Errorf("bucket: redis merge of tenant %q after an outage: %w", tenant, err)
+	}
+	return nil
+}
+
+// mergePool charges pool p on Redis with what the copy holds of it after an outage (see
+// memPools.outageLeases): the leases taken on the copy, and the Redis leases released meanwhile.
+func (r *Redis) mergePool(ctx context.Context, p *Pool, leases []Job) error {
+	if len(leases) == 0 || p.Concurrency == 0 {
+		return nil
+	}
+	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, leases, NoCost); err != nil {
+		return fmt.Errorf("bucket: redis merge of pool %s after an outage: %w", p.Name, err)
+	}
+	return nil
+}

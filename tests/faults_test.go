@@ -1,0 +1,342 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/wire"
+	"github.com/admitter/admitter/worker"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The limits hold through every fault (README: "Faults"): the tests of the rows of its table that
+// concern Redis and the workers, with the built binary, a real redis-server and the worker
+// library.
+
+// running counts what a worker's handlers run at once: per tenant and in all, the most seen, and
+// when each job started.
+type running struct {
+	mu      sync.Mutex
+	now     map[string]int
+	most    map[string]int
+	all     int
+	mostAll int
+	starts  map[string][]time.Time
+	ends    map[string][]time.Time
+	took    func(j *worker.Job) time.Duration
+}
+
+func newRunning(took func(j *worker.Job) time.Duration) *running {
+	return &running{now: map[string]int{}, most: map[string]int{}, starts: map[string][]time.Time{}, ends: map[string][]time.Time{}, took: took}
+}
+
+func (r *running) handle(ctx context.Context, j *worker.Job) error {
+	r.mu.Lock()
+	r.now[j.Tenant] += int(j.Weight)
+	r.all += int(j.Weight)
+	r.most[j.Tenant] = max(r.most[j.Tenant], r.now[j.Tenant])
+	r.mostAll = max(r.mostAll, r.all)
+	r.starts[j.Tenant] = append(r.starts[j.Tenant], time.Now())
+	r.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-time.After(r.took(j)):
+	}
+	r.mu.Lock()
+	r.now[j.Tenant] -= int(j.Weight)
+	r.all -= int(j.Weight)
+	r.ends[j.Tenant] = append(r.ends[j.Tenant], time.Now())
+	r.mu.Unlock()
+	return ctx.Err()
+}
+
+// snapshot is the most run at once per tenant and in all, and how many jobs started.
+func (r *running) snapshot() (most map[string]int, all int, started int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	most = map[string]int{}
+	for k, v := range r.most {
+		most[k] = v
+		started += len(r.starts[k])
+	}
+	return most, r.mostAll, started
+}
+
+// startPoolWorker runs the worker library over every forward (one durable consumer), with room
+// for n handlers: the plans, not the worker, hold the jobs to their limits.
+func (w *world) startPoolWorker(name string, n int, h worker.Handler) *worker.Worker {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := w.js.CreateOrUpdateConsumer(ctx, "ADMITTED", jetstream.ConsumerConfig{Durable: name,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	wk, err := worker.New(worker.Config{Consumer: cons, Conn: w.nc, Handler: h, Concurrency: n, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := wk.Start(context.Background()); err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = wk.Stop(ctx)
+	})
+	return wk
+}
+
+// outagePlans: the issue's first row. A tenant on a plan with concurrency 4 and one on a free plan
+// with concurrency 1, both in a pool of 6 workers; buckets slower than the workers.
+const outagePlans = `
+pools:
+  workers: {concurrency: 6, lease: 30s}
+plans:
+  startup:
+    pool: workers
+    limits:
+      - {name: burst, capacity: 8, rate: 4/s}
+      - {name: running, kind: concurrency, limit: 4, lease: 30s}
+  free:
+    pool: workers
+    limits:
+      - {name: burst, capacity: 3, rate: 2/s}
+      - {name: running, kind: concurrency, limit: 1, lease: 30s}
+tenants: {startup: startup, hobby: free}
+`
+
+// TestRedisOutageKeepsThePlans: Redis killed while 100 jobs of one tenant and 30 of another wait,
+// in the default fail mode, with the worker library running 300 ms jobs. Every limit holds while
+// Redis is away: the workers never run more than a tenant's concurrency or the pool's, each
+// tenant's forwards stay within C + r·t and one capacity more (the switch), the forwards decided
+// without Redis say so, and the service says it is degraded; when Redis returns, nothing follows
+// in a second burst and every job is forwarded once.
+func TestRedisOutageKeepsThePlans(t *testing.T) {
+	w := newWorld(t, outagePlans)
+	env, metrics, _ := servePorts(t)
+	p := w.start(env...) // the default fail mode
+	run := newRunning(func(*worker.Job) time.Duration { return 300 * time.Millisecond })
+	w.startPoolWorker("outage", 32, run.handle)
+	w.publishMany("jobs.submit.startup.work", "startup", 100, 0)
+	w.publishMany("jobs.submit.hobby.work", "hobby", 30, 0)
+	w.read("ADMITTED", 10, 20*time.Second)
+
+	w.redis.Kill()
+	killed := time.Now()
+	time.Sleep(4 * time.Second)
+	ready := strings.TrimPrefix(metrics, "http://")
+	ready = "http://" + strings.TrimSuffix(ready, "/metrics") + "/readyz"
+	code, body := httpGet(t, ready)
+	if err := w.redis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	got := w.read("ADMITTED", 130, 90*time.Second)
+	uniquePayloads(t, got)
+
+	most, all, _ := run.snapshot()
+	if most["startup"] > 4 || most["hobby"] > 1 || all > 6 {
+		t.Errorf("the workers ran %d of startup (limit 4), %d of hobby (limit 1), %d in all (pool 6)", most["startup"], most["hobby"], all)
+	}
+	degraded, wrong := 0, map[string]int{}
+	byTenant := map[string][]time.Time{}
+	for _, j := range got {
+		if v := j.header.Get(wire.HeaderDegraded); v == wire.DegradedLocal {
+			degraded++
+		} else if v != "" {
+			wrong[v]++
+		}
+		tn := j.header.Get(wire.HeaderTenant)
+		byTenant[tn] = append(byTenant[tn], j.stored)
+	}
+	if len(wrong) > 0 {
+		t.Errorf("forwards marked %s with other values than %q: %v", wire.HeaderDegraded, wire.DegradedLocal, wrong)
+	}
+	if degraded == 0 {
+		t.Errorf("no forward marked %s: %s while Redis was away for 4 s", wire.HeaderDegraded, wire.DegradedLocal)
+	}
+	for _, l := range []struct {
+		tenant   string
+		capacity float64
+		rate     float64
+	}{{"startup", 8, 4}, {"hobby", 3, 2}} {
+		// One capacity more than C + r·t: the switch to the local copy (README, Faults).
+		if e, from, to := worstWindow(byTenant[l.tenant], 2*l.capacity, l.rate); e > 1 {
+			t.Errorf("tenant %s: %.1f forwards over 2C + r·t in [%v, %v] after Redis was killed", l.tenant, e,
+				from.Sub(killed).Round(time.Millisecond), to.Sub(killed).Round(time.Millisecond))
+		}
+	}
+	if code != http.StatusOK || !strings.Contains(body, "degraded") {
+		t.Errorf("/readyz while Redis was away: %d %q, want 200 and a detail saying the decisions are degraded", code, body)
+	}
+	logs := p.logs.String()
+	for _, want := range []string{"limiter unavailable", "limiter available again"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log does not say %q", want)
+		}
+	}
+}
+
+// TestRedisRestartedEmptyRebuildsLeases: Redis restarted without its data while two long jobs
+// hold a tenant's two slots (lease 8 s: the worker renews every 4 s). The workers' renewals
+// rebuild the slots Redis forgot: no third job runs while they do; and when they are done, their
+// done messages free the slots at once: the next jobs go without waiting out a lease.
+func TestRedisRestartedEmptyRebuildsLeases(t *testing.T) {
+	const plans = `
+plans:
+  slots:
+    limits:
+      - {name: running, kind: concurrency, limit: 2, lease: 8s}
+tenants: {acme: slots}
+`
+	w := newWorldWith(t, plans, testenv.StartRedis(t)) // no append-only file: a restart forgets
+	w.start()
+	run := newRunning(func(j *worker.Job) time.Duration {
+		if strings.HasPrefix(string(j.Data), "long") {
+			return 12 * time.Second
+		}
+		return 100 * time.Millisecond
+	})
+	w.startPoolWorker("slots", 8, run.handle)
+	w.publishMany("jobs.submit.acme.work", "long", 2, 0)
+	w.publishMany("jobs.submit.acme.work", "short", 4, 0)
+	waitFor(t, 10*time.Second, "the two long jobs to run", func() bool { _, _, n := run.snapshot(); return n >= 2 })
+	w.redis.Kill()
+	if err := w.redis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	got := w.read("ADMITTED", 6, 60*time.Second)
+	uniquePayloads(t, got)
+	most, _, _ := run.snapshot()
+	if most["acme"] > 2 {
+		t.Errorf("%d jobs ran at once after Redis forgot the leases, limit 2", most["acme"])
+	}
+	run.mu.Lock()
+	longEnd := run.ends["acme"]
+	run.mu.Unlock()
+	var short []time.Time
+	for _, j := range got {
+		if strings.HasPrefix(j.payload, "short") {
+			short = append(short, j.stored)
+		}
+	}
+	if len(longEnd) == 0 || len(short) == 0 {
+		t.Fatalf("long jobs ended %v, short forwarded %v", longEnd, short)
+	}
+	first := short[0]
+	for _, s := range short {
+		if s.Before(first) {
+			first = s
+		}
+	}
+	// The long jobs end 12 s after they started; the first short job follows their done messages,
+	// not a whole lease after Redis came back.
+	if first.Before(longEnd[0].Add(-time.Second)) {
+		t.Errorf("a short job was forwarded %v before the long jobs ended: the rebuilt slots were not held", longEnd[0].Sub(first))
+	}
+	if d := first.Sub(longEnd[0]); d > 3*time.Second {
+		t.Errorf("the first short job was forwarded %v after the long jobs' done messages (Redis restarted %v before): the slots were waited out",
+			d, longEnd[0].Sub(restarted).Round(time.Millisecond))
+	}
+}
+
+// TestWorkersAwayCannotCauseABurst: jobs forwarded while no worker runs (their leases end while
+// they sit in the output), for three leases; then the worker starts, with room for 32 handlers.
+// The worker library takes each job's slot again before running it: never more than a tenant's
+// limit, or the pool's, run at once.
+func TestWorkersAwayCannotCauseABurst(t *testing.T) {
+	const plans = `
+pools:
+  workers: {concurrency: 6, lease: 1s}
+plans:
+  one:
+    pool: workers
+    limits: [{name: running, kind: concurrency, limit: 1, lease: 1s}]
+  five:
+    pool: workers
+    limits: [{name: running, kind: concurrency, limit: 5, lease: 1s}]
+  four:
+    pool: workers
+    limits: [{name: running, kind: concurrency, limit: 4, lease: 1s}]
+tenants: {a: one, b: five, c: four}
+`
+	w := newWorld(t, plans)
+	w.start()
+	for _, tn := range []string{"a", "b", "c"} {
+		w.publishMany("jobs.submit."+tn+".work", tn, 20, 0)
+	}
+	time.Sleep(3500 * time.Millisecond) // three leases: forwarded, ended, forwarded again
+	if n := w.streamMsgs("ADMITTED"); n <= 6 {
+		t.Fatalf("%d jobs forwarded while no worker ran: the test needs the leases to have ended", n)
+	}
+	run := newRunning(func(*worker.Job) time.Duration { return 300 * time.Millisecond })
+	w.startPoolWorker("away", 32, run.handle)
+	waitFor(t, 60*time.Second, "every job to run", func() bool { _, _, n := run.snapshot(); return n >= 60 })
+	most, all, _ := run.snapshot()
+	if most["a"] > 1 || most["b"] > 5 || most["c"] > 4 || all > 6 {
+		t.Errorf("the worker ran at once %d of a (limit 1), %d of b (limit 5), %d of c (limit 4), %d in all (pool 6)", most["a"], most["b"], most["c"], all)
+	}
+}
+
+// TestDecisionsDuringAnOutage: the decision API while Redis is away answers from the plan's
+// limits (429 with Retry-After when over), marked degraded, not "allowed, unlimited".
+func TestDecisionsDuringAnOutage(t *testing.T) {
+	const plans = `
+plans:
+  api:
+    limits: [{name: burst, capacity: 3, rate: 1/s}]
+tenants: {acme: api}
+`
+	w := newWorld(t, plans)
+	env, _, api := servePorts(t)
+	w.start(env...)
+	decide := func() (int, wire.Decision, http.Header) {
+		resp, err := http.Post(api+"/v1/decide", "application/json", bytes.NewBufferString(`{"tenant":"acme"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var d wire.Decision
+		_ = json.NewDecoder(resp.Body).Decode(&d)
+		return resp.StatusCode, d, resp.Header
+	}
+	if code, d, _ := decide(); code != http.StatusOK || d.Degraded {
+		t.Fatalf("before the outage: %d %+v", code, d)
+	}
+	w.redis.Kill()
+	allowed, refused := 0, 0
+	begin := time.Now()
+	for range 10 {
+		code, d, h := decide()
+		switch code {
+		case http.StatusOK:
+			allowed++
+			if !d.Degraded {
+				t.Errorf("allowed while Redis was away without \"degraded\": %+v", d)
+			}
+		case http.StatusTooManyRequests:
+			refused++
+			if s, err := strconv.Atoi(h.Get("Retry-After")); err != nil || s < 1 {
+				t.Errorf("refused with Retry-After %q", h.Get("Retry-After"))
+			}
+		default:
+			t.Errorf("answered %d: %+v", code, d)
+		}
+	}
+	// The plan lets 3 through at once and 1 a second: 2 are left after the one before the outage,
+	// and at most one more refills while the ten are asked.
+	if bound := 2 + int(time.Since(begin).Seconds()) + 1; allowed > bound || refused == 0 {
+		t.Errorf("%d of 10 allowed while Redis was away (%d refused); the plan allows at most %d", allowed, refused, bound)
+	}
+}
