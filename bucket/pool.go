@@ -192,15 +192,14 @@ const (
 
 // poolReply is a pool operation's answer.
 type poolReply struct {
-	granted     int   // acquire: the jobs granted (a prefix)
-	wait        int64 // acquire: µs until the first job not granted may fit
-	found       bool  // give back, release, renew: a lease was held
-	weight, at  int64 // release: its weight and when it was taken
-	ends        int64 // renew: its new end
-	state       PoolState
-	wakes       []string // the waiters to wake
-	tenants     []PoolTenant
-	stateOffset int
+	granted    int   // acquire: the jobs granted (a prefix)
+	wait       int64 // acquire: µs until the first job not granted may fit
+	found      bool  // give back, release, renew: a lease was held
+	weight, at int64 // release: its weight and when it was taken
+	ends       int64 // renew: its new end
+	state      PoolState
+	wakes      []string // the waiters to wake
+	tenants    []PoolTenant
 }
 
 // poolBackend is a backend's side of the pools: one operation on one pool, for tenant (with

@@ -354,7 +354,7 @@ func queryProblems(e *exports, q string, jobs []string, used map[string]bool) []
 		selectors++
 		name := vs.Name
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+			if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 				name = m.Value
 			}
 		}
@@ -373,7 +373,7 @@ func queryProblems(e *exports, q string, jobs []string, used map[string]bool) []
 		used[metric] = true
 		for _, m := range vs.LabelMatchers {
 			switch {
-			case m.Name == labels.MetricName:
+			case m.Name == model.MetricNameLabel:
 				continue
 			case m.Name == "job":
 				if m.Type == labels.MatchEqual && !strings.Contains(m.Value, anyValue) && !slices.Contains(jobs, m.Value) {
