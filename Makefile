@@ -103,9 +103,13 @@ fuzz:
 	done
 
 # demo runs admitter with three demo tenants and shows it pacing them (see `admitter demo -h`).
+# On a fresh clone the first build downloads the modules and compiles for minutes: say so first
+# (`go run` would be silent all that time), then run the binary built.
 .PHONY: demo
 demo:
-	$(GO) run ./cmd/admitter demo
+	@echo "make demo: building admitter into bin/ (the first build downloads modules and takes a few minutes)..."
+	@$(GO) build -o bin/admitter ./cmd/admitter
+	bin/admitter demo
 
 # run: the service on its embedded defaults (see README); ADMITTER_* variables override them.
 run:
