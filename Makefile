@@ -63,8 +63,8 @@ test: deps fmt-check vet staticcheck
 	$(MAKE) --no-print-directory test-deploy
 
 # test-deploy: the deployment files checked with compose-spec's loader, BuildKit's Dockerfile
-# parser, Prometheus' PromQL parser and Helm's renderer with Kubernetes' strict decoder (no
-# container engine or cluster needed; seconds once built).
+# parser, Prometheus' rule file and PromQL parsers (the alerts too) and Helm's renderer with
+# Kubernetes' strict decoder (no container engine or cluster needed; seconds once built).
 test-deploy:
 	cd deploy && $(GO) test -count=1 ./...
 
