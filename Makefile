@@ -1,11 +1,11 @@
-# admitter: `make test` is what CI runs; it installs what it needs (redis-server) on a fresh
-# Debian machine. Go itself is expected on PATH.
+# admitter: `make test` is what CI runs; it installs what it needs (redis-server, chromium,
+# staticcheck) on a fresh Debian machine. Go itself is expected on PATH.
 
 GO        ?= go
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: all build test test-deploy vet fmt-check deps bench soak fuzz run demo clean console-shots
+.PHONY: all build test test-deploy vet staticcheck fmt-check deps bench soak fuzz run demo clean console-shots
 
 all: build
 
@@ -37,17 +37,34 @@ vet:
 	$(GO) vet -tags soak ./tests/
 	cd deploy && $(GO) vet ./...
 
-# test: formatting, vet, and every test (unit, conformance, fuzz seeds, end-to-end) under the
-# race detector; then the checks of the deployment files (compose.yaml, Dockerfile, deploy/).
-test: deps fmt-check vet
+# staticcheck (honnef.co/go/tools) on the main module, the soak-tagged tests and deploy/. `make`
+# installs the pinned version into bin/ (gitignored) the first time, with the go command that
+# builds admitter (staticcheck must be built by a Go at least as new as the code it reads); a
+# new STATICCHECK_VERSION lands in a directory of its own, so a bump installs it again.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK         := $(CURDIR)/bin/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+
+$(STATICCHECK):
+	@echo "make: installing staticcheck $(STATICCHECK_VERSION) into bin/ (once)"
+	GOBIN=$(dir $(STATICCHECK)) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+staticcheck: $(STATICCHECK)
+	$(STATICCHECK) $(PKGS)
+	$(STATICCHECK) -tags soak ./tests/
+	cd deploy && $(STATICCHECK) ./...
+
+# test: formatting, vet, staticcheck, and every test (unit, conformance, fuzz seeds, end-to-end)
+# under the race detector; then the checks of the deployment files (compose.yaml, Dockerfile,
+# deploy/).
+test: deps fmt-check vet staticcheck
 	PATH="$$PATH:/usr/bin" $(GO) test -race -count=1 -parallel 4 -timeout 8m $(PKGS)
 	# allocation budgets hold in a plain build only (the race detector changes escape analysis)
 	PATH="$$PATH:/usr/bin" $(GO) test -count=1 -run 'Allocations' ./bucket
 	$(MAKE) --no-print-directory test-deploy
 
 # test-deploy: the deployment files checked with compose-spec's loader, BuildKit's Dockerfile
-# parser, Prometheus' PromQL parser and Helm's renderer with Kubernetes' strict decoder (no
-# container engine or cluster needed; seconds once built).
+# parser, Prometheus' rule file and PromQL parsers (the alerts too) and Helm's renderer with
+# Kubernetes' strict decoder (no container engine or cluster needed; seconds once built).
 test-deploy:
 	cd deploy && $(GO) test -count=1 ./...
 
@@ -86,9 +103,13 @@ fuzz:
 	done
 
 # demo runs admitter with three demo tenants and shows it pacing them (see `admitter demo -h`).
+# On a fresh clone the first build downloads the modules and compiles for minutes: say so first
+# (`go run` would be silent all that time), then run the binary built.
 .PHONY: demo
 demo:
-	$(GO) run ./cmd/admitter demo
+	@echo "make demo: building admitter into bin/ (the first build downloads modules and takes a few minutes)..."
+	@$(GO) build -o bin/admitter ./cmd/admitter
+	bin/admitter demo
 
 # run: the service on its embedded defaults (see README); ADMITTER_* variables override them.
 run:

@@ -1,7 +1,9 @@
 // Package activity keeps what this replica's queue decided recently, in memory, bounded
 // whatever the number of tenants: per-second counts of the whole replica over the last
 // SeriesSeconds, and for the tenants seen most recently (at most MaxTenants of them) their
-// counts over the last RateWindow, their latest decision and their last RecentWaits waits.
+// counts over the last RateWindow, their latest decision and their last RecentWaits waits (a
+// run of identical waits in a row kept as one, with its count and time range: a queue's head
+// woken again and again and told each time to wait on the same limit).
 //
 // The queue (package admission) records into an Index as it applies each verdict; the console
 // (package console) reads it. The data goes one way: an Index decides nothing, reads no message,
@@ -33,7 +35,8 @@ const (
 	SeriesSeconds = 600
 	// RateWindow is the window of a tenant's rates: its last RateWindow complete seconds.
 	RateWindow = 10 * time.Second
-	// RecentWaits is how many of a tenant's latest waits are kept.
+	// RecentWaits is how many of a tenant's latest waits are kept, a run of identical ones
+	// counting as one.
 	RecentWaits = 8
 	// DefaultMaxTenants bounds the tenants an Index keeps when New is given no bound.
 	DefaultMaxTenants = 10_000
@@ -70,14 +73,45 @@ type Event struct {
 }
 
 // A Wait is one of a tenant's recent waits: a job told to wait (again or not), or a job
-// forwarded after waiting.
+// forwarded after waiting; or a run of identical waits in a row (Count > 1): jobs told the same
+// thing (the same fate, weight and limit, again or not alike) one after the other, such as the
+// head of a queue woken again and again and told each time to wait on. A job forwarded after
+// waiting is never folded: each is a job of its own.
 type Wait struct {
+	// At is when it was decided; of a run, when the latest was.
 	At     time.Time
 	Fate   wire.Fate // one that waits, or admitted (forwarded after waiting Wait)
 	Again  bool      // told to wait again (see Event)
 	Weight int64
-	Wait   time.Duration
-	Limit  string
+	// Wait is how long it was told to wait (forwarded: how long it waited); of a run, what
+	// the latest was told.
+	Wait  time.Duration
+	Limit string
+	// Count is how many waits it stands for: 1, or the length of a run. First is when the
+	// first of the run was decided (At when Count is 1).
+	Count int
+	First time.Time
+}
+
+// folds reports whether w, decided next, repeats the line of run: it is folded into it.
+func (run Wait) folds(w Wait) bool {
+	return run.Fate.Waits() && w.Fate == run.Fate && w.Again == run.Again && w.Weight == run.Weight && w.Limit == run.Limit
+}
+
+// fold adds w to the run: one more of its count (w's own count when w is a run too), its time
+// range widened, its latest wait kept.
+func (run *Wait) fold(w Wait) {
+	run.Count = max(run.Count, 1) + max(w.Count, 1)
+	first := w.First
+	if first.IsZero() {
+		first = w.At
+	}
+	if run.First.IsZero() || first.Before(run.First) {
+		run.First = first
+	}
+	if w.At.After(run.At) {
+		run.At, run.Wait = w.At, w.Wait
+	}
 }
 
 // An Index is the recent activity. Create it with New; the zero value is not usable. It is
@@ -173,9 +207,13 @@ func (x *Index) Record(e Event) {
 	case e.Fate == wire.FateDead:
 		ts.dead++
 	}
-	w := Wait{At: e.At, Fate: e.Fate, Again: e.Again, Weight: e.Weight, Wait: e.Wait, Limit: e.Limit}
+	w := Wait{At: e.At, Fate: e.Fate, Again: e.Again, Weight: e.Weight, Wait: e.Wait, Limit: e.Limit, Count: 1, First: e.At}
 	t.latest = w
 	if e.Fate.Waits() || (e.Fate.Forwarded() && e.Wait > 0) {
+		if last := &t.waits[(t.nwaits+RecentWaits-1)%RecentWaits]; t.nwaits > 0 && last.folds(w) {
+			last.fold(w)
+			return
+		}
 		t.waits[t.nwaits%RecentWaits] = w
 		t.nwaits++
 	}

@@ -2,10 +2,12 @@ package activity
 
 import (
 	"fmt"
-	"github.com/admitter/admitter/wire"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/admitter/admitter/wire"
 )
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
@@ -142,4 +144,50 @@ func BenchmarkRecord(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestRecentWaitsFoldRepeats: the head of a queue woken 100 times in a row and told each time
+// to wait on the same limit is one line, with its count, its time range and the latest wait;
+// it does not push the tenant's other waits out. Jobs forwarded after waiting stay one line
+// each, and a change of limit, weight or "again" starts a new line.
+func TestRecentWaitsFoldRepeats(t *testing.T) {
+	x := New(0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	rec := func(ms int, f wire.Fate, again bool, weight int64, wait time.Duration, limit string) {
+		x.Record(Event{At: at(ms), Tenant: "a", Fate: f, Again: again, Weight: weight, Wait: wait, Limit: limit})
+	}
+	rec(0, wire.FateAdmitted, false, 1, 2*time.Second, "")         // forwarded after waiting
+	rec(10, wire.FateAdmitted, false, 1, 2*time.Second, "")        // another one: its own line
+	rec(20, wire.FateDelayed, false, 1, 30*time.Second, "running") // told to wait
+	for i := range 100 {
+		rec(30+7*i, wire.FateDelayed, true, 1, 30*time.Second-time.Duration(i)*time.Millisecond, "running")
+	}
+	rec(800, wire.FateDelayed, true, 1, 20*time.Second, "burst") // another limit
+	rec(810, wire.FateDelayed, true, 1, 20*time.Second, "burst")
+	rec(820, wire.FateDelayed, true, 2, 20*time.Second, "burst") // another weight
+	_, waits, _ := x.Tenant("a", at(900))
+	type line struct {
+		fate        wire.Fate
+		again       bool
+		weight      int64
+		limit       string
+		count       int
+		first, last int
+		wait        time.Duration
+	}
+	var got []line
+	for _, w := range waits {
+		got = append(got, line{w.Fate, w.Again, w.Weight, w.Limit, w.Count, int(w.First.Sub(t0).Milliseconds()), int(w.At.Sub(t0).Milliseconds()), w.Wait})
+	}
+	want := []line{
+		{wire.FateDelayed, true, 2, "burst", 1, 820, 820, 20 * time.Second},
+		{wire.FateDelayed, true, 1, "burst", 2, 800, 810, 20 * time.Second},
+		{wire.FateDelayed, true, 1, "running", 100, 30, 723, 30*time.Second - 99*time.Millisecond},
+		{wire.FateDelayed, false, 1, "running", 1, 20, 20, 30 * time.Second},
+		{wire.FateAdmitted, false, 1, "", 1, 10, 10, 2 * time.Second},
+		{wire.FateAdmitted, false, 1, "", 1, 0, 0, 2 * time.Second},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("waits, newest first:\n got %+v\nwant %+v", got, want)
+	}
 }

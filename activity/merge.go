@@ -78,17 +78,32 @@ type ReplicaWait struct {
 	Replica string
 }
 
-// MergeWaits merges the shares' waits, newest first (ties: by replica).
+// MergeWaits merges the shares' waits, newest first (ties: by replica), a run of identical
+// waits of one replica in a row folded into one (Wait.Count, Wait.First): a share folds its
+// own runs already, but a run can be cut by the ring's end or by the time order of two
+// replicas' waits.
 func MergeWaits(shares []Share) []ReplicaWait {
-	var out []ReplicaWait
+	var all []ReplicaWait
 	for _, s := range shares {
 		for _, w := range s.Waits {
-			out = append(out, ReplicaWait{Wait: w, Replica: s.Replica})
+			w.Count = max(w.Count, 1)
+			if w.First.IsZero() || w.First.After(w.At) {
+				w.First = w.At
+			}
+			all = append(all, ReplicaWait{Wait: w, Replica: s.Replica})
 		}
 	}
-	slices.SortStableFunc(out, func(a, b ReplicaWait) int {
+	slices.SortStableFunc(all, func(a, b ReplicaWait) int {
 		return cmp.Or(b.At.Compare(a.At), strings.Compare(a.Replica, b.Replica))
 	})
+	out := all[:0]
+	for _, w := range all {
+		if n := len(out); n > 0 && out[n-1].Replica == w.Replica && w.folds(out[n-1].Wait) {
+			out[n-1].fold(w.Wait) // w is older: the run's latest stays
+			continue
+		}
+		out = append(out, w)
+	}
 	return out
 }
 

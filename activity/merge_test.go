@@ -1,6 +1,7 @@
 package activity
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -58,6 +59,25 @@ func TestMergeWaits(t *testing.T) {
 	}
 	if want := []string{"r2:c", "r1:a", "r2:d", "r1:b"}; !reflect.DeepEqual(order, want) {
 		t.Errorf("merged waits %v, want %v", order, want)
+	}
+
+	// Runs of one replica in a row fold, whatever their shares did (an earlier version's share
+	// folds nothing; a run cut in two); a line of another replica between them cuts the run.
+	run := func(s, from, n int) Wait {
+		x := w(s, "x")
+		x.Count, x.First = n, t0.Add(time.Duration(from)*time.Second)
+		return x
+	}
+	got = MergeWaits([]Share{
+		{Replica: "r1", Waits: []Wait{w(-1, "x"), w(-4, "x"), run(-5, -9, 3), w(-10, "x"), w(-12, "y")}},
+		{Replica: "r2", Waits: []Wait{w(-3, "x")}},
+	})
+	order = nil
+	for _, x := range got {
+		order = append(order, fmt.Sprintf("%s:%s×%d %v..%v", x.Replica, x.Limit, x.Count, x.First.Sub(t0), x.At.Sub(t0)))
+	}
+	if want := []string{"r1:x×1 -1s..-1s", "r2:x×1 -3s..-3s", "r1:x×5 -10s..-4s", "r1:y×1 -12s..-12s"}; !reflect.DeepEqual(order, want) {
+		t.Errorf("merged runs %v, want %v", order, want)
 	}
 }
 

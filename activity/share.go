@@ -33,7 +33,8 @@ import (
 //	 "waits":[{wait}, …]}                 tenant: its recent waits, newest first
 //
 // where a {wait} is {"at_ns":…, "fate":"delayed", "again":true, "weight":…, "wait_ns":…,
-// "limit":"burst"} (zero fields left out). A refusal is {"v":1, "replica":…, "at_ns":…,
+// "limit":"burst", "count":37, "first_ns":…} (zero fields left out; count and first_ns only for
+// a run of identical waits, Wait.Count > 1, at_ns being its latest). A refusal is {"v":1, "replica":…, "at_ns":…,
 // "error":"why"}. Readers ignore fields they do not know.
 
 // Version and bounds of a share.
@@ -201,10 +202,17 @@ type waitJSON struct {
 	Weight int64  `json:"weight,omitempty"`
 	WaitNs int64  `json:"wait_ns,omitempty"`
 	Limit  string `json:"limit,omitempty"`
+	// A run's: absent, a single wait (a share of an earlier version has neither).
+	Count   int   `json:"count,omitempty"`
+	FirstNs int64 `json:"first_ns,omitempty"`
 }
 
 func toWaitJSON(w Wait) waitJSON {
-	return waitJSON{AtNs: w.At.UnixNano(), Fate: w.Fate.String(), Again: w.Again, Weight: w.Weight, WaitNs: int64(w.Wait), Limit: w.Limit}
+	j := waitJSON{AtNs: w.At.UnixNano(), Fate: w.Fate.String(), Again: w.Again, Weight: w.Weight, WaitNs: int64(w.Wait), Limit: w.Limit}
+	if w.Count > 1 {
+		j.Count, j.FirstNs = w.Count, w.First.UnixNano()
+	}
+	return j
 }
 
 // tail is room kept for what follows the tenants: `],"total":<int>,"truncated":true}`.
@@ -475,8 +483,19 @@ func parseWait(j waitJSON) (Wait, error) {
 		return Wait{}, fmt.Errorf("weight %d is negative", j.Weight)
 	case j.WaitNs < 0:
 		return Wait{}, fmt.Errorf("wait_ns %d is negative", j.WaitNs)
+	case j.Count < 0:
+		return Wait{}, fmt.Errorf("count %d is negative", j.Count)
+	case j.Count <= 1 && j.FirstNs != 0:
+		return Wait{}, fmt.Errorf("first_ns without a count above 1: only a run of waits has a first")
+	case j.Count > 1 && (j.FirstNs <= 0 || j.FirstNs > j.AtNs):
+		return Wait{}, fmt.Errorf("first_ns %d of a run of %d is not a time at or before at_ns %d", j.FirstNs, j.Count, j.AtNs)
 	}
-	return Wait{At: time.Unix(0, j.AtNs), Fate: f, Again: j.Again, Weight: j.Weight, Wait: time.Duration(j.WaitNs), Limit: j.Limit}, nil
+	w := Wait{At: time.Unix(0, j.AtNs), Fate: f, Again: j.Again, Weight: j.Weight, Wait: time.Duration(j.WaitNs), Limit: j.Limit, Count: 1}
+	w.First = w.At
+	if j.Count > 1 {
+		w.Count, w.First = j.Count, time.Unix(0, j.FirstNs)
+	}
+	return w, nil
 }
 
 var fateList = func() string {

@@ -65,6 +65,20 @@ func TestShareRoundTrip(t *testing.T) {
 	if none := roundTrip(t, x.Share("r1", ShareRequest{Want: WantTenant, Tenant: "nobody"}, t0)); len(none.Tenants) != 0 || len(none.Waits) != 0 {
 		t.Errorf("a tenant not seen: %+v", none)
 	}
+
+	// A run of identical waits keeps its count and time range; a single wait reads back as one.
+	for i := range 4 {
+		x.Record(Event{At: t0.Add(time.Duration(i) * time.Millisecond), Tenant: "bob", Plan: "five", Fate: wire.FateDelayed, Again: true, Weight: 3, Wait: time.Second, Limit: "burst"})
+	}
+	runs := roundTrip(t, x.Share("r1", ShareRequest{Want: WantTenant, Tenant: "bob"}, t0.Add(time.Second)))
+	if len(runs.Waits) != 2 || runs.Waits[0].Count != 4 || !runs.Waits[0].First.Equal(t0) || !runs.Waits[0].At.Equal(t0.Add(3*time.Millisecond)) ||
+		runs.Waits[1].Count != 1 || !runs.Waits[1].First.Equal(runs.Waits[1].At) {
+		t.Errorf("bob's waits after a run of 4: %+v", runs.Waits)
+	}
+	share := x.Share("r1", ShareRequest{Want: WantTenant, Tenant: "bob"}, t0.Add(time.Second))
+	if data := string(share.AppendJSON(nil)); strings.Count(data, `"count"`) != 1 {
+		t.Errorf("count written for other than the run: %s", data)
+	}
 }
 
 func secondsOf(s []Second) map[int64][wire.NumFates]int64 {
@@ -151,6 +165,10 @@ func TestParseShareRefuses(t *testing.T) {
 		{head + `"want":"tenants","series":[],"total":0}`, `series in a share of want "tenants"`},
 		{head + `"want":"tenant","tenants":[` + bob + `,` + bob + `]}`, `2 tenants in a share of want "tenant": at most one`},
 		{head + `"want":"tenant","waits":[{"at_ns":1,"fate":"delayed","wait_ns":-1}]}`, "wait 0: wait_ns -1 is negative"},
+		{head + `"want":"tenant","waits":[{"at_ns":5,"fate":"delayed","count":-2}]}`, "wait 0: count -2 is negative"},
+		{head + `"want":"tenant","waits":[{"at_ns":5,"fate":"delayed","first_ns":4}]}`, "wait 0: first_ns without a count above 1"},
+		{head + `"want":"tenant","waits":[{"at_ns":5,"fate":"delayed","count":3}]}`, "wait 0: first_ns 0 of a run of 3 is not a time at or before at_ns 5"},
+		{head + `"want":"tenant","waits":[{"at_ns":5,"fate":"delayed","count":3,"first_ns":6}]}`, "wait 0: first_ns 6 of a run of 3 is not a time at or before at_ns 5"},
 		{head + `"want":"tenants","waits":[],"total":0}`, `waits in a share of want "tenants"`},
 	} {
 		_, err := ParseShare([]byte(c.in))
@@ -199,6 +217,7 @@ func FuzzParseShare(f *testing.F) {
 	}
 	f.Add(AppendRefusal(nil, "r1", t0, "no"))
 	f.Add([]byte(`{"v":1,"replica":"r","at_ns":1,"want":"tenants","total":3,"truncated":true}`))
+	f.Add([]byte(`{"v":1,"replica":"r","at_ns":10,"want":"tenant","tenants":[],"waits":[{"at_ns":9,"fate":"delayed","again":true,"count":3,"first_ns":2}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := ParseShare(data)
 		if err != nil {

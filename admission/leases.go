@@ -38,17 +38,16 @@ import (
 // tenant's queue asks again at once instead of at the lease's end; a pool slot freed wakes the
 // tenants whose turn it is (bucket.LeaseResult.Wakes).
 type leases struct {
-	s      *Service
-	msgs   chan *nats.Msg
-	subs   []*nats.Subscription
-	out    jetstream.Stream
-	wake   string // the wake subject: every replica, no queue group
-	ack    string // prefixes of the output stream's ack metrics and terminations
-	term   string
-	quit   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
-	closed bool
+	s    *Service
+	msgs chan *nats.Msg
+	subs []*nats.Subscription
+	out  jetstream.Stream
+	wake string // the wake subject: every replica, no queue group
+	ack  string // prefixes of the output stream's ack metrics and terminations
+	term string
+	quit chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
 }
 
 func newLeases(s *Service) *leases {

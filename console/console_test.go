@@ -405,3 +405,40 @@ func TestOverviewTiles(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantPageFoldsRepeatedWaits: the head of a queue told 40 times in a row to wait on the
+// same limit (each release in a busy pool woke it) is one line of the tenant's recent waits,
+// with the count and the time range, below the line of a different wait that came after.
+func TestTenantPageFoldsRepeatedWaits(t *testing.T) {
+	r := newRig(t, testPlans(t, 0), "", "")
+	start := time.Now().Add(-5 * time.Second)
+	r.idx.Record(activity.Event{At: start, Tenant: "bob", Plan: "five", Fate: wire.FateDelayed, Weight: 1, Wait: 30 * time.Second, Limit: "burst"})
+	for i := range 40 {
+		r.idx.Record(activity.Event{At: start.Add(time.Duration(10+50*i) * time.Millisecond), Tenant: "bob", Plan: "five", Fate: wire.FateDelayed,
+			Again: true, Weight: 1, Wait: 30*time.Second - time.Duration(i)*time.Second/2, Limit: "burst"})
+	}
+	r.idx.Record(activity.Event{At: start.Add(3 * time.Second), Tenant: "bob", Plan: "five", Fate: wire.FatePaused, Again: true, Weight: 1, Wait: time.Hour})
+	code, body := r.get(t, "/console/tenants/bob")
+	if code != 200 {
+		t.Fatalf("tenant page: %d", code)
+	}
+	rows := regexp.MustCompile(`(?s)<tr data-replica="[^"]*" data-count="(\d+)">(.*?)</tr>`).FindAllStringSubmatch(body, -1)
+	var got []string
+	for _, row := range rows {
+		text := strings.Join(strings.Fields(regexp.MustCompile(`<[^>]+>`).ReplaceAllString(row[2], " ")), " ")
+		got = append(got, row[1]+": "+text)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d lines of recent waits, want 3 (the pause, the 40 repeats as one, the first wait):\n%s", len(got), strings.Join(got, "\n"))
+	}
+	first, last := start.Add(10*time.Millisecond).UTC().Format("15:04:05"), 30*time.Second-39*time.Second/2
+	for i, want := range []string{
+		"1: ", "held by the pause",
+		"40: " + first + " to ", "the head of its queue waits on (40 times in " + human(1950*time.Millisecond) + ") 1 " + human(last) + " burst",
+		"1: ", "told to wait in its queue 1 30s burst",
+	} {
+		if !strings.Contains(got[i/2], want) || i%2 == 0 && !strings.HasPrefix(got[i/2], want) {
+			t.Errorf("line %d: %q, want it to contain %q", i/2, got[i/2], want)
+		}
+	}
+}

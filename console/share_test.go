@@ -175,7 +175,7 @@ func TestConsoleMergesReplicas(t *testing.T) {
 		}
 	}
 	body, _ = fetch(t, srv.URL+"/console/tenants/bob")
-	if !strings.Contains(body, `decided by <span id="decided-by">beta</span>`) || !regexp.MustCompile(`<tr data-replica="beta">[\s\S]*?400ms[\s\S]*?burst`).MatchString(body) {
+	if !strings.Contains(body, `decided by <span id="decided-by">beta</span>`) || !regexp.MustCompile(`<tr data-replica="beta"[^>]*>[\s\S]*?400ms[\s\S]*?burst`).MatchString(body) {
 		t.Errorf("bob's page does not show his wait decided by beta:\n%s", body)
 	}
 

@@ -10,6 +10,10 @@
 // letter), so a later replay is refused for as long as the dead letter is kept. The one gap: a
 // process that dies between the input's PubAck and the record, followed by a second replay
 // after the duplicate window, publishes the job again.
+//
+// A replay may change the dead letter's headers on the way (ReplayEdited with an Edit), to mend
+// what made the job dead, such as an Admit-Weight that was not a weight; its record keeps the
+// change.
 package deadletter
 
 import (
@@ -122,6 +126,8 @@ type Replay struct {
 	// stream had it already (a replay repeated within its duplicate window).
 	InputSeq  uint64 `json:"input_seq"`
 	Duplicate bool   `json:"duplicate,omitempty"`
+	// Edit is how its headers were changed: each header set, and each dropped that it had.
+	Edit Edit `json:"edit,omitzero"`
 }
 
 // A Filter selects dead letters: by Code and Tenant when set, the Limit newest (DefaultLimit
@@ -296,18 +302,28 @@ type Result struct {
 }
 
 // Replay publishes each dead letter of seqs to its input subject, once (see the package
-// comment); by says who asks, for the record. With dryRun nothing is published or recorded. A
-// dead letter whose payload was left out (the dead letter could not carry it) or whose subject
-// does not map back to the input is not replayed.
+// comment), with its headers as they are; by says who asks, for the record. With dryRun nothing
+// is published or recorded. A dead letter whose payload was left out (the dead letter could not
+// carry it) or whose subject does not map back to the input is not replayed.
 func (s *Store) Replay(ctx context.Context, seqs []uint64, by string, dryRun bool) []Result {
-	out := make([]Result, 0, len(seqs))
-	for _, seq := range seqs {
-		out = append(out, s.replayOne(ctx, seq, by, dryRun))
-	}
+	out, _ := s.ReplayEdited(ctx, seqs, by, Edit{}, dryRun) // the zero Edit is valid
 	return out
 }
 
-func (s *Store) replayOne(ctx context.Context, seq uint64, by string, dryRun bool) Result {
+// ReplayEdited is Replay with each dead letter's headers changed by e, which its record keeps.
+// An edit that does not validate (Edit.Validate) is refused before anything is published.
+func (s *Store) ReplayEdited(ctx context.Context, seqs []uint64, by string, e Edit, dryRun bool) ([]Result, error) {
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	out := make([]Result, 0, len(seqs))
+	for _, seq := range seqs {
+		out = append(out, s.replayOne(ctx, seq, by, e, dryRun))
+	}
+	return out, nil
+}
+
+func (s *Store) replayOne(ctx context.Context, seq uint64, by string, e Edit, dryRun bool) Result {
 	r := Result{Seq: seq}
 	if rec := s.replayOf(ctx, seq); rec != nil {
 		r.Outcome, r.Replay = AlreadyDone, rec
@@ -338,13 +354,15 @@ func (s *Store) replayOne(ctx context.Context, seq uint64, by string, dryRun boo
 		r.Outcome = WouldReplay
 		return r
 	}
-	m := &nats.Msg{Subject: l.Input, Data: data, Header: replayHeader(l.Header, s.cfg.StreamDead, seq)}
+	h := replayHeader(l.Header, s.cfg.StreamDead, seq)
+	done := e.apply(h)
+	m := &nats.Msg{Subject: l.Input, Data: data, Header: h}
 	ack, err := s.cfg.JetStream.PublishMsg(ctx, m)
 	if err != nil {
 		r.Outcome, r.Err = Failed, fmt.Errorf("deadletter: publish to %s: %w", l.Input, err)
 		return r
 	}
-	rec := &Replay{At: time.Now().UTC(), By: by, InputSeq: ack.Sequence, Duplicate: ack.Duplicate}
+	rec := &Replay{At: time.Now().UTC(), By: by, InputSeq: ack.Sequence, Duplicate: ack.Duplicate, Edit: done}
 	value, _ := json.Marshal(rec)
 	if _, err := s.replays.Create(ctx, replayKey(seq), value); err != nil {
 		if prev := s.replayOf(ctx, seq); prev != nil { // another replay recorded it first

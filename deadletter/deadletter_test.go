@@ -2,7 +2,9 @@ package deadletter
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,6 +174,115 @@ func TestTenantFilter(t *testing.T) {
 		got, err := tenantFilter(subjects.MustParse(c.tmpl), c.tenant)
 		if err != nil || got != c.want {
 			t.Errorf("tenantFilter(%q, %q) = %q, %v; want %q", c.tmpl, c.tenant, got, err, c.want)
+		}
+	}
+}
+
+// TestReplayEdited: a dead letter replayed with its headers changed reaches the input with
+// every spelling of a set header replaced and of a dropped one removed; its record says what
+// was set and which of the dropped headers it had. An edit that does not validate publishes
+// nothing.
+func TestReplayEdited(t *testing.T) {
+	s, js := setup(t, 0)
+	ctx := context.Background()
+	m := nats.NewMsg("jobs.dead.acme.email.send")
+	m.Data = []byte("mend me")
+	m.Header.Set(wire.HeaderError, string(wire.CodeInvalidWeight))
+	m.Header.Set(wire.HeaderErrorDetail, `Admit-Weight "abc" is not an integer`)
+	m.Header["admit-weight"] = []string{"abc"}
+	m.Header.Set("X-Bad", "1")
+	m.Header.Set("X-Mine", "kept")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReplayEdited(ctx, []uint64{1}, "test", Edit{Set: map[string]string{"Nats-Msg-Id": "x"}}, false); !errors.Is(err, ErrEdit) {
+		t.Fatalf("an edit of Nats-Msg-Id: %v, want ErrEdit", err)
+	}
+	if n := msgs(t, js, "JOBS"); n != 0 {
+		t.Fatalf("a refused edit published %d", n)
+	}
+	e := Edit{Set: map[string]string{"Admit-Weight": "2"}, Drop: []string{"x-bad", "X-Absent"}}
+	res, err := s.ReplayEdited(ctx, []uint64{1}, "test", e, false)
+	if err != nil || len(res) != 1 || res[0].Outcome != Replayed {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	st, _ := js.Stream(ctx, "JOBS")
+	got, err := st.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nats.Header{"Admit-Weight": {"2"}, "X-Mine": {"kept"}, nats.MsgIdHdr: {"admitter:r:DEAD:1"}, wire.HeaderReplayOf: {"DEAD:1"}}
+	if fmt.Sprint(got.Header) != fmt.Sprint(want) || string(got.Data) != "mend me" {
+		t.Errorf("replayed job: %q %v, want %v", got.Data, got.Header, want)
+	}
+	wantEdit := Edit{Set: map[string]string{"Admit-Weight": "2"}, Drop: []string{"x-bad"}}
+	if rec := res[0].Replay; rec == nil || fmt.Sprint(rec.Edit) != fmt.Sprint(wantEdit) {
+		t.Errorf("the result's record: %+v, want edit %v", rec, wantEdit)
+	}
+	l, _, err := s.Get(ctx, 1)
+	if err != nil || l.Replay == nil || l.Replay.Edit.String() != "set Admit-Weight=2; drop x-bad" {
+		t.Errorf("the stored record: %+v, %v; want edit \"set Admit-Weight=2; drop x-bad\"", l.Replay, err)
+	}
+	// Without an edit, the record has none.
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Replay(ctx, []uint64{2}, "test", false)[0]; r.Outcome != Replayed || !r.Replay.Edit.IsZero() {
+		t.Errorf("plain replay: %+v", r)
+	}
+}
+
+func TestEditValidate(t *testing.T) {
+	for _, c := range []struct {
+		e    Edit
+		want string // "" valid, else a part of the error
+	}{
+		{Edit{}, ""},
+		{Edit{Set: map[string]string{"Admit-Weight": "2", "X-Empty": ""}, Drop: []string{"X-Old"}}, ""},
+		{Edit{Set: map[string]string{"X-Tab": "a\tb", "X-Eq": "a=b"}}, ""},
+		{Edit{Set: map[string]string{"Nats-Msg-Id": "x"}}, "Nats-Msg-Id: Nats-* headers are directives to the NATS server"},
+		{Edit{Drop: []string{"nats-expected-stream"}}, "nats-expected-stream: Nats-* headers"},
+		{Edit{Set: map[string]string{"Admit-Replay-Of": "DEAD:1"}}, "Admit-Replay-Of names the dead letter"},
+		{Edit{Drop: []string{"admit-replay-of"}}, "admit-replay-of names the dead letter"},
+		{Edit{Drop: []string{"Admit-Error"}}, "Admit-Error says why the job was dead-lettered"},
+		{Edit{Set: map[string]string{"Admit-Error-Detail": "x"}}, "Admit-Error-Detail says why"},
+		{Edit{Set: map[string]string{"": "x"}}, "empty header name"},
+		{Edit{Drop: []string{"X Bad"}}, `header name "X Bad": ' ' at byte 1`},
+		{Edit{Set: map[string]string{"X:Y": "1"}}, `header name "X:Y": ':' at byte 1`},
+		{Edit{Set: map[string]string{"X-A": "a\r\nNats-Msg-Id: x"}}, `header X-A: its value holds the control character '\r' at byte 1`},
+		{Edit{Set: map[string]string{"Admit-Weight": "2", "admit-weight": "3"}}, "named twice"},
+		{Edit{Set: map[string]string{"X-A": "1"}, Drop: []string{"x-a"}}, "header x-a is named twice (as X-A and x-a"},
+		{Edit{Drop: []string{"X-A", "X-A"}}, "named twice"},
+	} {
+		err := c.e.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v, want valid", c.e, err)
+		case c.want != "" && (err == nil || !errors.Is(err, ErrEdit) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want ErrEdit saying %q", c.e, err, c.want)
+		}
+	}
+}
+
+func TestParseSetHeader(t *testing.T) {
+	for _, c := range []struct{ in, name, value, err string }{
+		{"Admit-Weight=2", "Admit-Weight", "2", ""},
+		{"X-Query=a=b", "X-Query", "a=b", ""},
+		{"X-Empty=", "X-Empty", "", ""},
+		{"Admit-Weight", "", "", `"Admit-Weight" is not Name=Value`},
+		{"=2", "", "", "empty header name"},
+		{"Nats-Msg-Id=x", "", "", "Nats-* headers"},
+		{"Admit-Replay-Of=DEAD:3", "", "", "the replay sets it"},
+	} {
+		name, value, err := ParseSetHeader(c.in)
+		if c.err != "" {
+			if err == nil || !errors.Is(err, ErrEdit) || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: %q %q %v, want an error saying %q", c.in, name, value, err, c.err)
+			}
+			continue
+		}
+		if err != nil || name != c.name || value != c.value {
+			t.Errorf("%q: %q %q %v, want %q %q", c.in, name, value, err, c.name, c.value)
 		}
 	}
 }

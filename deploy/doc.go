@@ -1,8 +1,9 @@
 // Package deploy holds the checks of admitter's deployment files: compose.yaml, the Dockerfile,
-// .dockerignore and this directory (Prometheus configuration, Grafana provisioning and the
-// dashboard, the Helm chart under helm/admitter). Neither Docker nor a cluster is needed: each
-// file is read with its ecosystem's own parser (compose-spec's loader, BuildKit's Dockerfile
-// parser and Docker's ignore-file matcher, Prometheus' PromQL parser, Helm's chart loader,
+// .dockerignore and this directory (Prometheus configuration and alerts, Grafana provisioning and
+// the dashboard, the Helm chart under helm/admitter with its PrometheusRule). Neither Docker nor a
+// cluster is needed: each file is read with its ecosystem's own parser (compose-spec's loader,
+// BuildKit's Dockerfile parser and Docker's ignore-file matcher, Prometheus' rule file and PromQL
+// parsers, Helm's chart loader,
 // values schema, template engine and linter, Kubernetes' strict decoder of its API types) and
 // cross-checked against the others and against what admitter really reads and exports (the
 // variables of cmd/admitter/config.go, the metrics of wire/wire.go, the plans file parser of

@@ -114,12 +114,6 @@ func (d *dockerfile) user() (user, at string) {
 	return user, at
 }
 
-// goBuild is a `go build` of ./cmd/admitter found in a RUN command.
-type goBuild struct {
-	stage  int
-	output string // the -o path
-}
-
 // findGoBuild looks for `go build ... ./cmd/admitter` in a RUN command's words (split as the
 // shell splits them) and reports the -o path and whether CGO_ENABLED=0 is assigned before it.
 func findGoBuild(words []string) (found bool, output string, cgoOff bool) {

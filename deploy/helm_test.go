@@ -100,7 +100,7 @@ func (s *stack) chart() (*chart.Chart, error) {
 // fields), for the kinds the chart may make.
 var kubeDecoder = sync.OnceValue(func() runtime.Decoder {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme, addMonitoring} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}
@@ -253,12 +253,17 @@ func checkChart(s *stack) []string {
 			problems = append(problems, fmt.Sprintf("deploy/helm_test.go: fileVariables names %s, which admitter does not read", v))
 		}
 	}
+	rules := 0
 	for _, f := range files {
 		r, p := s.render(f)
 		problems = append(problems, p...)
 		if r != nil {
 			problems = append(problems, checkRelease(s, r)...)
+			rules += len(all[*prometheusRule](r))
 		}
+	}
+	if rules == 0 {
+		problems = append(problems, fmt.Sprintf("%s: no values file (ci/*-values.yaml) sets prometheusRule.enabled: the chart's alerts go unchecked", chartDir))
 	}
 	return problems
 }
@@ -308,6 +313,11 @@ func checkRelease(s *stack, r *release) []string {
 	for _, o := range r.objects {
 		switch o.obj.(type) {
 		case *appsv1.Deployment, *corev1.ConfigMap, *corev1.Secret, *corev1.Service, *corev1.ServiceAccount, *policyv1.PodDisruptionBudget:
+		case *prometheusRule:
+			if r.values == "" {
+				problems = append(problems, fmt.Sprintf("%s: made with the default values: prometheusRule.enabled must default to false (without the Prometheus Operator's CRD the install would fail)", r.at(o)))
+			}
+			problems = append(problems, checkPrometheusRule(s, r, o)...)
 		default:
 			problems = append(problems, fmt.Sprintf("%s: a kind the chart is not expected to make", r.at(o)))
 		}

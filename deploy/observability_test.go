@@ -31,6 +31,9 @@ type prometheus struct {
 	file     string        // its configuration file in the repository
 	jobs     []string      // its scrape jobs' names
 	interval time.Duration // how often it scrapes admitter
+	// ruleFiles are the rule files it loads (repository files), from the patterns of its
+	// rule_files; ruleProblems say which it cannot (checkAlerts reports them).
+	ruleFiles, rulePatterns, ruleProblems []string
 }
 
 // flag is the value of --name=value or --name value in a command.
@@ -70,6 +73,7 @@ func loadPrometheus(s *stack) (*prometheus, []string) {
 		Global struct {
 			ScrapeInterval string `yaml:"scrape_interval"`
 		} `yaml:"global"`
+		RuleFiles     []string `yaml:"rule_files"`
 		ScrapeConfigs []struct {
 			JobName        string `yaml:"job_name"`
 			ScrapeInterval string `yaml:"scrape_interval"`
@@ -138,6 +142,8 @@ func loadPrometheus(s *stack) (*prometheus, []string) {
 	if !found && want != "" {
 		add("no job scrapes %s", want)
 	}
+	pr.rulePatterns = c.RuleFiles
+	pr.ruleFiles, pr.ruleProblems = ruleFiles(s, conf, c.RuleFiles)
 	return pr, problems
 }
 
@@ -335,9 +341,13 @@ func promQL(q string) (promparser.Expr, error) {
 // false for any other.
 var literalAlternatives = regexp.MustCompile(`^[A-Za-z0-9_-]+(\|[A-Za-z0-9_-]+)*$`)
 
+// targetLabels are the labels a scrape adds to every series besides job and instance: those of
+// Kubernetes service discovery and of the Prometheus Operator's monitors.
+var targetLabels = []string{"namespace", "pod", "container", "service", "endpoint"}
+
 // queryProblems checks the selectors of a query: each names a series admitter exports, with the
-// labels it carries and values they take, and job matchers name a Prometheus job. used collects
-// the metrics it selects.
+// labels it carries and values they take, and job matchers name a Prometheus job (any when jobs
+// is nil). used collects the metrics it selects.
 func queryProblems(e *exports, q string, jobs []string, used map[string]bool) []string {
 	expr, err := promQL(q)
 	if err != nil {
@@ -354,7 +364,7 @@ func queryProblems(e *exports, q string, jobs []string, used map[string]bool) []
 		selectors++
 		name := vs.Name
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+			if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 				name = m.Value
 			}
 		}
@@ -373,14 +383,14 @@ func queryProblems(e *exports, q string, jobs []string, used map[string]bool) []
 		used[metric] = true
 		for _, m := range vs.LabelMatchers {
 			switch {
-			case m.Name == labels.MetricName:
+			case m.Name == model.MetricNameLabel:
 				continue
 			case m.Name == "job":
-				if m.Type == labels.MatchEqual && !strings.Contains(m.Value, anyValue) && !slices.Contains(jobs, m.Value) {
+				if jobs != nil && m.Type == labels.MatchEqual && !strings.Contains(m.Value, anyValue) && !slices.Contains(jobs, m.Value) {
 					add("%s: no Prometheus job is called %q (jobs: %s)", m, m.Value, strings.Join(jobs, ", "))
 				}
 				continue
-			case m.Name == "instance" || strings.HasPrefix(m.Name, "otel_scope_"):
+			case m.Name == "instance" || slices.Contains(targetLabels, m.Name) || strings.HasPrefix(m.Name, "otel_scope_"):
 				continue
 			case e.labels[name] != nil && !slices.Contains(e.labels[name], m.Name):
 				add("%s has no label %s", name, m.Name)

@@ -22,17 +22,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// consolePlans: bob and carol are paced at 5/s and 10/s, acme goes fast, zed has no plan (and
-// there is no default plan): its jobs are dead-lettered until it is given one.
+// consolePlans: bob and carol are paced at 5/s and 10/s, acme goes fast, slow gets one job an
+// hour, zed has no plan (and there is no default plan): its jobs are dead-lettered until it is
+// given one.
 const consolePlans = `
 plans:
   five: {limits: [{name: burst, capacity: 5, rate: 5/s}]}
   ten:  {limits: [{name: burst, capacity: 10, rate: 10/s}]}
   fast: {limits: [{name: burst, capacity: 100, rate: 100/s}, {name: hourly, kind: window, limit: 5000, window: 1h}]}
+  hourly: {limits: [{name: hour, capacity: 1, rate: 1/h}]}
 tenants:
   bob: five
   carol: ten
   acme: fast
+  slow: hourly
 `
 
 const consoleToken = "console-token-0123456789"
@@ -160,7 +163,8 @@ func (w *world) waitingIn(tenant string) uint64 {
 // with real traffic: every page loads without a console error; the tenants table shows bob and
 // carol at their plans' rates; a pause from the tenant page holds acme's jobs until a resume
 // from it; a dead letter replayed from the dead letters page comes through once, and a second
-// replay publishes nothing. With ADMITTER_CONSOLE_SHOTS=DIR it writes a screenshot of each
+// replay publishes nothing; a tenant's recent waits show the same wait decided again and again
+// as one line with its count. With ADMITTER_CONSOLE_SHOTS=DIR it writes a screenshot of each
 // page there (make console-shots).
 func TestConsoleInBrowser(t *testing.T) {
 	shots := os.Getenv("ADMITTER_CONSOLE_SHOTS")
@@ -174,10 +178,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	p := w.start(kv, fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port), "ADMITTER_CONSOLE_TOKEN="+consoleToken)
 	b := newBrowser(t)
 
-	// Traffic: backlogs for bob and carol, forwarded at their plans' pace; a job of zed, who
-	// has no plan: dead-lettered.
+	// Traffic: backlogs for bob and carol, forwarded at their plans' pace; three jobs of slow,
+	// one forwarded and two left to wait for an hour; a job of zed, who has no plan:
+	// dead-lettered.
 	w.publishMany("jobs.submit.bob.report", "b", 150, 0)
 	w.publishMany("jobs.submit.carol.email", "c", 300, 0)
+	w.publishMany("jobs.submit.slow.x", "s", 3, 0)
 	w.publish("jobs.submit.zed.email.send", "zed's job", "X-Request", "r-1")
 	w.read("DEAD", 1, 10*time.Second)
 
@@ -306,6 +312,35 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("the replayed job: %q %v", j.payload, j.header)
 		}
 	}
+
+	// slow's recent waits: its two jobs told to wait on its hourly limit, then its head woken
+	// by every change of the plans since (the pause, the resume, zed's plan) and told each time
+	// to wait on. Each run of the same wait is one line with its count: no line repeats the
+	// one below it.
+	b.do("slow", chromedp.Navigate(base+"/console/tenants/slow"), chromedp.WaitVisible(chromedp.CSS("#waits")))
+	rows, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#waits tbody tr")].map(r =>
+		[r.dataset.count, r.dataset.replica, r.cells[1].childNodes[0].textContent.trim(), r.cells[2].innerText, r.cells[4].innerText,
+		 r.cells[1].innerText, r.cells[0].innerText].join(" | "))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	folded := false
+	for i, row := range rows {
+		f := strings.Split(row, " | ")
+		if i+1 < len(rows) && strings.Join(f[1:5], "|") == strings.Join(strings.Split(rows[i+1], " | ")[1:5], "|") {
+			t.Errorf("slow's recent waits: line %d repeats line %d, want them as one line with a count:\n%s", i+1, i+2, strings.Join(rows, "\n"))
+		}
+		if n, _ := strconv.Atoi(f[0]); n > 1 {
+			folded = true
+			if !strings.Contains(f[5], fmt.Sprintf("(%d times in ", n)) || !strings.Contains(f[6], " to ") {
+				t.Errorf("slow's recent waits: a line of %d waits does not say how many and when: %q", n, row)
+			}
+		}
+	}
+	if !folded {
+		t.Errorf("slow's recent waits hold no line of repeated waits, want its two jobs told to wait as one:\n%s", strings.Join(rows, "\n"))
+	}
+	t.Logf("slow's recent waits:\n%s", strings.Join(rows, "\n"))
 	if e := b.errors(); len(e) > 0 {
 		t.Errorf("console messages: %q", e)
 	}

@@ -421,3 +421,98 @@ func deadRawPublish(t *testing.T, w *world, subject, payload string, h nats.Head
 		}
 	}
 }
+
+// TestDeadLetterReplayWithHeaders: an invalid-weight dead letter cannot be mended by a plain
+// replay (its weight is still not a weight). `admitter dead replay --set-header
+// Admit-Weight=2` replays it with the header replaced, every spelling of it, and it is
+// forwarded, charged 2; the replay's record in DEAD_replays says what was set and dropped. An
+// edit of the replay's own headers is refused with the header's name, and publishes nothing.
+func TestDeadLetterReplayWithHeaders(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, deadPlans)
+	httpAddr := freeAddr(t)
+	w.start("ADMITTER_HTTP_ADDR=" + httpAddr)
+	deadPublish(t, w, "jobs.submit.acme.mend.x", "mend-me", nats.Header{"admit-weight": {"two"}, "X-Bad": {"1"}, "X-Trace": {"m"}})
+	dead := w.read("DEAD", 1, 20*time.Second)
+	if len(dead) != 1 || dead[0].header.Get("Admit-Error") != "invalid-weight" {
+		t.Fatalf("dead letters %v, want the invalid-weight one", dead)
+	}
+	waitFor(t, 10*time.Second, "the dead-lettered input to be removed from JOBS", func() bool { return w.streamMsgs("JOBS") == 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := w.js.Stream(ctx, "DEAD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.GetLastMsgForSubject(ctx, "jobs.dead.acme.mend.x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := strconv.FormatUint(last.Sequence, 10)
+	run := func(args ...string) (int, string) {
+		out, err := w.command(append([]string{"dead", "replay", "--seq", seq}, args...)...).CombinedOutput()
+		return demoExitCode(t, err), string(out)
+	}
+
+	for _, c := range []struct{ args []string }{
+		{[]string{"--set-header", "Nats-Msg-Id=mine"}},
+		{[]string{"--drop-header", "Admit-Replay-Of"}},
+		{[]string{"--set-header", "Admit-Weight"}},
+	} {
+		code, out := run(c.args...)
+		if code != 2 || !strings.Contains(out, "admitter dead: "+c.args[0]+" "+strconv.Quote(c.args[1])+": deadletter: header edit refused: ") {
+			t.Errorf("dead replay %v: exit %d, %s; want 2 and an error naming the flag and the header", c.args, code, out)
+		}
+	}
+	if n := w.streamMsgs("JOBS") + uint64(len(w.readAll("ADMITTED"))); n != 0 {
+		t.Fatalf("refused edits published %d jobs", n)
+	}
+
+	code, out := run("--set-header", "Admit-Weight=2", "--drop-header", "x-bad", "--drop-header", "X-Absent")
+	if code != 0 || !strings.Contains(out, "replayed") || !strings.Contains(out, "set Admit-Weight=2; drop x-bad") {
+		t.Fatalf("dead replay --set-header Admit-Weight=2: exit %d:\n%s", code, out)
+	}
+	got := w.read("ADMITTED", 1, 20*time.Second)
+	j := findJob(t, got, "mend-me")
+	if j.header.Get("Admit-Replay-Of") != "DEAD:"+seq || !slices.Equal(j.header.Values("Admit-Weight"), []string{"2"}) ||
+		j.header.Get("admit-weight") != "" || j.header.Get("X-Bad") != "" || j.header.Get("X-Trace") != "m" || j.header.Get("Admit-Error") != "" {
+		t.Errorf("the mended job as forwarded: %v", j.header)
+	}
+	// Charged 2 of the plan's 3: a job of weight 2 now waits (1/h refill).
+	deadPublish(t, w, "jobs.submit.acme.after.x", "after", nats.Header{"Admit-Weight": {"2"}})
+	waitFor(t, 10*time.Second, "the weight-2 job after the mended one to wait in JOBS", func() bool { return w.streamMsgs("JOBS") == 1 })
+	if n := len(w.readAll("ADMITTED")); n != 1 {
+		t.Errorf("ADMITTED holds %d jobs, want the mended one alone (it took 2 of 3)", n)
+	}
+
+	kv, err := w.js.KeyValue(ctx, "DEAD_replays")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		By   string `json:"by"`
+		Edit struct {
+			Set  map[string]string `json:"set"`
+			Drop []string          `json:"drop"`
+		} `json:"edit"`
+	}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil || !strings.HasPrefix(rec.By, "cli: ") ||
+		fmt.Sprint(rec.Edit.Set) != "map[Admit-Weight:2]" || !slices.Equal(rec.Edit.Drop, []string{"x-bad"}) {
+		t.Errorf("the replay's record %s (%v), want by cli, set Admit-Weight=2 and drop x-bad", e.Value(), err)
+	}
+	// The console's page of the dead letter shows the record with the edit.
+	if code, page := httpGet(t, "http://"+httpAddr+"/console/dead/"+seq); code != 200 || !strings.Contains(page, "headers changed: set Admit-Weight=2; drop x-bad") {
+		t.Errorf("the console's dead letter page: %d, want the replay's headers changed:\n%s", code, page)
+	}
+	// Replayed once: asked again, with or without an edit, nothing more is published.
+	if code, out := run("--set-header", "Admit-Weight=1"); code != 0 || !strings.Contains(out, "already-replayed") {
+		t.Errorf("a second replay: exit %d:\n%s", code, out)
+	}
+	if n := len(w.readAll("ADMITTED")); n != 1 {
+		t.Errorf("ADMITTED holds %d jobs after a second replay, want 1", n)
+	}
+}

@@ -8,7 +8,9 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -241,5 +243,54 @@ func TestDemoBadUsage(t *testing.T) {
 				t.Errorf("stdout %q, want nothing", stdout.String())
 			}
 		})
+	}
+}
+
+// TestMakeDemoSaysItIsBuilding: on a fresh clone the first build takes minutes, so `make demo`
+// says what it is doing before it compiles, then runs the demo it built. The go command is a
+// stand-in that logs its arguments and "builds" a script: nothing is compiled here, and the
+// Makefile runs in a directory of its own, so the repository's bin/ is left alone.
+func TestMakeDemoSaysItIsBuilding(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	makefile, err := filepath.Abs("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	goStub := filepath.Join(dir, "go-stub")
+	const stub = `#!/bin/sh
+echo "go $*"
+[ "$1" = build ] || exit 0
+out= prev=
+for a in "$@"; do [ "$prev" = -o ] && out=$a; prev=$a; done
+[ -n "$out" ] || { echo "go build without -o" >&2; exit 2; }
+mkdir -p "$(dirname "$out")"
+printf '#!/bin/sh\necho "admitter $*"\n' > "$out" && chmod +x "$out"
+`
+	if err := os.WriteFile(goStub, []byte(stub), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("make", "--no-print-directory", "-C", dir, "-f", makefile, "demo", "GO="+goStub)
+	cmd.Env = demoEnv(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make demo: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	said := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "building") })
+	built := slices.IndexFunc(lines, func(l string) bool {
+		return strings.HasPrefix(l, "go ") && strings.Contains(l, "./cmd/admitter")
+	})
+	ran := slices.IndexFunc(lines, func(l string) bool { return l == "admitter demo" })
+	switch {
+	case built < 0 || !strings.HasPrefix(lines[built], "go build "):
+		t.Errorf("make demo does not build admitter with go build before running it:\n%s", out)
+	case said < 0 || said > built:
+		t.Errorf("make demo compiles before saying so (want a line saying it is building first):\n%s", out)
+	case ran < built:
+		t.Errorf("make demo did not run the demo it built (`admitter demo`):\n%s", out)
 	}
 }

@@ -139,9 +139,9 @@ func TestCrashMidStreamForwardsEveryJobOnce(t *testing.T) {
 	p.kill()
 	before := len(w.readAll("ADMITTED"))
 	w.start()
-	got := w.read("ADMITTED", n, 60*time.Second)
+	w.read("ADMITTED", n, 60*time.Second)
 	waitFor(t, 20*time.Second, "the input stream to drain", func() bool { return w.streamMsgs("JOBS") == 0 })
-	got = w.readAll("ADMITTED")
+	got := w.readAll("ADMITTED")
 	if uniquePayloads(t, got) != n || len(got) != n {
 		t.Fatalf("forwarded %d messages for %d jobs", len(got), n)
 	}

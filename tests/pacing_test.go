@@ -112,10 +112,10 @@ default_plan: gold
 	for i := range 5 {
 		w.publish("jobs.submit.acme.report", fmt.Sprint("heavy-", i), "Admit-Weight", "5")
 	}
-	got := w.read("ADMITTED", 4, 20*time.Second)
+	w.read("ADMITTED", 4, 20*time.Second)
 	// The fifth job needs the daily limit, empty for the next 6 hours: it waits where it arrived.
 	waitFor(t, 20*time.Second, "the fifth job to be delayed", func() bool { return w.streamMsgs("JOBS") == 1 })
-	if got = w.readAll("ADMITTED"); len(got) != 4 {
+	if got := w.readAll("ADMITTED"); len(got) != 4 {
 		t.Fatalf("forwarded %d heavy jobs, want 4 (daily capacity 20 / weight 5)", len(got))
 	}
 	if w.streamMsgs("JOBS") != 1 {

@@ -116,4 +116,10 @@ func TestPacingHoldsThroughChaos(t *testing.T) {
 			p.tenant, p.limit.capacity, p.limit.rate, p.decided, p.degraded, p.excess)
 	}
 	c.report(t, start)
+	// The replicas that lived through the chaos stop as any replica does: SIGTERM, exit 0.
+	for _, p := range live {
+		if code := p.signal(syscall.SIGTERM, 15*time.Second); code != 0 {
+			t.Errorf("a replica that lived through the chaos exited %d after SIGTERM, want 0", code)
+		}
+	}
 }

@@ -217,7 +217,7 @@ func (k *keeper) renewOnce(ctx context.Context) time.Duration {
 		return -1
 	}
 	j.setDeadline(sent.Add(j.LeaseLength))
-	return max(sent.Add(j.LeaseLength/2).Sub(time.Now()), 0)
+	return max(time.Until(sent.Add(j.LeaseLength/2)), 0)
 }
 
 // firstRenewal is how long after now a job's first renewal is due: halfway through its lease,

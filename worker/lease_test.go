@@ -56,7 +56,7 @@ func TestKeeperSchedule(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
 		if d := j.LeaseDeadline(); d.After(time.Now()) {
-			t.Errorf("deadline %v from now after the lease was found not held, want it past", d.Sub(time.Now()))
+			t.Errorf("deadline %v from now after the lease was found not held, want it past", time.Until(d))
 		}
 		cancel()
 		wg.Wait()

@@ -496,15 +496,15 @@ func TestStopWaitsThenCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for m := range batch.Messages() {
-		meta, _ := m.Metadata()
-		if m.Subject() != "jobs.admitted.acme.stuck" || meta.NumDelivered != 2 {
-			t.Errorf("delivered %s for the %d time, want the stuck job's second delivery", m.Subject(), meta.NumDelivered)
-		}
-		_ = m.Ack()
-		return
+	m, ok := <-batch.Messages()
+	if !ok {
+		t.Fatalf("the stuck job was not delivered again within 1 s: not Nak'd")
 	}
-	t.Errorf("the stuck job was not delivered again within 1 s: not Nak'd")
+	meta, _ := m.Metadata()
+	if m.Subject() != "jobs.admitted.acme.stuck" || meta.NumDelivered != 2 {
+		t.Errorf("delivered %s for the %d time, want the stuck job's second delivery", m.Subject(), meta.NumDelivered)
+	}
+	_ = m.Ack()
 }
 
 // TestStopBeforeStart: Stop before Start is a stop; the worker then never starts.

@@ -24,15 +24,20 @@ const deadUsage = `usage: admitter dead COMMAND
         the newest dead letters (at most N, default 100), newest first, among the --scan newest
         of the dead stream (default 10000): sequence, time, tenant, code, subject, detail, and
         when each was replayed
-  replay (--seq N... | --code C | --tenant T) [--dry-run] [--scan N]
+  replay (--seq N... | --code C | --tenant T) [--set-header Name=Value]... [--drop-header Name]...
+         [--dry-run] [--scan N]
         publish dead letters back to the input subject they came from, each exactly once:
         the given sequences, or every dead letter of a code and/or a tenant not replayed yet;
+        --set-header and --drop-header (repeatable) change its headers first, e.g.
+        --set-header Admit-Weight=2 mends an invalid-weight job (names match without regard
+        to case; Nats-*, Admit-Replay-Of and Admit-Error* are the replay's own);
         --dry-run says what would be replayed and publishes nothing
 
 It reads ADMITTER_NATS_URL (unset: the embedded server on 127.0.0.1), ADMITTER_STREAM_IN,
 ADMITTER_STREAM_DEAD, ADMITTER_SUBJECT_IN and ADMITTER_SUBJECT_DEAD like the service. A replay is
 recorded in the key-value bucket <ADMITTER_STREAM_DEAD>_replays and carries
 Nats-Msg-Id admitter:r:<dead stream>:<sequence>: replayed again, it is not published again.
+The record says who replayed it, when, and which headers were set and dropped.
 `
 
 // deadArgs is what `admitter dead` was asked.
@@ -42,11 +47,12 @@ type deadArgs struct {
 	seqs         []uint64
 	limit, scan  int
 	dryRun       bool
+	edit         deadletter.Edit // replay: --set-header and --drop-header
 }
 
 // parseDeadArgs reads the arguments of `admitter dead`. Flags take their value as the next
 // argument or after '='; --seq takes one or more sequences (also comma separated) and may be
-// repeated.
+// repeated; so may --set-header Name=Value and --drop-header Name, each naming a header once.
 func parseDeadArgs(args []string) (deadArgs, error) {
 	var a deadArgs
 	if len(args) == 0 {
@@ -110,6 +116,32 @@ func parseDeadArgs(args []string) (deadArgs, error) {
 				err = errors.New("--dry-run takes no value")
 			}
 			a.dryRun = true
+		case "--set-header":
+			var v, name, value string
+			if v, err = next(); err == nil {
+				if name, value, err = deadletter.ParseSetHeader(v); err == nil {
+					if _, twice := a.edit.Set[name]; twice {
+						err = fmt.Errorf("%s is set twice: a header is set to one value", name)
+					} else {
+						if a.edit.Set == nil {
+							a.edit.Set = map[string]string{}
+						}
+						a.edit.Set[name] = value
+						err = a.edit.Validate() // the same header under another spelling, or dropped too
+					}
+				}
+				if err != nil {
+					err = fmt.Errorf("--set-header %q: %w", v, err)
+				}
+			}
+		case "--drop-header":
+			var v string
+			if v, err = next(); err == nil {
+				a.edit.Drop = append(a.edit.Drop, v)
+				if err = a.edit.Validate(); err != nil {
+					err = fmt.Errorf("--drop-header %q: %w", v, err)
+				}
+			}
 		case "--seq":
 			var vals []string
 			if hasVal {
@@ -142,7 +174,7 @@ func parseDeadArgs(args []string) (deadArgs, error) {
 	}
 	switch a.cmd {
 	case "list":
-		if len(a.seqs) > 0 || a.dryRun {
+		if len(a.seqs) > 0 || a.dryRun || !a.edit.IsZero() {
 			return a, errors.New("list takes --code, --tenant, --limit and --scan only")
 		}
 	case "replay":
@@ -216,16 +248,26 @@ func runDead(ctx context.Context, args []string, env map[string]string, stdout, 
 			}
 		}
 	}
-	res := store.Replay(ctx, seqs, "cli: "+whoami(), a.dryRun)
+	res, err := store.ReplayEdited(ctx, seqs, "cli: "+whoami(), a.edit, a.dryRun)
+	if err != nil { // checked by parseDeadArgs already
+		fmt.Fprintf(stderr, "admitter dead replay: %v\n", err)
+		return 2
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tOUTCOME\tINPUT SUBJECT\tINPUT SEQ\tNOTE")
 	failed := 0
 	for _, r := range res {
 		in, note := "", r.Detail
+		if r.Outcome == deadletter.WouldReplay && !a.edit.IsZero() {
+			note = "would " + a.edit.String()
+		}
 		if r.Replay != nil {
 			in = strconv.FormatUint(r.Replay.InputSeq, 10)
 			if r.Outcome == deadletter.AlreadyDone {
 				note = "replayed " + r.Replay.At.Format(time.RFC3339) + " by " + r.Replay.By
+			}
+			if !r.Replay.Edit.IsZero() {
+				note = strings.TrimPrefix(note+"; "+r.Replay.Edit.String(), "; ")
 			}
 		}
 		if r.Err != nil {

@@ -34,9 +34,27 @@ func TestParseDeadArgs(t *testing.T) {
 		{"list --colour red", "error: unknown flag"},
 		{"list acme", "error: unexpected argument"},
 		{"replay --seq 1 --dry-run=yes", "error: takes no value"},
+		{"replay --seq 4 --set-header Admit-Weight=2 --drop-header X-Bad --drop-header=X-Old", "replay   [4] 0 0 false set Admit-Weight=2; drop X-Bad, X-Old"},
+		{"replay --code invalid-weight --set-header=Admit-Weight=2 --dry-run", "replay invalid-weight  [] 0 0 true set Admit-Weight=2"},
+		{"replay --seq 4 --set-header Admit-Weight", `error: --set-header "Admit-Weight": deadletter: header edit refused: "Admit-Weight" is not Name=Value`},
+		{"replay --seq 4 --set-header", "error: --set-header needs a value"},
+		{"replay --seq 4 --set-header Nats-Msg-Id=x", `error: --set-header "Nats-Msg-Id=x": deadletter: header edit refused: header Nats-Msg-Id: Nats-* headers are directives to the NATS server`},
+		{"replay --seq 4 --drop-header nats-expected-stream", `error: --drop-header "nats-expected-stream": deadletter: header edit refused: header nats-expected-stream: Nats-* headers`},
+		{"replay --seq 4 --set-header Admit-Replay-Of=DEAD:1", "error: header Admit-Replay-Of names the dead letter the job is replayed from: the replay sets it"},
+		{"replay --seq 4 --drop-header Admit-Replay-Of", "error: header Admit-Replay-Of names the dead letter"},
+		{"replay --seq 4 --drop-header Admit-Error", "error: header Admit-Error says why the job was dead-lettered"},
+		{"replay --seq 4 --set-header Admit-Weight=2 --set-header Admit-Weight=3", `error: --set-header "Admit-Weight=3": Admit-Weight is set twice`},
+		{"replay --seq 4 --set-header Admit-Weight=2 --set-header admit-weight=3", "error: header admit-weight is named twice (as Admit-Weight and admit-weight"},
+		{"replay --seq 4 --set-header X-A=1 --drop-header x-a", `error: --drop-header "x-a": deadletter: header edit refused: header x-a is named twice`},
+		{"replay --seq 4 --drop-header", "error: --drop-header needs a value"},
+		{"replay --seq 4 --drop-header X:Y", `error: header name "X:Y": ':' at byte 1 is not allowed`},
+		{"list --set-header Admit-Weight=2", "error: list takes"},
 	} {
 		a, err := parseDeadArgs(strings.Fields(c.args))
 		got := fmt.Sprint(a.cmd, " ", a.code, " ", a.tenant, " ", a.seqs, " ", a.limit, " ", a.scan, " ", a.dryRun)
+		if !a.edit.IsZero() {
+			got += " " + a.edit.String()
+		}
 		if err != nil {
 			got = "error: " + err.Error()
 		}
@@ -53,7 +71,8 @@ func TestParseDeadArgs(t *testing.T) {
 // FuzzParseDeadArgs: any argument list parses or is refused with a message, and what parses is
 // a valid request (a replay selects by sequences or by code/tenant, never both nor neither).
 func FuzzParseDeadArgs(f *testing.F) {
-	for _, s := range []string{"list --code unknown-tenant", "replay --seq 1 2,3", "replay --tenant a --dry-run", "list --scan=10 --limit=2", "replay --seq=", "list -code x"} {
+	for _, s := range []string{"list --code unknown-tenant", "replay --seq 1 2,3", "replay --tenant a --dry-run", "list --scan=10 --limit=2", "replay --seq=", "list -code x",
+		"replay --seq 1 --set-header Admit-Weight=2 --drop-header X-Bad", "replay --code c --set-header=Nats-Msg-Id=1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -73,6 +92,9 @@ func FuzzParseDeadArgs(f *testing.F) {
 		}
 		if slices.Contains(a.seqs, 0) || a.limit < 0 || a.scan < 0 {
 			t.Fatalf("%q: %+v", s, a)
+		}
+		if err := a.edit.Validate(); err != nil || a.cmd == "list" && !a.edit.IsZero() {
+			t.Fatalf("%q: edit %v accepted (%v)", s, a.edit, err)
 		}
 	})
 }

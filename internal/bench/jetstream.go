@@ -39,10 +39,6 @@ const (
 	maxAsyncPending = 4096
 )
 
-// filterIn is the input template as a subject filter (jobs.submit.*.>): the JOBS stream's
-// subject and its consumers' filter, as admitter sets them up.
-var filterIn = subjects.MustParse(templateIn).Filter()
-
 var payload = []byte(strings.Repeat("j", payloadSize))
 
 // connect opens a NATS connection and a JetStream context on it.
