@@ -14,8 +14,9 @@ import (
 const InspectTimeout = 5 * time.Second
 
 // Inspect reads tenant's state under its plan without changing it, and says how long a request
-// of weight 1 would wait now. A *wire.RequestError refuses the tenant (unknown-tenant,
-// invalid-tenant); any other error is the limiter's.
+// of weight 1 would wait now and, when the tenant is paused, until when (PausedUntil). A
+// *wire.RequestError refuses the tenant (unknown-tenant, invalid-tenant); any other error is the
+// limiter's.
 func (p *Policy) Inspect(ctx context.Context, tenant string) (wire.TenantState, error) {
 	plan, err := p.plans.Load().Lookup(tenant)
 	if err != nil {
@@ -30,7 +31,12 @@ func (p *Policy) Inspect(ctx context.Context, tenant string) (wire.TenantState, 
 		}
 		return wire.TenantState{}, fmt.Errorf("policy: inspect tenant %q: %w", tenant, err)
 	}
-	return TenantState(tenant, plan, snap), nil
+	st := TenantState(tenant, plan, snap)
+	if until, paused := p.PausedUntil(tenant); paused {
+		until = until.UTC()
+		st.PausedUntil = &until
+	}
+	return st, nil
 }
 
 // Pools reads every pool the plans name (their rules, what they hold, whom they serve).
