@@ -2,6 +2,7 @@ package plansource
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -254,5 +255,41 @@ func TestSnapshotChanges(t *testing.T) {
 	}
 	if c := a.Changes(a); len(c) != 0 {
 		t.Errorf("changes of a snapshot with itself: %v", c)
+	}
+}
+
+// TestSnapshotChangesPools: a change to a pool, or to a plan's pool or share, is a change: the
+// log says which pool and how (a pool's concurrency 6 → 10 once applied saying "nothing").
+func TestSnapshotChangesPools(t *testing.T) {
+	f := func(doc string) *Snapshot {
+		t.Helper()
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := (&File{Path: filepath.Join(dir, "p.yaml")}).Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	const doc = "pools:\n  workers: {concurrency: %d, lease: 30s}\n  extra: {capacity: 5, rate: 1/s}\nplans:\n  a: {pool: workers, share: %d, limits: [{capacity: 1, rate: 1/s}]}\n%sdefault_plan: a\n"
+	const b = "  b: {pool: extra, limits: [{capacity: 1, rate: 1/s}]}\n"
+	six := f(fmt.Sprintf(doc, 6, 1, ""))
+	for _, tc := range []struct {
+		doc, want string
+	}{
+		{fmt.Sprintf(doc, 10, 1, ""), "pools changed: workers (6 in flight, lease 30s → 10 in flight, lease 30s)"},
+		{fmt.Sprintf(doc, 6, 3, ""), "plans changed: a (share 1 → 3)"},
+		{strings.Replace(fmt.Sprintf(doc, 6, 1, ""), "{capacity: 1, rate: 1/s}", "{capacity: 2, rate: 1/s}, {name: hourly, kind: window, limit: 9, window: 1h}", 1),
+			"plans changed: a (limit 0: 1 at 1/s → 2 at 1/s; limit hourly added: 9 in any 1h)"},
+		{fmt.Sprintf(doc, 6, 1, b), "plans added: b; pools added: extra (capacity 5 at 1/s)"},
+	} {
+		if got := strings.Join(f(tc.doc).Changes(six), "; "); got != tc.want {
+			t.Errorf("changes %q, want %q", got, tc.want)
+		}
+	}
+	if got := strings.Join(six.Changes(f(fmt.Sprintf(doc, 6, 1, b))), "; "); got != "plans removed: b; pools removed: extra" {
+		t.Errorf("changes %q, want plans removed: b; pools removed: extra", got)
 	}
 }

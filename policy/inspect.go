@@ -84,7 +84,7 @@ func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.Te
 	for i, ls := range snap.Limits {
 		l := plan.Limits[i]
 		w := max(ls.OneFitsIn, 0)
-		st := wire.LimitState{Limit: ls.Limit, Kind: l.Kind.String(), Rule: rule(l), Capacity: l.Capacity, Tokens: ls.Tokens, Used: ls.Used,
+		st := wire.LimitState{Limit: ls.Limit, Kind: l.Kind.String(), Rule: l.Rule(), Capacity: l.Capacity, Tokens: ls.Tokens, Used: ls.Used,
 			FullInMs: ms(ls.FullIn), NextInMs: ms(ls.NextIn), WaitMs: wire.Millis(w)}
 		switch l.Kind {
 		case bucket.KindBucket:
@@ -103,20 +103,3 @@ func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.Te
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// rule is a limit in words: "20 at 10/s", "1000 in any 1h", "100000 per month (UTC)".
-func rule(l bucket.Limit) string {
-	switch l.Kind {
-	case bucket.KindWindow:
-		return fmt.Sprintf("%d in any %s", l.Capacity, bucket.ShortDuration(l.Window))
-	case bucket.KindQuota:
-		zone := "UTC"
-		if l.Location != nil {
-			zone = l.Location.String()
-		}
-		return fmt.Sprintf("%d per %s (%s)", l.Capacity, l.Period, zone)
-	case bucket.KindConcurrency:
-		return fmt.Sprintf("%d running, lease %s", l.Capacity, bucket.ShortDuration(l.Lease))
-	}
-	return fmt.Sprintf("%d at %s", l.Capacity, l.Rate)
-}
