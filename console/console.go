@@ -14,8 +14,9 @@
 // the tables work without script, and a small script refreshes the live parts. It reads: the
 // activity index (package activity) and the other replicas' shares, the policy (plans,
 // pauses, Inspect), the queue's status, and the dead stream (package deadletter). It acts only
-// through the plans bucket (package plansource) and deadletter's Replay, and only for a caller
-// holding ADMITTER_CONSOLE_TOKEN; every action is logged with who asked.
+// through the state bucket (package plansource) and deadletter's Replay, and only for a caller
+// holding ADMITTER_CONSOLE_TOKEN; every action is logged, and recorded with the pause or
+// override, with who asked.
 package console
 
 import (
@@ -54,11 +55,12 @@ type Queue interface {
 	WaitingFor(ctx context.Context, tenant string) (uint64, error)
 }
 
-// PlanControl changes tenants' plans and pauses; *plansource.KV implements it.
+// PlanControl changes tenants' plans and pauses, saying who asked (by); *plansource.State
+// implements it. Set does not check the plan: the console does, against the plans in force.
 type PlanControl interface {
-	Set(ctx context.Context, tenant, plan string) error
+	Set(ctx context.Context, tenant, plan, by string) error
 	Unset(ctx context.Context, tenant string) error
-	Pause(ctx context.Context, tenant string, until time.Time) error
+	Pause(ctx context.Context, tenant string, until time.Time, by string) error
 	Resume(ctx context.Context, tenant string) error
 }
 
@@ -76,8 +78,8 @@ type Backend struct {
 	Activity *activity.Index // required
 	Policy   *policy.Policy  // required
 	Queue    Queue           // required
-	// Dead is nil when the dead letters cannot be read; Plans nil when the plans do not live in
-	// a plans bucket (then there are no pause, resume or move controls).
+	// Dead is nil when the dead letters cannot be read; Plans nil when the state bucket cannot
+	// be opened (then there are no pause, resume or move controls).
 	Dead  DeadLetters
 	Plans PlanControl
 	// Shares asks the other live replicas for their activity (see StartShares); nil: the pages
@@ -174,7 +176,7 @@ type page struct {
 	Caller     caller
 	CanAct     bool   // ADMITTER_CONSOLE_TOKEN is set
 	Operator   bool   // the caller may act
-	Plans      bool   // the plans live in a bucket: pause/move controls
+	Plans      bool   // the state bucket is open: pause/move controls
 	Replica    string // this replica's name, when it shares ("" otherwise)
 	Now        time.Time
 	Flash      string

@@ -37,20 +37,20 @@ type rig struct {
 	client *http.Client
 }
 
-// fakePlans records what the console asks of the plans bucket (the bucket itself is tested in
+// fakePlans records what the console asks of the state bucket (the bucket itself is tested in
 // package plansource and end to end).
 type fakePlans struct{ calls []string }
 
-func (f *fakePlans) Set(_ context.Context, t, p string) error {
-	f.calls = append(f.calls, "set "+t+" "+p)
+func (f *fakePlans) Set(_ context.Context, t, p, by string) error {
+	f.calls = append(f.calls, "set "+t+" "+p+" by "+by)
 	return nil
 }
 func (f *fakePlans) Unset(_ context.Context, t string) error {
 	f.calls = append(f.calls, "unset "+t)
 	return nil
 }
-func (f *fakePlans) Pause(_ context.Context, t string, u time.Time) error {
-	f.calls = append(f.calls, "pause "+t)
+func (f *fakePlans) Pause(_ context.Context, t string, u time.Time, by string) error {
+	f.calls = append(f.calls, "pause "+t+" by "+by)
 	return nil
 }
 func (f *fakePlans) Resume(_ context.Context, t string) error {
@@ -201,7 +201,10 @@ func TestActions(t *testing.T) {
 	if resp, _ := r.post(t, "/console/tenants/bob/pause", url.Values{"for": {"forever"}, "csrf": {m[1]}}, "Cookie", ck); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("a pause for ever: %d, want 400", resp.StatusCode)
 	}
-	if got := strings.Join(r.plans.calls, "; "); got != "pause acme; set bob gold" {
+	if resp, _ := r.post(t, "/console/tenants/bob/plan", url.Values{"plan": {"platinum"}, "csrf": {m[1]}}, "Cookie", ck); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a move to a plan the plans do not define: %d, want 400", resp.StatusCode)
+	}
+	if got := strings.Join(r.plans.calls, "; "); !regexp.MustCompile(`^pause acme by console: anonymous \(bearer\) from 127\.0\.0\.1:\d+; set bob gold by console: alice\|?x \(cookie\) from 127\.0\.0\.1:\d+$`).MatchString(got) {
 		t.Errorf("plans calls: %s", got)
 	}
 	logs := r.logs.String()

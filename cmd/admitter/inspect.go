@@ -148,12 +148,9 @@ func runInspect(ctx context.Context, c *config, tenant string, w io.Writer) erro
 	return nil
 }
 
-// plansInForce is the plans the replicas use and the tenant's pause: from the plans bucket when
-// ADMITTER_PLANS_KV is set, else the plans file.
+// plansInForce is the plans the replicas use and the tenant's pause: the plans bucket when
+// ADMITTER_PLANS_KV is set, else the plans file, with the state bucket's overrides and pauses.
 func plansInForce(ctx context.Context, c *config, tenant string) (*bucket.Plans, *time.Time, error) {
-	if c.PlansKV == "" {
-		return c.plans, nil, nil
-	}
 	u := c.NATSURL
 	if u == "" {
 		u = fmt.Sprintf("nats://127.0.0.1:%d", c.EmbeddedNATSPort)
@@ -164,21 +161,32 @@ func plansInForce(ctx context.Context, c *config, tenant string) (*bucket.Plans,
 	}
 	nc, err := nats.Connect(u, append(auth, nats.Name("admitter-inspect"), nats.Timeout(5*time.Second))...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the plans bucket %s: connect to NATS at %s: %w", c.PlansKV, redact(u), err)
+		return nil, nil, fmt.Errorf("read the state bucket: connect to NATS at %s: %w", redact(u), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, nil, err
 	}
-	kv, err := plansource.OpenKV(ctx, js, c.PlansKV, c.StreamReplicas, plans.Parse, "", nil)
+	doc := plansource.DocumentSnapshot(c.plans, "plans file")
+	if c.PlansKV != "" {
+		kv, err := plansource.OpenKV(ctx, js, c.PlansKV, c.StreamReplicas, plans.Parse, "", nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		if doc, err = kv.Load(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	state, err := plansource.LookupState(ctx, js, c.Consumer)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := kv.Load(ctx)
+	ts, err := state.Load(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
+	s := doc.With(ts)
 	if until, paused := s.PausedUntil(tenant, time.Now()); paused {
 		return s.Plans, &until, nil
 	}

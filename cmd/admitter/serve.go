@@ -86,7 +86,7 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	defer st.close()
-	stopPlans, err := startLivePlans(ctx, st, c, log)
+	live, stopPlans, err := startLivePlans(ctx, st, c, log)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 	defer shares.Stop()
 	b.running(ready)
 	running.Store(st)
-	attachConsole(ctx, con, st, shares, c, log)
+	attachConsole(ctx, con, st, shares, live, c, log)
 	return st.svc.Run(ctx)
 }
 
