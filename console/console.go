@@ -73,6 +73,24 @@ type DeadLetters interface {
 
 var _ Queue = (*admission.Service)(nil)
 
+// PlansReport is where the plans in force come from and how their latest changes went.
+type PlansReport struct {
+	// Source says where the document was read ("file /etc/admitter/plans.yaml", "kv bucket
+	// plans"), Revision its revision (0 for a file), State the state bucket and its revision.
+	Source   string
+	Revision uint64
+	State    string
+	// Applied is when a new version was last applied and Changes what it changed (zero: none
+	// since the replica started).
+	Applied time.Time
+	Changes []string
+	// Refused is when a version was last refused and Why (zero: none since start).
+	Refused time.Time
+	Why     string
+	// Ignored is what of the per-tenant state is not applied, and why.
+	Ignored []string
+}
+
 // Backend is what the console shows and acts on, once the service runs.
 type Backend struct {
 	Activity *activity.Index // required
@@ -85,6 +103,8 @@ type Backend struct {
 	// Shares asks the other live replicas for their activity (see StartShares); nil: the pages
 	// show this replica's activity only, and say that the others' is missing.
 	Shares *Shares
+	// PlansReport says how this replica's plans changed lately; nil: not shown.
+	PlansReport func() PlansReport
 }
 
 // Config is what a Console needs from the start.

@@ -408,3 +408,32 @@ func TestOverviewTiles(t *testing.T) {
 		}
 	}
 }
+
+// TestOverviewPlans: the overview says where the plans in force come from, what the last change
+// applied changed, which version was last refused and why, and what of the state is not applied.
+func TestOverviewPlans(t *testing.T) {
+	r := newRig(t, testPlans(t, 0), "", "")
+	b := r.con.back.Load()
+	_, body := r.get(t, "/console/")
+	if strings.Contains(body, `id="plans"`) {
+		t.Errorf("the overview shows a plans section without a report")
+	}
+	now := time.Now()
+	b2 := *b
+	b2.PlansReport = func() PlansReport {
+		return PlansReport{Source: "file /etc/plans.yaml", State: "bucket admitter_state, revision 4",
+			Applied: now.Add(-90 * time.Second), Changes: []string{"pools changed: workers (6 in flight, lease 30s → 10 in flight, lease 30s)"},
+			Refused: now.Add(-30 * time.Second), Why: "plans.yaml:3: plans.p.limits[0].rate: \"fast\" is not a rate",
+			Ignored: []string{"override of tenant zed to plan gold"}}
+	}
+	r.con.Attach(&b2)
+	_, body = r.get(t, "/console/")
+	for _, want := range []string{`id="plans-source">file /etc/plans.yaml; pauses and overrides from bucket admitter_state, revision 4<`,
+		`ago</time>: pools changed: workers (6 in flight, lease 30s → 10 in flight, lease 30s)</dd>`,
+		`ago</time>: plans.yaml:3: plans.p.limits[0].rate: &#34;fast&#34; is not a rate (the plans in force stay)`,
+		`id="plans-ignored" class="bad">override of tenant zed to plan gold<`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the overview lacks %s:\n%s", want, body)
+		}
+	}
+}

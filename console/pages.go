@@ -91,6 +91,8 @@ type overviewData struct {
 	// Pools are the plans' capacity pools as the limiter holds them now.
 	Pools    []wire.PoolState
 	PoolsErr string
+	// Plans is how this replica's plans changed lately (nil: not known).
+	Plans *PlansReport
 }
 
 // A replicaRow is one replica of the overview's table: its heartbeat, how its share came,
@@ -140,6 +142,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, _ caller, b *
 		d.PoolsErr = err.Error()
 	} else {
 		d.Pools = pools
+	}
+	if b.PlansReport != nil {
+		pr := b.PlansReport()
+		d.Plans = &pr
 	}
 	if err := b.Policy.Ping(ctx); err != nil {
 		d.Redis = "unreachable: " + err.Error()

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/admitter/admitter/console"
 	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/plansource"
 	"github.com/admitter/admitter/wire"
@@ -32,27 +33,17 @@ import (
 // a plans version that does not validate is refused, said in the log and counted, and the plans
 // in force stay.
 type livePlans struct {
-	st      *stack
-	log     *slog.Logger
-	reloads metric.Int64Counter
-	ok, bad metric.MeasurementOption
-	mu      sync.Mutex
-	doc     *plansource.Snapshot // the source's latest valid version, without the state
-	state   plansource.Tenants   // the state bucket's latest version
-	cur     *plansource.Snapshot // in force: doc.With(state)
-	ignored string               // what cur leaves out of the state, as last logged
-	report  plansReport
-}
-
-// plansReport is how the plans' changes went since start, for the console.
-type plansReport struct {
-	// Applied is when the latest change was applied and Changes what it changed (zero: none
-	// since start).
-	Applied time.Time
-	Changes []string
-	// Refused is when a version was last refused and Why (zero: none since start).
-	Refused time.Time
-	Why     string
+	st        *stack
+	log       *slog.Logger
+	reloads   metric.Int64Counter
+	ok, bad   metric.MeasurementOption
+	mu        sync.Mutex
+	doc       *plansource.Snapshot // the source's latest valid version, without the state
+	state     plansource.Tenants   // the state bucket's latest version
+	cur       *plansource.Snapshot // in force: doc.With(state)
+	ignored   string               // what cur leaves out of the state, as last logged
+	stateName string               // the state bucket's name
+	report    console.PlansReport  // its Applied, Changes, Refused and Why
 }
 
 // startLivePlans applies the plans source's current version with the state bucket's, and
@@ -80,6 +71,7 @@ func startLivePlans(ctx context.Context, st *stack, c *config, log *slog.Logger)
 	if err != nil {
 		return fail(fmt.Errorf("ADMITTER_CONSUMER: %w", err))
 	}
+	lp.stateName = state.Name()
 	if lp.state, err = state.Load(ctx); err != nil {
 		return fail(err)
 	}
@@ -200,6 +192,19 @@ func (lp *livePlans) applyLocked(seen bool) {
 		return
 	}
 	lp.log.Info("plans reloaded", "source", s.Source, "revision", s.Revision, "changes", strings.Join(changes, "; "))
+}
+
+// consoleReport is where the plans in force come from and how their latest changes went.
+func (lp *livePlans) consoleReport() console.PlansReport {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	r := lp.report
+	r.Changes = slices.Clone(r.Changes)
+	if lp.cur != nil {
+		r.Source, r.Revision, r.Ignored = lp.cur.Source, lp.cur.Revision, slices.Clone(lp.cur.Ignored)
+		r.State = fmt.Sprintf("bucket %s, revision %d", lp.stateName, lp.cur.State)
+	}
+	return r
 }
 
 // refuse says why a new version of the plans is not applied.
