@@ -194,6 +194,13 @@ func (lp *livePlans) applyLocked(seen bool) {
 	lp.log.Info("plans reloaded", "source", s.Source, "revision", s.Revision, "changes", strings.Join(changes, "; "))
 }
 
+// current returns the plans in force.
+func (lp *livePlans) current() *plansource.Snapshot {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return lp.cur
+}
+
 // consoleReport is where the plans in force come from and how their latest changes went.
 func (lp *livePlans) consoleReport() console.PlansReport {
 	lp.mu.Lock()

@@ -60,7 +60,7 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		}
 	}()
 	b := newBoot(log, c.ConnectTimeout)
-	var running atomic.Pointer[stack]
+	var inspector atomic.Pointer[tenantInspector]
 	con, err := newConsole(c, b, log)
 	if err != nil {
 		return err
@@ -68,12 +68,12 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 	if c.HTTPAddr != "off" {
 		stop, err := startHTTP(c.HTTPAddr, tel.registry, b.Ready, map[string]http.Handler{
 			"GET /inspect": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				st := running.Load()
-				if st == nil {
+				ti := inspector.Load()
+				if ti == nil {
 					http.Error(w, "not running yet: "+b.Ready(r.Context()).Error(), http.StatusServiceUnavailable)
 					return
 				}
-				inspectHandler(st.limiter, st.policy).ServeHTTP(w, r)
+				ti.ServeHTTP(w, r)
 			}),
 		}, con, c.HTTPToken, log)
 		if err != nil {
@@ -126,8 +126,14 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	defer shares.Stop()
+	ti := newTenantInspector(st, live, c)
+	stopInspect, err := startInspectResponder(st.nc, ti, c.Consumer, log)
+	if err != nil {
+		return err
+	}
+	defer stopInspect()
 	b.running(ready)
-	running.Store(st)
+	inspector.Store(ti)
 	attachConsole(ctx, con, st, shares, live, c, log)
 	return st.svc.Run(ctx)
 }
