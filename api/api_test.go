@@ -277,3 +277,35 @@ func TestNATSServiceConcurrent(t *testing.T) {
 		t.Error("a stopped service answered")
 	}
 }
+
+// TestPausedRefusedByEveryFace: a paused tenant is refused over HTTP (429, Retry-After the
+// rest of the pause, limit "paused") and over NATS (the same body, as a normal reply).
+func TestPausedRefusedByEveryFace(t *testing.T) {
+	pol := newPolicy(t, plansYAML)
+	pol.SetPauses(map[string]time.Time{"acme": time.Now().Add(time.Hour)})
+	srv := httptest.NewServer(NewHandler(pol))
+	defer srv.Close()
+	resp, body := call(t, srv, "POST", "/v1/decide", `{"tenant": "acme"}`)
+	d := decode[wire.Decision](t, body)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3600" || d.Allowed || d.Limit != "paused" || d.WaitMs < 3_599_000 {
+		t.Fatalf("HTTP: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	ns := testenv.StartNATS(t)
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	svc, err := StartService(nc, pol, ServiceConfig{Subject: "test.decide"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc.Stop(context.Background()) }()
+	m, err := nc.Request("test.decide", []byte(`{"tenant": "acme"}`), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := decode[wire.Decision](t, string(m.Data)); d.Allowed || d.Limit != "paused" || m.Header.Get("Retry-After") != "3600" {
+		t.Fatalf("NATS: %v %s", m.Header, m.Data)
+	}
+}

@@ -329,6 +329,20 @@ func (l Limit) describe() string {
 	return fmt.Sprintf("capacity %d, rate %s = 1 token every %v (%s tokens/s)", l.Capacity, l.Rate, l.Interval, plansPerSecond(l.PerSecond()))
 }
 
+// Rule is the limit in a few words: "20 at 10/s", "1000 in any 1h", "100000 per month (UTC)",
+// "5 running, lease 10m".
+func (l Limit) Rule() string {
+	switch l.Kind {
+	case KindWindow:
+		return fmt.Sprintf("%d in any %s", l.Capacity, ShortDuration(l.Window))
+	case KindQuota:
+		return fmt.Sprintf("%d per %s (%s)", l.Capacity, l.Period, l.location())
+	case KindConcurrency:
+		return fmt.Sprintf("%d running, lease %s", l.Capacity, ShortDuration(l.Lease))
+	}
+	return fmt.Sprintf("%d at %s", l.Capacity, l.Rate)
+}
+
 // ShortDuration formats d compactly: whole days as "3d", otherwise as time.Duration does
 // without zero units ("1h", "1h30m", "90s" as "1m30s", "1.5s").
 func ShortDuration(d time.Duration) string {

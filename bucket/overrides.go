@@ -32,19 +32,26 @@ func (p *Plans) WithTenants(overrides map[string]string) (*Plans, error) {
 
 // Changes says how one set of plans differs from another.
 type Changes struct {
-	PlansAdded, PlansRemoved, PlansChanged       []string // by name, sorted
+	PlansAdded, PlansRemoved []string // by name, sorted
+	// PlansChanged: "name (what changed)", sorted: "gold (limit burst: 5 at 2/s → 10 at 5/s)",
+	// "free (share 1 → 3)", "trial (mode shadow → enforce)", "pro (pool none → workers)".
+	PlansChanged []string
+	// PoolsAdded "name (rule)", PoolsRemoved "name", PoolsChanged "name (old rule → new rule)",
+	// sorted: the pools the plans name (a pool no plan names governs nothing).
+	PoolsAdded, PoolsRemoved, PoolsChanged       []string
 	TenantsAdded, TenantsRemoved, TenantsChanged []string // "tenant: plan" or "tenant: old → new", sorted
 	DefaultChanged                               string   // "old → new", or "" when unchanged
 }
 
 // Empty reports whether nothing changed.
 func (c Changes) Empty() bool {
-	return len(c.PlansAdded)+len(c.PlansRemoved)+len(c.PlansChanged)+len(c.TenantsAdded)+len(c.TenantsRemoved)+len(c.TenantsChanged) == 0 &&
-		c.DefaultChanged == ""
+	return len(c.PlansAdded)+len(c.PlansRemoved)+len(c.PlansChanged)+len(c.PoolsAdded)+len(c.PoolsRemoved)+len(c.PoolsChanged)+
+		len(c.TenantsAdded)+len(c.TenantsRemoved)+len(c.TenantsChanged) == 0 && c.DefaultChanged == ""
 }
 
-// Diff says what changed from old to p: plans added, removed or with other limits, tenants
-// assigned, unassigned or moved, and the default plan.
+// Diff says what changed from old to p: plans added, removed or changed (limits, mode, pool or
+// share), pools added, removed or changed, tenants assigned, unassigned or moved, and the
+// default plan.
 func (p *Plans) Diff(old *Plans) Changes {
 	var c Changes
 	for _, name := range p.names {
@@ -52,13 +59,29 @@ func (p *Plans) Diff(old *Plans) Changes {
 		switch {
 		case !ok:
 			c.PlansAdded = append(c.PlansAdded, name)
-		case !reflect.DeepEqual(o.Limits, p.plans[name].Limits) || o.Shadow != p.plans[name].Shadow:
-			c.PlansChanged = append(c.PlansChanged, name)
+		default:
+			if what := planChanges(o, p.plans[name]); len(what) > 0 {
+				c.PlansChanged = append(c.PlansChanged, name+" ("+strings.Join(what, "; ")+")")
+			}
 		}
 	}
 	for _, name := range old.names {
 		if _, ok := p.plans[name]; !ok {
 			c.PlansRemoved = append(c.PlansRemoved, name)
+		}
+	}
+	for _, pool := range p.pools {
+		i := slices.IndexFunc(old.pools, func(o *Pool) bool { return o.Name == pool.Name })
+		switch {
+		case i < 0:
+			c.PoolsAdded = append(c.PoolsAdded, pool.Name+" ("+pool.describe()+")")
+		case *old.pools[i] != *pool:
+			c.PoolsChanged = append(c.PoolsChanged, pool.Name+" ("+old.pools[i].describe()+" → "+pool.describe()+")")
+		}
+	}
+	for _, o := range old.pools {
+		if !slices.ContainsFunc(p.pools, func(q *Pool) bool { return q.Name == o.Name }) {
+			c.PoolsRemoved = append(c.PoolsRemoved, o.Name)
 		}
 	}
 	for _, t := range slices.Sorted(maps.Keys(p.tenants)) {
@@ -79,6 +102,62 @@ func (p *Plans) Diff(old *Plans) Changes {
 		c.DefaultChanged = orNone(old.def) + " → " + orNone(p.def)
 	}
 	return c
+}
+
+// planChanges says how a plan of the same name changed: its limits (by label), its mode, its
+// pool and its share; empty when it did not.
+func planChanges(old, p *Plan) []string {
+	var out []string
+	labels := func(pl *Plan) map[string]Limit {
+		m := make(map[string]Limit, len(pl.Limits))
+		for i, l := range pl.Limits {
+			m[l.label(i)] = l
+		}
+		return m
+	}
+	was, is := labels(old), labels(p)
+	for i, l := range p.Limits {
+		label := l.label(i)
+		o, ok := was[label]
+		switch {
+		case !ok:
+			out = append(out, "limit "+label+" added: "+l.Rule())
+		case o.Rule() != l.Rule():
+			out = append(out, "limit "+label+": "+o.Rule()+" → "+l.Rule())
+		case !reflect.DeepEqual(o, l):
+			out = append(out, "limit "+label+" changed")
+		}
+	}
+	for i, l := range old.Limits {
+		if _, ok := is[l.label(i)]; !ok {
+			out = append(out, "limit "+l.label(i)+" removed")
+		}
+	}
+	if len(out) == 0 && !reflect.DeepEqual(old.Limits, p.Limits) {
+		out = append(out, "limits reordered")
+	}
+	mode := func(pl *Plan) string {
+		if pl.Shadow {
+			return "shadow"
+		}
+		return "enforce"
+	}
+	if old.Shadow != p.Shadow {
+		out = append(out, "mode "+mode(old)+" → "+mode(p))
+	}
+	pool := func(pl *Plan) string {
+		if pl.Pool == nil {
+			return "none"
+		}
+		return pl.Pool.Name
+	}
+	if pool(old) != pool(p) {
+		out = append(out, "pool "+pool(old)+" → "+pool(p))
+	}
+	if old.share() != p.share() {
+		out = append(out, fmt.Sprintf("share %d → %d", old.share(), p.share()))
+	}
+	return out
 }
 
 func orNone(s string) string {

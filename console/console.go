@@ -14,8 +14,9 @@
 // the tables work without script, and a small script refreshes the live parts. It reads: the
 // activity index (package activity) and the other replicas' shares, the policy (plans,
 // pauses, Inspect), the queue's status, and the dead stream (package deadletter). It acts only
-// through the plans bucket (package plansource) and deadletter's Replay, and only for a caller
-// holding ADMITTER_CONSOLE_TOKEN; every action is logged with who asked.
+// through the state bucket (package plansource) and deadletter's Replay, and only for a caller
+// holding ADMITTER_CONSOLE_TOKEN; every action is logged, and recorded with the pause or
+// override, with who asked.
 package console
 
 import (
@@ -54,11 +55,12 @@ type Queue interface {
 	WaitingFor(ctx context.Context, tenant string) (uint64, error)
 }
 
-// PlanControl changes tenants' plans and pauses; *plansource.KV implements it.
+// PlanControl changes tenants' plans and pauses, saying who asked (by); *plansource.State
+// implements it. Set does not check the plan: the console does, against the plans in force.
 type PlanControl interface {
-	Set(ctx context.Context, tenant, plan string) error
+	Set(ctx context.Context, tenant, plan, by string) error
 	Unset(ctx context.Context, tenant string) error
-	Pause(ctx context.Context, tenant string, until time.Time) error
+	Pause(ctx context.Context, tenant string, until time.Time, by string) error
 	Resume(ctx context.Context, tenant string) error
 }
 
@@ -71,18 +73,38 @@ type DeadLetters interface {
 
 var _ Queue = (*admission.Service)(nil)
 
+// PlansReport is where the plans in force come from and how their latest changes went.
+type PlansReport struct {
+	// Source says where the document was read ("file /etc/admitter/plans.yaml", "kv bucket
+	// plans"), Revision its revision (0 for a file), State the state bucket and its revision.
+	Source   string
+	Revision uint64
+	State    string
+	// Applied is when a new version was last applied and Changes what it changed (zero: none
+	// since the replica started).
+	Applied time.Time
+	Changes []string
+	// Refused is when a version was last refused and Why (zero: none since start).
+	Refused time.Time
+	Why     string
+	// Ignored is what of the per-tenant state is not applied, and why.
+	Ignored []string
+}
+
 // Backend is what the console shows and acts on, once the service runs.
 type Backend struct {
 	Activity *activity.Index // required
 	Policy   *policy.Policy  // required
 	Queue    Queue           // required
-	// Dead is nil when the dead letters cannot be read; Plans nil when the plans do not live in
-	// a plans bucket (then there are no pause, resume or move controls).
+	// Dead is nil when the dead letters cannot be read; Plans nil when the state bucket cannot
+	// be opened (then there are no pause, resume or move controls).
 	Dead  DeadLetters
 	Plans PlanControl
 	// Shares asks the other live replicas for their activity (see StartShares); nil: the pages
 	// show this replica's activity only, and say that the others' is missing.
 	Shares *Shares
+	// PlansReport says how this replica's plans changed lately; nil: not shown.
+	PlansReport func() PlansReport
 }
 
 // Config is what a Console needs from the start.
@@ -174,7 +196,7 @@ type page struct {
 	Caller     caller
 	CanAct     bool   // ADMITTER_CONSOLE_TOKEN is set
 	Operator   bool   // the caller may act
-	Plans      bool   // the plans live in a bucket: pause/move controls
+	Plans      bool   // the state bucket is open: pause/move controls
 	Replica    string // this replica's name, when it shares ("" otherwise)
 	Now        time.Time
 	Flash      string

@@ -37,20 +37,20 @@ type rig struct {
 	client *http.Client
 }
 
-// fakePlans records what the console asks of the plans bucket (the bucket itself is tested in
+// fakePlans records what the console asks of the state bucket (the bucket itself is tested in
 // package plansource and end to end).
 type fakePlans struct{ calls []string }
 
-func (f *fakePlans) Set(_ context.Context, t, p string) error {
-	f.calls = append(f.calls, "set "+t+" "+p)
+func (f *fakePlans) Set(_ context.Context, t, p, by string) error {
+	f.calls = append(f.calls, "set "+t+" "+p+" by "+by)
 	return nil
 }
 func (f *fakePlans) Unset(_ context.Context, t string) error {
 	f.calls = append(f.calls, "unset "+t)
 	return nil
 }
-func (f *fakePlans) Pause(_ context.Context, t string, u time.Time) error {
-	f.calls = append(f.calls, "pause "+t)
+func (f *fakePlans) Pause(_ context.Context, t string, u time.Time, by string) error {
+	f.calls = append(f.calls, "pause "+t+" by "+by)
 	return nil
 }
 func (f *fakePlans) Resume(_ context.Context, t string) error {
@@ -201,7 +201,10 @@ func TestActions(t *testing.T) {
 	if resp, _ := r.post(t, "/console/tenants/bob/pause", url.Values{"for": {"forever"}, "csrf": {m[1]}}, "Cookie", ck); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("a pause for ever: %d, want 400", resp.StatusCode)
 	}
-	if got := strings.Join(r.plans.calls, "; "); got != "pause acme; set bob gold" {
+	if resp, _ := r.post(t, "/console/tenants/bob/plan", url.Values{"plan": {"platinum"}, "csrf": {m[1]}}, "Cookie", ck); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a move to a plan the plans do not define: %d, want 400", resp.StatusCode)
+	}
+	if got := strings.Join(r.plans.calls, "; "); !regexp.MustCompile(`^pause acme by console: anonymous \(bearer\) from 127\.0\.0\.1:\d+; set bob gold by console: alice\|?x \(cookie\) from 127\.0\.0\.1:\d+$`).MatchString(got) {
 		t.Errorf("plans calls: %s", got)
 	}
 	logs := r.logs.String()
@@ -439,6 +442,35 @@ func TestTenantPageFoldsRepeatedWaits(t *testing.T) {
 	} {
 		if !strings.Contains(got[i/2], want) || i%2 == 0 && !strings.HasPrefix(got[i/2], want) {
 			t.Errorf("line %d: %q, want it to contain %q", i/2, got[i/2], want)
+		}
+	}
+}
+
+// TestOverviewPlans: the overview says where the plans in force come from, what the last change
+// applied changed, which version was last refused and why, and what of the state is not applied.
+func TestOverviewPlans(t *testing.T) {
+	r := newRig(t, testPlans(t, 0), "", "")
+	b := r.con.back.Load()
+	_, body := r.get(t, "/console/")
+	if strings.Contains(body, `id="plans"`) {
+		t.Errorf("the overview shows a plans section without a report")
+	}
+	now := time.Now()
+	b2 := *b
+	b2.PlansReport = func() PlansReport {
+		return PlansReport{Source: "file /etc/plans.yaml", State: "bucket admitter_state, revision 4",
+			Applied: now.Add(-90 * time.Second), Changes: []string{"pools changed: workers (6 in flight, lease 30s → 10 in flight, lease 30s)"},
+			Refused: now.Add(-30 * time.Second), Why: "plans.yaml:3: plans.p.limits[0].rate: \"fast\" is not a rate",
+			Ignored: []string{"override of tenant zed to plan gold"}}
+	}
+	r.con.Attach(&b2)
+	_, body = r.get(t, "/console/")
+	for _, want := range []string{`id="plans-source">file /etc/plans.yaml; pauses and overrides from bucket admitter_state, revision 4<`,
+		`ago</time>: pools changed: workers (6 in flight, lease 30s → 10 in flight, lease 30s)</dd>`,
+		`ago</time>: plans.yaml:3: plans.p.limits[0].rate: &#34;fast&#34; is not a rate (the plans in force stay)`,
+		`id="plans-ignored" class="bad">override of tenant zed to plan gold<`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the overview lacks %s:\n%s", want, body)
 		}
 	}
 }

@@ -91,6 +91,8 @@ type overviewData struct {
 	// Pools are the plans' capacity pools as the limiter holds them now.
 	Pools    []wire.PoolState
 	PoolsErr string
+	// Plans is how this replica's plans changed lately (nil: not known).
+	Plans *PlansReport
 }
 
 // A replicaRow is one replica of the overview's table: its heartbeat, how its share came,
@@ -140,6 +142,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, _ caller, b *
 		d.PoolsErr = err.Error()
 	} else {
 		d.Pools = pools
+	}
+	if b.PlansReport != nil {
+		pr := b.PlansReport()
+		d.Plans = &pr
 	}
 	if err := b.Policy.Ping(ctx); err != nil {
 		d.Redis = "unreachable: " + err.Error()
@@ -533,7 +539,7 @@ var pauseDurations = map[string]time.Duration{"5m": 5 * time.Minute, "15m": 15 *
 func (c *Console) pause(w http.ResponseWriter, r *http.Request, who caller, b *Backend) {
 	tenant := r.PathValue("tenant")
 	if b.Plans == nil {
-		c.message(w, r, http.StatusConflict, "No plans bucket", "Pauses live in the plans bucket: set ADMITTER_PLANS_KV.")
+		c.message(w, r, http.StatusConflict, "No state bucket", "Pauses live in the state bucket, which this replica could not open: see its log.")
 		return
 	}
 	v := r.PostForm.Get("for")
@@ -548,7 +554,7 @@ func (c *Console) pause(w http.ResponseWriter, r *http.Request, who caller, b *B
 	until := c.cfg.Now().Add(d).UTC().Truncate(time.Second)
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	err := b.Plans.Pause(ctx, tenant, until)
+	err := b.Plans.Pause(ctx, tenant, until, "console: "+who.Who())
 	c.logAction(who, "pause", err, "tenant", tenant, "until", until.Format(time.RFC3339))
 	if err != nil {
 		c.message(w, r, http.StatusBadRequest, "Not paused", err.Error())
@@ -560,7 +566,7 @@ func (c *Console) pause(w http.ResponseWriter, r *http.Request, who caller, b *B
 func (c *Console) resume(w http.ResponseWriter, r *http.Request, who caller, b *Backend) {
 	tenant := r.PathValue("tenant")
 	if b.Plans == nil {
-		c.message(w, r, http.StatusConflict, "No plans bucket", "Pauses live in the plans bucket: set ADMITTER_PLANS_KV.")
+		c.message(w, r, http.StatusConflict, "No state bucket", "Pauses live in the state bucket, which this replica could not open: see its log.")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -577,7 +583,7 @@ func (c *Console) resume(w http.ResponseWriter, r *http.Request, who caller, b *
 func (c *Console) movePlan(w http.ResponseWriter, r *http.Request, who caller, b *Backend) {
 	tenant := r.PathValue("tenant")
 	if b.Plans == nil {
-		c.message(w, r, http.StatusConflict, "No plans bucket", "Overrides live in the plans bucket: set ADMITTER_PLANS_KV.")
+		c.message(w, r, http.StatusConflict, "No state bucket", "Overrides live in the state bucket, which this replica could not open: see its log.")
 		return
 	}
 	plan := r.PostForm.Get("plan")
@@ -586,8 +592,10 @@ func (c *Console) movePlan(w http.ResponseWriter, r *http.Request, who caller, b
 	var err error
 	if plan == "" {
 		err = b.Plans.Unset(ctx, tenant)
+	} else if _, ok := b.Policy.Plans().Plan(plan); !ok {
+		err = fmt.Errorf("plan %q is not defined (the plans in force define %s)", plan, strings.Join(b.Policy.Plans().Names(), ", "))
 	} else {
-		err = b.Plans.Set(ctx, tenant, plan)
+		err = b.Plans.Set(ctx, tenant, plan, "console: "+who.Who())
 	}
 	c.logAction(who, "move", err, "tenant", tenant, "plan", plan)
 	if err != nil {

@@ -79,7 +79,7 @@ func (f *File) Load() (*Snapshot, error) {
 		return nil, err
 	}
 	f.seen, f.sum = id, sha256.Sum256(data)
-	return build(doc, nil, nil, "file "+f.Path, 0)
+	return build(doc, "file "+f.Path, 0), nil
 }
 
 // settle is how long a changed file must stay unchanged before it is read.
@@ -147,12 +147,9 @@ func (f *File) Watch(ctx context.Context, apply func(*Snapshot), refuse func(err
 		f.sum = sum
 		doc, err := f.Parse(f.Path, data)
 		if err == nil {
-			var s *Snapshot
-			if s, err = build(doc, nil, nil, "file "+f.Path, 0); err == nil {
-				lastErr = ""
-				apply(s)
-				continue
-			}
+			lastErr = ""
+			apply(build(doc, "file "+f.Path, 0))
+			continue
 		}
 		lastErr = err.Error()
 		refuse(err)

@@ -8,27 +8,28 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/plans"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Keys of the plans bucket.
+// Keys of the plans bucket and of the state bucket.
 const (
-	// KeyPlans holds the plans document (the YAML of a plans file).
+	// KeyPlans holds the plans document (the YAML of a plans file), in the plans bucket.
 	KeyPlans = "plans"
-	// PrefixTenant + tenant holds the name of the plan the tenant is moved to.
+	// PrefixTenant + tenant holds the plan the tenant is moved to (an Override), in the state
+	// bucket (see State); an earlier version wrote it in the plans bucket.
 	PrefixTenant = "tenants."
-	// PrefixPause + tenant holds the time (RFC 3339) until which the tenant's jobs are held.
+	// PrefixPause + tenant holds until when the tenant is held (a Pause), in the state bucket;
+	// an earlier version wrote it in the plans bucket.
 	PrefixPause = "pause."
 )
 
 // KV is the plans in a NATS key-value bucket, shared by every replica: the document at key
-// "plans", overrides at "tenants.<tenant>", pauses at "pause.<tenant>". The bucket keeps one
-// revision of each key; every write is checked first (see Push, Set, Pause), so that what the
-// replicas read is valid.
+// "plans". Every write is checked first (see Push), so that what the replicas read is valid.
+// The overrides and pauses an earlier version kept in the same bucket ("tenants.<tenant>",
+// "pause.<tenant>") are read too and honoured beside the state bucket's (see State).
 type KV struct {
 	kv    jetstream.KeyValue
 	name  string
@@ -48,7 +49,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucketName string, repl
 		parse = plans.Parse
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bucketName, Description: "admitter: plans document, per-tenant overrides and pauses", History: 5, Replicas: max(replicas, 1),
+		Bucket: bucketName, Description: "admitter: plans document (admitter plans push)", History: 5, Replicas: max(replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plans bucket %s: %w", bucketName, err)
@@ -79,56 +80,30 @@ var (
 func (k *KV) Name() string { return k.name }
 
 // Load reads the bucket and builds a snapshot: an error when the document is missing or does
-// not parse, or an override names a plan it does not define.
+// not parse.
 func (k *KV) Load(ctx context.Context) (*Snapshot, error) {
-	entries := map[string]jetstream.KeyValueEntry{}
-	lister, err := k.kv.ListKeys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	entries, err := readEntries(ctx, k.kv)
+	if err != nil {
 		return nil, fmt.Errorf("plans bucket %s: %w", k.name, err)
-	}
-	if lister != nil {
-		for key := range lister.Keys() {
-			e, err := k.kv.Get(ctx, key)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("plans bucket %s: key %s: %w", k.name, key, err)
-			}
-			entries[key] = e
-		}
 	}
 	return k.snapshot(entries)
 }
 
-// snapshot builds a snapshot from the bucket's entries.
+// snapshot builds a snapshot from the bucket's entries: the document, and the overrides and
+// pauses an earlier version kept there.
 func (k *KV) snapshot(entries map[string]jetstream.KeyValueEntry) (*Snapshot, error) {
 	docEntry, ok := entries[KeyPlans]
 	if !ok {
 		return nil, fmt.Errorf("plans bucket %s has no %q key: write one with `admitter plans push FILE`", k.name, KeyPlans)
 	}
-	var rev uint64
-	for _, e := range entries {
-		rev = max(rev, e.Revision())
-	}
 	doc, err := k.parse(k.docName(docEntry.Revision()), docEntry.Value())
 	if err != nil {
 		return nil, err
 	}
-	overrides, pauses := map[string]string{}, map[string]time.Time{}
-	for key, e := range entries {
-		switch {
-		case strings.HasPrefix(key, PrefixTenant):
-			overrides[key[len(PrefixTenant):]] = string(e.Value())
-		case strings.HasPrefix(key, PrefixPause):
-			until, err := time.Parse(time.RFC3339Nano, string(e.Value()))
-			if err != nil {
-				return nil, fmt.Errorf("plans bucket %s: key %s: %q is not a time (RFC 3339)", k.name, key, e.Value())
-			}
-			pauses[key[len(PrefixPause):]] = until
-		}
-	}
-	return build(doc, overrides, pauses, "kv bucket "+k.name, rev)
+	legacy := readTenants(entries, "plans bucket "+k.name)
+	s := build(doc, "kv bucket "+k.name, legacy.Revision)
+	s.legacy = legacy
+	return s.With(Tenants{}), nil
 }
 
 // docName names the document in parse errors: "kv admitter_plans plans@12:7: ...".
@@ -138,78 +113,35 @@ func (k *KV) docName(rev uint64) string { return fmt.Sprintf("kv %s %s@%d", k.na
 // (within about 100ms of the write), and one that does not to refuse (the snapshot in force
 // stays so).
 func (k *KV) Watch(ctx context.Context, apply func(*Snapshot), refuse func(error)) {
-	for ctx.Err() == nil {
-		w, err := k.kv.WatchAll(ctx)
+	watchEntries(ctx, k.kv, "plans bucket "+k.name, func(entries map[string]jetstream.KeyValueEntry) {
+		s, err := k.snapshot(entries)
 		if err != nil {
-			refuse(fmt.Errorf("plans bucket %s: watch: %w", k.name, err))
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		k.follow(ctx, w, apply, refuse)
-		_ = w.Stop()
-	}
-}
-
-func (k *KV) follow(ctx context.Context, w jetstream.KeyWatcher, apply func(*Snapshot), refuse func(error)) {
-	entries := map[string]jetstream.KeyValueEntry{}
-	initial := true
-	settle := time.NewTimer(time.Hour)
-	settle.Stop()
-	defer settle.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+			refuse(err)
 			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil { // the current values are in: build from them now
-				initial = false
-				settle.Reset(0)
-				continue
-			}
-			if e.Operation() == jetstream.KeyValuePut {
-				entries[e.Key()] = e
-			} else {
-				delete(entries, e.Key())
-			}
-			if !initial {
-				settle.Reset(100 * time.Millisecond) // writes in a row apply once
-			}
-		case <-settle.C:
-			s, err := k.snapshot(entries)
-			if err != nil {
-				refuse(err)
-				continue
-			}
-			apply(s)
 		}
-	}
+		apply(s)
+	}, refuse)
 }
 
-// Push checks data as a plans document (named filename in errors) against the overrides in
-// the bucket, then writes it. Nothing is written when it does not parse, or when it removes a
-// plan an override still names.
-func (k *KV) Push(ctx context.Context, filename string, data []byte) (uint64, error) {
+// Push checks data as a plans document (named filename in errors) against the overrides, then
+// writes it: those an earlier version kept in the bucket, and also (from the state bucket, see
+// State). Nothing is written when it does not parse, or when it removes a plan an override
+// still names.
+func (k *KV) Push(ctx context.Context, filename string, data []byte, also map[string]Override) (uint64, error) {
 	doc, err := k.parse(filename, data)
 	if err != nil {
 		return 0, err
 	}
-	cur, err := k.entries(ctx)
+	cur, err := readEntries(ctx, k.kv)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("plans bucket %s: %w", k.name, err)
 	}
+	overrides := readTenants(cur, "plans bucket "+k.name).Overrides
+	maps.Copy(overrides, also)
 	users := map[string][]string{}
-	for key, e := range cur {
-		if t, ok := strings.CutPrefix(key, PrefixTenant); ok {
-			if _, defined := doc.Plan(string(e.Value())); !defined {
-				users[string(e.Value())] = append(users[string(e.Value())], t)
-			}
+	for t, o := range overrides {
+		if _, defined := doc.Plan(o.Plan); !defined {
+			users[o.Plan] = append(users[o.Plan], t)
 		}
 	}
 	if len(users) > 0 {
@@ -218,8 +150,8 @@ func (k *KV) Push(ctx context.Context, filename string, data []byte) (uint64, er
 			slices.Sort(users[p])
 			parts = append(parts, fmt.Sprintf("plan %s (tenants %s)", p, strings.Join(users[p], ", ")))
 		}
-		return 0, fmt.Errorf("%s removes plans that tenants are set to in bucket %s: %s: move them first (admitter plans set TENANT PLAN, or unset TENANT)",
-			filename, k.name, strings.Join(parts, "; "))
+		return 0, fmt.Errorf("%s removes plans that tenants are set to: %s: move them first (admitter plans set TENANT PLAN, or unset TENANT)",
+			filename, strings.Join(parts, "; "))
 	}
 	rev, err := k.kv.Put(ctx, KeyPlans, data)
 	if err != nil {
@@ -228,81 +160,10 @@ func (k *KV) Push(ctx context.Context, filename string, data []byte) (uint64, er
 	return rev, nil
 }
 
-// Set moves tenant to plan, which the document must define.
-func (k *KV) Set(ctx context.Context, tenant, plan string) error {
-	if err := checkTenantKey(tenant); err != nil {
-		return err
-	}
-	s, err := k.Load(ctx)
-	if err != nil {
-		return err
-	}
-	if _, ok := s.Document.Plan(plan); !ok {
-		return fmt.Errorf("plan %q is not defined in bucket %s (its plans: %s)", plan, k.name, strings.Join(s.Document.Names(), ", "))
-	}
-	if _, err := k.kv.Put(ctx, PrefixTenant+tenant, []byte(plan)); err != nil {
-		return fmt.Errorf("plans bucket %s: %w", k.name, err)
-	}
-	return nil
-}
-
-// Unset removes tenant's override: it is on the document's plan for it again.
-func (k *KV) Unset(ctx context.Context, tenant string) error {
-	return k.remove(ctx, tenant, PrefixTenant, "no override")
-}
-
-// Pause holds tenant's jobs until until.
-func (k *KV) Pause(ctx context.Context, tenant string, until time.Time) error {
-	if err := checkTenantKey(tenant); err != nil {
-		return err
-	}
-	if _, err := k.kv.Put(ctx, PrefixPause+tenant, []byte(until.UTC().Format(time.RFC3339Nano))); err != nil {
-		return fmt.Errorf("plans bucket %s: %w", k.name, err)
-	}
-	return nil
-}
-
-// Resume ends tenant's pause now.
-func (k *KV) Resume(ctx context.Context, tenant string) error {
-	return k.remove(ctx, tenant, PrefixPause, "not paused")
-}
-
-func (k *KV) remove(ctx context.Context, tenant, prefix, absent string) error {
-	if err := checkTenantKey(tenant); err != nil {
-		return err
-	}
-	if _, err := k.kv.Get(ctx, prefix+tenant); errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("tenant %s: %s in bucket %s", tenant, absent, k.name)
-	} else if err != nil {
-		return fmt.Errorf("plans bucket %s: %w", k.name, err)
-	}
-	if err := k.kv.Delete(ctx, prefix+tenant); err != nil {
-		return fmt.Errorf("plans bucket %s: %w", k.name, err)
-	}
-	return nil
-}
-
-func (k *KV) entries(ctx context.Context) (map[string]jetstream.KeyValueEntry, error) {
-	out := map[string]jetstream.KeyValueEntry{}
-	lister, err := k.kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("plans bucket %s: %w", k.name, err)
-	}
-	for key := range lister.Keys() {
-		if e, err := k.kv.Get(ctx, key); err == nil {
-			out[key] = e
-		}
-	}
-	return out, nil
-}
-
 // checkTenantKey says why tenant cannot be part of a key of the bucket.
 func checkTenantKey(tenant string) error {
 	if !tenantKeyRE.MatchString(tenant) || strings.ContainsAny(tenant, "{}") {
-		return fmt.Errorf("tenant %q cannot be named in the plans bucket: use letters, digits, '-', '_', '/' or '='", tenant)
+		return fmt.Errorf("tenant %q cannot be named in a key of a NATS bucket: use letters, digits, '-', '_', '/' or '='", tenant)
 	}
 	return nil
 }

@@ -14,8 +14,9 @@ import (
 const InspectTimeout = 5 * time.Second
 
 // Inspect reads tenant's state under its plan without changing it, and says how long a request
-// of weight 1 would wait now. A *wire.RequestError refuses the tenant (unknown-tenant,
-// invalid-tenant); any other error is the limiter's.
+// of weight 1 would wait now and, when the tenant is paused, until when (PausedUntil). A
+// *wire.RequestError refuses the tenant (unknown-tenant, invalid-tenant); any other error is the
+// limiter's.
 func (p *Policy) Inspect(ctx context.Context, tenant string) (wire.TenantState, error) {
 	plan, err := p.plans.Load().Lookup(tenant)
 	if err != nil {
@@ -30,7 +31,12 @@ func (p *Policy) Inspect(ctx context.Context, tenant string) (wire.TenantState, 
 		}
 		return wire.TenantState{}, fmt.Errorf("policy: inspect tenant %q: %w", tenant, err)
 	}
-	return TenantState(tenant, plan, snap), nil
+	st := TenantState(tenant, plan, snap)
+	if until, paused := p.PausedUntil(tenant); paused {
+		until = until.UTC()
+		st.PausedUntil = &until
+	}
+	return st, nil
 }
 
 // Pools reads every pool the plans name (their rules, what they hold, whom they serve).
@@ -78,7 +84,7 @@ func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.Te
 	for i, ls := range snap.Limits {
 		l := plan.Limits[i]
 		w := max(ls.OneFitsIn, 0)
-		st := wire.LimitState{Limit: ls.Limit, Kind: l.Kind.String(), Rule: rule(l), Capacity: l.Capacity, Tokens: ls.Tokens, Used: ls.Used,
+		st := wire.LimitState{Limit: ls.Limit, Kind: l.Kind.String(), Rule: l.Rule(), Capacity: l.Capacity, Tokens: ls.Tokens, Used: ls.Used,
 			FullInMs: ms(ls.FullIn), NextInMs: ms(ls.NextIn), WaitMs: wire.Millis(w)}
 		switch l.Kind {
 		case bucket.KindBucket:
@@ -97,20 +103,3 @@ func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.Te
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// rule is a limit in words: "20 at 10/s", "1000 in any 1h", "100000 per month (UTC)".
-func rule(l bucket.Limit) string {
-	switch l.Kind {
-	case bucket.KindWindow:
-		return fmt.Sprintf("%d in any %s", l.Capacity, bucket.ShortDuration(l.Window))
-	case bucket.KindQuota:
-		zone := "UTC"
-		if l.Location != nil {
-			zone = l.Location.String()
-		}
-		return fmt.Sprintf("%d per %s (%s)", l.Capacity, l.Period, zone)
-	case bucket.KindConcurrency:
-		return fmt.Sprintf("%d running, lease %s", l.Capacity, bucket.ShortDuration(l.Lease))
-	}
-	return fmt.Sprintf("%d at %s", l.Capacity, l.Rate)
-}

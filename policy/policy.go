@@ -236,6 +236,10 @@ const ReasonHandover = "handover"
 // is in use, or what is free is the turn of tenants that waited with an earlier start.
 const ReasonPool = "pool"
 
+// ReasonPaused is the reason of jobs that wait, and the limit of requests denied, because their
+// tenant is paused (SetPauses).
+const ReasonPaused = "paused"
+
 // Queue is what the replica that owns a tenant's queue says with each step (see bucket.Batch).
 type Queue struct {
 	// Owner names the replica (bucket.OwnerID).

@@ -47,6 +47,9 @@ type Answer struct {
 	Local bool
 	// Reserved: denied, but a slot is booked for Key, Wait from now.
 	Reserved bool
+	// Paused: denied because the tenant is paused (see Policy.SetPauses); Wait is the rest of
+	// the pause, Limit is ReasonPaused, and nothing was asked of the limiter.
+	Paused bool
 	// Shadow: the plan is in shadow mode (trialled, not enforced): the request is allowed, and
 	// ShadowWait is how long the plan would have made it wait (zero: not at all). Outcome,
 	// Remaining and Limit are the plan's decision on its shadow state.
@@ -99,6 +102,8 @@ func (a *Answer) Decision() string {
 		return wire.DecisionRejected
 	case a.Degraded:
 		return wire.DecisionDegraded
+	case a.Paused:
+		return wire.DecisionPaused
 	case a.Shadow && a.ShadowWait > 0:
 		return wire.DecisionShadowDelayed
 	case a.Allowed:
@@ -195,7 +200,8 @@ func (a *Answer) Headers(set func(name, value string)) {
 }
 
 // Allow decides whether tenant may spend weight now, booking nothing: denied, the answer's Wait
-// is the time until the weight would fit (however far), and nothing is taken.
+// is the time until the weight would fit (however far), and nothing is taken. A paused tenant
+// is denied (Paused) until its pause ends, as its queued jobs are held.
 // src labels the telemetry.
 func (p *Policy) Allow(ctx context.Context, src wire.Source, tenant string, weight int64) Answer {
 	return p.decideSync(ctx, Answer{Source: src, Tenant: tenant, Weight: weight}, false)
@@ -244,6 +250,10 @@ func (p *Policy) decideSync(ctx context.Context, a Answer, reserve bool) Answer 
 			return a.refuse(wire.CodeInvalidRequest, fmt.Sprintf("a reservation's key must have 1 to %d bytes, got %d", wire.MaxKeyBytes, len(a.Key)))
 		}
 		req.JobID = keyPrefix + a.Key
+	}
+	if until, paused := p.PausedUntil(a.Tenant); paused { // refused until the pause ends: nothing to ask
+		a.Paused, a.Limit, a.Wait = true, ReasonPaused, time.Until(until)
+		return a
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	begin := time.Now()

@@ -417,3 +417,38 @@ tenants: {win: w, day: d, month: m}
 		}
 	}
 }
+
+// TestSyncPaused: a paused tenant is refused by Allow and Reserve for the rest of the pause:
+// 429, Retry-After the rest of the pause, limit "paused", nothing charged or booked; once the
+// pause ends it is decided again from the state it had.
+func TestSyncPaused(t *testing.T) {
+	lim, _ := memoryAt()
+	p, _ := newPolicy(t, lim, FailOpen, plansYAML) // acme: burst 3 at 10/s
+	ctx := context.Background()
+	until := time.Now().Add(90 * time.Second)
+	p.SetPauses(map[string]time.Time{"acme": until})
+	for _, a := range []Answer{p.Allow(ctx, wire.SourceHTTP, "acme", 1), p.Reserve(ctx, wire.SourceNATS, "acme", 1, "k1")} {
+		if a.Allowed || a.Reserved || !a.Paused || a.Refused() || a.Status() != 429 || a.Decision() != wire.DecisionPaused ||
+			a.Wait < 89*time.Second || a.Wait > 90*time.Second || a.Limit != ReasonPaused || a.Remaining != 0 {
+			t.Fatalf("paused: %+v (status %d, decision %s)", a, a.Status(), a.Decision())
+		}
+		if h := headers(a); h[wire.HeaderRetryAfter] != "90" || h[wire.HeaderRateLimit] != "" {
+			t.Errorf("paused headers %v", h)
+		}
+		if b := a.Body().(wire.Decision); b.Allowed || b.Limit != "paused" || b.WaitMs < 89_000 || b.Plan != "p" {
+			t.Errorf("paused body %+v", b)
+		}
+	}
+	// What is wrong with the request itself is still said first.
+	if a := p.Allow(ctx, wire.SourceHTTP, "acme", 4); a.Code != wire.CodeWeightOverCapacity {
+		t.Errorf("weight over capacity while paused: %+v", a)
+	}
+	st, err := p.Inspect(ctx, "acme")
+	if err != nil || st.Reservations != 0 || st.Limits[0].Tokens != 3 {
+		t.Fatalf("a pause took something: %+v, %v", st, err)
+	}
+	p.SetPauses(nil)
+	if a := p.Allow(ctx, wire.SourceHTTP, "acme", 1); !a.Allowed || a.Paused || a.Remaining != 2 {
+		t.Fatalf("after the pause: %+v", a)
+	}
+}

@@ -58,6 +58,7 @@ type rig struct {
 	redis   *testenv.RedisServer
 	metrics *sdkmetric.ManualReader
 	spans   *tracetest.SpanRecorder
+	pol     *policy.Policy
 }
 
 // setup starts a redis-server (with an append-only file, so that buckets start full), a policy
@@ -80,6 +81,7 @@ func setup(t *testing.T, mode policy.FailMode, c Config) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.pol = pol
 	svc, err := New(pol, c)
 	if err != nil {
 		t.Fatal(err)
@@ -462,5 +464,22 @@ func TestRLSShadow(t *testing.T) {
 func TestRLSNew(t *testing.T) {
 	if _, err := New(nil, Config{}); err == nil || !errors.Is(err, ErrNoPolicy) {
 		t.Fatalf("New without a policy: %v", err)
+	}
+}
+
+// TestRLSPaused: a paused tenant is over the limit until its pause ends, with that wait as
+// duration_until_reset and Retry-After; nothing is charged.
+func TestRLSPaused(t *testing.T) {
+	r := setup(t, policy.FailOpen, Config{})
+	r.pol.SetPauses(map[string]time.Time{"zoe": time.Now().Add(10 * time.Minute)})
+	resp := r.call(t, 0, desc("tenant", "zoe"))
+	st, h := resp.GetStatuses()[0], headers(t, resp)
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT ||
+		st.GetDurationUntilReset().AsDuration() < 599*time.Second || h["Retry-After"] != "600" {
+		t.Fatalf("paused: %v, headers %v", resp, h)
+	}
+	r.pol.SetPauses(nil)
+	if resp := r.call(t, 0, desc("tenant", "zoe")); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != 2 {
+		t.Fatalf("after the pause: %v", resp)
 	}
 }

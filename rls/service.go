@@ -46,6 +46,7 @@ type Config struct {
 //   - Refused for what it is (no plan and no default_plan, a tenant that cannot key buckets, a
 //     weight over 2^40 or over the plan's smallest capacity): OVER_LIMIT with no limit and no
 //     wait, for it would never pass.
+//   - A paused tenant: OVER_LIMIT with the rest of the pause as the wait, nothing charged.
 //   - The limiter down: fail mode open, OK with no limit and Admit-Degraded: fail-open; fail
 //     mode closed, OVER_LIMIT with the backoff as the wait.
 //   - A plan in shadow mode: OK with no limit and Admit-Shadow.

@@ -47,6 +47,8 @@ func judge(a *policy.Answer, now time.Time) verdict {
 		return verdict{over: true}
 	case a.Degraded:
 		return verdict{degraded: wire.DegradedFailOpen}
+	case a.Paused: // until the pause ends
+		return verdict{over: true, reset: a.Wait, retry: true}
 	case a.Shadow:
 		return verdict{shadow: wire.ShadowValue(a.ShadowWait)}
 	case a.Plan == nil || a.LimitIndex < 0 || a.LimitIndex >= len(a.Plan.Limits):

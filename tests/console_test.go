@@ -160,11 +160,13 @@ func (w *world) waitingIn(tenant string) uint64 {
 }
 
 // TestConsoleInBrowser drives the console in headless Chromium against a running admitter
-// with real traffic: every page loads without a console error; the tenants table shows bob and
-// carol at their plans' rates; a pause from the tenant page holds acme's jobs until a resume
-// from it; a dead letter replayed from the dead letters page comes through once, and a second
-// replay publishes nothing; a tenant's recent waits show the same wait decided again and again
-// as one line with its count. With ADMITTER_CONSOLE_SHOTS=DIR it writes a screenshot of each
+// with real traffic, its plans in a file: every page loads without a console error; the tenants
+// table shows bob and carol at their plans' rates; a pause from the tenant page holds acme's
+// jobs until a resume from it; a dead letter replayed from the dead letters page comes through
+// once, and a second replay publishes nothing; a tenant's recent waits show the same wait
+// decided again and again as one line with its count; the overview shows the last reload of
+// the plans and the last version refused. With ADMITTER_CONSOLE_SHOTS=DIR it writes a
+// screenshot of each
 // page there (make console-shots).
 func TestConsoleInBrowser(t *testing.T) {
 	shots := os.Getenv("ADMITTER_CONSOLE_SHOTS")
@@ -174,8 +176,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	kv := "ADMITTER_PLANS_KV=plans"
-	p := w.start(kv, fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port), "ADMITTER_CONSOLE_TOKEN="+consoleToken)
+	p := w.start(fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port), "ADMITTER_CONSOLE_TOKEN="+consoleToken) // the plans in a file
 	b := newBrowser(t)
 
 	// Traffic: backlogs for bob and carol, forwarded at their plans' pace; three jobs of slow,
@@ -269,7 +270,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitFor(t, 10*time.Second, "acme's jobs to go after the resume", func() bool { return w.countFor("acme")-before == 5 })
 
 	// Give zed a plan, then replay its dead letter from the dead letters page: once.
-	if code, out, errOut := w.plansCLI([]string{kv}, "set", "zed", "fast"); code != 0 {
+	if code, out, errOut := w.plansCLI(nil, "set", "zed", "fast"); code != 0 {
 		t.Fatalf("plans set zed: %d %s%s", code, out, errOut)
 	}
 	waitFor(t, 5*time.Second, "zed's plan to apply", func() bool { return strings.Contains(p.logs.String(), "zed: fast") })
@@ -341,6 +342,25 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("slow's recent waits hold no line of repeated waits, want its two jobs told to wait as one:\n%s", strings.Join(rows, "\n"))
 	}
 	t.Logf("slow's recent waits:\n%s", strings.Join(rows, "\n"))
+
+	// The overview says what the last reload of the plans file changed, then that a version
+	// was refused, and why.
+	replaceFile(t, w.plans, strings.Replace(consolePlans, "rate: 10/s", "rate: 20/s", 1))
+	waitFor(t, 10*time.Second, "the reload", func() bool { return strings.Contains(p.logs.String(), "plans changed: ten") })
+	b.do("overview after a reload", chromedp.Navigate(base+"/console/"), chromedp.WaitVisible(chromedp.CSS("#last-reload")))
+	if got := b.text("#last-reload"); !strings.Contains(got, "plans changed: ten (limit burst: 10 at 10/s → 10 at 20/s)") {
+		t.Errorf("the overview's last reload: %q", got)
+	}
+	if got := b.text("#last-refused"); !strings.Contains(got, "none since this replica started") {
+		t.Errorf("the overview's last refusal before any: %q", got)
+	}
+	replaceFile(t, w.plans, strings.Replace(consolePlans, "rate: 10/s", "rate: often", 1))
+	waitFor(t, 10*time.Second, "the refusal", func() bool { return strings.Contains(p.logs.String(), "plans reload refused") })
+	b.do("overview after a refusal", chromedp.Navigate(base+"/console/"), chromedp.WaitVisible(chromedp.CSS("#last-refused")))
+	if got := b.text("#last-refused"); !strings.Contains(got, "plans.yaml:4: plans.ten.limits[0].rate") || !strings.Contains(got, "the plans in force stay") {
+		t.Errorf("the overview's last refusal: %q", got)
+	}
+	b.shot(shots, "overview-plans")
 	if e := b.errors(); len(e) > 0 {
 		t.Errorf("console messages: %q", e)
 	}

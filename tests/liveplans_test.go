@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -206,8 +207,8 @@ func TestPlansOverridesAndPauses(t *testing.T) {
 			t.Errorf("plans %q: exit %d, stderr %q; want 2 and a message", args, code, stderr)
 		}
 	}
-	if code, _, stderr := w.plansCLI(nil, "show"); code != 2 || !strings.Contains(stderr, "ADMITTER_PLANS_KV") {
-		t.Errorf("plans show without ADMITTER_PLANS_KV: exit %d, %q", code, stderr)
+	if code, _, stderr := w.plansCLI(nil, "push", w.plans); code != 2 || !strings.Contains(stderr, "ADMITTER_PLANS_KV is unset") {
+		t.Errorf("plans push without ADMITTER_PLANS_KV: exit %d, %q", code, stderr)
 	}
 
 	// set / unset
@@ -272,10 +273,25 @@ func TestPlansOverridesAndPauses(t *testing.T) {
 		t.Errorf("after the resume: %.1f jobs over C + r·t", e)
 	}
 	t.Logf("resumed: 10 held jobs forwarded %v after the resume, in order", times[len(times)-1].Sub(resumed))
-}
 
-var _ = jetstream.KeyValueConfig{}
-var _ = context.Background
+	// A pause an earlier version wrote in the plans bucket is honoured, and resume removes it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	raw, err := w.js.KeyValue(ctx, "plans")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Put(ctx, "pause.carl", []byte(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the earlier version's pause to apply", func() bool { return strings.Contains(p.logs.String(), "paused: carl until") })
+	if code, out, errOut := w.plansCLI(kv, "resume", "carl"); code != 0 {
+		t.Fatalf("resume of a pause in the plans bucket: %d %s%s", code, out, errOut)
+	}
+	if _, err := raw.Get(ctx, "pause.carl"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("after resume, the plans bucket's pause.carl: %v", err)
+	}
+}
 
 // TestShadowMode: a plan in shadow mode forwards every job at once, each marked with what the
 // plan would have done (Admit-Shadow), counted as shadow_delayed when it would have waited;

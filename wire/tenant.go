@@ -30,6 +30,49 @@ type TenantState struct {
 	// Pool is the capacity pool the tenant's plan shares with others (absent: none). WaitMs
 	// does not count it: a synchronous request does not ask pools, the queue's jobs do.
 	Pool *PoolState `json:"pool,omitempty"`
+
+	// What only the service's /inspect (and its NATS twin) answers, absent from the decision
+	// API's answer:
+
+	// Queue is the tenant's queue in the input stream.
+	Queue *QueueState `json:"queue,omitempty"`
+	// Sources says where each figure came from.
+	Sources *Sources `json:"sources,omitempty"`
+}
+
+// QueueState is a tenant's queue: the jobs waiting for it in the input stream.
+type QueueState struct {
+	// Waiting is how many jobs of the tenant the input stream held when the answering replica
+	// last listed it (every ADMITTER_DISCOVERY_INTERVAL), at ListedAt; jobs forwarded in the
+	// last seconds may still be counted until they are removed.
+	Waiting  uint64    `json:"waiting"`
+	ListedAt time.Time `json:"listed_at"`
+	// OldestAt and OldestSeq: the tenant's first job in the input stream, read now (absent:
+	// none); OldestAgeMs how long ago it was stored, at the answer's At.
+	OldestAt    *time.Time `json:"oldest_at,omitempty"`
+	OldestSeq   uint64     `json:"oldest_seq,omitempty"`
+	OldestAgeMs int64      `json:"oldest_age_ms,omitempty"`
+	// Error says what could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// Sources says where the figures of an answer came from, in words.
+type Sources struct {
+	// Replica is the replica that answered.
+	Replica string `json:"replica"`
+	// Plans is where the plans in force were read ("file /etc/admitter/plans.yaml", "kv
+	// bucket plans, revision 7", "built-in example plans"); Plan why the tenant is on its plan
+	// ("tenants.acme of the plans", "default_plan of the plans", "override in bucket
+	// admitter_state, set by ops@bastion at ...").
+	Plans string `json:"plans"`
+	Plan  string `json:"plan"`
+	// Limits is where the limits' state was read ("Redis redis://redis:6379, shared by every
+	// replica", "the in-process buckets of replica r1").
+	Limits string `json:"limits"`
+	// Queue is where the queue's figures were read; Pause who set the pause, when, and where
+	// it is kept.
+	Queue string `json:"queue"`
+	Pause string `json:"pause,omitempty"`
 }
 
 // PoolState is a pool of a TenantState: its rule, what it holds now, the tenant's share, and the
@@ -87,4 +130,15 @@ type LimitState struct {
 	WaitMs int64 `json:"wait_ms"`
 	// ResetsAt (quotas) is when the current period ends.
 	ResetsAt *time.Time `json:"resets_at,omitempty"`
+}
+
+// InspectSubject is where the replicas of a deployment (ADMITTER_CONSUMER) answer `admitter
+// inspect` over NATS, one replica per request (queue group "inspect"): the request's body is an
+// InspectRequest, the reply a TenantState, or an ErrorBody with the HTTP status of the refusal
+// in the Nats-Service-Error-Code header (as the decide endpoint's micro errors).
+func InspectSubject(consumer string) string { return "_ADMITTER." + consumer + ".inspect" }
+
+// InspectRequest asks a replica for a tenant's state (see InspectSubject).
+type InspectRequest struct {
+	Tenant string `json:"tenant"`
 }

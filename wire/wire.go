@@ -158,14 +158,14 @@ func ParseMsgID(id string) (kind Kind, stream string, seq uint64, ok bool) {
 
 // Decisions: the admitter.decision span attribute and the outcome label of the decisions
 // metric. A queued job's is its Fate's name; a synchronous request ends as admitted, throttled,
-// delayed (a slot booked for its key), rejected, degraded or unavailable.
+// delayed (a slot booked for its key), paused, rejected, degraded or unavailable.
 const (
 	DecisionAdmitted = "admitted" // the limiter let it through: forwarded, or allowed
 	DecisionDelayed  = "delayed"  // it must wait: in its tenant's queue, or a slot booked for its key
 	DecisionDead     = "dead"     // dead-lettered
 	DecisionDegraded = "degraded" // the limiter failed, fail mode open: forwarded or allowed unchecked
 	DecisionHeld     = "held"     // the limiter failed, fail mode closed: held, asked again later
-	DecisionPaused   = "paused"   // its tenant is paused: it waits in its queue until the pause ends
+	DecisionPaused   = "paused"   // its tenant is paused: a job waits in its queue, a request is denied, until the pause ends
 	// DecisionShadowDelayed: forwarded or allowed now under a plan in shadow mode, which
 	// would have delayed it (HeaderShadow says how long).
 	DecisionShadowDelayed = "shadow_delayed"
@@ -245,7 +245,7 @@ type Metric struct{ Name, Prom, Help string }
 // The admitter's metrics.
 var (
 	MetricDecisions = Metric{"admitter.decisions", "admitter_decisions_total",
-		"Decisions by source (queue, http, nats, rls), plan and outcome: queued jobs admitted, delayed (waiting in the input for their time), paused, dead, degraded or held; requests admitted, throttled, delayed (a slot booked), rejected, degraded or unavailable."}
+		"Decisions by source (queue, http, nats, rls), plan and outcome: queued jobs admitted, delayed (waiting in the input for their time), paused, dead, degraded or held; requests admitted, throttled, delayed (a slot booked), paused, rejected, degraded or unavailable."}
 	MetricWait         = Metric{"admitter.wait", "admitter_wait_seconds", ""}
 	MetricDecisionTime = Metric{"admitter.decision.duration", "admitter_decision_duration_seconds",
 		"Time one limiter call took (a queue call decides a batch of one tenant's jobs, a request's call one request)."}

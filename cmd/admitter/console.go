@@ -27,13 +27,13 @@ func startShares(st *stack, c *config, log *slog.Logger) (*console.Shares, error
 }
 
 // attachConsole gives the console the running stack: its activity and the other replicas'
-// shares, policy and queue, the dead letters, and the plans bucket when the plans live in one.
-// What cannot be opened is left out (the console says so) rather than stopping the service.
-func attachConsole(ctx context.Context, con *console.Console, st *stack, shares *console.Shares, c *config, log *slog.Logger) {
+// shares, policy and queue, the dead letters, and the state bucket for pauses and moves. What
+// cannot be opened is left out (the console says so) rather than stopping the service.
+func attachConsole(ctx context.Context, con *console.Console, st *stack, shares *console.Shares, live *livePlans, c *config, log *slog.Logger) {
 	if con == nil {
 		return
 	}
-	back := &console.Backend{Activity: st.activity, Policy: st.policy, Queue: st.svc, Shares: shares}
+	back := &console.Backend{Activity: st.activity, Policy: st.policy, Queue: st.svc, Shares: shares, PlansReport: live.consoleReport}
 	dead, err := deadletter.Open(ctx, deadletter.Config{JetStream: st.js, In: c.in, Dead: c.dead,
 		StreamIn: c.StreamIn, StreamDead: c.StreamDead, Replicas: c.StreamReplicas})
 	if err != nil {
@@ -41,13 +41,15 @@ func attachConsole(ctx context.Context, con *console.Console, st *stack, shares 
 	} else {
 		back.Dead = dead
 	}
-	if c.PlansKV != "" {
-		kv, err := plansource.OpenKV(ctx, st.js, c.PlansKV, c.StreamReplicas, plans.Parse, "", nil)
-		if err != nil {
-			log.Warn("console: no pause or move controls: the plans bucket cannot be opened", "err", err)
-		} else {
-			back.Plans = kv
+	if state, err := plansource.LookupState(ctx, st.js, c.Consumer); err != nil {
+		log.Warn("console: no pause or move controls: the state bucket cannot be opened", "err", err)
+	} else {
+		if c.PlansKV != "" {
+			if kv, err := plansource.OpenKV(ctx, st.js, c.PlansKV, c.StreamReplicas, plans.Parse, "", nil); err == nil {
+				state.WithLegacy(kv)
+			}
 		}
+		back.Plans = state
 	}
 	con.Attach(back)
 	mode := "read-only (ADMITTER_CONSOLE_TOKEN unset)"

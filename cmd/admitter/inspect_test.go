@@ -154,8 +154,8 @@ tenants: {acme: gold, bob: free}
 		t.Fatal(err)
 	}
 	res, text := inspection(t, m, ps, "acme")
-	for _, want := range []string{"pool workers (2 in flight, lease 30s): 2 of 2 in flight; 1 tenants waiting (shares 1 in all); acme's share 3",
-		"bob     1      0         true", "acme    -      2         false"} {
+	for _, want := range []string{"pool workers (2 in flight, lease 30s): 2 of 2 in flight; 1 tenant waiting for it, with shares 1 in all; acme's share is 3",
+		"  bob: waiting, share 1; received 0 since it last had nothing waiting", "  acme: nothing waiting; received 2 since it last had nothing waiting"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
@@ -163,4 +163,43 @@ tenants: {acme: gold, bob: free}
 	if res.Pool == nil || res.Pool.InFlight != 2 || res.Pool.Share != 3 {
 		t.Errorf("pool state %+v", res.Pool)
 	}
+}
+
+// TestPrintInspectionQueue: the service's answer is printed with where each figure came from,
+// the queue's depth and its oldest job's age, the pause and who set it, and why the jobs wait
+// in words: the pause first, then the pool when the limits would let a job through.
+func TestPrintInspectionQueue(t *testing.T) {
+	at := time.Date(2026, 11, 25, 4, 31, 26, 0, time.UTC)
+	oldest, paused := at.Add(-72*time.Second), at.Add(42*time.Minute)
+	res := &wire.TenantState{Tenant: "startup", Plan: "enterprise", At: at, PausedUntil: &paused,
+		Limits: []wire.LimitState{{Limit: "burst", Kind: "bucket", Rule: "50 at 10/s", Capacity: 50, Tokens: 50}},
+		Queue:  &wire.QueueState{Waiting: 25, ListedAt: at.Add(-400 * time.Millisecond), OldestAt: &oldest, OldestSeq: 1234, OldestAgeMs: 72_000},
+		Pool:   &wire.PoolState{Name: "workers", Rule: "8 in flight, lease 30s", Concurrency: 8, InFlight: 8, Tokens: -1, Waiting: 1, WaitingShares: 3, Share: 3},
+		Sources: &wire.Sources{Replica: "r1", Plans: "file /etc/admitter/plans.yaml", Plan: "override to plan enterprise, set by ops@bastion at 2026-11-25T04:00:00Z in bucket admitter_state",
+			Limits: "Redis redis://redis:6379, shared by every replica", Queue: "stream JOBS as replica r1 last listed it", Pause: "set by ops@bastion in bucket admitter_state"}}
+	var out bytes.Buffer
+	printInspection(&out, res, "the admitter at 127.0.0.1:9090 (ADMITTER_HTTP_ADDR)")
+	text := out.String()
+	for _, want := range []string{
+		"tenant startup, plan enterprise, read from the admitter at 127.0.0.1:9090 (ADMITTER_HTTP_ADDR) (replica r1) at 2026-11-25T04:31:26Z\n",
+		"  plan    override to plan enterprise, set by ops@bastion at 2026-11-25T04:00:00Z in bucket admitter_state; plans: file /etc/admitter/plans.yaml\n",
+		"  limits  Redis redis://redis:6379, shared by every replica\n",
+		"  queue   stream JOBS as replica r1 last listed it\n",
+		"  pause   set by ops@bastion in bucket admitter_state\n",
+		"queue: 25 jobs waiting in the input (counted 400ms ago); the oldest, sequence 1234, was stored 1m12s ago (2026-11-25T04:30:14Z)\n",
+		"paused until 2026-11-25T05:13:26Z (42m0s from now): its jobs wait in its queue, in order, and its requests are denied\n",
+		"pool workers (8 in flight, lease 30s): 8 of 8 in flight; 1 tenant waiting for it, with shares 3 in all; startup's share is 3\n",
+		"why jobs wait: the tenant is paused for 42m0s more\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	res.PausedUntil, res.Sources.Pause = nil, ""
+	out.Reset()
+	printInspection(&out, res, "the admitter")
+	if want := "why jobs wait: its plan's limits let a job of weight 1 through now, but pool workers has no room"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+	t.Logf("\n%s", text)
 }

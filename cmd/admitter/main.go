@@ -5,7 +5,7 @@
 //	admitter check-config    validate the environment and plans file, print the effective config
 //	admitter demo            run admitter with three demo tenants and watch it pace them
 //	admitter inspect TENANT  show a tenant's buckets now: tokens, queue, pool, why jobs wait
-//	admitter plans ...       change the plans the replicas follow (ADMITTER_PLANS_KV)
+//	admitter plans ...       pause, resume and move tenants; push the plans of ADMITTER_PLANS_KV
 //	admitter dead ...        list dead letters, replay them to the input exactly once
 package main
 
@@ -27,9 +27,10 @@ const usage = `usage: admitter [run | check-config | demo | inspect TENANT | pla
   check-config   validate the environment and the plans file, print the effective configuration
   demo           run admitter with three demo tenants and watch it pace them (admitter demo -h)
   inspect TENANT show the tenant's plan, each limit's tokens now and time to full, its queue, its pool and
-                 pause, and why its jobs wait: from Redis, or from the running admitter's /inspect
-  plans COMMAND  push, show, set, unset, pause, resume: the plans in ADMITTER_PLANS_KV
-                 (admitter plans help)
+                 pause, why its jobs wait, and where each figure came from: asked of the running
+                 admitter (ADMITTER_HTTP_ADDR /inspect, else NATS); with none answering, from Redis
+  plans COMMAND  pause, resume, pauses, set, unset, show: tenants' pauses and plans, in every
+                 mode; push: the plans in ADMITTER_PLANS_KV (admitter plans help)
   dead COMMAND   list, replay: the dead letters, replayed to the input exactly once
                  (admitter dead help)
 

@@ -61,26 +61,26 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		}
 	}()
 	b := newBoot(log, c.ConnectTimeout)
-	var running atomic.Pointer[stack]
+	var inspector atomic.Pointer[tenantInspector]
 	con, err := newConsole(c, b, log)
 	if err != nil {
 		return err
 	}
 	if c.HTTPAddr != "off" {
 		degraded := func() string {
-			if st := running.Load(); st != nil {
-				return degradedDetail(st.policy)
+			if ti := inspector.Load(); ti != nil {
+				return degradedDetail(ti.st.policy)
 			}
 			return ""
 		}
 		stop, err := startHTTP(c.HTTPAddr, tel.registry, b.Ready, degraded, map[string]http.Handler{
 			"GET /inspect": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				st := running.Load()
-				if st == nil {
+				ti := inspector.Load()
+				if ti == nil {
 					http.Error(w, "not running yet: "+b.Ready(r.Context()).Error(), http.StatusServiceUnavailable)
 					return
 				}
-				inspectHandler(st.limiter, st.policy).ServeHTTP(w, r)
+				ti.ServeHTTP(w, r)
 			}),
 		}, con, c.HTTPToken, log)
 		if err != nil {
@@ -93,7 +93,7 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	defer st.close()
-	stopPlans, err := startLivePlans(ctx, st, c, log)
+	live, stopPlans, err := startLivePlans(ctx, st, c, log)
 	if err != nil {
 		return err
 	}
@@ -133,9 +133,15 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	defer shares.Stop()
+	ti := newTenantInspector(st, live, c)
+	stopInspect, err := startInspectResponder(st.nc, ti, c.Consumer, log)
+	if err != nil {
+		return err
+	}
+	defer stopInspect()
 	b.running(ready)
-	running.Store(st)
-	attachConsole(ctx, con, st, shares, c, log)
+	inspector.Store(ti)
+	attachConsole(ctx, con, st, shares, live, c, log)
 	return st.svc.Run(ctx)
 }
 
