@@ -71,7 +71,7 @@ type tenantInspector struct {
 
 func newTenantInspector(st *stack, live *livePlans, c *config) *tenantInspector {
 	limits := fmt.Sprintf("the in-process buckets of replica %s (ADMITTER_REDIS_URL unset: not shared)", st.replica)
-	if _, ok := st.limiter.(*bucket.Redis); ok {
+	if st.redis != nil {
 		limits = fmt.Sprintf("Redis %s, shared by every replica", redactURL(c.RedisURL))
 	}
 	return &tenantInspector{st: st, live: live, c: c, limits: limits}
@@ -86,6 +86,9 @@ func (ti *tenantInspector) inspect(ctx context.Context, tenant string) (*wire.Te
 	}
 	snap := ti.live.current()
 	src := &wire.Sources{Replica: ti.st.replica, Plans: snap.Source, Plan: planReason(snap, tenant), Limits: ti.limits}
+	if since, down := ti.st.policy.Outage(); down && ti.st.policy.FailMode() == policy.FailLocal {
+		src.Limits = fmt.Sprintf("replica %s's copy of the tenant's state: Redis is unreachable since %s (fail mode local)", ti.st.replica, since.UTC().Format(time.RFC3339))
+	}
 	if snap.Revision != 0 {
 		src.Plans += fmt.Sprintf(", revision %d", snap.Revision)
 	}

@@ -376,7 +376,10 @@ func runPlans(ctx context.Context, args []string, env map[string]string, stdout,
 		return 1
 	}
 	state, err := plansource.LookupState(ctx, js, c.Consumer)
-	if err != nil {
+	switch {
+	case errors.Is(err, plansource.ErrNoStateBucket) && (a.cmd == "push" || a.cmd == "show"):
+		state = nil // no admitter has run yet: no pause, no override to keep
+	case err != nil:
 		fmt.Fprintf(stderr, "admitter plans %s: %v (NATS at %s)\n", a.cmd, err, redact(url))
 		return 1
 	}
@@ -386,7 +389,21 @@ func runPlans(ctx context.Context, args []string, env map[string]string, stdout,
 			fmt.Fprintf(stderr, "admitter plans: ADMITTER_PLANS_KV: %v\n", err)
 			return 1
 		}
-		state.WithLegacy(kv)
+		if state != nil {
+			state.WithLegacy(kv)
+		}
+	}
+	loadState := func() (plansource.Tenants, error) {
+		if state == nil {
+			return plansource.Tenants{}, nil
+		}
+		return state.Load(ctx)
+	}
+	stateName := func() string {
+		if state == nil {
+			return "(none yet: no admitter has run with ADMITTER_CONSUMER=" + c.Consumer + ")"
+		}
+		return state.Name()
 	}
 	// doc reads the plans document as this shell can: the plans bucket, the plans file, or the
 	// built-in example.
@@ -403,7 +420,7 @@ func runPlans(ctx context.Context, args []string, env map[string]string, stdout,
 	switch a.cmd {
 	case "push":
 		var ts plansource.Tenants
-		if ts, opErr = state.Load(ctx); opErr == nil {
+		if ts, opErr = loadState(); opErr == nil {
 			var rev uint64
 			if rev, opErr = kv.Push(ctx, a.args[0], data, ts.Overrides); opErr == nil {
 				fmt.Fprintf(stdout, "pushed %s to bucket %s (revision %d)\n", a.args[0], kv.Name(), rev)
@@ -415,7 +432,7 @@ func runPlans(ctx context.Context, args []string, env map[string]string, stdout,
 			fmt.Fprintf(stderr, "admitter plans %s: %v\n", a.cmd, err)
 			return 1
 		}
-		ts, err := state.Load(ctx)
+		ts, err := loadState()
 		if err != nil {
 			fmt.Fprintf(stderr, "admitter plans %s: %v\n", a.cmd, err)
 			return 1
@@ -424,7 +441,7 @@ func runPlans(ctx context.Context, args []string, env map[string]string, stdout,
 		if a.cmd == "pauses" {
 			printPauses(stdout, s, time.Now())
 		} else {
-			printSnapshot(stdout, s, state.Name(), time.Now())
+			printSnapshot(stdout, s, stateName(), time.Now())
 		}
 		return 0
 	case "set":
