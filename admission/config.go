@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -105,6 +106,17 @@ type Config struct {
 	// Activity receives every job's decision as it is applied, and every head of a queue told
 	// to wait on (default: none); *activity.Index implements it. It must not block.
 	Activity Recorder
+	// Fallback, when set, is the limiter of fail mode local (a *bucket.Fallback): while Redis is
+	// away, the service routes to each tenant's queue owner the requests and lease messages
+	// other replicas receive for it, and a pool's slots to one replica (bucket.Router), over
+	// NATS on _ADMITTER.<Consumer>.fallback.<replica>.
+	Fallback Fallback
+}
+
+// Fallback is the side of a bucket.Fallback the service routes for (see Config.Fallback).
+type Fallback interface {
+	Route(r bucket.Router, plans func() *bucket.Plans)
+	Serve(ctx context.Context, req []byte) []byte
 }
 
 // Recorder is told what the queue decided (see Config.Activity).

@@ -37,6 +37,7 @@ type Service struct {
 	streams streams
 	owner   int64 // this replica's name in the limiter (bucket.OwnerID)
 	kv      jetstream.KeyValue
+	router  *router // fail mode local's routes between replicas (nil: none)
 	// legacyLanes: the lanes stream of an earlier version holds jobs, read first per tenant.
 	legacyLanes atomic.Bool
 	// noDeletes: the input denies deletes; settled jobs are purged by subject only.
@@ -75,6 +76,10 @@ func New(cfg Config) (*Service, error) {
 	s.members.changed = s.queues.rebalance
 	s.members.floor = s.queues.floor
 	s.members.compact = s.compact
+	if cfg.Fallback != nil {
+		s.router = newRouter(s)
+		cfg.Fallback.Route(s.router, cfg.Policy.Plans)
+	}
 	return s, nil
 }
 
@@ -267,6 +272,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.leases.stop()
+	if s.router != nil {
+		sub, err := s.router.serve(work, s.cfg.Fallback)
+		if err != nil {
+			return fmt.Errorf("admission: serve the fallback's routed questions: %w", err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
 
 	// Which tenants have jobs: the feed, from the input's first job; then the input's listing
 	// (retried until it answers), for the jobs no feed hands over.

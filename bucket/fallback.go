@@ -45,6 +45,9 @@ type Fallback struct {
 	// timeout bounds one probe and one merge call.
 	timeout time.Duration
 
+	router atomic.Pointer[routing] // nil: one replica (see Router)
+	// pools is the copy's pool backend: this replica's pools, and another's asked (see Router).
+	pools routedPools
 	// known holds the tenants whose state the copy has from Redis (tenant → unix ns of the last
 	// mirror; their state may be absent: full); the others are forgotten at the switch.
 	known   sync.Map
@@ -116,6 +119,7 @@ func NewFallback(r *Redis, opts Options, timeout time.Duration, hooks FallbackHo
 	f := &Fallback{redis: r, hooks: hooks, probe: probeEvery, timeout: timeout, quit: make(chan struct{})}
 	f.clock = r.clock
 	f.local = NewMemory(opts, f.now)
+	f.pools = routedPools{f}
 	return f
 }
 
@@ -308,6 +312,8 @@ func (f *Fallback) onCopy(ctx context.Context, tenant string, plan *Plan, decide
 		o := f.out
 		if tenant != "" {
 			f.touch(o, tenant, plan)
+		} else if plan != nil && plan.Pool != nil {
+			f.touchPool(o, plan.Pool)
 		}
 		decide(o)
 		f.mu.RUnlock()
@@ -338,12 +344,17 @@ func (f *Fallback) touch(o *outage, tenant string, plan *Plan) {
 		o.tenants[tenant] = t
 		o.nTenants.Add(1)
 	}
-	if plan.Pool != nil {
-		if _, ok := o.pools[plan.Pool.Name]; !ok {
-			o.nPools.Add(1)
-		}
-		o.pools[plan.Pool.Name] = plan.Pool
+}
+
+// touchPool records that pool is decided on the copy during o (this replica decides its slots:
+// see Router).
+func (f *Fallback) touchPool(o *outage, pool *Pool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.pools[pool.Name]; !ok {
+		o.nPools.Add(1)
 	}
+	o.pools[pool.Name] = pool
 }
 
 // knownFor is how long the copy of a tenant's state stays known without a new mirror.
@@ -383,7 +394,7 @@ func (f *Fallback) Admit(ctx context.Context, b Batch) (BatchResult, error) {
 		var res BatchResult
 		var err error
 		if ok, werr := f.onCopy(ctx, b.Tenant, b.Plan, func(o *outage) {
-			res, err = admitPooled(ctx, f.local, b, f.local.admit)
+			res, err = admitPooled(ctx, f.pools, b, f.local.admit)
 			res.Local = true
 			for _, oc := range res.Outcomes {
 				if oc.Admitted() {
@@ -445,8 +456,18 @@ func (f *Fallback) mirror(tenant string, m mirrored) {
 	}
 }
 
-// Decide decides a request on Redis, or on the copy while Redis is away.
+// Decide decides a request on Redis, or while Redis is away on the copy of the replica that
+// decides the tenant (see Router).
 func (f *Fallback) Decide(ctx context.Context, req Request) (Result, error) {
+	return f.decide(ctx, req, true)
+}
+
+// decideHere is Decide on this replica, asked by another (see Serve).
+func (f *Fallback) decideHere(ctx context.Context, req Request) (Result, error) {
+	return f.decide(ctx, req, false)
+}
+
+func (f *Fallback) decide(ctx context.Context, req Request, route bool) (Result, error) {
 	for {
 		if f.mode.Load() == fallbackUp {
 			res, err := f.redis.Decide(ctx, req)
@@ -454,6 +475,16 @@ func (f *Fallback) Decide(ctx context.Context, req Request) (Result, error) {
 				return res, err
 			}
 			f.goDown(err)
+		}
+		if r := f.remote(RouteTenant(req.Tenant)); route && r != nil && req.Plan != nil {
+			if rep, ok := f.ask(ctx, r, RouteTenant(req.Tenant), routed{Op: "decide", Tenant: req.Tenant, Plan: req.Plan.Name, Weight: req.Weight, JobID: req.JobID}); ok {
+				if rep.Error != "" || rep.Result == nil {
+					return Result{}, fmt.Errorf("bucket: the replica deciding tenant %q: %s", req.Tenant, rep.Error)
+				}
+				res := *rep.Result
+				res.Local = true
+				return res, nil
+			}
 		}
 		var res Result
 		var err error
@@ -476,33 +507,63 @@ func (f *Fallback) Decide(ctx context.Context, req Request) (Result, error) {
 
 // Release ends a lease on Redis, or on the copy while Redis is away.
 func (f *Fallback) Release(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-	return f.leaseOp(ctx, req, f.redis.Release, f.local.Release)
+	return f.lease(ctx, req, leaseRelease, true)
 }
 
 // Renew extends a lease on Redis, or on the copy while Redis is away.
 func (f *Fallback) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-	return f.leaseOp(ctx, req, f.redis.Renew, f.local.Renew)
+	req.Cost = NoCost
+	return f.lease(ctx, req, leaseRenew, true)
 }
 
 // Start renews or takes again a lease as its job begins, on Redis, or on the copy while Redis is
 // away.
 func (f *Fallback) Start(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-	return f.leaseOp(ctx, req, f.redis.Start, f.local.Start)
+	req.Cost = NoCost
+	return f.lease(ctx, req, leaseStart, true)
 }
 
-func (f *Fallback) leaseOp(ctx context.Context, req LeaseRequest, onRedis, onCopy func(context.Context, LeaseRequest) (LeaseResult, error)) (LeaseResult, error) {
+// leaseHere is a lease operation on this replica, asked by another (see Serve).
+func (f *Fallback) leaseHere(ctx context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
+	return f.lease(ctx, req, mode, false)
+}
+
+// leaseModes names the lease modes in routed questions.
+var leaseModes = map[int]string{leaseRelease: "release", leaseRenew: "renew", leaseStart: "start"}
+
+func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route bool) (LeaseResult, error) {
 	for {
 		if f.mode.Load() == fallbackUp {
-			res, err := onRedis(ctx, req)
+			var res LeaseResult
+			var err error
+			switch mode {
+			case leaseRenew:
+				res, err = f.redis.Renew(ctx, req)
+			case leaseStart:
+				res, err = f.redis.Start(ctx, req)
+			default:
+				res, err = f.redis.Release(ctx, req)
+			}
 			if !outageError(ctx, err) {
 				return res, err
 			}
 			f.goDown(err)
 		}
+		if r := f.remote(RouteTenant(req.Tenant)); route && r != nil && req.Plan != nil {
+			q := routed{Op: leaseModes[mode], Tenant: req.Tenant, Plan: req.Plan.Name, Lease: req.Lease, Cost: req.Cost, Weight: req.Weight}
+			if rep, ok := f.ask(ctx, r, RouteTenant(req.Tenant), q); ok {
+				if rep.Error != "" || rep.Lease == nil {
+					return LeaseResult{}, fmt.Errorf("bucket: the replica deciding tenant %q: %s", req.Tenant, rep.Error)
+				}
+				res := *rep.Lease
+				res.Local = true
+				return res, nil
+			}
+		}
 		var res LeaseResult
 		var err error
 		if ok, werr := f.onCopy(ctx, req.Tenant, req.Plan, func(o *outage) {
-			res, err = onCopy(ctx, req)
+			res, err = leasePooled(ctx, f.pools, req, mode, f.local.leaseCall)
 			res.Local = true
 			o.leases.Add(1)
 		}); ok {
@@ -512,6 +573,45 @@ func (f *Fallback) leaseOp(ctx context.Context, req LeaseRequest, onRedis, onCop
 			return res, err
 		}
 	}
+}
+
+// routedPools is the copy's pool backend: a pool this replica decides is on the copy (or on
+// Redis when it answers here), another's is asked of the replica that decides it (see Router).
+type routedPools struct{ f *Fallback }
+
+func (rp routedPools) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+	f := rp.f
+	if r := f.remote(RoutePool(p.Name)); r != nil {
+		if rep, ok := f.ask(ctx, r, RoutePool(p.Name), routed{Op: "pool", Tenant: tenant, Pool: p.Name, PoolOp: op, Share: share, Jobs: jobs, Cost: cost}); ok {
+			if rep.Error != "" || rep.Pool == nil {
+				return poolReply{}, fmt.Errorf("bucket: the replica deciding pool %s: %s", p.Name, rep.Error)
+			}
+			return rep.Pool.reply(), nil
+		}
+	}
+	return f.poolHere(ctx, op, p, tenant, share, jobs, cost)
+}
+
+// poolHere is a pool operation decided by this replica: on Redis while it answers here, else on
+// the copy (the pool then counted as decided here during the outage).
+func (f *Fallback) poolHere(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+	if f.mode.Load() == fallbackUp {
+		r, err := f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost)
+		if !outageError(ctx, err) {
+			return r, err
+		}
+		f.goDown(err)
+	}
+	var r poolReply
+	var err error
+	pl := &Plan{Pool: p}
+	if ok, werr := f.onCopy(ctx, "", pl, func(*outage) { r, err = f.local.poolCall(ctx, op, p, tenant, share, jobs, cost) }); ok {
+		if werr != nil {
+			return poolReply{}, werr
+		}
+		return r, err
+	}
+	return f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost) // up again meanwhile
 }
 
 // Inspect reads a tenant's state on Redis, or on the copy while Redis is away.

@@ -238,3 +238,98 @@ func TestFallbackHoldsLeasesUntilTheyReport(t *testing.T) {
 	}
 	admit(6, JobNotYet)
 }
+
+// directRouter routes between Fallbacks of one process: deciders names, per key, the one that
+// decides it.
+type directRouter struct {
+	self     *Fallback
+	deciders map[string]*Fallback
+}
+
+func (r directRouter) Decides(key string) bool { return r.deciders[key] == nil || r.deciders[key] == r.self }
+
+func (r directRouter) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {
+	return r.deciders[key].Serve(ctx, req), nil
+}
+
+// TestFallbackRoutesBetweenReplicas: two replicas share Redis and a pool of 3; each runs one
+// tenant's queue; the pool's slots are the first's to decide. Redis is killed with the pool
+// full. While it is away, the pool never holds more than 3 however both replicas' queues ask;
+// a request and a done message for a tenant reaching the other replica are decided by the
+// tenant's own (its copy knows the tenant's leases); and after the outage Redis counts what the
+// copies held.
+func TestFallbackRoutesBetweenReplicas(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	red, srv := fallbackRedis(t, c.Now, opts)
+	fa := NewFallback(red, opts, time.Second, FallbackHooks{})
+	fb := NewFallback(red, opts, time.Second, FallbackHooks{})
+	t.Cleanup(fa.Close)
+	t.Cleanup(fb.Close)
+	pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 3, Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPlan(t, "pooled", lim("own", 1000, time.Millisecond), conc("running", 2, 10*time.Second))
+	p.Pool = pool
+	a, b := uniqueTenant("a"), uniqueTenant("b")
+	plans, err := NewPlans([]*Plan{p}, map[string]string{a: "pooled", b: "pooled"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deciders := map[string]*Fallback{RouteTenant(a): fa, RouteTenant(b): fb, RoutePool(pool.Name): fa}
+	fa.Route(directRouter{fa, deciders}, func() *Plans { return plans })
+	fb.Route(directRouter{fb, deciders}, func() *Plans { return plans })
+	ctx := context.Background()
+	admit := func(f *Fallback, tenant string, id int64) BatchResult {
+		t.Helper()
+		r, err := f.Admit(ctx, Batch{Tenant: tenant, Plan: p, Owner: 1, Jobs: []Job{{ID: id, Weight: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Lease ids are input sequences: one space for every tenant.
+	admit(fa, a, 1)
+	admit(fa, a, 2)
+	admit(fb, b, 11) // the pool is full
+	srv.Kill()
+	// Both copies take the pool as forgotten at the switch: every slot held until 60 % of a lease
+	// after it, unless the running jobs report. a's job 1 is done (the message reaches b's
+	// replica), b's job 11 renews (it reaches a's).
+	if r := admit(fb, b, 12); r.Outcomes[0] != JobNotYet || !r.Local {
+		t.Fatalf("b's job 12 right after the switch: %+v, want it to wait for the pool", r)
+	}
+	if r, err := fb.Release(ctx, LeaseRequest{Tenant: a, Plan: p, Lease: 1, Cost: NoCost, Weight: 1}); err != nil || !r.Held {
+		t.Fatalf("a's job 1 done, on b's replica: %+v %v", r, err)
+	}
+	if r, err := fa.Renew(ctx, LeaseRequest{Tenant: b, Plan: p, Lease: 11, Cost: NoCost, Weight: 1}); err != nil || !r.Held {
+		t.Fatalf("b's job 11 renewed, on a's replica: %+v %v", r, err)
+	}
+	// One slot is free (a's job 1): whichever replica asks first takes it, and no other.
+	if r := admit(fb, b, 12); r.Outcomes[0] != JobAdmitted {
+		t.Fatalf("b's job 12 after a's job 1 is done: %+v, want admitted", r)
+	}
+	if r := admit(fa, a, 3); r.Outcomes[0] != JobNotYet || !r.PoolBound {
+		t.Fatalf("a's job 3 with the pool full again: %+v, want it to wait for the pool", r)
+	}
+	// A request for a reaching b's replica is a's replica's to decide: a holds one lease of 2.
+	if r, err := fb.Decide(ctx, Request{Tenant: a, Plan: p, Weight: 1}); err != nil || !r.Allowed || !r.Local {
+		t.Fatalf("a request of a's on b's replica: %+v %v, want allowed by a's copy", r, err)
+	}
+	if r, err := fb.Decide(ctx, Request{Tenant: a, Plan: p, Weight: 1}); err != nil || r.Allowed {
+		t.Fatalf("a second request of a's on b's replica: %+v %v, want refused (a's 2 slots taken)", r, err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "both replicas to charge Redis and return to it", func() bool { return !fa.Local() && !fb.Local() })
+	snap, err := red.InspectPool(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a's job 2 (never reported: its Redis lease lasts), b's job 11 (renewed), b's job 12.
+	if snap.InFlight != 3 {
+		t.Fatalf("the pool holds %d on Redis after the outage, want 3", snap.InFlight)
+	}
+}

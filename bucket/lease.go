@@ -115,27 +115,26 @@ func (l *LeaseRequest) check(mode int) error {
 // Release ends the job's lease now (the job is done), reconciling its cost (LeaseRequest.Cost),
 // and frees its pool slot.
 func (m *Memory) Release(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
-	return leasePooled(ctx, m, req, leaseRelease, func(_ context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
-		return m.lease(req, mode)
-	})
+	return leasePooled(ctx, m, req, leaseRelease, m.leaseCall)
 }
 
 // Renew moves the end of the job's lease, and of its pool slot, to their lease from now (the
 // job still runs).
 func (m *Memory) Renew(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
-	return leasePooled(ctx, m, req, leaseRenew, func(_ context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
-		return m.lease(req, mode)
-	})
+	return leasePooled(ctx, m, req, leaseRenew, m.leaseCall)
 }
 
 // Start renews the job's lease as its worker begins it, or takes its slots again when the
 // lease ended while the job waited for a worker: see Limiter.Start.
 func (m *Memory) Start(ctx context.Context, req LeaseRequest) (LeaseResult, error) {
 	req.Cost = NoCost
-	return leasePooled(ctx, m, req, leaseStart, func(_ context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
-		return m.lease(req, mode)
-	})
+	return leasePooled(ctx, m, req, leaseStart, m.leaseCall)
+}
+
+// leaseCall is lease with the signature leasePooled takes.
+func (m *Memory) leaseCall(_ context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
+	return m.lease(req, mode)
 }
 
 func (m *Memory) lease(req LeaseRequest, mode int) (LeaseResult, error) {

@@ -232,7 +232,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		DuplicateWindow: c.DuplicateWindow, Workers: c.Workers, Batch: c.Batch, Quantum: c.Quantum, DiscoveryInterval: c.Discovery,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
-		Activity: st.activity,
+		Activity: st.activity, Fallback: fallbackOf(limiter),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
@@ -341,6 +341,14 @@ func (r limiterRecord) Mark(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// fallbackOf is the limiter as admission routes for it in fail mode local (nil otherwise).
+func fallbackOf(l policy.Limiter) admission.Fallback {
+	if f, ok := l.(*bucket.Fallback); ok {
+		return f
+	}
+	return nil
 }
 
 // degradedDetail says how decisions are made while the limiter is unreachable, for /readyz (""

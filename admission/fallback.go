@@ -1,0 +1,59 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/admitter/admitter/bucket"
+	"github.com/nats-io/nats.go"
+)
+
+// router is the bucket.Router of fail mode local over NATS (see Config.Fallback): a tenant's
+// questions go to the replica that runs its queue (members.owns), a pool's to the live replica
+// that ranks highest for the pool's key (the rendezvous hashing of tenants), each on its own
+// subject.
+type router struct {
+	s      *Service
+	prefix string // _ADMITTER.<consumer>.fallback.
+}
+
+var _ bucket.Router = (*router)(nil)
+
+func newRouter(s *Service) *router {
+	return &router{s: s, prefix: "_ADMITTER." + s.cfg.Consumer + ".fallback."}
+}
+
+// decider is the live replica that decides for key.
+func (r *router) decider(key string) string {
+	if t, ok := strings.CutPrefix(key, "tenant:"); ok {
+		return rank(r.s.members.liveNow(), t)
+	}
+	return rank(r.s.members.liveNow(), key)
+}
+
+// Decides reports whether this replica decides for key.
+func (r *router) Decides(key string) bool { return r.decider(key) == r.s.members.self }
+
+// Ask sends req to the replica that decides for key.
+func (r *router) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {
+	m, err := r.s.cfg.JetStream.Conn().RequestWithContext(ctx, r.prefix+r.decider(key), req)
+	if err != nil {
+		return nil, fmt.Errorf("admission: ask the replica deciding %s: %w", key, err)
+	}
+	return m.Data, nil
+}
+
+// routeTimeout bounds the answer to a routed question (the asker gives up sooner).
+const routeTimeout = time.Second
+
+// serveRouted answers the questions other replicas route to this one, until the subscription
+// ends; it returns the subscription.
+func (r *router) serve(ctx context.Context, f Fallback) (*nats.Subscription, error) {
+	return r.s.cfg.JetStream.Conn().Subscribe(r.prefix+r.s.members.self, func(m *nats.Msg) {
+		qctx, cancel := context.WithTimeout(ctx, routeTimeout)
+		defer cancel()
+		_ = m.Respond(f.Serve(qctx, m.Data))
+	})
+}
