@@ -246,7 +246,9 @@ type directRouter struct {
 	deciders map[string]*Fallback
 }
 
-func (r directRouter) Decides(key string) bool { return r.deciders[key] == nil || r.deciders[key] == r.self }
+func (r directRouter) Decides(key string) bool {
+	return r.deciders[key] == nil || r.deciders[key] == r.self
+}
 
 func (r directRouter) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {
 	return r.deciders[key].Serve(ctx, req), nil
