@@ -17,22 +17,25 @@ import (
 
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/wire"
+	"github.com/admitter/admitter/worker"
 )
 
 // The soak (make soak; built with -tags soak only, so that `make test` neither runs nor skips it): many tenants' traffic through admitter replicas (the built binary, without
 // the race detector), a 3-node NATS cluster (nats-server processes, streams R3) and Redis, while
 // a fault is injected every ~20 s at random: a replica, a NATS node or Redis killed (SIGKILL)
-// and restarted, paused (SIGSTOP, then SIGCONT) or restarted (SIGTERM). Afterwards the
-// invariants are checked with the property test's checker: nothing lost, nothing forwarded
-// twice, every tenant's forwards within C + r·t per limit in every interval (fail-open forwards
-// excepted). It prints a table of the faults, what each cost, and the invariants.
+// and restarted, paused (SIGSTOP, then SIGCONT) or restarted (SIGTERM). Four tenants have a
+// concurrency limit and share a pool, and the worker library runs their jobs (300 ms each).
+// Afterwards the invariants are checked with the property test's checker: nothing lost,
+// nothing forwarded twice, every tenant's forwards within C + r·t per limit in every interval
+// (fail-open forwards excepted), and never more jobs running at the worker than a concurrency
+// limit or the pool allows. It prints a table of the faults, what each cost, and the invariants.
 //
 //	ADMITTER_SOAK=10m                 run for this long (unset: 10m)
 //	ADMITTER_SOAK_SEED=n              replay a schedule (printed at the start)
 //	ADMITTER_SOAK_FAULT_EVERY=20s     the mean time between faults
 //	ADMITTER_SOAK_FAULTS=k,...        draw only these kinds of fault (e.g. "nats pause,nats kill")
 //	ADMITTER_SOAK_LOGS=dir            write each replica's log (level debug) there at the end
-//	ADMITTER_SOAK_FAIL_MODE=open      or closed (default: drawn from the seed)
+//	ADMITTER_SOAK_FAIL_MODE=local     or open or closed (default: local, the service's default)
 //	ADMITTER_SOAK_REDIS=aof           aof (appendonly yes, appendfsync always), everysec
 //	                                  (appendfsync everysec: a crash may lose the last second)
 //	                                  or forget (no append-only file: a restart forgets)
@@ -43,10 +46,22 @@ type soakTenant struct {
 	limits []bucketLimit
 	load   loadTenant
 	quiet  bool // publishes within its plan: its jobs should go at once
+	leased bool // its plan has a concurrency limit and a pool: its pace is the workers'
 }
 
+// The pool and the concurrency limit of the leased tenants, whose jobs the soak's worker runs.
+const (
+	soakPool       = 6
+	soakConc       = 2
+	soakLeased     = 4
+	soakJobRunning = 300 * time.Millisecond
+)
+
 const soakPlans = `
+pools:
+  workers: {concurrency: 6, lease: 4s}
 plans:
+  leased: {pool: workers, limits: [{capacity: 10, rate: 10/s}, {name: running, kind: concurrency, limit: 2, lease: 4s}]}
   small: {limits: [{capacity: 4, rate: 4/s}]}
   duo:   {limits: [{name: burst, capacity: 8, rate: 8/s}, {name: sustained, capacity: 40, rate: 4/s}]}
   large: {limits: [{capacity: 20, rate: 20/s}]}
@@ -64,7 +79,7 @@ func soakTenants(rng *rand.Rand) []soakTenant {
 			if lt.every > 0 {
 				lt.phase = time.Duration(rng.Int64N(int64(lt.every)))
 			}
-			out = append(out, soakTenant{plan: plan, limits: limits, load: lt, quiet: quiet})
+			out = append(out, soakTenant{plan: plan, limits: limits, load: lt, quiet: quiet, leased: plan == "leased"})
 		}
 	}
 	period := 30 * time.Second
@@ -72,6 +87,8 @@ func soakTenants(rng *rand.Rand) []soakTenant {
 	add(6, "duo", "duo", []bucketLimit{{8, 8}, {40, 4}}, false, loadTenant{rate: 1, maxW: 2, burst: 10, every: period, lasting: 4 * time.Second})
 	add(4, "large", "large", []bucketLimit{{20, 20}}, false, loadTenant{rate: 5, maxW: 1, burst: 50, every: period, lasting: 3 * time.Second})
 	add(22, "quiet", "roomy", []bucketLimit{{20, 10}}, true, loadTenant{rate: 2, maxW: 1})
+	// Each wants 5 jobs/s of 300 ms (1.5 running): 4 together want the pool's 6.
+	add(soakLeased, "leased", "leased", []bucketLimit{{10, 10}}, false, loadTenant{rate: 5, maxW: 1})
 	return out
 }
 
@@ -118,7 +135,7 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(seed, 1))
-	failMode := []string{"open", "closed"}[rng.IntN(2)]
+	failMode := "local"
 	if m := os.Getenv("ADMITTER_SOAK_FAIL_MODE"); m != "" {
 		failMode = m
 	}
@@ -174,6 +191,10 @@ func TestSoak(t *testing.T) {
 			}
 		}
 	}
+
+	// The leased tenants' worker: the worker library, with room for more than the pool.
+	run := newRunning(func(*worker.Job) time.Duration { return soakJobRunning })
+	w.startPoolWorker("soak", 32, run.handle)
 
 	var loads []loadTenant
 	for _, tn := range tenants {
@@ -303,7 +324,8 @@ func TestSoak(t *testing.T) {
 	drained := time.Since(start) - loadEnd
 	got := w.readAll("ADMITTED")
 	c := checkInvariants(published, got, w.readAll("DEAD"), soakChecked(tenants))
-	report := soakReport(start, duration, loadEnd, drained, faults, got, tenants, c, unexpected)
+	most, mostAll, _ := run.snapshot()
+	report := soakReport(start, duration, loadEnd, drained, faults, got, tenants, c, unexpected, most, mostAll)
 	t.Logf("soak: seed %d, fail mode %s, redis %s\n%s", seed, failMode, redisMode, report)
 	if out := os.Getenv("ADMITTER_SOAK_REPORT"); out != "" {
 		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
@@ -314,6 +336,14 @@ func TestSoak(t *testing.T) {
 		t.Error(u)
 	}
 	c.report(t, start)
+	for tn, n := range most {
+		if n > soakConc {
+			t.Errorf("tenant %s: %d jobs ran at once at the worker, limit %d", tn, n, soakConc)
+		}
+	}
+	if mostAll > soakPool {
+		t.Errorf("%d jobs ran at once at the worker, the pool allows %d", mostAll, soakPool)
+	}
 }
 
 // soakChecked is the checker's view of the tenants: each limit, slack the largest weight.
@@ -374,7 +404,7 @@ func soakCosts(start time.Time, loadEnd time.Duration, faults []soakFault, got [
 		ms, _ := strconv.ParseInt(j.header.Get(wire.HeaderDelayMs), 10, 64)
 		wt, _ := strconv.Atoi(j.header.Get(wire.HeaderWeight))
 		f := soakForward{job: j.payload, stored: j.stored, input: j.stored.Add(-time.Duration(ms) * time.Millisecond), weight: float64(max(wt, 1)),
-			degraded: j.header.Get(wire.HeaderDegraded) != ""}
+			degraded: j.header.Get(wire.HeaderDegraded) == wire.DegradedFailOpen}
 		tn := j.header.Get(wire.HeaderTenant)
 		byTenant[tn] = append(byTenant[tn], f)
 		if f.degraded {
@@ -382,6 +412,9 @@ func soakCosts(start time.Time, loadEnd time.Duration, faults []soakFault, got [
 		}
 	}
 	for _, tn := range tenants {
+		if tn.leased {
+			continue // paced by the workers' slots, not by a rate
+		}
 		fs := byTenant[tn.load.name]
 		slices.SortFunc(fs, func(a, b soakForward) int { return a.stored.Compare(b.stored) })
 		rate := tn.limits[0].rate
@@ -415,7 +448,7 @@ func soakCosts(start time.Time, loadEnd time.Duration, faults []soakFault, got [
 // soakReport is the soak's tables: the faults and what each cost, the costs by kind, and the
 // invariants.
 func soakReport(start time.Time, duration, loadEnd, drained time.Duration, faults []soakFault, got []job, tenants []soakTenant,
-	c invariantCheck, unexpected []string) string {
+	c invariantCheck, unexpected []string, most map[string]int, mostAll int) string {
 	perFault, calm := soakCosts(start, loadEnd, faults, got, tenants)
 	var b strings.Builder
 	secs := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) }
@@ -489,6 +522,14 @@ func soakReport(start time.Time, duration, loadEnd, drained time.Duration, fault
 	row("pacing: limits within C + r·t + slack", fmt.Sprintf("%d of %d (fail-open forwards left out: %d); worst: tenant %s, C %v r %v/s, %+.2f over C + r·t (slack %v)",
 		held, all, c.degraded, worst.tenant, worst.limit.capacity, worst.limit.rate, worst.excess, worst.slack), held == all)
 	row("replicas exited on their own or badly", strconv.Itoa(len(unexpected)), len(unexpected) == 0)
+	mostTenant, tenantOf := 0, ""
+	for tn, n := range most {
+		if n > mostTenant {
+			mostTenant, tenantOf = n, tn
+		}
+	}
+	row("most jobs running at the worker, one tenant", fmt.Sprintf("%d of concurrency limit %d (%s)", mostTenant, soakConc, tenantOf), mostTenant <= soakConc)
+	row("most jobs running at the worker, the pool", fmt.Sprintf("%d of %d", mostAll, soakPool), mostAll <= soakPool)
 	tw.Flush()
 
 	// Each pacing bound broken: the forwards in its worst interval and the faults around it.
