@@ -75,7 +75,7 @@ type Forgetting struct {
 	// Node is the server's address.
 	Node string
 	// At is when the state began to be lost: limits without state are taken to have been used
-	// up (to the bound README's "A Redis that forgot" states per kind) at At.
+	// up (to the bound README's "Faults" table states per kind) at At.
 	At time.Time
 	// Why says what happened, for the log.
 	Why string

@@ -160,7 +160,7 @@ func TestRedisSnapshotsAreToldApart(t *testing.T) {
 	}
 	// The client reconnects before the decision (as it does at the first call after a restart,
 	// checked or not): a call already under way when it reconnects runs before the check (see
-	// README, A Redis that forgot).
+	// README, Faults).
 	for tries := 0; client.Do(ctx, client.B().Ping().Build()).Error() != nil; tries++ {
 		if tries == 100 {
 			t.Fatal("the client did not reconnect")

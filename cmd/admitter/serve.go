@@ -302,7 +302,7 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot, js je
 	r.Record(limiterRecord{kv: kv, replica: c.Replica})
 	r.OnForget(func(f bucket.Forgetting) {
 		forgot.Add(context.Background(), 1)
-		log.Warn("redis forgot admitter's state: "+f.Why+"; tenants' limits without state are taken as used up at that time: buckets empty then and refilling, windows full for one window, quotas counting the share of their period elapsed then, concurrency slots held for one lease (README: A Redis that forgot)",
+		log.Warn("redis forgot admitter's state: "+f.Why+"; tenants' limits without state are taken as used up at that time: buckets empty then and refilling, windows full for one window, quotas counting the share of their period elapsed then, concurrency and pool slots held until the running jobs report (README: Faults)",
 			"node", f.Node, "lost_at", f.At.UTC().Format(time.RFC3339Nano))
 	})
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

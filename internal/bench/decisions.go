@@ -87,6 +87,40 @@ func batchedContender(redisURL string, plan *bucket.Plan, tenants []string) (con
 	}, nil
 }
 
+// fallbackContender decides through bucket.Fallback (fail mode local) on the Redis at redisURL:
+// batched as batchedContender (batch true), or single requests as oursContender. With away set,
+// that Redis is stopped once the client is made: every decision is made on the copy, the first
+// one having found Redis gone.
+func fallbackContender(name, redisURL string, plan *bucket.Plan, tenants []string, batch bool, away func()) (contender, error) {
+	client, err := newRueidis(redisURL)
+	if err != nil {
+		return contender{}, err
+	}
+	lim := bucket.NewFallback(bucket.NewRedis(client, "", bucket.Options{}), bucket.Options{}, time.Second, bucket.FallbackHooks{})
+	if away != nil {
+		away()
+	}
+	c := contender{name: name, close: func() { lim.Close(); client.Close() }}
+	if batch {
+		c.per = batchSize
+		c.decide = func(ctx context.Context, seq int64) (bool, error) {
+			b := bucket.Batch{Tenant: tenants[seq%int64(len(tenants))], Plan: plan, Owner: 1, Jobs: make([]bucket.Job, batchSize)}
+			for i := range b.Jobs {
+				b.Jobs[i] = bucket.Job{ID: seq*batchSize + int64(i) + 1, Weight: 1}
+			}
+			res, err := lim.Admit(ctx, b)
+			return err == nil && res.Outcomes[batchSize-1].Admitted(), err
+		}
+		return c, nil
+	}
+	c.decide = func(ctx context.Context, seq int64) (bool, error) {
+		res, err := lim.Decide(ctx, bucket.Request{Tenant: tenants[seq%int64(len(tenants))], Plan: plan, Weight: 1,
+			JobID: "JOBS:" + strconv.FormatInt(seq, 10)})
+		return res.Allowed, err
+	}
+	return c, nil
+}
+
 // newRedisRate is redis_rate's limiter on a go-redis client with a connection per goroutine.
 func newRedisRate(redisURL string, concurrency int) (*goredis.Client, *redis_rate.Limiter, error) {
 	opt, err := goredis.ParseURL(redisURL)

@@ -116,6 +116,12 @@ type Decisions struct {
 	// tenants sent together; its PerSecond counts decisions (jobs), not calls.
 	Batched          DecisionRun `json:"batched"`
 	BatchedVsCeiling float64     `json:"batched_vs_ceiling"`
+	// Fail mode local (bucket.Fallback): the queue's path while Redis answers (each admission
+	// returning the tenant's state for the copy), and while it is away (decided on the copy),
+	// batched as Batched; and single decisions while it is away, as Ours.
+	FallbackBatched DecisionRun `json:"fallback_batched"`
+	LocalBatched    DecisionRun `json:"local_batched"`
+	LocalSingle     DecisionRun `json:"local_single"`
 }
 
 // Sync is the synchronous scenario: decisions per second and latency of admitter's HTTP API
@@ -373,6 +379,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row(fmt.Sprintf("decisions/s batched (%d jobs/call)", batchSize), count(d.Batched.PerSecond), "ceiling "+count(d.Ceiling.PerSecond), fixed(d.BatchedVsCeiling, 2), t, m)
 		row("decision p50/p99 ms", pair(d.Ours.Latency), "redis_rate "+pair(d.RedisRate.Latency), "", "", "")
 		row("", "", "ceiling "+pair(d.Ceiling.Latency), "", "", "")
+		if d.FallbackBatched.Calls > 0 {
+			row("fail mode local, Redis up: batched/s", count(d.FallbackBatched.PerSecond), "batched "+count(d.Batched.PerSecond), fixed(Ratio(d.FallbackBatched.PerSecond, d.Batched.PerSecond), 2), "", "")
+			row("fail mode local, Redis away: batched/s", count(d.LocalBatched.PerSecond), "batched "+count(d.Batched.PerSecond), fixed(Ratio(d.LocalBatched.PerSecond, d.Batched.PerSecond), 2), "", "")
+			row("  p50/p99 ms (Redis up / away)", pair(d.FallbackBatched.Latency), "away "+pair(d.LocalBatched.Latency), "", "", "")
+			row("fail mode local, Redis away: single/s", count(d.LocalSingle.PerSecond), "ours "+count(d.Ours.PerSecond), fixed(Ratio(d.LocalSingle.PerSecond, d.Ours.PerSecond), 2), "", "")
+			row("  p50/p99 ms (away / ours)", pair(d.LocalSingle.Latency), "ours "+pair(d.Ours.Latency), "", "", "")
+		}
 		for _, k := range d.Kinds {
 			kind := strings.TrimPrefix(k.Name, "ours ")
 			if kind == "bucket" {

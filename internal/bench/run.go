@@ -248,6 +248,17 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 		{&d.RedisRate, func() (contender, error) { return redisRateContender(e.redisURL, e.o.Concurrency, tenants) }},
 		{&d.Ceiling, func() (contender, error) { return ceilingContender(e.redisURL, tenants) }},
 		{&d.Batched, func() (contender, error) { return batchedContender(e.redisURL, plan, tenants) }},
+		{&d.FallbackBatched, func() (contender, error) {
+			return fallbackContender("fail mode local, Redis up", e.redisURL, plan, tenants, true, nil)
+		}},
+		{&d.LocalBatched, func() (contender, error) {
+			gone := testenv.StartRedis(e.tb)
+			return fallbackContender("fail mode local, Redis away", gone.URL(), plan, tenants, true, gone.Kill)
+		}},
+		{&d.LocalSingle, func() (contender, error) {
+			gone := testenv.StartRedis(e.tb)
+			return fallbackContender("fail mode local, Redis away, single", gone.URL(), plan, tenants, false, gone.Kill)
+		}},
 	}
 	// The kinds run on a Redis with an append-only file, as the README asks where windows and
 	// quotas matter: a fresh Redis without one is a Redis that forgot, and the limiter then takes
