@@ -43,8 +43,12 @@ type members struct {
 	floor   func() uint64
 	compact func(ctx context.Context, seq uint64) error
 
-	mu        sync.RWMutex
-	seen      map[string]time.Time // replica → when last heard (by its heartbeat's store time)
+	mu sync.RWMutex
+	// seen is when each replica was last heard from, and selfAt this replica: each heartbeat's
+	// store time, the NATS server's clock. A replica is live when its last heartbeat is at most
+	// three heartbeats older than this replica's own last: no two hosts' clocks are compared.
+	seen      map[string]time.Time
+	selfAt    time.Time
 	reports   map[string]heartbeatValue
 	live      []string // sorted, self included
 	compactAt uint64   // the last compaction's sequence
@@ -176,21 +180,7 @@ func (m *members) follow(ctx context.Context, w jetstream.KeyWatcher, ticker *ti
 			if e == nil { // the initial values are in
 				continue
 			}
-			m.mu.Lock()
-			switch e.Operation() {
-			case jetstream.KeyValuePut:
-				m.seen[e.Key()] = minTime(time.Now(), e.Created())
-				var v heartbeatValue
-				if json.Unmarshal(e.Value(), &v) == nil {
-					m.reports[e.Key()] = v
-				} else {
-					delete(m.reports, e.Key())
-				}
-			default:
-				delete(m.seen, e.Key())
-				delete(m.reports, e.Key())
-			}
-			m.mu.Unlock()
+			m.heard(e)
 			m.update()
 		case <-ticker.C:
 			beat()
@@ -199,22 +189,49 @@ func (m *members) follow(ctx context.Context, w jetstream.KeyWatcher, ticker *ti
 	}
 }
 
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
+// heard records a replica's heartbeat (or its key's removal) as the watch delivered it.
+func (m *members) heard(e jetstream.KeyValueEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch e.Operation() {
+	case jetstream.KeyValuePut:
+		m.seen[e.Key()] = e.Created()
+		if e.Key() == m.self && e.Created().After(m.selfAt) {
+			m.selfAt = e.Created()
+		}
+		var v heartbeatValue
+		if json.Unmarshal(e.Value(), &v) == nil {
+			m.reports[e.Key()] = v
+		} else {
+			delete(m.reports, e.Key())
+		}
+	default:
+		delete(m.seen, e.Key())
+		delete(m.reports, e.Key())
 	}
-	return a
 }
 
-// update recomputes the live replicas: this one, and every other heard from within three
-// heartbeats.
+// forgetAfter is how many heartbeats a silent replica is remembered: its key may have ended
+// without a delete (the bucket's age limit), and every start brings a new name.
+const forgetAfter = 10
+
+// update recomputes the live replicas: this one, and every other heard from within three of
+// this one's heartbeats (see seen); it forgets the replicas silent for forgetAfter.
 func (m *members) update() {
-	cut := time.Now().Add(-3 * m.heartbeat)
 	m.mu.Lock()
 	live := []string{m.self}
-	for id, at := range m.seen {
-		if id != m.self && at.After(cut) {
-			live = append(live, id)
+	if !m.selfAt.IsZero() { // until this replica hears its own heartbeat, no other is known live
+		cut := m.selfAt.Add(-3 * m.heartbeat)
+		gone := m.selfAt.Add(-forgetAfter * m.heartbeat)
+		for id, at := range m.seen {
+			switch {
+			case id == m.self:
+			case at.After(cut):
+				live = append(live, id)
+			case at.Before(gone):
+				delete(m.seen, id)
+				delete(m.reports, id)
+			}
 		}
 	}
 	slices.Sort(live)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -227,6 +228,13 @@ func (qs *queues) buffered(q *queue, n int) ([]fed, mode) {
 	return q.buf[:min(n, len(q.buf)):min(n, len(q.buf))], q.mode
 }
 
+// endLegacy turns q from the lanes of an earlier version to its input: its lane is empty.
+func (qs *queues) endLegacy(q *queue) {
+	qs.mu.Lock()
+	q.legacy = false
+	qs.mu.Unlock()
+}
+
 // startRead marks a queue behind as rejoining before it reads the input: the feed's jobs for it
 // are kept meanwhile. It reports whether the queue has anything to read (a following queue with
 // nothing buffered has not).
@@ -300,6 +308,12 @@ func (qs *queues) settled(q *queue, seq uint64) {
 		clear(q.buf[:k])
 		q.buf = q.buf[k:]
 	}
+}
+
+// fallBehindLocked makes q read its jobs from the input from its cursor, its buffer dropped.
+func (qs *queues) fallBehindLocked(q *queue) {
+	qs.bufBytes -= q.bufBytes
+	q.buf, q.bufBytes, q.mode = nil, 0, behind
 }
 
 // dropLocked forgets a queue that leaves this replica: its buffer's bytes.
@@ -488,6 +502,21 @@ func (qs *queues) take() (q *queue, budget int64, ok bool) {
 		}
 		qs.cond.Wait()
 	}
+	return qs.takeLocked()
+}
+
+// tryTake is take when a queue is ready, else ok is false at once.
+func (qs *queues) tryTake() (q *queue, budget int64, ok bool) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if len(qs.ring) == 0 {
+		return nil, 0, false
+	}
+	return qs.takeLocked()
+}
+
+// takeLocked takes the next ready queue of a ring that has one.
+func (qs *queues) takeLocked() (q *queue, budget int64, ok bool) {
 	quantum := int64(qs.s.cfg.Quantum)
 	for skipped := 0; ; {
 		q = qs.ring[0]
@@ -520,6 +549,14 @@ func (qs *queues) done(q *queue, r stepResult) {
 	defer qs.mu.Unlock()
 	q.deficit -= r.spent
 	q.where, q.headless = idle, r.headless
+	if (q.gone || r.gone) && qs.byName[q.tenant] == q && !qs.closed && qs.s.members.owns(q.tenant) {
+		// The tenant went to another replica during the step and came back: the queue is this
+		// replica's again. The feed skipped the tenant's jobs meanwhile: it reads them from its
+		// cursor (behind) rather than follow from the feed's next.
+		q.gone, r.gone = false, false
+		qs.fallBehindLocked(q)
+		r.more = true
+	}
 	switch {
 	case q.gone || r.gone:
 		if qs.byName[q.tenant] == q {
@@ -577,14 +614,20 @@ func (qs *queues) rebalance() {
 			continue
 		}
 		q.gone = true
-		if q.where != running {
-			if q.where == scheduled {
-				heap.Remove(&qs.due, q.index)
-			}
-			q.where = idle
-			qs.dropLocked(q)
-			moved = append(moved, q)
+		switch q.where {
+		case running:
+			// Its step's end drops it, or keeps it if the tenant is back (done). From now on
+			// the feed skips the tenant: the queue reads from its cursor, which holds the floor.
+			qs.fallBehindLocked(q)
+			continue
+		case scheduled:
+			heap.Remove(&qs.due, q.index)
+		case ready:
+			qs.ring = slices.DeleteFunc(qs.ring, func(r *queue) bool { return r == q })
 		}
+		q.where = idle
+		qs.dropLocked(q)
+		moved = append(moved, q)
 	}
 	qs.adopting = true
 	qs.gen++
@@ -593,7 +636,11 @@ func (qs *queues) rebalance() {
 	case qs.pollNow <- struct{}{}:
 	default:
 	}
-	qs.s.handOver(moved)
+	// The hand-over's limiter calls run on their own: the membership's loop that reported the
+	// change must go on beating (its liveness window is 3 heartbeats).
+	if len(moved) > 0 {
+		qs.s.handOvers.Go(func() { qs.s.handOver(moved) })
+	}
 }
 
 // all returns every queue this replica runs.
@@ -673,8 +720,12 @@ func (qs *queues) poll(ctx context.Context) error {
 	defer qs.mu.Unlock()
 	qs.waiting, qs.legacy, qs.polled = waiting, legacy, time.Now()
 	qs.first = max(qs.first, info.State.FirstSeq)
+	if qs.feedOn {
+		qs.s.feed.listed(time.Now(), info.State.LastSeq, qs.pos)
+	}
+	feedBroken := qs.s.feed.broken(time.Now()) != nil // no feed hands jobs over: every tenant is read by subject
 	for tenant := range waiting {
-		if !qs.feedOn || legacy[tenant] || (adopting && rank(qs.adoptFrom, tenant) != self) {
+		if !qs.feedOn || feedBroken || legacy[tenant] || (adopting && rank(qs.adoptFrom, tenant) != self) {
 			qs.adoptLocked(tenant)
 		}
 	}

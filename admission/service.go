@@ -38,6 +38,10 @@ type Service struct {
 	owner   int64 // this replica's name in the limiter (bucket.OwnerID)
 	kv      jetstream.KeyValue
 	router  *router // fail mode local's routes between replicas (nil: none)
+	// handOvers are the hand-overs under way (see handOver).
+	handOvers sync.WaitGroup
+	// feed is what the input's feed's deliveries and errors say of it (see feedHealth).
+	feed feedHealth
 	// legacyLanes: the lanes stream of an earlier version holds jobs, read first per tenant.
 	legacyLanes atomic.Bool
 	// noDeletes: the input denies deletes; settled jobs are purged by subject only.
@@ -231,6 +235,9 @@ func (s *Service) Ready(ctx context.Context) error {
 	if held, why := s.pub.blocked(); held {
 		return errors.New(why)
 	}
+	if err := s.feed.broken(time.Now()); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if err := s.cfg.Policy.Ping(ctx); err != nil && s.cfg.Policy.FailMode() == "closed" {
@@ -337,6 +344,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.log.Warn("stopped after the shutdown bound; jobs not yet removed from the input are read again by their tenants' next owner")
 		return nil
 	}
+	s.handOvers.Wait()
 	s.handOver(s.queues.all())
 	s.log.Info("stopped")
 	return nil
@@ -375,16 +383,80 @@ func (s *Service) startFeed(ctx context.Context) (stop func(), err error) {
 			return
 		}
 		data := m.Data()
+		s.feed.delivered()
 		s.queues.feed(tenant, fed{seq: md.Sequence.Stream, subject: m.Subject(), header: m.Headers(), data: data,
 			stored: md.Timestamp, size: len(data) + len(m.Subject()) + 64})
 	}, jetstream.PullMaxBytes(feedPullBytes), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			s.log.Debug("the input's feed", "err", err)
+			if s.feed.failed(err) {
+				s.log.Warn("the input's feed failed: tenants with jobs are found by listing the input and read by subject until it recovers; /readyz says so", "stream", s.cfg.StreamIn, "err", err)
+			}
 		}))
 	if err != nil {
 		return nil, fmt.Errorf("admission: the input's feed on %s: %w", s.cfg.StreamIn, err)
 	}
 	return cc.Stop, nil
+}
+
+// feedHealth is what the feed's deliveries say of it. A feed that delivers nothing while the
+// input holds jobs it has not delivered, for feedGrace, is broken (a pull refused, a consumer
+// that cannot be made again, a node lost): the service is not ready while it lasts, and the
+// discovery gives a queue, behind, to every tenant with jobs meanwhile (see queues.poll), so that
+// nothing waits for the feed. Its errors are logged once per failure, at warn. (The ordered
+// consumer's own state is not asked: it is locked while it makes its consumer again.)
+type feedHealth struct {
+	last atomic.Int64 // unix ns of the latest delivery
+	mu   sync.Mutex
+	err  error // the latest error reported, for the message
+	// stuck: since when the input has held jobs the feed has not delivered, while it delivered
+	// nothing (zero: it has not)
+	stuck time.Time
+	// logged: the current failure was logged
+	logged bool
+}
+
+// feedGrace is how long a feed may deliver nothing while jobs wait for it before the service says
+// it is broken: a NATS node lost makes the feed miss two heartbeats (4 s) and start again.
+const feedGrace = 5 * time.Second
+
+func (f *feedHealth) delivered() { f.last.Store(time.Now().UnixNano()) }
+
+// failed records an error the feed reported; it reports whether to log it (once per failure).
+func (f *feedHealth) failed(err error) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+	first := !f.logged
+	f.logged = true
+	return first
+}
+
+// listed records what a listing of the input found at now: last, its last sequence, and next,
+// the sequence the feed will deliver next.
+func (f *feedHealth) listed(now time.Time, last, next uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case last < next || f.last.Load() > now.Add(-feedGrace).UnixNano():
+		f.stuck, f.logged, f.err = time.Time{}, false, nil // delivered everything, or lately
+	case f.stuck.IsZero():
+		f.stuck = now
+	}
+}
+
+// broken is the feed's failure when it has delivered nothing for feedGrace while jobs waited
+// for it.
+func (f *feedHealth) broken(now time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stuck.IsZero() || now.Sub(f.stuck) < feedGrace {
+		return nil
+	}
+	why := "it delivers nothing while the input holds jobs"
+	if f.err != nil {
+		why = f.err.Error()
+	}
+	return fmt.Errorf("the input's feed has delivered nothing since %s: %s", f.stuck.UTC().Format(time.RFC3339), why)
 }
 
 // feedPullBytes is how many bytes of jobs the feed asks the server for at a time: the jobs on

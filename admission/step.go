@@ -118,7 +118,7 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 		if len(msgs) > 0 {
 			return s.legacyJobs(ctx, q, msgs), nil
 		}
-		q.legacy = false
+		s.queues.endLegacy(q)
 		s.log.Info("the tenant's jobs left in the lanes stream of an earlier admitter are forwarded: its queue is the input now", "tenant", q.tenant)
 	}
 	qs := s.queues

@@ -71,13 +71,14 @@ func (r *running) snapshot() (most map[string]int, all int, started int) {
 	return most, r.mostAll, started
 }
 
-// startPoolWorker runs the worker library over every forward (one durable consumer), with room
-// for n handlers: the plans, not the worker, hold the jobs to their limits.
-func (w *world) startPoolWorker(name string, n int, h worker.Handler) *worker.Worker {
+// startPoolWorker runs the worker library over every forward (one durable consumer), or only
+// over the subjects filter names, with room for n handlers: the plans, not the worker, hold the
+// jobs to their limits.
+func (w *world) startPoolWorker(name string, n int, h worker.Handler, filter ...string) *worker.Worker {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cons, err := w.js.CreateOrUpdateConsumer(ctx, "ADMITTED", jetstream.ConsumerConfig{Durable: name,
+	cons, err := w.js.CreateOrUpdateConsumer(ctx, "ADMITTED", jetstream.ConsumerConfig{Durable: name, FilterSubjects: filter,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1})
 	if err != nil {
 		w.t.Fatal(err)

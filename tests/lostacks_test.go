@@ -104,3 +104,32 @@ default_plan: steady
 		t.Fatalf("%d of %d jobs stored more than once downstream (%d distinct), want each once", twice, n, len(seen))
 	}
 }
+
+// TestDeadFeedIsNotReady: the admitter's pulls of its input's feed are refused (and with them the
+// feed's consumer cannot be made again): the log says so at warn; a tenant's job published
+// meanwhile makes /readyz say so within seconds, and is forwarded anyway (found by listing the
+// input, read by subject); once the pulls are let through, /readyz is ready again. Before, the
+// feed's errors were logged at debug, /readyz answered ready and the job waited for the feed.
+func TestDeadFeedIsNotReady(t *testing.T) {
+	t.Parallel()
+	w, deny, env := lossyWorld(t, "plans: {p: {limits: [{capacity: 100, rate: 100/s}]}}\ndefault_plan: p\n")
+	metrics := freeAddr(t)
+	p := w.start(append(env, "ADMITTER_HTTP_ADDR="+metrics)...)
+	w.publish("jobs.submit.acme.x", "before")
+	w.read("ADMITTED", 1, 10*time.Second)
+	deny("$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.CREATE.>")
+	waitFor(t, 30*time.Second, "the feed's failure in the log", func() bool { return strings.Contains(p.logs.String(), "the input's feed failed") })
+	w.publish("jobs.submit.late.x", "during")
+	waitFor(t, 30*time.Second, "/readyz to say the feed failed", func() bool {
+		code, body := httpGet(t, "http://"+metrics+"/readyz")
+		return code == 503 && strings.Contains(body, "feed")
+	})
+	w.read("ADMITTED", 2, 20*time.Second)
+	deny()
+	waitFor(t, 30*time.Second, "/readyz ready again", func() bool {
+		code, _ := httpGet(t, "http://"+metrics+"/readyz")
+		return code == 200
+	})
+	w.publish("jobs.submit.acme.x", "after")
+	uniquePayloads(t, w.read("ADMITTED", 3, 20*time.Second))
+}

@@ -87,8 +87,9 @@ func soakTenants(rng *rand.Rand) []soakTenant {
 	add(6, "duo", "duo", []bucketLimit{{8, 8}, {40, 4}}, false, loadTenant{rate: 1, maxW: 2, burst: 10, every: period, lasting: 4 * time.Second})
 	add(4, "large", "large", []bucketLimit{{20, 20}}, false, loadTenant{rate: 5, maxW: 1, burst: 50, every: period, lasting: 3 * time.Second})
 	add(22, "quiet", "roomy", []bucketLimit{{20, 10}}, true, loadTenant{rate: 2, maxW: 1})
-	// Each wants 5 jobs/s of 300 ms (1.5 running): 4 together want the pool's 6.
-	add(soakLeased, "leased", "leased", []bucketLimit{{10, 10}}, false, loadTenant{rate: 5, maxW: 1})
+	// Each wants 3 jobs/s of 300 ms (0.9 running), in bursts of 15/s for 3 s every 30 s (4.5
+	// running, over its limit of 2): the pool's 6 binds in the bursts, and drains between them.
+	add(soakLeased, "leased", "leased", []bucketLimit{{10, 10}}, false, loadTenant{rate: 3, maxW: 1, burst: 15, every: period, lasting: 3 * time.Second})
 	return out
 }
 
@@ -194,7 +195,13 @@ func TestSoak(t *testing.T) {
 
 	// The leased tenants' worker: the worker library, with room for more than the pool.
 	run := newRunning(func(*worker.Job) time.Duration { return soakJobRunning })
-	w.startPoolWorker("soak", 32, run.handle)
+	var leased []string
+	for _, tn := range tenants {
+		if tn.leased {
+			leased = append(leased, "jobs.admitted."+tn.load.name+".>")
+		}
+	}
+	w.startPoolWorker("soak", 32, run.handle, leased...)
 
 	var loads []loadTenant
 	for _, tn := range tenants {
