@@ -117,6 +117,7 @@ type Config struct {
 type Fallback interface {
 	Route(r bucket.Router, plans func() *bucket.Plans)
 	Serve(ctx context.Context, req []byte) []byte
+	Probe()
 }
 
 // Recorder is told what the queue decided (see Config.Activity).

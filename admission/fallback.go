@@ -45,15 +45,30 @@ func (r *router) Ask(ctx context.Context, key string, req []byte) ([]byte, error
 	return m.Data, nil
 }
 
+// Back tells every replica that Redis answers again: each probes it at once.
+func (r *router) Back() {
+	_ = r.s.cfg.JetStream.Conn().Publish(r.prefix+"back", nil)
+}
+
 // routeTimeout bounds the answer to a routed question (the asker gives up sooner).
 const routeTimeout = time.Second
 
-// serveRouted answers the questions other replicas route to this one, until the subscription
-// ends; it returns the subscription.
-func (r *router) serve(ctx context.Context, f Fallback) (*nats.Subscription, error) {
-	return r.s.cfg.JetStream.Conn().Subscribe(r.prefix+r.s.members.self, func(m *nats.Msg) {
+// serve answers the questions other replicas route to this one, and probes Redis when another
+// found it again, until the subscriptions end (unsubscribe).
+func (r *router) serve(ctx context.Context, f Fallback) (unsubscribe func(), err error) {
+	nc := r.s.cfg.JetStream.Conn()
+	asked, err := nc.Subscribe(r.prefix+r.s.members.self, func(m *nats.Msg) {
 		qctx, cancel := context.WithTimeout(ctx, routeTimeout)
 		defer cancel()
 		_ = m.Respond(f.Serve(qctx, m.Data))
 	})
+	if err != nil {
+		return nil, err
+	}
+	back, err := nc.Subscribe(r.prefix+"back", func(*nats.Msg) { f.Probe() })
+	if err != nil {
+		_ = asked.Unsubscribe()
+		return nil, err
+	}
+	return func() { _ = asked.Unsubscribe(); _ = back.Unsubscribe() }, nil
 }

@@ -280,11 +280,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer s.leases.stop()
 	if s.router != nil {
-		sub, err := s.router.serve(work, s.cfg.Fallback)
+		unsubscribe, err := s.router.serve(work, s.cfg.Fallback)
 		if err != nil {
 			return fmt.Errorf("admission: serve the fallback's routed questions: %w", err)
 		}
-		defer func() { _ = sub.Unsubscribe() }()
+		defer unsubscribe()
 	}
 
 	// Which tenants have jobs: the feed, from the input's first job; then the input's listing

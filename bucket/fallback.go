@@ -53,6 +53,11 @@ type Fallback struct {
 	known   sync.Map
 	mirrors atomic.Int64
 
+	// settled is when, after an outage, this replica stops routing what another decides (see
+	// settleFor): unix ns; probeNow wakes the probing of an outage (another replica found Redis).
+	settled  atomic.Int64
+	probeNow chan struct{}
+
 	mu    sync.RWMutex // held for reading by a decision on the copy, for writing to change mode
 	mode  atomic.Int32 // fallbackUp, fallbackDown or fallbackMerging
 	out   *outage      // the outage under way (nil when up), under mu
@@ -70,6 +75,24 @@ const (
 
 // probeEvery is how often Redis is asked whether it answers again during an outage.
 const probeEvery = 250 * time.Millisecond
+
+// settleFor is how long after an outage a replica goes on routing to the replica that decides
+// them the decisions of another's tenants and pools, as during the outage: that replica may not
+// have found Redis again and charged it with what its copy holds (a pool's slots taken on it),
+// and until it has, Redis would hand them out again.
+const settleFor = 3 * time.Second
+
+// Probe asks Redis at once whether it answers again, during an outage (another replica found it
+// did: Router.Back).
+func (f *Fallback) Probe() {
+	select {
+	case f.probeNow <- struct{}{}:
+	default:
+	}
+}
+
+// settling reports whether this replica still routes, after an outage, what another decides.
+func (f *Fallback) settling() bool { return f.settled.Load() > time.Now().UnixNano() }
 
 // FallbackHooks are told of the outages (all optional): Down when one starts, with the error
 // that started it; Up when it ends, with what was decided on the copy meanwhile.
@@ -116,7 +139,7 @@ func NewFallback(r *Redis, opts Options, timeout time.Duration, hooks FallbackHo
 	if timeout <= 0 {
 		timeout = time.Second
 	}
-	f := &Fallback{redis: r, hooks: hooks, probe: probeEvery, timeout: timeout, quit: make(chan struct{})}
+	f := &Fallback{redis: r, hooks: hooks, probe: probeEvery, timeout: timeout, quit: make(chan struct{}), probeNow: make(chan struct{}, 1)}
 	f.clock = r.clock
 	f.local = NewMemory(opts, f.now)
 	f.pools = routedPools{f}
@@ -196,6 +219,7 @@ func (f *Fallback) recover(o *outage) {
 		case <-f.quit:
 			return
 		case <-t.C:
+		case <-f.probeNow:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 		err := f.redis.Ping(ctx)
@@ -226,11 +250,15 @@ func (f *Fallback) merge(o *outage) bool {
 	if err != nil {
 		f.mode.Store(fallbackDown)
 	} else {
+		f.settled.Store(time.Now().Add(settleFor).UnixNano())
 		f.mode.Store(fallbackUp)
 		f.out = nil
 	}
 	close(gate)
 	f.mu.Unlock()
+	if rt := f.router.Load(); err == nil && rt != nil {
+		rt.r.Back() // the other replicas probe at once
+	}
 	if err == nil && f.hooks.Up != nil {
 		f.hooks.Up(Outage{Began: o.began, Lasted: time.Since(o.began), Tenants: int(o.nTenants.Load()), Pools: int(o.nPools.Load()),
 			Admitted: o.admitted.Load(), Waited: o.waited.Load(), Allowed: o.allowed.Load(), Refused: o.refused.Load(), Leases: o.leases.Load()})
@@ -385,7 +413,11 @@ func (f *Fallback) Admit(ctx context.Context, b Batch) (BatchResult, error) {
 	}
 	for {
 		if f.mode.Load() == fallbackUp {
-			res, err := admitPooled(ctx, f.redis, b, f.admitMirrored)
+			var pb poolBackend = f.redis
+			if f.settling() {
+				pb = f.pools
+			}
+			res, err := admitPooled(ctx, pb, b, f.admitMirrored)
 			if !outageError(ctx, err) {
 				return res, err
 			}
@@ -469,22 +501,23 @@ func (f *Fallback) decideHere(ctx context.Context, req Request) (Result, error) 
 
 func (f *Fallback) decide(ctx context.Context, req Request, route bool) (Result, error) {
 	for {
-		if f.mode.Load() == fallbackUp {
-			res, err := f.redis.Decide(ctx, req)
-			if !outageError(ctx, err) {
-				return res, err
-			}
-			f.goDown(err)
-		}
-		if r := f.remote(RouteTenant(req.Tenant)); route && r != nil && req.Plan != nil {
+		up := f.mode.Load() == fallbackUp
+		if r := f.remote(RouteTenant(req.Tenant)); route && r != nil && req.Plan != nil && (!up || f.settling()) {
 			if rep, ok := f.ask(ctx, r, RouteTenant(req.Tenant), routed{Op: "decide", Tenant: req.Tenant, Plan: req.Plan.Name, Weight: req.Weight, JobID: req.JobID}); ok {
 				if rep.Error != "" || rep.Result == nil {
 					return Result{}, fmt.Errorf("bucket: the replica deciding tenant %q: %s", req.Tenant, rep.Error)
 				}
 				res := *rep.Result
-				res.Local = true
+				res.Local = !up
 				return res, nil
 			}
+		}
+		if up {
+			res, err := f.redis.Decide(ctx, req)
+			if !outageError(ctx, err) {
+				return res, err
+			}
+			f.goDown(err)
 		}
 		var res Result
 		var err error
@@ -533,32 +566,28 @@ var leaseModes = map[int]string{leaseRelease: "release", leaseRenew: "renew", le
 
 func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route bool) (LeaseResult, error) {
 	for {
-		if f.mode.Load() == fallbackUp {
-			var res LeaseResult
-			var err error
-			switch mode {
-			case leaseRenew:
-				res, err = f.redis.Renew(ctx, req)
-			case leaseStart:
-				res, err = f.redis.Start(ctx, req)
-			default:
-				res, err = f.redis.Release(ctx, req)
-			}
-			if !outageError(ctx, err) {
-				return res, err
-			}
-			f.goDown(err)
-		}
-		if r := f.remote(RouteTenant(req.Tenant)); route && r != nil && req.Plan != nil {
+		up := f.mode.Load() == fallbackUp
+		if r := f.remote(RouteTenant(req.Tenant)); route && r != nil && req.Plan != nil && (!up || f.settling()) {
 			q := routed{Op: leaseModes[mode], Tenant: req.Tenant, Plan: req.Plan.Name, Lease: req.Lease, Cost: req.Cost, Weight: req.Weight}
 			if rep, ok := f.ask(ctx, r, RouteTenant(req.Tenant), q); ok {
 				if rep.Error != "" || rep.Lease == nil {
 					return LeaseResult{}, fmt.Errorf("bucket: the replica deciding tenant %q: %s", req.Tenant, rep.Error)
 				}
 				res := *rep.Lease
-				res.Local = true
+				res.Local = !up
 				return res, nil
 			}
+		}
+		if up {
+			var pb poolBackend = f.redis
+			if f.settling() {
+				pb = f.pools
+			}
+			res, err := leasePooled(ctx, pb, req, mode, f.redis.leaseCall)
+			if !outageError(ctx, err) {
+				return res, err
+			}
+			f.goDown(err)
 		}
 		var res LeaseResult
 		var err error
@@ -579,15 +608,21 @@ func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route 
 // Redis when it answers here), another's is asked of the replica that decides it (see Router).
 type routedPools struct{ f *Fallback }
 
+//
+// A pool's slots are decided by one replica or by none: a question its replica does not answer
+// is an error (the job waits), not a decision on this replica's copy, which would hand the pool
+// out a second time.
 func (rp routedPools) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
 	f := rp.f
 	if r := f.remote(RoutePool(p.Name)); r != nil {
-		if rep, ok := f.ask(ctx, r, RoutePool(p.Name), routed{Op: "pool", Tenant: tenant, Pool: p.Name, PoolOp: op, Share: share, Jobs: jobs, Cost: cost}); ok {
-			if rep.Error != "" || rep.Pool == nil {
-				return poolReply{}, fmt.Errorf("bucket: the replica deciding pool %s: %s", p.Name, rep.Error)
-			}
-			return rep.Pool.reply(), nil
+		rep, ok := f.ask(ctx, r, RoutePool(p.Name), routed{Op: "pool", Tenant: tenant, Pool: p.Name, PoolOp: op, Share: share, Jobs: jobs, Cost: cost})
+		switch {
+		case !ok:
+			return poolReply{}, fmt.Errorf("bucket: the replica deciding pool %s did not answer", p.Name)
+		case rep.Error != "" || rep.Pool == nil:
+			return poolReply{}, fmt.Errorf("bucket: the replica deciding pool %s: %s", p.Name, rep.Error)
 		}
+		return rep.Pool.reply(), nil
 	}
 	return f.poolHere(ctx, op, p, tenant, share, jobs, cost)
 }

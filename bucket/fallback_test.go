@@ -254,6 +254,12 @@ func (r directRouter) Ask(ctx context.Context, key string, req []byte) ([]byte, 
 	return r.deciders[key].Serve(ctx, req), nil
 }
 
+func (r directRouter) Back() {
+	for _, f := range r.deciders {
+		f.Probe()
+	}
+}
+
 // TestFallbackRoutesBetweenReplicas: two replicas share Redis and a pool of 3; each runs one
 // tenant's queue; the pool's slots are the first's to decide. Redis is killed with the pool
 // full. While it is away, the pool never holds more than 3 however both replicas' queues ask;

@@ -14,7 +14,8 @@ import (
 // decided by the replica that runs the tenant's queue, whose copy holds its state; a pool's slots
 // (taken for the tenants of every replica) by one replica for the whole pool. A Router names that
 // replica and carries the question to it (package admission: over NATS); the replica answers with
-// Serve. A question that finds no answer is decided here, on this replica's copy.
+// Serve. A tenant's question that finds no answer is decided here, on this replica's copy (which
+// does not know the tenant: it is taken as forgotten); a pool's is an error (the job waits).
 
 // A Router routes what the copy decides to the replica that decides it (see above).
 type Router interface {
@@ -23,6 +24,8 @@ type Router interface {
 	// Ask sends req to the replica that decides for key and returns what its Fallback.Serve
 	// answered.
 	Ask(ctx context.Context, key string, req []byte) ([]byte, error)
+	// Back tells every replica that Redis answers again (each calls its Fallback.Probe).
+	Back()
 }
 
 // RouteTenant and RoutePool are the keys a Router routes: a tenant's requests and leases, a
@@ -96,9 +99,8 @@ func (f *Fallback) remote(key string) Router {
 	return rt.r
 }
 
-// askFor is how long a routed question may wait for its answer: less than a decision's bound,
-// so that one not answered is still decided here in time.
-const askFor = 150 * time.Millisecond
+// askFor is how long a routed question may wait for its answer (within its caller's bound).
+const askFor = time.Second
 
 // ask sends q for key to the replica that decides it; ok is false when none answered (then the
 // caller decides here).
