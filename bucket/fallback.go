@@ -608,7 +608,6 @@ func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route 
 // Redis when it answers here), another's is asked of the replica that decides it (see Router).
 type routedPools struct{ f *Fallback }
 
-//
 // A pool's slots are decided by one replica or by none: a question its replica does not answer
 // is an error (the job waits), not a decision on this replica's copy, which would hand the pool
 // out a second time.
