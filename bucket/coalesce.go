@@ -171,8 +171,32 @@ func (r *Redis) execDecides(ctx context.Context, calls []*admitCall) {
 }
 
 // execMany runs script (lua/many.lua over one of the scripts) with every batch of calls, and
-// gives each its reply or error.
+// gives each its reply or error. The batches a server refused because it lost admitter's state
+// after they were built (lua/state.lua memory_of) are sent again once, with when.
 func (r *Redis) execMany(ctx context.Context, script *script, calls []*admitCall) {
+	r.execManyOnce(ctx, script, calls)
+	var again []*admitCall
+	for _, c := range calls {
+		if isStaleMemory(c.err) {
+			c.err = nil
+			again = append(again, c)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	r.born.stale()
+	if err := r.refreshBorn(ctx); err != nil {
+		for _, c := range again {
+			c.err = err
+		}
+		return
+	}
+	r.execManyOnce(ctx, script, again)
+}
+
+// execManyOnce is one try of execMany.
+func (r *Redis) execManyOnce(ctx context.Context, script *script, calls []*admitCall) {
 	resp := r.exec(ctx, script, func() (keys, args []string) {
 		head := make([]byte, 0, 8*(1+len(calls)))
 		head = packInts(head, int64(len(calls)))

@@ -299,8 +299,8 @@ func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (Leas
 	}
 	key := r.keys(req.Tenant)
 	reply, err := r.run(ctx, r.lease, func() (keys, args []string) {
-		arg := make([]byte, 0, 8*9+len(p.packed)+p.calendarsLen())
-		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, req.weight(), r.redeem, r.pad, r.born.at.Load(), int64(len(p.Limits)))
+		arg := make([]byte, 0, 8*10+len(p.packed)+p.calendarsLen())
+		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, req.weight(), r.redeem, r.pad, r.born.at.Load(), int64(len(p.Limits)), r.markerTag())
 		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
 		return key, []string{unsafe.String(&arg[0], len(arg))}
 	})

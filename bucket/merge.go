@@ -108,8 +108,8 @@ func (r *Redis) mergeTenant(ctx context.Context, tenant string, p *Plan, d tenan
 		return nil
 	}
 	_, err := r.run(ctx, r.merge, func() (keys, args []string) {
-		arg := make([]byte, 0, 8*6+len(p.packed)+p.calendarsLen())
-		arg = packInts(arg, r.now(), r.born.at.Load(), r.redeem, r.pad, d.stored, int64(len(p.Limits)))
+		arg := make([]byte, 0, 8*7+len(p.packed)+p.calendarsLen())
+		arg = packInts(arg, r.now(), r.born.at.Load(), r.redeem, r.pad, d.stored, int64(len(p.Limits)), r.markerTag())
 		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
 		return r.keys(tenant), []string{string(arg), string(d.limits)}
 	})

@@ -346,10 +346,10 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 }
 
 // poolArgs packs a pool call's argument (see lua/pool.lua).
-func poolArgs(now, born int64, op int, p *Pool, share int64, jobs []Job, cost int64) []byte {
-	arg := make([]byte, 0, 8*(15+2*len(jobs)))
+func poolArgs(now, born, memTag int64, op int, p *Pool, share int64, jobs []Job, cost int64) []byte {
+	arg := make([]byte, 0, 8*(16+2*len(jobs)))
 	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
-		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born, int64(len(jobs)))
+		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born, memTag, int64(len(jobs)))
 	for _, j := range jobs {
 		arg = packInts(arg, j.ID, j.Weight)
 	}
@@ -366,7 +366,7 @@ func (r *Redis) poolKeys(p *Pool) []string {
 // poolCall runs lua/pool.lua.
 func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
 	res := r.exec(ctx, r.pool, func() (keys, args []string) {
-		arg := poolArgs(r.now(), r.born.at.Load(), op, p, share, jobs, cost)
+		arg := poolArgs(r.now(), r.born.at.Load(), r.markerTag(), op, p, share, jobs, cost)
 		return r.poolKeys(p), []string{unsafe.String(&arg[0], len(arg)), tenant}
 	})
 	parts, err := res.ToArray()

@@ -44,6 +44,8 @@ type Redis struct {
 	fixed []byte
 	// clock pins the script's clock (tests only); nil reads the server's TIME.
 	clock func() time.Time
+	// cluster: the client is a Redis Cluster's (see markerTag).
+	cluster bool
 	owned bool // the client is ours to close (DialRedis)
 	// born is when the servers last lost admitter's state (µs of server time; 0: nothing known
 	// lost), see born.go and lua/state.lua load; refreshed by refreshBorn.
@@ -80,6 +82,7 @@ func NewRedis(client rueidis.Client, prefix string, opts Options) *Redis {
 		fixed: packInts(nil, opts.Horizon.Microseconds(), opts.SlotGrace.Microseconds(), opts.MarkerTTL.Microseconds(), 0,
 			opts.Redeem.Microseconds()),
 	}
+	r.cluster = client == nil || client.Mode() == rueidis.ClientModeCluster
 	r.admits = coalescer{exec: r.execAdmits, maxCalls: coalesceCalls, maxBatches: coalesceBatches, maxJobs: coalesceJobs}
 	r.decides = coalescer{exec: r.execDecides, maxCalls: coalesceCalls, maxBatches: coalesceBatches, maxJobs: coalesceJobs}
 	if client != nil && client.Mode() == rueidis.ClientModeCluster {
@@ -145,7 +148,7 @@ func (r *Redis) call(req *Request) (keys, args []string) {
 	if req.JobID != "" {
 		job = state + 1 + len(req.JobID)
 	}
-	buf := make([]byte, 0, max(state, job)+40+len(r.fixed)+len(p.packed)+p.calendarsLen())
+	buf := make([]byte, 0, max(state, job)+48+len(r.fixed)+len(p.packed)+p.calendarsLen())
 	buf = append(append(append(append(buf, r.prefix...), '{'), req.Tenant...), '}')
 	if p.Shadow {
 		buf = append(buf, shadowSuffix...)
@@ -155,7 +158,7 @@ func (r *Redis) call(req *Request) (keys, args []string) {
 	}
 	keyEnd := len(buf)
 	buf = packInts(buf, r.now(), req.Weight)
-	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load(), int64(len(p.Limits)), LeaseKey(req.JobID)), p.packed...)
+	buf = append(packInts(append(buf, r.fixed...), r.born.at.Load(), int64(len(p.Limits)), LeaseKey(req.JobID), r.markerTag()), p.packed...)
 	buf = p.calendars(buf, r.estimate(), r.reach)
 	strs := new([3]string)
 	strs[0] = unsafe.String(&buf[0], state)
@@ -212,9 +215,9 @@ func (r *Redis) admitState(ctx context.Context, b Batch, mirror bool) (BatchResu
 	}
 	c.arg = func() string {
 		plan := *p
-		arg := make([]byte, 0, 8*(16+2*len(b.Jobs))+len(plan.packed)+plan.calendarsLen())
+		arg := make([]byte, 0, 8*(17+2*len(b.Jobs))+len(plan.packed)+plan.calendarsLen())
 		arg = packInts(arg, r.now(), b2i(shadow), r.redeem, r.late, r.horizon, b.Owner, hold, b.Stored, b.Keep.Microseconds(),
-			b.LateWeight, b.Late.Microseconds(), int64(len(b.Jobs)), int64(len(plan.Limits)), r.pad, r.born.at.Load(), b2i(mirror))
+			b.LateWeight, b.Late.Microseconds(), int64(len(b.Jobs)), int64(len(plan.Limits)), r.pad, r.born.at.Load(), b2i(mirror), r.markerTag())
 		for _, j := range b.Jobs {
 			arg = packInts(arg, j.ID, j.Weight)
 		}
@@ -283,8 +286,21 @@ func (r *Redis) run(ctx context.Context, s *script, build func() (keys, args []s
 	return r.exec(ctx, s, build).AsBytes()
 }
 
-// exec is run for a reply of any type; its error is the reply's.
+// exec is run for a reply of any type; its error is the reply's. A call the server refuses
+// because it lost admitter's state after the call was built is made again once, with when.
 func (r *Redis) exec(ctx context.Context, s *script, build func() (keys, args []string)) rueidis.RedisResult {
+	resp := r.execOnce(ctx, s, build)
+	if isStaleMemory(resp.Error()) {
+		if err := r.refreshBorn(ctx); err != nil {
+			return rueidis.NewErrorResult(err)
+		}
+		resp = r.execOnce(ctx, s, build)
+	}
+	return resp
+}
+
+// execOnce is one try of exec.
+func (r *Redis) execOnce(ctx context.Context, s *script, build func() (keys, args []string)) rueidis.RedisResult {
 	keys, args := build()
 	if r.noFunctions.Load() {
 		return r.evalsha(ctx, s, keys, args, build)
@@ -313,10 +329,26 @@ func (r *Redis) exec(ctx context.Context, s *script, build func() (keys, args []
 			return r.evalsha(ctx, s, keys, args, build)
 		}
 	}
-	if resp.Error() != nil {
+	if err := resp.Error(); err != nil {
 		r.born.stale()
 	}
 	return resp
+}
+
+// markerTag is the tag of the servers' memory marker the scripts read (lua/state.lua memory_of):
+// 0 on one server, -1 where they cannot or need not (a Redis Cluster: it lives in another slot;
+// the servers' memory not followed: tests with a pinned clock).
+func (r *Redis) markerTag() int64 {
+	if r.cluster || r.born.off {
+		return -1
+	}
+	return 0
+}
+
+// isStaleMemory reports whether err is a script refusing a call built before its server lost
+// admitter's state (lua/state.lua memory_of).
+func isStaleMemory(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "admitter: stale memory")
 }
 
 func (r *Redis) fcall(ctx context.Context, s *script, keys, args []string) rueidis.RedisResult {

@@ -46,8 +46,8 @@
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), shadow (0/1), redeem (µs), late (µs),
 --          horizon (µs), owner, olife (µs), stored (input sequence, 0: none), keep (µs), lw
 --          (weight), lt (µs), k jobs, n limits, extra key life (ms, 0 in production), born (µs,
---          see load), mirror (0/1), then k × (job id, weight), then the plan's n limits and
---          calendars (see read_limits).
+--          see load), mirror (0/1), the memory marker's tag (-1: none; see memory_of), then
+--          k × (job id, weight), then the plan's n limits and calendars (see read_limits).
 --
 -- A concurrency limit takes a lease for each job admitted, its id the job's (see lease.lua).
 --
@@ -63,11 +63,12 @@
 --
 -- Redis commands: TIME, GET (two in shadow), and one SET ... PX or DEL (two in shadow).
 local arg = ARGV[1]
-local now, shadow, redeem, late, horizon, owner, olife, stored, keep, lw, lt, k, n, pad, born, mirror =
-  struct.unpack('<llllllllllllllll', arg)
+local now, shadow, redeem, late, horizon, owner, olife, stored, keep, lw, lt, k, n, pad, born, mirror, mtag =
+  struct.unpack('<lllllllllllllllll', arg)
 if now == 0 then now = server_now() end
 shadow = shadow == 1
-local pos = 8 * 16 + 1
+memory_of(KEYS[1], false, mtag, born)
+local pos = 8 * 17 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 local lims = read_limits(arg, pos, n)

@@ -19,8 +19,8 @@
 --          added to every PX; 0 in production), redeem (µs: how long the queue's recent
 --          decisions are kept, see admit.lua), born (µs, see load),
 --          n limits, lease id (the id of the lease a concurrency limit takes: a hash of the job
---          key, 0 for none: such a lease only ends), then the plan's limits and calendars (see
---          read_limits).
+--          key, 0 for none: such a lease only ends), the memory marker's tag (-1: none; see
+--          memory_of), then the plan's limits and calendars (see read_limits).
 --
 -- Reply: packed int64s {status, remaining, wait (µs), binding limit (0-based), leases expired
 -- (ended unreleased, dropped from the state by this call)}.
@@ -35,9 +35,10 @@
 --
 -- Redis commands: TIME, one GET or MGET, and at most two SET ... PX (or a SET and a DEL).
 local arg = ARGV[1]
-local now, w, horizon, grace, life, pad, redeem, born, n, lease = struct.unpack('<llllllllll', arg)
+local now, w, horizon, grace, life, pad, redeem, born, n, lease, mtag = struct.unpack('<lllllllllll', arg)
 if now == 0 then now = server_now() end
-local lims = read_limits(arg, 81, n)
+memory_of(KEYS[1], false, mtag, born)
+local lims = read_limits(arg, 89, n)
 check_calendars(lims, n, now)
 local job = KEYS[2]
 

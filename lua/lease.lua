@@ -30,8 +30,8 @@
 -- KEYS[1]  the tenant's state
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode (0 release, 1 renew, 2 start),
 --          lease id, cost (-1: none), the job's weight (for a lease not held), redeem (µs), extra
---          key life (ms), born (µs, see load), n limits, then the plan's limits and calendars (see
---          read_limits).
+--          key life (ms), born (µs, see load), n limits, the memory marker's tag (-1: none; see
+--          memory_of), then the plan's limits and calendars (see read_limits).
 --
 -- Reply: packed int64s {found (0/1), the lease's weight (0 when not found), leases expired
 -- (ended unreleased, dropped from the state by this call), the lease's new end (µs, renew and
@@ -39,9 +39,10 @@
 --
 -- Redis commands: TIME, GET, and at most one SET ... PX or DEL.
 local arg = ARGV[1]
-local now, mode, id, cost, jw, redeem, pad, born, n = struct.unpack('<lllllllll', arg)
+local now, mode, id, cost, jw, redeem, pad, born, n, mtag = struct.unpack('<llllllllll', arg)
 if now == 0 then now = server_now() end
-local lims = read_limits(arg, 73, n)
+memory_of(KEYS[1], false, mtag, born)
+local lims = read_limits(arg, 81, n)
 check_calendars(lims, n, now)
 local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
 local ws = load(st, lims, n, now, born)

@@ -12,8 +12,8 @@
 --
 -- KEYS[1]  the tenant's state
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), born (µs, see load), redeem (µs),
---          extra key life (ms), stored (0: none), n limits, then the plan's n limits and
---          calendars (see read_limits)
+--          extra key life (ms), stored (0: none), n limits, the memory marker's tag (-1: none;
+--          see memory_of), then the plan's n limits and calendars (see read_limits)
 -- ARGV[2]  packed int64s: per limit, in the plan's order, a count k then k values: a bucket
 --          k = 1 (inc) or 0; a window or quota k = 2t, t × (death, weight); a concurrency limit
 --          k = 4t, t × (death, weight, id, at), then r and r ids; then m and m × (job, at)
@@ -22,9 +22,10 @@
 --
 -- Redis commands: TIME, GET, and one SET ... PX or DEL.
 local arg, d = ARGV[1], ARGV[2]
-local now, born, redeem, pad, stored, n = struct.unpack('<llllll', arg)
+local now, born, redeem, pad, stored, n, mtag = struct.unpack('<lllllll', arg)
 if now == 0 then now = server_now() end
-local lims = read_limits(arg, 49, n)
+memory_of(KEYS[1], false, mtag, born)
+local lims = read_limits(arg, 57, n)
 check_calendars(lims, n, now)
 local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
 local ws = load(st, lims, n, now, born)

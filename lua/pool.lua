@@ -39,7 +39,8 @@
 --          iv (µs), share, ttl (µs), reask (µs), cost (release; -1: none), scan (the waiters a
 --          call looks at: reservations, wakes), wake_jobs (the reserved jobs a release looks
 --          at), max_conc (the most leases a pool holds), born (µs: when the server lost what it
---          knew, 0: nothing known lost), k, then k × (job id, weight); for merge, k/2 leases,
+--          knew, 0: nothing known lost), the memory marker's tag (-1: none; see memory_of), k,
+--          then k × (job id, weight); for merge, k/2 leases,
 --          each two pairs (id, weight), (death, taken at): put in place of any lease of the same
 --          id, or, of weight 0, dropped
 -- ARGV[2]  the tenant
@@ -73,10 +74,11 @@
 local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
-local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, k =
-  struct.unpack('<lllllllllllllll', arg)
+local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, mtag, k =
+  struct.unpack('<llllllllllllllll', arg)
 if now == 0 then now = server_now() end
-local pos = 8 * 15 + 1
+memory_of(KEYS[1], true, mtag, born)
+local pos = 8 * 16 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 
@@ -87,6 +89,7 @@ local function dec(x) return string.format('%.17g', x) end
 local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws')
 local tat, inuse = num(head[1]), num(head[2])
 local V, wshares = num(head[3]), num(head[4])
+if not head[1] and not head[2] and not head[3] then check_memory() end
 local forgotten = not head[1] and not head[2] and not head[3] and born > 0
 if forgotten and cap > 0 then tat = born + cap * iv end
 if tat < now then tat = now end

@@ -342,6 +342,37 @@ local function unbook(st, death)
   return false
 end
 
+-- The server's memory marker (see memory.lua), when the caller can name it: on one server its tag
+-- is 0; on a Redis Cluster it lives in another slot than a tenant's keys (tag -1: not checked).
+-- A call that finds a limit without state takes it as used to a bound at born, the time the
+-- caller believes this server last lost admitter's state (see load). If the server restarted
+-- empty since the caller last asked (a reconnection carried the call, built before, to the new
+-- server), that belief is old and the limit would be taken for unused: a burst. So the first
+-- limit without state of a call reads the marker, and a marker that is absent (no replica has
+-- looked at the new server yet) or records a later loss refuses the call; the caller asks when
+-- the server's memory began, and calls again (bucket.Redis exec).
+local mem_key, mem_born, mem_checked = nil, 0, false
+
+-- memory_of sets the marker of this call: key is one of its keys (prefix .. '{' ..), pool says it
+-- is a pool's (prefix .. 'pool{'), tag the marker's tag (-1: none), born the caller's.
+local function memory_of(key, pool, tag, born)
+  mem_key, mem_born, mem_checked = nil, born, false
+  if tag < 0 then return end
+  local prefix = string.sub(key, 1, string.find(key, '{', 1, true) - 1)
+  if pool then prefix = string.sub(prefix, 1, -5) end
+  mem_key = prefix .. 'memory{' .. string.format('%d', tag) .. '}'
+end
+
+-- check_memory refuses the call when the marker says the caller's born is old (see above).
+local function check_memory()
+  if not mem_key or mem_checked then return end
+  mem_checked = true
+  local lost = redis.call('HGET', mem_key, 'lost')
+  if not lost or tonumber(lost) > mem_born then
+    error({err = 'ERR admitter: stale memory: this server lost admitter\'s state after the call was made; ask when its memory began'})
+  end
+end
+
 -- phantom_end is when the slots of a concurrency limit or a pool with a lease of `lease` µs,
 -- forgotten at born, stop being counted (exact in doubles for any lease up to 100 years; Go:
 -- phantomEnd).
@@ -367,6 +398,7 @@ local function load(st, lims, n, now, born)
   st.expired = 0
   for i = 1, n do
     local l, r = lims[i], st.recs[i]
+    if not r then check_memory() end
     if l.kind == BUCKET then
       local t = r or (born + l.a)
       if t < now then t = now end
