@@ -26,6 +26,9 @@ type outMsg struct {
 	// took is, once stored, how long from the start of publishAll until its store was confirmed:
 	// an upper bound on how late after its decision it was stored.
 	took time.Duration
+	// lease is the length of the lease the forward's job holds (0: none): a forward stored a
+	// quarter of it or more after its decision has its lease renewed (Service.renewLate).
+	lease time.Duration
 }
 
 // errTooLarge: the message cannot be stored on its stream whatever happens; its job is

@@ -46,7 +46,7 @@ type Redis struct {
 	clock func() time.Time
 	// cluster: the client is a Redis Cluster's (see markerTag).
 	cluster bool
-	owned bool // the client is ours to close (DialRedis)
+	owned   bool // the client is ours to close (DialRedis)
 	// born is when the servers last lost admitter's state (µs of server time; 0: nothing known
 	// lost), see born.go and lua/state.lua load; refreshed by refreshBorn.
 	born born

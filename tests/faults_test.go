@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -33,6 +34,11 @@ type running struct {
 	starts  map[string][]time.Time
 	ends    map[string][]time.Time
 	took    func(j *worker.Job) time.Duration
+	// over, when set, says whether a tenant's n running, all in all, pass a limit: the first few
+	// times they do, what runs then is kept in overs.
+	over  func(tenant string, n, all int) bool
+	jobs  map[*worker.Job]time.Time
+	overs []string
 }
 
 func newRunning(took func(j *worker.Job) time.Duration) *running {
@@ -46,12 +52,28 @@ func (r *running) handle(ctx context.Context, j *worker.Job) error {
 	r.most[j.Tenant] = max(r.most[j.Tenant], r.now[j.Tenant])
 	r.mostAll = max(r.mostAll, r.all)
 	r.starts[j.Tenant] = append(r.starts[j.Tenant], time.Now())
+	if r.over != nil {
+		if r.jobs == nil {
+			r.jobs = map[*worker.Job]time.Time{}
+		}
+		r.jobs[j] = time.Now()
+		if r.over(j.Tenant, r.now[j.Tenant], r.all) && len(r.overs) < 5 {
+			var b strings.Builder
+			fmt.Fprintf(&b, "at %s, %d of %s running, %d in all:", time.Now().Format("15:04:05.000"), r.now[j.Tenant], j.Tenant, r.all)
+			for rj, at := range r.jobs {
+				fmt.Fprintf(&b, "\n  %s lease %d attempt %d began %s, deadline %s, %s=%q delay %sms", rj.Tenant, rj.Lease, rj.Attempt,
+					at.Format("15:04:05.000"), rj.LeaseDeadline().Format("15:04:05.000"), wire.HeaderDegraded, rj.Header.Get(wire.HeaderDegraded), rj.Header.Get(wire.HeaderDelayMs))
+			}
+			r.overs = append(r.overs, b.String())
+		}
+	}
 	r.mu.Unlock()
 	select {
 	case <-ctx.Done():
 	case <-time.After(r.took(j)):
 	}
 	r.mu.Lock()
+	delete(r.jobs, j)
 	r.now[j.Tenant] -= int(j.Weight)
 	r.all -= int(j.Weight)
 	r.ends[j.Tenant] = append(r.ends[j.Tenant], time.Now())
@@ -350,5 +372,50 @@ tenants: {acme: api}
 	// and at most one more refills while the ten are asked.
 	if bound := 2 + int(time.Since(begin).Seconds()) + 1; allowed > bound || refused == 0 {
 		t.Errorf("%d of 10 allowed while Redis was away (%d refused); the plan allows at most %d", allowed, refused, bound)
+	}
+}
+
+// TestForwardStoredLateKeepsItsSlot: the output stream is away when a leased job is admitted
+// (a stream electing a leader, a node that stops answering), and takes its forward only after
+// the lease has ended at Redis. The slot stays the job's: a second job of the tenant, decided
+// at once after it, waits for the first's done message instead of running beside it.
+func TestForwardStoredLateKeepsItsSlot(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, `
+plans:
+  one:
+    limits: [{name: running, kind: concurrency, limit: 1, lease: 1s}]
+tenants: {acme: one}
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := jetstream.StreamConfig{Name: "ADMITTED", Subjects: []string{"jobs.admitted.>"}, Retention: jetstream.WorkQueuePolicy}
+	if _, err := w.js.CreateStream(ctx, out); err != nil {
+		t.Fatal(err)
+	}
+	w.start()
+	if err := w.js.DeleteStream(ctx, "ADMITTED"); err != nil {
+		t.Fatal(err)
+	}
+	w.publish("jobs.submit.acme.work", "first")
+	w.publish("jobs.submit.acme.work", "second")
+	time.Sleep(2500 * time.Millisecond) // the lease granted with the first forward ends at Redis
+	if _, err := w.js.CreateStream(ctx, out); err != nil {
+		t.Fatal(err)
+	}
+	run := newRunning(func(j *worker.Job) time.Duration {
+		if string(j.Data) == "first" {
+			return 3 * time.Second
+		}
+		return 100 * time.Millisecond
+	})
+	w.startPoolWorker("late", 4, run.handle, "jobs.admitted.acme.>")
+	waitFor(t, 30*time.Second, "both jobs to run", func() bool {
+		run.mu.Lock()
+		defer run.mu.Unlock()
+		return len(run.ends["acme"]) == 2
+	})
+	if most, _, _ := run.snapshot(); most["acme"] > 1 {
+		t.Errorf("%d jobs of acme ran at once, its limit is 1: the forward stored after its lease ended lost its slot", most["acme"])
 	}
 }

@@ -195,6 +195,7 @@ func TestSoak(t *testing.T) {
 
 	// The leased tenants' worker: the worker library, with room for more than the pool.
 	run := newRunning(func(*worker.Job) time.Duration { return soakJobRunning })
+	run.over = func(_ string, n, all int) bool { return n > soakConc || all > soakPool }
 	var leased []string
 	for _, tn := range tenants {
 		if tn.leased {
@@ -350,6 +351,9 @@ func TestSoak(t *testing.T) {
 	}
 	if mostAll > soakPool {
 		t.Errorf("%d jobs ran at once at the worker, the pool allows %d", mostAll, soakPool)
+	}
+	for _, o := range run.overs {
+		t.Logf("over a limit at the worker %s", o)
 	}
 }
 
