@@ -42,9 +42,12 @@ import (
 // go now), or running (one worker steps it). Workers serve the ring in turn, each turn granting
 // a queue Quantum weight more (deficit round robin on weight): when more tenants may go than the
 // workers can serve, each gets the same weight per round whatever its backlog. A head heavier
-// than a turn goes alone, and its queue sits out the rounds it owes. A queue that leaves the ring
-// (its head must wait, or it is empty) loses what it had not spent: nothing is banked while a
-// tenant does not use its turn, so none comes back with a burst (the wind-up of fair queuing).
+// than a turn goes alone, and its queue sits out the rounds it owes. Every forward spends its
+// weight, paced or not, and a dead letter 1. A queue that leaves the ring (its head must wait, or
+// it is empty), or stays in it after a step that did not use its whole turn, loses what it had
+// not spent (a step cut at its budget keeps the rest, less than its next job's weight): nothing
+// is banked while a tenant does not use its turn, so none comes back with a burst (the wind-up
+// of fair queuing).
 type queues struct {
 	s      *Service
 	mu     sync.Mutex
@@ -567,7 +570,10 @@ func (qs *queues) done(q *queue, r stepResult) {
 		}
 		q.gone = true
 	case r.more || ((r.idle || r.headless) && (q.hinted || len(q.buf) > 0)):
-		if !r.more {
+		if !r.more || !r.cut {
+			// It did not use its whole turn: the rest is not banked. Only a step cut at its
+			// budget keeps what is left (less than its next job's weight), as deficit round
+			// robin does while a queue has a backlog.
 			q.deficit = min(q.deficit, 0)
 		}
 		qs.readyLocked(q)

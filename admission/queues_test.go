@@ -86,6 +86,30 @@ func TestUnspentTurnIsNotBanked(t *testing.T) {
 	}
 }
 
+// TestUnspentTurnIsNotBankedInTheRing: a queue that stays in the ring after a step that did not
+// use its whole turn (its tenant had fewer jobs at hand, or the read stopped at its batch) loses
+// what it did not spend, as a queue that leaves the ring does: its next turn is one quantum, not
+// the sum of those it let pass. Before, it kept the rest of every turn, and a quiet tenant came
+// back with a burst of turns.
+func TestUnspentTurnIsNotBankedInTheRing(t *testing.T) {
+	qs, _ := ring(10, "a", "b")
+	for range 6 {
+		q, budget, _ := qs.take()
+		if budget > 10 {
+			t.Fatalf("queue %s has a budget of %d, want at most a quantum (10)", q.tenant, budget)
+		}
+		qs.done(q, stepResult{more: true, spent: 3})
+	}
+	// Cut at its budget (8 of 10 spent, the next job weighs 3): the 2 left are its next turn's.
+	q, _, _ := qs.take()
+	qs.done(q, stepResult{more: true, cut: true, spent: 8})
+	other, _, _ := qs.take()
+	qs.done(other, stepResult{more: true, spent: 10})
+	if again, budget, _ := qs.take(); again != q || budget != 12 {
+		t.Errorf("after a step cut at its budget: %s with %d, want %s with 12 (10 + the 2 left)", again.tenant, budget, q.tenant)
+	}
+}
+
 // TestWakeDuringAStepIsKept: a wake that comes while the queue's step runs (a release freed the
 // pool slot that is its turn, and the step's answer was a wait computed before) makes the queue
 // ask again at once when the step ends, not after the wait.

@@ -47,14 +47,19 @@ type stepResult struct {
 	// next is when to step again: after a wait (a head that does not fit yet, a failure's
 	// backoff), or at once (0) when more may go now.
 	next time.Duration
-	// more: the step stopped at its budget, not at a job that waits: the queue is ready again.
+	// more: everything the step read went (it stopped at its budget or at its read's bounds,
+	// not at a job that waits): the queue is ready again.
 	more bool
+	// cut: the step stopped at its turn's budget: the next job read weighs more than what was
+	// left of the turn (see within), which the queue keeps while it stays in the ring.
+	cut bool
 	// idle: the queue is empty and owes nothing: it sleeps until its tenant publishes again.
 	idle bool
 	// headless: the queue was empty; its wait (next) is for its settled jobs' removal, not for
 	// a head, so a job that arrived during the step goes at once.
 	headless bool
-	// spent is the weight the step admitted (its turn's budget is reduced by it).
+	// spent is what the step's turn paid for: the weight of every job it forwarded (admitted,
+	// in shadow mode, without a decision or on the local copy alike), 1 per dead letter.
 	spent int64
 	// gone: the queue is no longer this replica's.
 	gone bool
@@ -86,8 +91,10 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if len(jobs) == 0 {
 		return s.settleIdle(ctx, q)
 	}
+	read := len(jobs)
 	jobs = within(jobs, budget)
 	res := s.decideAndApply(ctx, q, jobs)
+	res.cut = len(jobs) < read
 	if res.gone || q.errs > 0 {
 		return res
 	}
@@ -254,9 +261,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		switch f := j.verdict.Fate; {
 		case f.Forwarded():
 			m = &outMsg{msg: s.forwardMsg(j), stream: s.cfg.StreamOut, forward: true}
-			if f == wire.FateAdmitted && !j.verdict.Shadow {
-				res.spent += max(j.weight, 1)
-			}
+			res.spent += max(j.weight, 1) // every forward is work downstream, paced or not
 		case f == wire.FateDead:
 			m = &outMsg{msg: s.deadMsg(j, j.verdict.Code, j.verdict.Detail), stream: s.cfg.StreamDead}
 			res.spent++ // a dead letter costs the turn its work, not its weight

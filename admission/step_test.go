@@ -1,0 +1,66 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/policy"
+	"github.com/admitter/admitter/wire"
+)
+
+// unreachable is a limiter whose every decision fails as a lost connection does.
+type unreachable struct{ *bucket.Memory }
+
+func (unreachable) Admit(context.Context, bucket.Batch) (bucket.BatchResult, error) {
+	return bucket.BatchResult{}, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+}
+
+// TestEveryForwardSpendsItsTurn: a forward under a plan in shadow mode, and one sent without a
+// decision (fail mode open), spends its weight of its queue's turn as an enforced one does.
+// With a backlog of jobs of weight 2 and turns of 5, a step takes 2 jobs (4) and keeps the 1
+// left for the next turn, which takes 3 (6): never more. Before, they spent nothing: the step
+// was cut at its budget with the whole turn kept, and the budget grew by a turn at every step
+// (5, 10, 15, ...), a full batch every turn whatever the quantum.
+func TestEveryForwardSpendsItsTurn(t *testing.T) {
+	const quantum, n = 5, 60
+	for _, c := range []struct {
+		name, plans string
+		asks        func(*bucket.Memory) policy.Limiter
+		mode        policy.FailMode
+	}{
+		{name: "shadow", plans: "plans: {p: {mode: shadow, limits: [{capacity: 2, rate: 1/s}]}}\ndefault_plan: p\n"},
+		{name: "fail-open", plans: "plans: {p: {limits: [{capacity: 1000, rate: 1000/s}]}}\ndefault_plan: p\n",
+			asks: func(m *bucket.Memory) policy.Limiter { return unreachable{m} }, mode: policy.FailOpen},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{Quantum: quantum, Batch: 100}
+			r := startRig(t, c.plans, cfg)
+			r.publish(1, "jobs.submit.acme.x")
+			r.forwarded(1) // running
+			r.stop()
+			r.publish(n, "jobs.submit.acme.x", wire.HeaderWeight, "2") // a backlog before the queue's first step
+			if c.asks != nil {
+				r.asks, r.failMode = c.asks(r.limiter), c.mode
+			}
+			r.run(c.plans, cfg)
+			r.forwarded(1 + n)
+			steps, most := 0, int64(0)
+			for _, s := range r.spans.GetSpans() {
+				if s.Name != "limiter decide" {
+					continue
+				}
+				steps++
+				for _, kv := range s.Attributes {
+					if kv.Key == "admitter.batch" {
+						most = max(most, kv.Value.AsInt64())
+					}
+				}
+			}
+			if steps == 0 || most > 3 {
+				t.Errorf("%d steps decided up to %d jobs of weight 2 on turns of %d, want at most 3", steps, most, quantum)
+			}
+		})
+	}
+}
