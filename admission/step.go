@@ -229,7 +229,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		pjobs[i] = policy.Job{ID: int64(j.seq), Weight: j.weight, WeightErr: j.wErr}
 	}
 	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
-	if d.Err == nil {
+	if d.Said {
 		q.said()
 	}
 	plan := ""
@@ -535,7 +535,8 @@ func (s *Service) purgeThrough(ctx context.Context, stream, subject string, thro
 
 // settleIdle ends a step that found q empty: what it owes the limiter is said (a call without
 // jobs), its settled jobs are removed when due (it waits for that), and then it sleeps until
-// its tenant publishes again.
+// its tenant publishes again. A queue that could not say what it owes (its tenant has no plan:
+// no call is made) keeps it and waits: a change of plans wakes it, and its claim is said then.
 func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 	if !q.owe.empty() {
 		// Said first: were the removal below to fail, and this replica to die, whoever reads the
@@ -545,7 +546,9 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 			q.errs++
 			return stepResult{next: stepRetry(q.errs)}
 		}
-		q.said()
+		if d.Said {
+			q.said()
+		}
 	}
 	due, err := s.removeSettled(ctx, q)
 	switch {
@@ -553,10 +556,16 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 		return stepResult{next: stepRetry(1)}
 	case due > 0:
 		return stepResult{next: due, headless: true} // its settled jobs are removed then, unless compacted meanwhile
+	case !q.owe.empty():
+		return stepResult{next: unsaidRetry, headless: true} // idle would drop the queue, and its claim with it
 	}
 	q.errs = 0
 	return stepResult{idle: true}
 }
+
+// unsaidRetry is how long a queue without jobs waits to say again what it owes when no limiter
+// call could carry it (its tenant has no plan); a change of plans wakes it sooner.
+const unsaidRetry = 5 * time.Second
 
 // legacyJobs reads jobs from the tenant's lane in the lanes stream of an earlier version.
 func (s *Service) legacyJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []job {

@@ -3,9 +3,12 @@ package admission
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 )
@@ -62,5 +65,30 @@ func TestEveryForwardSpendsItsTurn(t *testing.T) {
 				t.Errorf("%d steps decided up to %d jobs of weight 2 on turns of %d, want at most 3", steps, most, quantum)
 			}
 		})
+	}
+}
+
+// TestClaimNotSaidIsKept: a queue whose tenant has no plan (the plans dropped it) cannot say
+// what it owes the limiter: no limiter call is made. Its queue keeps the claim, to say it once
+// the tenant has a plan again, rather than go idle and drop it. Before, a step without an
+// error counted as said: the late weight and the stored sequence were dropped.
+func TestClaimNotSaidIsKept(t *testing.T) {
+	ps, err := plans.Parse("plans.yaml", []byte("plans: {p: {limits: [{capacity: 5, rate: 5/s}]}}\ntenants: {acme: p}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.New(policy.Config{Limiter: bucket.NewMemory(bucket.Options{}, nil), Plans: ps, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{cfg: Config{Policy: pol}, owner: 1}
+	owes := owed{stored: 7, lateWeight: 3, late: time.Second}
+	q := &queue{tenant: "gone", owe: owes, fresh: true}
+	res := s.settleIdle(context.Background(), q)
+	if q.owe != owes || !q.fresh {
+		t.Errorf("after a step that could not say it: owes %+v (fresh %v), want %+v still owed", q.owe, q.fresh, owes)
+	}
+	if res.idle || res.next <= 0 {
+		t.Errorf("step %+v: want the queue to wait (not idle: idle drops it and its claim)", res)
 	}
 }

@@ -162,7 +162,13 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 		span.RecordError(d.Err)
 		span.SetStatus(codes.Error, "limiter failed")
 		t.limiterErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", policy.ErrorKind(d.Err))))
-		t.failEvents.Add(ctx, int64(len(jobs)), metric.WithAttributeSet(t.failMode))
+		undecided := 0 // forwarded without a decision or held (not dead, not paused)
+		for _, v := range d.Verdicts {
+			if v.Fate == wire.FateDegraded || v.Fate == wire.FateHeld {
+				undecided++
+			}
+		}
+		t.failEvents.Add(ctx, int64(undecided), metric.WithAttributeSet(t.failMode))
 	}
 	if d.Local {
 		t.failEvents.Add(ctx, int64(len(jobs)), metric.WithAttributeSet(t.failMode))
