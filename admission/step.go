@@ -242,6 +242,11 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 			s.wake(t) // the pool capacity this step gave back, or refused for their turn, is theirs
 		}
 	}
+	if d.GiveBackErr != nil && d.Pool != nil {
+		s.tel.giveBackFailed(ctx, d.Pool.Name)
+		s.log.Warn("the pool's grants a decision did not use were not given back: their slots stay taken until their leases end",
+			"tenant", q.tenant, "pool", d.Pool.Name, "err", d.GiveBackErr)
+	}
 	limit := d.Limit
 	if d.Reason == policy.ReasonPool && d.Pool != nil && d.Plan != nil {
 		limit = d.Pool.Reason(q.tenant, max(d.Plan.Share, 1)) // "pool workers: 8 of 8 in flight; acme's share 3 of 5"

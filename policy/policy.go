@@ -219,6 +219,10 @@ type Decision struct {
 	// queues may go now (the call gave pool capacity back, or another's turn refused it).
 	Pool  *bucket.PoolState
 	Wakes []string
+	// GiveBackErr is why the pool grants the decision did not use could not be given back (see
+	// bucket.BatchResult.GiveBackErr): the verdicts stand, the slots stay taken until their
+	// leases end. Count and log it.
+	GiveBackErr error
 	// Err is the limiter's error when it failed (verdicts degraded or held; a paused tenant's
 	// jobs stay paused), or nil.
 	Err error
@@ -324,7 +328,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	p.ok(res.Local)
 	d.Said, d.Local = true, res.Local
 	d.Limit, d.Remaining, d.LeasesExpired = res.Limit, res.Remaining, res.LeasesExpired
-	d.Pool, d.Wakes = res.Pool, res.Wakes
+	d.Pool, d.Wakes, d.GiveBackErr = res.Pool, res.Wakes, res.GiveBackErr
 	switch {
 	case res.Handover:
 		d.Reason = ReasonHandover

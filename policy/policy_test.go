@@ -292,3 +292,26 @@ func TestPausedStepSaysWhatItOwes(t *testing.T) {
 		t.Errorf("after the pause: verdicts %q, want stored (5 was stored) and delayed (the 3 stored late took the burst of 3)", got)
 	}
 }
+
+// giveBackFails is a limiter whose pooled decisions could not give their unused grants back.
+type giveBackFails struct{ *bucket.Memory }
+
+func (g giveBackFails) Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error) {
+	res, err := g.Memory.Admit(ctx, b)
+	res.GiveBackErr = errors.New("bucket: pool w: 1 unused grants of tenant \"acme\" not given back: connection lost")
+	return res, err
+}
+
+// TestGiveBackErrorReachesTheQueue: a decision whose pool grants could not be given back stands
+// (no limiter error: its verdicts are the limiter's) and carries the error for the queue to count
+// and log.
+func TestGiveBackErrorReachesTheQueue(t *testing.T) {
+	p, _ := newPolicy(t, giveBackFails{bucket.NewMemory(bucket.Options{}, nil)}, FailOpen, plansYAML)
+	d := p.Step(context.Background(), "acme", jobs(1), owner)
+	if got := actions(d); got != "admitted" || d.Err != nil || !d.Said {
+		t.Errorf("verdicts %q, err %v, said %v: want admitted, no error, said", got, d.Err, d.Said)
+	}
+	if d.GiveBackErr == nil || !strings.Contains(d.GiveBackErr.Error(), "not given back") {
+		t.Errorf("give-back error %v, want the limiter's", d.GiveBackErr)
+	}
+}

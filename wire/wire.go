@@ -267,6 +267,7 @@ var (
 	MetricLateForwards  = Metric{"admitter.forwards.late", "admitter_forwards_late_total", ""}
 	MetricPoolInFlight  = Metric{"admitter.pool.in_flight", "admitter_pool_in_flight", ""}
 	MetricPoolWaiting   = Metric{"admitter.pool.waiting", "admitter_pool_waiting", ""}
+	MetricPoolGiveBacks = Metric{"admitter.pool.give_back.errors", "admitter_pool_give_back_errors_total", ""}
 )
 
 // DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they
