@@ -116,6 +116,8 @@ type queue struct {
 	hinted   bool      // running: a job arrived meanwhile (it must not go idle)
 	headless bool      // scheduled with no head waiting, for its settled jobs' removal only: a job that arrives makes it go
 	woken    bool      // running: woken meanwhile (what it waits for may be free: it asks again at once)
+	waitsFor string    // scheduled: why its head waits, as its last step's decision said (stepResult.waitsFor)
+	poolWoke bool      // running: woken for its pool meanwhile (it asks again at once if its head waits for the pool)
 	gone     bool      // no longer this replica's: dropped when its step ends
 
 	// the feed's, under queues.mu
@@ -401,14 +403,25 @@ func (qs *queues) adoptLocked(tenant string) {
 	qs.readyLocked(q)
 }
 
-// wakeTenant makes tenant's queue ask again now if it waits for a time (a lease of the tenant
-// ended, a pool slot freed is its turn). A queue whose step runs asks again as soon as the step
-// ends, whatever wait the step's answer gave: that answer may predate what the wake announces.
-func (qs *queues) wakeTenant(tenant string) {
+// wakeTenant makes tenant's queue ask again now if it waits for a time: a lease of the tenant
+// ended, or (forPool) capacity its pool freed is its turn. A wake for the pool wakes only a
+// queue whose head waits for the pool: one whose own limit binds (a concurrency limit for the
+// rest of a lease) could not use it, and would ask the limiter again for the same answer. A
+// queue whose step runs asks again as soon as the step ends (for a wake of the pool, if the
+// step leaves its head waiting for the pool), whatever wait the step's answer gave: that
+// answer may predate what the wake announces.
+func (qs *queues) wakeTenant(tenant string, forPool bool) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if q := qs.byName[tenant]; q != nil {
+	q := qs.byName[tenant]
+	switch {
+	case q == nil:
+	case !forPool:
 		qs.wakeLocked(q)
+	case q.where == running:
+		q.poolWoke = true
+	case q.where == scheduled && q.waitsFor == policy.ReasonPool:
+		qs.scheduleLocked(q, 0)
 	}
 }
 
@@ -542,7 +555,7 @@ func (qs *queues) takeLocked() (q *queue, budget int64, ok bool) {
 			skipped = 0
 		}
 	}
-	q.where, q.hinted, q.woken = running, false, false
+	q.where, q.hinted, q.woken, q.poolWoke = running, false, false, false
 	return q, q.deficit, true
 }
 
@@ -551,7 +564,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q.deficit -= r.spent
-	q.where, q.headless = idle, r.headless
+	q.where, q.headless, q.waitsFor = idle, r.headless, r.waitsFor
 	if (q.gone || r.gone) && qs.byName[q.tenant] == q && !qs.closed && qs.s.members.owns(q.tenant) {
 		// The tenant went to another replica during the step and came back: the queue is this
 		// replica's again. The feed skipped the tenant's jobs meanwhile: it reads them from its
@@ -581,7 +594,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 		qs.dropLocked(q)
 	default:
 		q.deficit = min(q.deficit, 0) // it leaves the ring: what it did not spend is not banked, what it owes is
-		if q.woken {
+		if q.woken || (q.poolWoke && r.waitsFor == policy.ReasonPool) {
 			qs.readyLocked(q) // woken during the step: it asks again now
 		} else {
 			qs.scheduleLocked(q, r.next)

@@ -63,6 +63,10 @@ type stepResult struct {
 	spent int64
 	// gone: the queue is no longer this replica's.
 	gone bool
+	// waitsFor is why the job the step left waiting at the head waits: its decision's reason
+	// (policy.Decision.Reason: a limit's kind, policy.ReasonPool, policy.ReasonHandover); empty
+	// when no job waits or no decision says why (paused, held, a failure).
+	waitsFor string
 }
 
 // stepRetry is the wait after a failed step: 100ms doubling to 5s.
@@ -239,7 +243,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	}
 	for _, t := range d.Wakes {
 		if t != q.tenant {
-			s.wake(t) // the pool capacity this step gave back, or refused for their turn, is theirs
+			s.wakeForPool(t) // the pool capacity this step gave back, or refused for their turn, is theirs
 		}
 	}
 	if d.GiveBackErr != nil && d.Pool != nil {
@@ -317,6 +321,9 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	if settled < len(jobs) {
 		q.waits(jobs[settled].seq, jobs[settled].tries)
 		res.next = max(jobs[settled].verdict.Wait, time.Millisecond)
+		if jobs[settled].verdict.Fate == wire.FateDelayed {
+			res.waitsFor = jobs[settled].reason
+		}
 		return res
 	}
 	res.more = true // everything read went: the queue goes on (or finds itself empty)

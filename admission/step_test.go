@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/admitter/admitter/plans"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
+	"github.com/nats-io/nats.go"
 )
 
 // unreachable is a limiter whose every decision fails as a lost connection does.
@@ -90,5 +92,75 @@ func TestClaimNotSaidIsKept(t *testing.T) {
 	}
 	if res.idle || res.next <= 0 {
 		t.Errorf("step %+v: want the queue to wait (not idle: idle drops it and its claim)", res)
+	}
+}
+
+// counting is a limiter that counts the decisions asked per tenant.
+type counting struct {
+	*bucket.Memory
+	mu    sync.Mutex
+	asked map[string]int
+}
+
+func (c *counting) Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error) {
+	c.mu.Lock()
+	c.asked[b.Tenant]++
+	c.mu.Unlock()
+	return c.Memory.Admit(ctx, b)
+}
+
+func (c *counting) of(tenant string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.asked[tenant]
+}
+
+// TestPoolWakeLeavesAQueueWaitingOnItsOwnLimit: a queue whose head waits for its own limit
+// (here its concurrency limit, for the 30 s of a lease) is not woken by the wakes of its pool:
+// the capacity they announce is not what it waits for. A wake for its own capacity (a lease of
+// its own released) still makes it ask again. Before, every release in the pool made it ask
+// the limiter again, to be told to wait the same 30 s (the console showed the same wait every
+// 7–60 ms).
+func TestPoolWakeLeavesAQueueWaitingOnItsOwnLimit(t *testing.T) {
+	const plans = "plans: {c: {limits: [{name: running, kind: concurrency, limit: 1, lease: 30s}]}}\ndefault_plan: c\n"
+	r := newRig(t)
+	lim := &counting{Memory: r.limiter, asked: map[string]int{}}
+	r.asks = lim
+	r.run(plans, Config{DuplicateWindow: 10 * time.Second}) // job 1 is removed within 2.5 s: then the queues wait for the lease alone
+	r.publish(2, "jobs.submit.acme.x")
+	r.publish(2, "jobs.submit.other.x")
+	r.forwarded(2)
+	qs := r.svc.queues
+	waiting := func(tenant string) bool { // scheduled for its lease's end
+		qs.mu.Lock()
+		defer qs.mu.Unlock()
+		q := qs.byName[tenant]
+		return q != nil && q.where == scheduled && time.Until(q.at) > 10*time.Second
+	}
+	for _, tenant := range []string{"acme", "other"} {
+		waitFor(t, 10*time.Second, tenant+"'s job 2 waiting for the lease of its job 1", func() bool { return waiting(tenant) })
+	}
+	wake := func(tenant string, hdr nats.Header) {
+		if err := r.nc.PublishMsg(&nats.Msg{Subject: r.svc.leases.wake, Data: []byte(tenant), Header: hdr}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Five wakes of the pool for acme, then one of its own for other: the wakes are handled in
+	// order, so once other has asked again, acme's wakes were handled.
+	acme, other := lim.of("acme"), lim.of("other")
+	for range 5 {
+		wake("acme", nats.Header{wakeFor: []string{wakeForPool}}) // another tenant's release freed pool capacity
+	}
+	wake("other", nil)
+	waitFor(t, 10*time.Second, "other to ask again and wait", func() bool { return lim.of("other") > other && waiting("other") })
+	waitFor(t, 10*time.Second, "acme to wait", func() bool { return waiting("acme") })
+	if asked := lim.of("acme") - acme; asked != 0 {
+		t.Errorf("acme asked the limiter %d times after 5 wakes of the pool, want 0: its own limit binds", asked)
+	}
+	acme = lim.of("acme")
+	wake("acme", nil) // a lease of its own ended
+	waitFor(t, 10*time.Second, "acme to ask again and wait", func() bool { return lim.of("acme") > acme && waiting("acme") })
+	if asked := lim.of("acme") - acme; asked != 1 {
+		t.Errorf("acme asked the limiter %d times after a wake of its own, want 1", asked)
 	}
 }
