@@ -375,9 +375,9 @@ func (q *queue) claim(owner int64) policy.Queue {
 // said clears what a limiter call said.
 func (q *queue) said() { q.owe, q.fresh = owed{}, false }
 
-// tries is the Admit-Attempts of the job at seq in the step about to ask about it: how many
-// steps asked about it, this one included (the job the last step left waiting remembers its
-// count; every other is asked for the first time).
+// tries is the Admit-Attempts of the job at seq in the step about to ask about it: the decisions
+// it took, this one included: 1, and 1 more for each step that left it waiting at the head (the
+// job the last step left waiting remembers its count; every other is asked for the first time).
 func (q *queue) tries(seq uint64) uint64 {
 	if q.head == seq {
 		return q.asks + 1

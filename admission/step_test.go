@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -162,5 +163,21 @@ func TestPoolWakeLeavesAQueueWaitingOnItsOwnLimit(t *testing.T) {
 	waitFor(t, 10*time.Second, "acme to ask again and wait", func() bool { return lim.of("acme") > acme && waiting("acme") })
 	if asked := lim.of("acme") - acme; asked != 1 {
 		t.Errorf("acme asked the limiter %d times after a wake of its own, want 1", asked)
+	}
+}
+
+// TestAdmitAttemptsCountsTheDecisions: Admit-Attempts is the decisions a job took: 1 for a job
+// admitted at its first decision, and 1 more each time a step left it waiting at the head of
+// its queue.
+func TestAdmitAttemptsCountsTheDecisions(t *testing.T) {
+	const plans = "plans: {p: {limits: [{capacity: 2, rate: 60/m}]}}\ndefault_plan: p\n" // a token a second
+	r := startRig(t, plans, Config{})
+	r.publish(3, "jobs.submit.acme.x")
+	var got []string
+	for _, m := range r.forwarded(3) {
+		got = append(got, m.Headers().Get(wire.HeaderAttempts))
+	}
+	if want := []string{"1", "1", "2"}; !slices.Equal(got, want) {
+		t.Errorf("Admit-Attempts %v, want %v: the third waited once at the head for its token", got, want)
 	}
 }
