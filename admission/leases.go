@@ -36,7 +36,8 @@ import (
 // core NATS: one lost (no replica up, a full buffer) leaves the lease to end by itself. A
 // release that frees a slot is broadcast on the wake subject, so that the replica running the
 // tenant's queue asks again at once instead of at the lease's end; a pool slot freed wakes the
-// tenants whose turn it is (bucket.LeaseResult.Wakes).
+// tenants whose turn it is (bucket.LeaseResult.Wakes), marked as a wake for the pool (wakeFor):
+// only a queue whose head waits for its pool asks again for it.
 type leases struct {
 	s    *Service
 	msgs chan *nats.Msg
@@ -110,7 +111,9 @@ func (l *leases) start(ctx context.Context) error {
 		}
 		l.subs = append(l.subs, sub)
 	}
-	sub, err := nc.Subscribe(l.wake, func(m *nats.Msg) { l.s.queues.wakeTenant(string(m.Data)) })
+	sub, err := nc.Subscribe(l.wake, func(m *nats.Msg) {
+		l.s.queues.wakeTenant(string(m.Data), m.Header.Get(wakeFor) == wakeForPool)
+	})
 	if err != nil {
 		l.stop()
 		return fmt.Errorf("admission: leases: subscribe %s: %w", l.wake, err)
@@ -223,7 +226,7 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		}
 		for _, t := range res.Wakes {
 			if t != tenant {
-				l.s.wake(t) // the capacity freed in the pool is that tenant's turn
+				l.s.wakeForPool(t) // the capacity freed in the pool is that tenant's turn
 			}
 		}
 	}
@@ -272,7 +275,22 @@ func leaseAttrs(path, result string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("path", path), attribute.String("result", result))
 }
 
-// wake tells every replica that tenant's queue may go now (the one that owns it asks again).
+// A wake message's payload is the tenant; its header wakeFor says what capacity freed: absent,
+// the tenant's own (a lease of its own ended: whatever its head waits for may fit now);
+// wakeForPool, its pool's (only a queue whose head waits for the pool asks again).
+const (
+	wakeFor     = "Wake-For"
+	wakeForPool = "pool"
+)
+
+// wake tells every replica that tenant's queue may go now: capacity of its own freed (the
+// replica that owns it asks again).
 func (s *Service) wake(tenant string) {
 	_ = s.cfg.JetStream.Conn().Publish(s.leases.wake, []byte(tenant))
+}
+
+// wakeForPool tells every replica that the capacity its pool freed is tenant's turn: its
+// queue asks again if its head waits for the pool (not if its own limits bind).
+func (s *Service) wakeForPool(tenant string) {
+	_ = s.cfg.JetStream.Conn().PublishMsg(&nats.Msg{Subject: s.leases.wake, Data: []byte(tenant), Header: nats.Header{wakeFor: []string{wakeForPool}}})
 }

@@ -42,9 +42,12 @@ import (
 // go now), or running (one worker steps it). Workers serve the ring in turn, each turn granting
 // a queue Quantum weight more (deficit round robin on weight): when more tenants may go than the
 // workers can serve, each gets the same weight per round whatever its backlog. A head heavier
-// than a turn goes alone, and its queue sits out the rounds it owes. A queue that leaves the ring
-// (its head must wait, or it is empty) loses what it had not spent: nothing is banked while a
-// tenant does not use its turn, so none comes back with a burst (the wind-up of fair queuing).
+// than a turn goes alone, and its queue sits out the rounds it owes. Every forward spends its
+// weight, paced or not, and a dead letter 1. A queue that leaves the ring (its head must wait, or
+// it is empty), or stays in it after a step that did not use its whole turn, loses what it had
+// not spent (a step cut at its budget keeps the rest, less than its next job's weight): nothing
+// is banked while a tenant does not use its turn, so none comes back with a burst (the wind-up
+// of fair queuing).
 type queues struct {
 	s      *Service
 	mu     sync.Mutex
@@ -113,6 +116,8 @@ type queue struct {
 	hinted   bool      // running: a job arrived meanwhile (it must not go idle)
 	headless bool      // scheduled with no head waiting, for its settled jobs' removal only: a job that arrives makes it go
 	woken    bool      // running: woken meanwhile (what it waits for may be free: it asks again at once)
+	waitsFor string    // scheduled: why its head waits, as its last step's decision said (stepResult.waitsFor)
+	poolWoke bool      // running: woken for its pool meanwhile (it asks again at once if its head waits for the pool)
 	gone     bool      // no longer this replica's: dropped when its step ends
 
 	// the feed's, under queues.mu
@@ -370,9 +375,9 @@ func (q *queue) claim(owner int64) policy.Queue {
 // said clears what a limiter call said.
 func (q *queue) said() { q.owe, q.fresh = owed{}, false }
 
-// tries is the Admit-Attempts of the job at seq in the step about to ask about it: how many
-// steps asked about it, this one included (the job the last step left waiting remembers its
-// count; every other is asked for the first time).
+// tries is the Admit-Attempts of the job at seq in the step about to ask about it: the decisions
+// it took, this one included: 1, and 1 more for each step that left it waiting at the head (the
+// job the last step left waiting remembers its count; every other is asked for the first time).
 func (q *queue) tries(seq uint64) uint64 {
 	if q.head == seq {
 		return q.asks + 1
@@ -398,14 +403,25 @@ func (qs *queues) adoptLocked(tenant string) {
 	qs.readyLocked(q)
 }
 
-// wakeTenant makes tenant's queue ask again now if it waits for a time (a lease of the tenant
-// ended, a pool slot freed is its turn). A queue whose step runs asks again as soon as the step
-// ends, whatever wait the step's answer gave: that answer may predate what the wake announces.
-func (qs *queues) wakeTenant(tenant string) {
+// wakeTenant makes tenant's queue ask again now if it waits for a time: a lease of the tenant
+// ended, or (forPool) capacity its pool freed is its turn. A wake for the pool wakes only a
+// queue whose head waits for the pool: one whose own limit binds (a concurrency limit for the
+// rest of a lease) could not use it, and would ask the limiter again for the same answer. A
+// queue whose step runs asks again as soon as the step ends (for a wake of the pool, if the
+// step leaves its head waiting for the pool), whatever wait the step's answer gave: that
+// answer may predate what the wake announces.
+func (qs *queues) wakeTenant(tenant string, forPool bool) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if q := qs.byName[tenant]; q != nil {
+	q := qs.byName[tenant]
+	switch {
+	case q == nil:
+	case !forPool:
 		qs.wakeLocked(q)
+	case q.where == running:
+		q.poolWoke = true
+	case q.where == scheduled && q.waitsFor == policy.ReasonPool:
+		qs.scheduleLocked(q, 0)
 	}
 }
 
@@ -539,7 +555,7 @@ func (qs *queues) takeLocked() (q *queue, budget int64, ok bool) {
 			skipped = 0
 		}
 	}
-	q.where, q.hinted, q.woken = running, false, false
+	q.where, q.hinted, q.woken, q.poolWoke = running, false, false, false
 	return q, q.deficit, true
 }
 
@@ -548,7 +564,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q.deficit -= r.spent
-	q.where, q.headless = idle, r.headless
+	q.where, q.headless, q.waitsFor = idle, r.headless, r.waitsFor
 	if (q.gone || r.gone) && qs.byName[q.tenant] == q && !qs.closed && qs.s.members.owns(q.tenant) {
 		// The tenant went to another replica during the step and came back: the queue is this
 		// replica's again. The feed skipped the tenant's jobs meanwhile: it reads them from its
@@ -567,7 +583,10 @@ func (qs *queues) done(q *queue, r stepResult) {
 		}
 		q.gone = true
 	case r.more || ((r.idle || r.headless) && (q.hinted || len(q.buf) > 0)):
-		if !r.more {
+		if !r.more || !r.cut {
+			// It did not use its whole turn: the rest is not banked. Only a step cut at its
+			// budget keeps what is left (less than its next job's weight), as deficit round
+			// robin does while a queue has a backlog.
 			q.deficit = min(q.deficit, 0)
 		}
 		qs.readyLocked(q)
@@ -575,7 +594,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 		qs.dropLocked(q)
 	default:
 		q.deficit = min(q.deficit, 0) // it leaves the ring: what it did not spend is not banked, what it owes is
-		if q.woken {
+		if q.woken || (q.poolWoke && r.waitsFor == policy.ReasonPool) {
 			qs.readyLocked(q) // woken during the step: it asks again now
 		} else {
 			qs.scheduleLocked(q, r.next)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/subjects"
 )
 
@@ -78,11 +79,35 @@ func TestUnspentTurnIsNotBanked(t *testing.T) {
 	if q["a"].deficit != 0 {
 		t.Errorf("deficit %d after leaving the ring with 7 unspent, want 0", q["a"].deficit)
 	}
-	qs.wakeTenant("a")
+	qs.wakeTenant("a", false)
 	tq, _, _ = qs.take()
 	qs.done(tq, stepResult{next: 1e9, spent: 30})
 	if q["a"].deficit != -20 {
 		t.Errorf("deficit %d after spending 30 of 10 and leaving, want -20 (owed)", q["a"].deficit)
+	}
+}
+
+// TestUnspentTurnIsNotBankedInTheRing: a queue that stays in the ring after a step that did not
+// use its whole turn (its tenant had fewer jobs at hand, or the read stopped at its batch) loses
+// what it did not spend, as a queue that leaves the ring does: its next turn is one quantum, not
+// the sum of those it let pass. Before, it kept the rest of every turn, and a quiet tenant came
+// back with a burst of turns.
+func TestUnspentTurnIsNotBankedInTheRing(t *testing.T) {
+	qs, _ := ring(10, "a", "b")
+	for range 6 {
+		q, budget, _ := qs.take()
+		if budget > 10 {
+			t.Fatalf("queue %s has a budget of %d, want at most a quantum (10)", q.tenant, budget)
+		}
+		qs.done(q, stepResult{more: true, spent: 3})
+	}
+	// Cut at its budget (8 of 10 spent, the next job weighs 3): the 2 left are its next turn's.
+	q, _, _ := qs.take()
+	qs.done(q, stepResult{more: true, cut: true, spent: 8})
+	other, _, _ := qs.take()
+	qs.done(other, stepResult{more: true, spent: 10})
+	if again, budget, _ := qs.take(); again != q || budget != 12 {
+		t.Errorf("after a step cut at its budget: %s with %d, want %s with 12 (10 + the 2 left)", again.tenant, budget, q.tenant)
 	}
 }
 
@@ -92,8 +117,8 @@ func TestUnspentTurnIsNotBanked(t *testing.T) {
 func TestWakeDuringAStepIsKept(t *testing.T) {
 	qs, _ := ring(10, "a", "b")
 	tq, _, _ := qs.take()
-	qs.wakeTenant(tq.tenant) // running: the step's answer does not know of this wake
-	qs.done(tq, stepResult{next: time.Hour, spent: 1})
+	qs.wakeTenant(tq.tenant, true) // running: the step's answer does not know of this wake
+	qs.done(tq, stepResult{next: time.Hour, spent: 1, waitsFor: policy.ReasonPool})
 	other, _, _ := qs.take()
 	qs.done(other, stepResult{next: time.Hour, spent: 1})
 	qs.mu.Lock()
@@ -106,12 +131,65 @@ func TestWakeDuringAStepIsKept(t *testing.T) {
 	if again != tq {
 		t.Fatalf("took %s, want %s", again.tenant, tq.tenant)
 	}
-	qs.done(again, stepResult{next: time.Hour, spent: 1}) // no wake this time: it waits
+	qs.done(again, stepResult{next: time.Hour, spent: 1, waitsFor: policy.ReasonPool}) // no wake this time: it waits
 	qs.mu.Lock()
 	where = again.where
 	qs.mu.Unlock()
 	if where != scheduled {
 		t.Errorf("queue %s not woken is %v after its step, want scheduled", again.tenant, where)
+	}
+}
+
+// where is where q is in qs.
+func where(qs *queues, q *queue) place {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return q.where
+}
+
+// TestPoolWakeWakesOnlyAQueueWaitingForThePool: a wake for the pool (capacity it freed is the
+// tenant's turn) makes a queue ask again only if its head waits for the pool; a queue whose own
+// limit binds (its concurrency limit, for the rest of a lease) could not use it and keeps
+// waiting, unless a wake of its own comes (a lease of its own ended). During a step, a wake for
+// the pool counts if the step leaves the head waiting for the pool. Before, every wake woke
+// every queue: one waiting 30 s on its own limit asked again at each release in its pool.
+func TestPoolWakeWakesOnlyAQueueWaitingForThePool(t *testing.T) {
+	qs, q := ring(10, "own", "pool")
+	for range 2 {
+		tq, _, _ := qs.take()
+		why := "concurrency"
+		if tq.tenant == "pool" {
+			why = policy.ReasonPool
+		}
+		qs.done(tq, stepResult{next: 30 * time.Second, waitsFor: why})
+	}
+	qs.wakeTenant("own", true)
+	qs.wakeTenant("pool", true)
+	if w := where(qs, q["own"]); w != scheduled {
+		t.Errorf("waiting on its own limit, woken for the pool: %v, want scheduled", w)
+	}
+	if w := where(qs, q["pool"]); w != ready {
+		t.Errorf("waiting for the pool, woken for the pool: %v, want ready", w)
+	}
+	qs.wakeTenant("own", false)
+	if w := where(qs, q["own"]); w != ready {
+		t.Errorf("waiting on its own limit, woken for its own: %v, want ready", w)
+	}
+	// Both step again; a wake for the pool comes during each step.
+	for range 2 {
+		tq, _, _ := qs.take()
+		qs.wakeTenant(tq.tenant, true)
+		why := "concurrency"
+		if tq.tenant == "pool" {
+			why = policy.ReasonPool
+		}
+		qs.done(tq, stepResult{next: 30 * time.Second, waitsFor: why})
+	}
+	if w := where(qs, q["own"]); w != scheduled {
+		t.Errorf("woken for the pool during a step that left it waiting on its own limit: %v, want scheduled", w)
+	}
+	if w := where(qs, q["pool"]); w != ready {
+		t.Errorf("woken for the pool during a step that left it waiting for the pool: %v, want ready", w)
 	}
 }
 

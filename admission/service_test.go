@@ -45,6 +45,14 @@ type rig struct {
 
 func startRig(t *testing.T, plansYAML string, cfg Config) *rig {
 	t.Helper()
+	r := newRig(t)
+	r.run(plansYAML, cfg)
+	return r
+}
+
+// newRig is a rig whose service is not started yet (see run).
+func newRig(t *testing.T) *rig {
+	t.Helper()
 	srv := testenv.StartNATS(t)
 	nc, err := nats.Connect(srv.URL())
 	if err != nil {
@@ -55,9 +63,7 @@ func startRig(t *testing.T, plansYAML string, cfg Config) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, js: js, nc: nc, limiter: bucket.NewMemory(bucket.Options{}, nil)}
-	r.run(plansYAML, cfg)
-	return r
+	return &rig{t: t, js: js, nc: nc, limiter: bucket.NewMemory(bucket.Options{}, nil)}
 }
 
 // run starts a service on the rig's server and limiter (again, after stop).

@@ -47,17 +47,26 @@ type stepResult struct {
 	// next is when to step again: after a wait (a head that does not fit yet, a failure's
 	// backoff), or at once (0) when more may go now.
 	next time.Duration
-	// more: the step stopped at its budget, not at a job that waits: the queue is ready again.
+	// more: everything the step read went (it stopped at its budget or at its read's bounds,
+	// not at a job that waits): the queue is ready again.
 	more bool
+	// cut: the step stopped at its turn's budget: the next job read weighs more than what was
+	// left of the turn (see within), which the queue keeps while it stays in the ring.
+	cut bool
 	// idle: the queue is empty and owes nothing: it sleeps until its tenant publishes again.
 	idle bool
 	// headless: the queue was empty; its wait (next) is for its settled jobs' removal, not for
 	// a head, so a job that arrived during the step goes at once.
 	headless bool
-	// spent is the weight the step admitted (its turn's budget is reduced by it).
+	// spent is what the step's turn paid for: the weight of every job it forwarded (admitted,
+	// in shadow mode, without a decision or on the local copy alike), 1 per dead letter.
 	spent int64
 	// gone: the queue is no longer this replica's.
 	gone bool
+	// waitsFor is why the job the step left waiting at the head waits: its decision's reason
+	// (policy.Decision.Reason: a limit's kind, policy.ReasonPool, policy.ReasonHandover); empty
+	// when no job waits or no decision says why (paused, held, a failure).
+	waitsFor string
 }
 
 // stepRetry is the wait after a failed step: 100ms doubling to 5s.
@@ -86,8 +95,10 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if len(jobs) == 0 {
 		return s.settleIdle(ctx, q)
 	}
+	read := len(jobs)
 	jobs = within(jobs, budget)
 	res := s.decideAndApply(ctx, q, jobs)
+	res.cut = len(jobs) < read
 	if res.gone || q.errs > 0 {
 		return res
 	}
@@ -222,7 +233,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		pjobs[i] = policy.Job{ID: int64(j.seq), Weight: j.weight, WeightErr: j.wErr}
 	}
 	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
-	if d.Err == nil {
+	if d.Said {
 		q.said()
 	}
 	plan := ""
@@ -232,8 +243,13 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	}
 	for _, t := range d.Wakes {
 		if t != q.tenant {
-			s.wake(t) // the pool capacity this step gave back, or refused for their turn, is theirs
+			s.wakeForPool(t) // the pool capacity this step gave back, or refused for their turn, is theirs
 		}
+	}
+	if d.GiveBackErr != nil && d.Pool != nil {
+		s.tel.giveBackFailed(ctx, d.Pool.Name)
+		s.log.Warn("the pool's grants a decision did not use were not given back: their slots stay taken until their leases end",
+			"tenant", q.tenant, "pool", d.Pool.Name, "err", d.GiveBackErr)
 	}
 	limit := d.Limit
 	if d.Reason == policy.ReasonPool && d.Pool != nil && d.Plan != nil {
@@ -257,9 +273,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 			if j.msgLease() {
 				m.lease = j.lease
 			}
-			if f == wire.FateAdmitted && !j.verdict.Shadow {
-				res.spent += max(j.weight, 1)
-			}
+			res.spent += max(j.weight, 1) // every forward is work downstream, paced or not
 		case f == wire.FateDead:
 			m = &outMsg{msg: s.deadMsg(j, j.verdict.Code, j.verdict.Detail), stream: s.cfg.StreamDead}
 			res.spent++ // a dead letter costs the turn its work, not its weight
@@ -311,6 +325,9 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	if settled < len(jobs) {
 		q.waits(jobs[settled].seq, jobs[settled].tries)
 		res.next = max(jobs[settled].verdict.Wait, time.Millisecond)
+		if jobs[settled].verdict.Fate == wire.FateDelayed {
+			res.waitsFor = jobs[settled].reason
+		}
 		return res
 	}
 	res.more = true // everything read went: the queue goes on (or finds itself empty)
@@ -565,7 +582,8 @@ func (s *Service) purgeThrough(ctx context.Context, stream, subject string, thro
 
 // settleIdle ends a step that found q empty: what it owes the limiter is said (a call without
 // jobs), its settled jobs are removed when due (it waits for that), and then it sleeps until
-// its tenant publishes again.
+// its tenant publishes again. A queue that could not say what it owes (its tenant has no plan:
+// no call is made) keeps it and waits: a change of plans wakes it, and its claim is said then.
 func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 	if !q.owe.empty() {
 		// Said first: were the removal below to fail, and this replica to die, whoever reads the
@@ -575,7 +593,9 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 			q.errs++
 			return stepResult{next: stepRetry(q.errs)}
 		}
-		q.said()
+		if d.Said {
+			q.said()
+		}
 	}
 	due, err := s.removeSettled(ctx, q)
 	switch {
@@ -583,10 +603,16 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 		return stepResult{next: stepRetry(1)}
 	case due > 0:
 		return stepResult{next: due, headless: true} // its settled jobs are removed then, unless compacted meanwhile
+	case !q.owe.empty():
+		return stepResult{next: unsaidRetry, headless: true} // idle would drop the queue, and its claim with it
 	}
 	q.errs = 0
 	return stepResult{idle: true}
 }
+
+// unsaidRetry is how long a queue without jobs waits to say again what it owes when no limiter
+// call could carry it (its tenant has no plan); a change of plans wakes it sooner.
+const unsaidRetry = 5 * time.Second
 
 // legacyJobs reads jobs from the tenant's lane in the lanes stream of an earlier version.
 func (s *Service) legacyJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []job {

@@ -67,6 +67,7 @@ type telemetry struct {
 	expired      metric.Int64Counter
 	settleErrs   metric.Int64Counter
 	lateForwards metric.Int64Counter
+	giveBacks    metric.Int64Counter
 	inFlight     metric.Int64UpDownCounter
 	tenantLabel  bool
 	failMode     attribute.Set
@@ -110,6 +111,8 @@ func newTelemetry(c Config) (*telemetry, error) {
 	t.settleErrs, err = m.Int64Counter(wire.MetricSettleErrors.Name, metric.WithDescription("Removals of settled jobs from the input (op purge) that failed: the server refused or did not answer; the limiter is told they were stored, and the removal is tried again."))
 	add(err)
 	t.lateForwards, err = m.Int64Counter(wire.MetricLateForwards.Name, metric.WithDescription("Forwards stored downstream 100 ms or more after their decision (a slow or failing-over output): their weight is charged to the tenant again before its next job is decided (pacing stays within C + r·t)."))
+	add(err)
+	t.giveBacks, err = m.Int64Counter(wire.MetricPoolGiveBacks.Name, metric.WithDescription("Pool grants a decision did not use that could not be given back (label pool): their slots stay taken until their leases end, the pool below its capacity meanwhile."))
 	add(err)
 	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
 	add(err)
@@ -162,7 +165,13 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 		span.RecordError(d.Err)
 		span.SetStatus(codes.Error, "limiter failed")
 		t.limiterErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", policy.ErrorKind(d.Err))))
-		t.failEvents.Add(ctx, int64(len(jobs)), metric.WithAttributeSet(t.failMode))
+		undecided := 0 // forwarded without a decision or held (not dead, not paused)
+		for _, v := range d.Verdicts {
+			if v.Fate == wire.FateDegraded || v.Fate == wire.FateHeld {
+				undecided++
+			}
+		}
+		t.failEvents.Add(ctx, int64(undecided), metric.WithAttributeSet(t.failMode))
 	}
 	if d.Local {
 		t.failEvents.Add(ctx, int64(len(jobs)), metric.WithAttributeSet(t.failMode))
@@ -240,6 +249,11 @@ func (t *telemetry) conclude(j *job, fate wire.Fate) {
 	if fate == wire.FateDelayed || fate == wire.FateShadowDelayed {
 		t.waits.Record(ctx, j.verdict.Wait.Seconds(), set)
 	}
+}
+
+// giveBackFailed counts a decision whose unused pool grants could not be given back.
+func (t *telemetry) giveBackFailed(ctx context.Context, pool string) {
+	t.giveBacks.Add(ctx, 1, metric.WithAttributes(attribute.String("pool", pool)))
 }
 
 // settleError counts a removal of settled jobs that failed.

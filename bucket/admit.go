@@ -117,9 +117,15 @@ type BatchResult struct {
 	// sooner when a release frees it). Pool is the pool as the call found it (nil: no pool).
 	PoolBound bool
 	Pool      *PoolState
-	// Wakes names the tenants whose queues may go now: the waiters the call's giving back of
-	// unused pool grants made room for, or the one whose turn refused the pool's grant.
+	// Wakes names the tenants whose queues may go now, each once: the one whose turn refused
+	// the pool's grant, and the waiters the call's giving back of unused pool grants made room
+	// for.
 	Wakes []string
+	// GiveBackErr is why the pool's grants that the tenant's limits did not use could not be
+	// given back (nil: given back, or none to give). The decision stands; their slots stay
+	// taken until their leases end (the pool runs below its capacity meanwhile): the caller
+	// should count and log it.
+	GiveBackErr error
 	// ShadowWaits is set when the plan is in shadow mode (Plan.Shadow): one wait per job, how
 	// long the plan would have delayed it (zero: it fitted at once). Every job not stored is
 	// then admitted, and the plan is charged on the tenant's shadow state, apart from the state

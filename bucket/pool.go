@@ -235,8 +235,11 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 			// Nothing was forwarded: the grants go back (were this to fail too, their slots
 			// return when their leases end).
 			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_, _ = pb.poolCall(gctx, poolGiveBack, pool, b.Tenant, share, sub.Jobs, NoCost)
+			_, gerr := pb.poolCall(gctx, poolGiveBack, pool, b.Tenant, share, sub.Jobs, NoCost)
 			cancel()
+			if gerr != nil {
+				return BatchResult{}, fmt.Errorf("%w (and %w)", err, giveBackError(pool, b.Tenant, len(sub.Jobs), gerr))
+			}
 		}
 		return BatchResult{}, err
 	}
@@ -246,10 +249,18 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 			unused = append(unused, sub.Jobs[i])
 		}
 	}
-	res.Wakes = g.wakes
+	res.Wakes = g.wakes // whose turn refused a job of this batch
 	if len(unused) > 0 {
-		if r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost); err == nil {
-			res.Wakes, g.state = r.wakes, r.state
+		r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost)
+		if err != nil {
+			res.GiveBackErr = giveBackError(pool, b.Tenant, len(unused), err)
+		} else {
+			g.state = r.state
+			for _, w := range r.wakes { // and the waiters what was given back is for
+				if !slices.Contains(res.Wakes, w) {
+					res.Wakes = append(res.Wakes, w)
+				}
+			}
 		}
 	}
 	g.state.Name, g.state.Concurrency, g.state.Capacity = pool.Name, pool.Concurrency, pool.Capacity
@@ -268,6 +279,11 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		}
 	}
 	return res, nil
+}
+
+// giveBackError says that n grants of pool to tenant could not be given back, and why.
+func giveBackError(pool *Pool, tenant string, n int, err error) error {
+	return fmt.Errorf("bucket: pool %s: %d unused grants of tenant %q not given back (their slots stay taken until their leases end): %w", pool.Name, n, tenant, err)
 }
 
 // leasePooled releases or renews a job's lease (mode) on its tenant's concurrency limits (lease)

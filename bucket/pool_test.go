@@ -164,6 +164,94 @@ func TestPooledFailureBetweenTheCalls(t *testing.T) {
 	}
 }
 
+// TestPooledAdmissionKeepsEveryWake: the pool's grant names a waiter to wake (the job it refused
+// was that waiter's turn), then the tenant's own limits refuse what the pool granted, which is
+// given back and names waiters of its own: the result names both. Before, the give-back's
+// wakes replaced the grant's: the waiter whose turn it was slept until it asked again (a
+// second, or the end of a lease).
+func TestPooledAdmissionKeepsEveryWake(t *testing.T) {
+	c := newClock()
+	m := NewMemory(Options{}, c.Now)
+	pool, err := NewPool(Pool{Name: "w", Concurrency: 3, Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := map[string]*Plan{}
+	for _, name := range []string{"a", "c"} {
+		p := mustPlan(t, name, lim("own", 1_000_000, time.Microsecond))
+		p.Pool, p.Share = pool, 1
+		plans[name] = p
+	}
+	ctx := context.Background()
+	refused := func(_ context.Context, b Batch) (BatchResult, error) { // c's own limits: nothing fits
+		r := BatchResult{Outcomes: make([]JobOutcome, len(b.Jobs)), Limit: "own"}
+		for i := range r.Outcomes {
+			r.Outcomes[i] = JobNotYet
+		}
+		return r, nil
+	}
+	ask := func(pb poolBackend, tenant string, own func(context.Context, Batch) (BatchResult, error), ids ...int64) BatchResult {
+		t.Helper()
+		b := Batch{Tenant: tenant, Plan: plans[tenant], Owner: 1}
+		for _, id := range ids {
+			b.Jobs = append(b.Jobs, Job{ID: id, Weight: 1})
+		}
+		res, err := admitPooled(ctx, pb, b, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Advance(time.Millisecond)
+		return res
+	}
+	ask(m, "a", m.admit, 1, 2)
+	if r := ask(m, "a", m.admit, 3, 4); r.Outcomes[1] != JobNotYet || !r.PoolBound {
+		t.Fatalf("a's job 4 in a full pool: %+v, want it waiting for the pool", r)
+	}
+	for _, id := range []int64{1, 2} {
+		if _, err := m.Release(ctx, LeaseRequest{Tenant: "a", Plan: plans["a"], Lease: id, Cost: NoCost}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// c asks for 2 of the 2 free slots: the pool grants the first, the second is a's turn (a is
+	// woken); c's own limits refuse the first, given back.
+	r := ask(m, "c", refused, 5, 6)
+	if !slices.Contains(r.Wakes, "a") {
+		t.Errorf("wakes %v, want a among them (the pool refused c's job 6 for a's turn)", r.Wakes)
+	}
+	if r.GiveBackErr != nil {
+		t.Errorf("give-back error %v, want none", r.GiveBackErr)
+	}
+}
+
+// TestPooledGiveBackErrorIsReported: when the grants the tenant's limits did not use cannot be
+// given back, the decision stands and says so (BatchResult.GiveBackErr, naming the pool and the
+// tenant): the slots stay taken until their leases end, and a caller can count and log it.
+// Before, the error was dropped: a leak of the pool's capacity was invisible.
+func TestPooledGiveBackErrorIsReported(t *testing.T) {
+	c := newClock()
+	m := NewMemory(Options{}, c.Now)
+	pool, _ := NewPool(Pool{Name: "w", Concurrency: 2, Lease: 10 * time.Second})
+	p := poolPlans(t, pool)[0]
+	own := func(_ context.Context, b Batch) (BatchResult, error) {
+		return BatchResult{Outcomes: []JobOutcome{JobAdmitted, JobNotYet}, Limit: "own"}, nil
+	}
+	b := Batch{Tenant: "t", Plan: p, Owner: 1, Jobs: []Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}}}
+	res, err := admitPooled(context.Background(), failing{m}, b, own)
+	if err != nil {
+		t.Fatalf("the decision failed (%v): it stands, only the give-back failed", err)
+	}
+	if !res.Outcomes[0].Admitted() || res.Outcomes[1] != JobNotYet {
+		t.Errorf("outcomes %v, want admitted, not-yet", res.Outcomes)
+	}
+	if res.GiveBackErr == nil || !strings.Contains(res.GiveBackErr.Error(), `pool w`) || !strings.Contains(res.GiveBackErr.Error(), `"t"`) ||
+		!strings.Contains(res.GiveBackErr.Error(), "connection lost") {
+		t.Errorf("give-back error %v, want one naming pool w, tenant \"t\" and the cause", res.GiveBackErr)
+	}
+	if s, _ := inspectPool(context.Background(), m, "t", p); s.InFlight != 2 {
+		t.Errorf("%d in flight, want 2 (job 2's slot held until its lease ends)", s.InFlight)
+	}
+}
+
 // FuzzDecodePoolReply: a pool script's reply that does not have the layout is an error, never a
 // panic.
 func FuzzDecodePoolReply(f *testing.F) {

@@ -26,11 +26,11 @@ func TestDemoTableLines(t *testing.T) {
 	got := strings.Join(tableLines(testFrame()), "\n")
 	want := strings.Join([]string{
 		"12s of 30s · publishing",
-		"                          last second                      mean       waited",
-		"tenant   plan  published  jobs  tokens  plan/s  waiting  attempts    p50    p99",
-		"acme     free        612     4       5       5      540      1.98   3.1s   9.8s",
-		"globex   gold        168    10      14      20        0      1.00    3ms   12ms",
-		"initech  pro           0     0       0  333.33        0         -      -      -",
+		"                          last second                    decisions   waited",
+		"tenant   plan  published  jobs  tokens  plan/s  waiting  per job    p50    p99",
+		"acme     free        612     4       5       5      540     1.98   3.1s   9.8s",
+		"globex   gold        168    10      14      20        0     1.00    3ms   12ms",
+		"initech  pro           0     0       0  333.33        0        -      -      -",
 	}, "\n")
 	if got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
@@ -42,11 +42,11 @@ func TestDemoPlainLines(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("%d lines, want one per tenant: %q", len(lines), lines)
 	}
-	want := "12s acme: published 612, admitted 72 (last 1s: 4 jobs, 5 tokens; plan 5 tokens/s), waiting 540, attempts 1.98, waited p50 3.1s p99 9.8s"
+	want := "12s acme: published 612, admitted 72 (last 1s: 4 jobs, 5 tokens; plan 5 tokens/s), waiting 540, decisions per job 1.98, waited p50 3.1s p99 9.8s"
 	if lines[0] != want {
 		t.Errorf("line:\n%s\nwant:\n%s", lines[0], want)
 	}
-	if !strings.Contains(lines[2], "attempts -, waited p50 - p99 -") {
+	if !strings.Contains(lines[2], "decisions per job -, waited p50 - p99 -") {
 		t.Errorf("a tenant with nothing admitted: %s", lines[2])
 	}
 }
@@ -118,10 +118,10 @@ func TestDemoSummaryLines(t *testing.T) {
 	got := strings.Join(summaryLines(sum, "JOBS"), "\n")
 	for _, want := range []string{
 		"summary: 6.0s of load, then 1.0s for the pipeline to settle",
-		"                                                           mean       waited",
-		"tenant   plan  published  admitted  dead  waiting  lost  attempts    p50    p99",
-		"acme     free        200        30     0      170     0      1.90   2.1s   5.8s",
-		"initech  pro           0         0     0        0     0         -      -      -",
+		"                                                         decisions   waited",
+		"tenant   plan  published  admitted  dead  waiting  lost  per job    p50    p99",
+		"acme     free        200        30     0      170     0     1.90   2.1s   5.8s",
+		"initech  pro           0         0     0        0     0        -      -      -",
 		"total                300       120     0      180     0",
 		"acme         34  34.9 = 5 + 5/s × 6.0s (burst)     97.4%  bucket kept busy",
 		"globex       84  139.6 = 20 + 20/s × 6.0s (burst)  60.2%  under its plan",
@@ -182,7 +182,7 @@ func TestDemoScreenTTYFitsTheTerminal(t *testing.T) {
 	b.Reset()
 	s = &screen{w: &b, tty: true, width: func() int { return 0 }}
 	s.show(testFrame())
-	if !strings.Contains(b.String(), "initech  pro           0     0       0  333.33        0         -      -      -\n") {
+	if !strings.Contains(b.String(), "initech  pro           0     0       0  333.33        0        -      -      -\n") {
 		t.Errorf("the table was cut on an 80-column terminal:\n%s", b.String())
 	}
 }

@@ -219,8 +219,18 @@ type Decision struct {
 	// queues may go now (the call gave pool capacity back, or another's turn refused it).
 	Pool  *bucket.PoolState
 	Wakes []string
-	// Err is the limiter's error when it failed (verdicts degraded or held), or nil.
+	// GiveBackErr is why the pool grants the decision did not use could not be given back (see
+	// bucket.BatchResult.GiveBackErr): the verdicts stand, the slots stay taken until their
+	// leases end. Count and log it.
+	GiveBackErr error
+	// Err is the limiter's error when it failed (verdicts degraded or held; a paused tenant's
+	// jobs stay paused), or nil.
 	Err error
+	// Said: a limiter call carried the queue's claim (Queue) and answered, so the queue owes
+	// nothing of it any more. False when no call answered: it failed, or none was made (the
+	// tenant has no plan or cannot be used; or the step had nothing to ask). The queue then keeps
+	// its claim for its next step.
+	Said bool
 	// Local: decided on this replica's copy of the tenant's state (fail mode local).
 	Local bool
 	// Took is how long the limiter call took; zero when there was none.
@@ -261,7 +271,8 @@ type Queue struct {
 // Jobs that can never be admitted (no plan, an unreadable or too large weight, an unusable
 // tenant name) are dead; a paused tenant's wait for the pause's end; the others are decided
 // together in one limiter call bounded by the timeout. Jobs after the first that waits are not
-// decided: they wait behind it. A step without jobs carries what the owner has to say alone.
+// decided: they wait behind it. A step without jobs to decide (none given, or its tenant
+// paused) carries what the owner has to say alone; Decision.Said tells whether it was said.
 func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) Decision {
 	d := Decision{Verdicts: make([]Verdict, len(jobs))}
 	plan, err := p.plans.Load().Lookup(tenant)
@@ -287,19 +298,15 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		}
 	}
 	if until, paused := p.PausedUntil(tenant); paused && len(batch.Jobs) > 0 {
-		for _, i := range index { // they wait for the end of the pause: nothing to ask
+		for _, i := range index { // they wait for the end of the pause, undecided
 			d.Verdicts[i] = Verdict{Fate: wire.FatePaused, Wait: time.Until(until)}
 		}
-		return d
+		return p.sayAlone(ctx, d, batch)
 	}
 	if len(batch.Jobs) == 0 && batch.Stored == 0 && batch.LateWeight == 0 && !batch.Release {
 		return d
 	}
-	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	begin := time.Now()
-	res, err := p.limiter.Admit(cctx, batch)
-	d.Took = time.Since(begin)
-	cancel()
+	res, err := p.admit(ctx, &d, batch)
 	if err != nil {
 		if code, ok := wire.CodeOf(err); ok {
 			for _, i := range index {
@@ -319,9 +326,9 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		return d
 	}
 	p.ok(res.Local)
-	d.Local = res.Local
+	d.Said, d.Local = true, res.Local
 	d.Limit, d.Remaining, d.LeasesExpired = res.Limit, res.Remaining, res.LeasesExpired
-	d.Pool, d.Wakes = res.Pool, res.Wakes
+	d.Pool, d.Wakes, d.GiveBackErr = res.Pool, res.Wakes, res.GiveBackErr
 	switch {
 	case res.Handover:
 		d.Reason = ReasonHandover
@@ -348,6 +355,38 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		}
 		v.Local = res.Local
 	}
+	return d
+}
+
+// admit makes the step's limiter call, bounded by the timeout, and records how long it took.
+func (p *Policy) admit(ctx context.Context, d *Decision, batch bucket.Batch) (bucket.BatchResult, error) {
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	begin := time.Now()
+	res, err := p.limiter.Admit(cctx, batch)
+	d.Took = time.Since(begin)
+	return res, err
+}
+
+// sayAlone says what the owner of a queue whose jobs are not decided (its tenant is paused)
+// owes the limiter, in a call without jobs, when it owes anything: forwards stored late are
+// charged, jobs stored are remembered, a hold is given up. The jobs' verdicts stand whatever
+// the call answers.
+func (p *Policy) sayAlone(ctx context.Context, d Decision, batch bucket.Batch) Decision {
+	if batch.Stored == 0 && batch.LateWeight == 0 && !batch.Release {
+		return d // nothing to say: no call
+	}
+	batch.Jobs = nil
+	res, err := p.admit(ctx, &d, batch)
+	if err != nil {
+		if _, ok := wire.CodeOf(err); !ok { // a tenant that cannot be used is not an outage
+			d.Err = err
+			p.failed(err)
+		}
+		return d
+	}
+	p.ok(res.Local)
+	d.Said, d.LeasesExpired = true, res.LeasesExpired
 	return d
 }
 

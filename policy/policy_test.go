@@ -264,3 +264,54 @@ func TestRecovered(t *testing.T) {
 		t.Fatal("the next channel is closed before the next outage")
 	}
 }
+
+// TestPausedStepSaysWhatItOwes: a paused tenant's jobs wait without a decision, but what its
+// queue owes the limiter is said all the same: the forwards stored late are charged, and the
+// jobs stored before are answered stored after the pause. Before, the step returned without a
+// limiter call, the queue took its claim as said and dropped it: the late weight went
+// uncharged and a stored job was decided again.
+func TestPausedStepSaysWhatItOwes(t *testing.T) {
+	clock := time.Unix(1_700_000_000, 0)
+	p, _ := newPolicy(t, bucket.NewMemory(bucket.Options{}, func() time.Time { return clock }), FailOpen, plansYAML)
+	ctx := context.Background()
+	p.SetPauses(map[string]time.Time{"acme": time.Now().Add(time.Hour)})
+	claim := Queue{Owner: 1, LateWeight: 3, Late: time.Second, Stored: 5, Keep: time.Hour}
+	d := p.Step(ctx, "acme", []Job{{ID: 5, Weight: 1}, {ID: 6, Weight: 1}}, claim)
+	if got := actions(d); got != "paused paused" || d.Err != nil || !d.Said {
+		t.Fatalf("paused: verdicts %q, err %v, said %v; want both paused, the claim said", got, d.Err, d.Said)
+	}
+	if d = p.Step(ctx, "acme", jobs(1), owner); d.Said || d.Took != 0 {
+		t.Errorf("paused, owing nothing: said %v, took %v; want no call", d.Said, d.Took)
+	}
+	if d = p.Step(ctx, "nobody", jobs(1), claim); d.Said {
+		t.Errorf("a tenant without a plan: said %v, want false (no call can carry the claim: the queue keeps it)", d.Said)
+	}
+	p.SetPauses(nil)
+	d = p.Step(ctx, "acme", []Job{{ID: 5, Weight: 1}, {ID: 6, Weight: 1}}, owner)
+	if got := actions(d); got != "stored delayed" {
+		t.Errorf("after the pause: verdicts %q, want stored (5 was stored) and delayed (the 3 stored late took the burst of 3)", got)
+	}
+}
+
+// giveBackFails is a limiter whose pooled decisions could not give their unused grants back.
+type giveBackFails struct{ *bucket.Memory }
+
+func (g giveBackFails) Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error) {
+	res, err := g.Memory.Admit(ctx, b)
+	res.GiveBackErr = errors.New("bucket: pool w: 1 unused grants of tenant \"acme\" not given back: connection lost")
+	return res, err
+}
+
+// TestGiveBackErrorReachesTheQueue: a decision whose pool grants could not be given back stands
+// (no limiter error: its verdicts are the limiter's) and carries the error for the queue to count
+// and log.
+func TestGiveBackErrorReachesTheQueue(t *testing.T) {
+	p, _ := newPolicy(t, giveBackFails{bucket.NewMemory(bucket.Options{}, nil)}, FailOpen, plansYAML)
+	d := p.Step(context.Background(), "acme", jobs(1), owner)
+	if got := actions(d); got != "admitted" || d.Err != nil || !d.Said {
+		t.Errorf("verdicts %q, err %v, said %v: want admitted, no error, said", got, d.Err, d.Said)
+	}
+	if d.GiveBackErr == nil || !strings.Contains(d.GiveBackErr.Error(), "not given back") {
+		t.Errorf("give-back error %v, want the limiter's", d.GiveBackErr)
+	}
+}

@@ -548,7 +548,7 @@ func soakReport(start time.Time, duration, loadEnd, drained time.Duration, fault
 		if p.held() {
 			continue
 		}
-		fmt.Fprintf(&b, "\ntenant %s, C %v r %v/s: %+.2f over C + r·t in [%.3fs, %.3fs]; forwards there (stored s, job, weight, waited ms, deliveries):\n",
+		fmt.Fprintf(&b, "\ntenant %s, C %v r %v/s: %+.2f over C + r·t in [%.3fs, %.3fs]; forwards there (stored s, job, weight, waited ms, decisions):\n",
 			p.tenant, p.limit.capacity, p.limit.rate, p.excess, p.from.Sub(start).Seconds(), p.to.Sub(start).Seconds())
 		for _, j := range got {
 			if j.header.Get(wire.HeaderTenant) == p.tenant && j.header.Get(wire.HeaderDegraded) == "" && !j.stored.Before(p.from) && !j.stored.After(p.to) {

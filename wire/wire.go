@@ -16,7 +16,9 @@ const (
 	HeaderTenant = "Admit-Tenant"
 	// HeaderPlan, on output: the tenant's plan.
 	HeaderPlan = "Admit-Plan"
-	// HeaderAttempts, on output: how many times the input was delivered to the admitter.
+	// HeaderAttempts, on output: the decisions the job took: 1, and 1 more for each step of its
+	// tenant's queue that left it waiting at the head (a job waiting behind that head is not
+	// counted). Jobs are read, not delivered: it counts no redelivery.
 	HeaderAttempts = "Admit-Attempts"
 	// HeaderDelayMs, on output: milliseconds from the input being stored to being forwarded.
 	HeaderDelayMs = "Admit-Delay-Ms"
@@ -267,6 +269,7 @@ var (
 	MetricLateForwards  = Metric{"admitter.forwards.late", "admitter_forwards_late_total", ""}
 	MetricPoolInFlight  = Metric{"admitter.pool.in_flight", "admitter_pool_in_flight", ""}
 	MetricPoolWaiting   = Metric{"admitter.pool.waiting", "admitter_pool_waiting", ""}
+	MetricPoolGiveBacks = Metric{"admitter.pool.give_back.errors", "admitter_pool_give_back_errors_total", ""}
 )
 
 // DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they

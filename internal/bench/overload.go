@@ -22,8 +22,8 @@ type forwarded struct {
 }
 
 // OverloadFigures computes scenario 3's figures from what the subscriber saw: jobs admitted by
-// loadEnd against capacity + rate·t, t from the first admission to loadEnd; deliveries per
-// admitted job; Admit-Delay-Ms. Jobs seen after tailEnd are left out.
+// loadEnd against capacity + rate·t, t from the first admission to loadEnd; decisions per
+// admitted job (Admit-Attempts); Admit-Delay-Ms. Jobs seen after tailEnd are left out.
 func OverloadFigures(jobs []forwarded, capacity int64, rate float64, loadStart, loadEnd, tailEnd time.Time) Overload {
 	o := Overload{Capacity: capacity, RatePerSecond: rate}
 	var first time.Time
