@@ -149,6 +149,7 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 	c := l.s.cfg
 	var path, tenant string
 	var lease, cost, weight int64 = 0, bucket.NoCost, 1
+	var rep bucket.Report
 	op := policy.LeaseRelease
 	var err error
 	switch {
@@ -156,6 +157,7 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		path = wire.LeasePathAck
 		if strings.HasPrefix(m.Subject, l.term) {
 			path = wire.LeasePathTerm
+			rep.Outcome = bucket.DownstreamFailed // a consumer that terminates a job gives up on it
 		}
 		var ok bool
 		if tenant, lease, ok, err = l.forwarded(ctx, m.Data); err == nil && !ok {
@@ -168,6 +170,9 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 			lease, err = wire.ParseLease(m.Header, c.StreamIn)
 			if err == nil {
 				cost, err = wire.ParseCost(m.Header)
+			}
+			if err == nil {
+				rep, err = parseReport(m.Header)
 			}
 		} else if tenant, ok = c.Renew.Match(m.Subject); ok && c.Renew.String() != "" {
 			path, op = wire.LeasePathRenew, policy.LeaseRenew
@@ -192,8 +197,15 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 	result := "invalid"
 	if err == nil {
 		var res bucket.LeaseResult
-		res, _, err = c.Policy.Lease(ctx, op, tenant, lease, weight, cost)
+		var plan *bucket.Plan
+		res, plan, err = c.Policy.Lease(ctx, op, tenant, lease, weight, cost, rep)
 		l.s.tel.leasesExpired(ctx, res.LeasesExpired)
+		if err == nil && res.Held && op == policy.LeaseRelease {
+			l.s.tel.jobDone(ctx, plan, tenant, rep.Outcome, res.Ran)
+		}
+		if res.Pool != nil {
+			l.s.tel.poolSeen(*res.Pool)
+		}
 		switch {
 		case errors.Is(err, policy.ErrNoLeases), errors.Is(err, bucket.ErrUnknownTenant), errors.Is(err, bucket.ErrInvalidTenant):
 			result = "no-lease"
@@ -236,6 +248,17 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 			_ = m.Respond(b)
 		}
 	}
+}
+
+// parseReport reads what a done message says of its job: Admit-Outcome.
+func parseReport(h nats.Header) (bucket.Report, error) {
+	var rep bucket.Report
+	o, err := wire.ParseOutcome(h)
+	if err != nil {
+		return rep, err
+	}
+	rep.Outcome, err = bucket.ParseDownstreamOutcome(o)
+	return rep, err
 }
 
 // minStartWait is the shortest wait a start not held is told (ms): a job whose slots will not

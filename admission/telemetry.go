@@ -68,6 +68,8 @@ type telemetry struct {
 	settleErrs   metric.Int64Counter
 	lateForwards metric.Int64Counter
 	inFlight     metric.Int64UpDownCounter
+	outcomes     metric.Int64Counter
+	jobTime      metric.Float64Histogram
 	tenantLabel  bool
 	failMode     attribute.Set
 	// pools is every pool as this replica's last call found it (admitter_pool_* gauges).
@@ -112,6 +114,10 @@ func newTelemetry(c Config) (*telemetry, error) {
 	t.lateForwards, err = m.Int64Counter(wire.MetricLateForwards.Name, metric.WithDescription("Forwards stored downstream 100 ms or more after their decision (a slow or failing-over output): their weight is charged to the tenant again before its next job is decided (pacing stays within C + r·t)."))
 	add(err)
 	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
+	add(err)
+	t.outcomes, err = m.Int64Counter(wire.MetricJobOutcomes.Name, metric.WithDescription("Jobs done downstream, by pool (empty: the plan has none) and outcome (ok, failed, overloaded), as their done messages said (Admit-Outcome; a termination is failed, an ack ok)."))
+	add(err)
+	t.jobTime, err = m.Float64Histogram(wire.MetricJobTime.Name, metric.WithUnit("s"), metric.WithDescription("Time of a job downstream, from its forward (the take of its lease) to its done message, by pool."), metric.WithExplicitBucketBoundaries(wire.JobTimeBuckets...))
 	add(err)
 	return t, errors.Join(errs...)
 }
@@ -291,4 +297,18 @@ func (t *telemetry) poolStates() map[string]bucket.PoolState {
 		out[k] = v
 	}
 	return out
+}
+
+// jobDone counts a job done downstream under plan (its pool's label) with outcome o, after ran.
+func (t *telemetry) jobDone(ctx context.Context, plan *bucket.Plan, tenant string, o bucket.DownstreamOutcome, ran time.Duration) {
+	pool := ""
+	if plan != nil && plan.Pool != nil {
+		pool = plan.Pool.Name
+	}
+	attrs := []attribute.KeyValue{attribute.String("pool", pool)}
+	if t.tenantLabel {
+		attrs = append(attrs, attribute.String("tenant", tenant))
+	}
+	t.jobTime.Record(ctx, ran.Seconds(), metric.WithAttributes(attrs...))
+	t.outcomes.Add(ctx, 1, metric.WithAttributes(append(attrs, attribute.String("outcome", o.String()))...))
 }

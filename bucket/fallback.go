@@ -551,6 +551,9 @@ func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route 
 		}
 		if r := f.remote(RouteTenant(req.Tenant)); route && r != nil && req.Plan != nil {
 			q := routed{Op: leaseModes[mode], Tenant: req.Tenant, Plan: req.Plan.Name, Lease: req.Lease, Cost: req.Cost, Weight: req.Weight}
+			if req.Report != (Report{}) {
+				q.Report = &req.Report
+			}
 			if rep, ok := f.ask(ctx, r, RouteTenant(req.Tenant), q); ok {
 				if rep.Error != "" || rep.Lease == nil {
 					return LeaseResult{}, fmt.Errorf("bucket: the replica deciding tenant %q: %s", req.Tenant, rep.Error)

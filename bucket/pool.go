@@ -195,14 +195,14 @@ const (
 
 // poolReply is a pool operation's answer.
 type poolReply struct {
-	granted    int   // acquire: the jobs granted (a prefix)
-	wait       int64 // acquire, start: µs until the first job not granted (the job) may fit
-	found      bool  // give back, release, renew: a lease was held
-	weight, at int64 // release: its weight and when it was taken
-	ends       int64 // renew: its new end
-	state      PoolState
-	wakes      []string // the waiters to wake
-	tenants    []PoolTenant
+	granted     int   // acquire: the jobs granted (a prefix)
+	wait        int64 // acquire, start: µs until the first job not granted (the job) may fit
+	found       bool  // give back, release, renew: a lease was held
+	weight, ran int64 // release: its weight and the time from its take to now (µs)
+	ends        int64 // renew: its new end
+	state       PoolState
+	wakes       []string // the waiters to wake
+	tenants     []PoolTenant
 }
 
 // poolBackend is a backend's side of the pools: one operation on one pool, for tenant (with
@@ -299,10 +299,13 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 		}
 		return LeaseResult{Wait: time.Duration(r.wait) * time.Microsecond, Wakes: r.wakes, LeasesExpired: res.LeasesExpired}, nil
 	}
+	r.state.Name, r.state.Concurrency, r.state.Capacity = p.Pool.Name, p.Pool.Concurrency, p.Pool.Capacity
+	res.Pool = &r.state
 	if r.found {
 		res.PoolOnly = !res.Held
 		res.Held = true
 		res.Weight = max(res.Weight, r.weight)
+		res.Ran = max(res.Ran, time.Duration(r.ran)*time.Microsecond)
 		if ends := time.UnixMicro(r.ends); r.ends > 0 && (res.Ends.IsZero() || ends.Before(res.Ends)) {
 			res.Ends = ends
 		}
@@ -413,7 +416,7 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 	case poolAcquire:
 		r.granted, r.wait = int(vals[0]), vals[1]
 	case poolGiveBack, poolRelease:
-		r.found, r.weight, r.at = vals[0] == 1, vals[1], vals[2]
+		r.found, r.weight, r.ran = vals[0] == 1, vals[1], vals[2]
 	case poolRenew:
 		r.found, r.ends = vals[0] == 1, vals[1]
 	case poolStart:
@@ -769,7 +772,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 				if k := leaseAt(j.ID); k >= 0 {
 					l := mp.leases[k]
 					mp.leases = slices.Delete(mp.leases, k, k+1)
-					r.found, r.weight, r.at = true, l.weight, l.at
+					r.found, r.weight, r.ran = true, l.weight, max(now-l.at, 0)
 					w, held = l.weight, true
 				}
 			}

@@ -35,7 +35,8 @@
 --
 -- Reply: packed int64s {found (0/1), the lease's weight (0 when not found), leases expired
 -- (ended unreleased, dropped from the state by this call), the lease's new end (µs, renew and
--- start), and for a start not found the wait (µs) until its slots may be free}.
+-- start), for a start not found the wait (µs) until its slots may be free, and for a release of
+-- a lease held the time from its take to now (µs: the job's time downstream)}.
 --
 -- Redis commands: TIME, GET, and at most one SET ... PX or DEL.
 local arg = ARGV[1]
@@ -93,7 +94,7 @@ if found == 0 and mode == 2 then
     found, weight = 1, jw
   end
 end
-if found == 0 then return struct.pack('<lllll', 0, 0, 0, 0, wait) end
+if found == 0 then return struct.pack('<llllll', 0, 0, 0, 0, wait, 0) end
 
 if held and mode == 0 and cost >= 0 and cost ~= weight then
   local d = cost - weight
@@ -131,4 +132,6 @@ if held and mode == 0 and cost >= 0 and cost ~= weight then
   end
 end
 write_state(KEYS[1], st, lims, ws, n, now, redeem, pad)
-return struct.pack('<lllll', 1, weight, st.expired, ends, 0)
+local ran = 0
+if held and mode == 0 then ran = math.max(now - taken, 0) end
+return struct.pack('<llllll', 1, weight, st.expired, ends, 0, ran)

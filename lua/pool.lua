@@ -58,7 +58,8 @@
 --   acquire  granted (a prefix of the jobs), wait (µs, for the first job not granted: until the
 --            capacity it needs may be free, at most reask; 0 when all were granted), then the
 --            pool's state (below); wakes the first waiter when its turn stopped the grant
---   give back / release  found (0/1), weight, taken (µs), then the pool's state
+--   give back / release  found (0/1), weight, ran (µs from the lease's take to now: the job's
+--            time downstream; 0 when not held), then the pool's state
 --   renew    found, the lease's new end (µs), then the pool's state
 --   start    found, the lease's new end (µs), the wait (µs, not found: until a slot may be
 --            free), then the pool's state
@@ -371,7 +372,7 @@ if op == 0 then
 elseif op == 1 or op == 2 then
   -- give back unused grants (1), or release a lease (2, one job: the done message's cost is
   -- reconciled with the bucket and the tenant's finish tag)
-  local found, weight, taken = 0, 0, 0
+  local found, weight, ran = 0, 0, 0
   local free_before = free_now()
   local F = num(redis.call('HGET', KEYS[1], 'f:' .. tenant))
   local back = 0
@@ -380,7 +381,7 @@ elseif op == 1 or op == 2 then
     local lw, lat
     if conc > 0 then lw, lat = lease_at(id) end
     if lw then
-      weight, taken = lw, lat
+      weight, ran = lw, math.max(now - lat, 0)
       lease_drop(struct.pack('<l', id), lw)
       found = 1
       w = weight
@@ -414,7 +415,7 @@ elseif op == 1 or op == 2 then
   end
   if op == 1 or found == 1 then redis.call('HSET', KEYS[1], 'f:' .. tenant, dec(F)) end
   save()
-  local ints = {found, weight, taken}
+  local ints = {found, weight, ran}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints, freed_wakes(free_before))
 elseif op == 3 or op == 5 then

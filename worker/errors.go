@@ -35,3 +35,30 @@ type RetryError struct {
 
 func (e *RetryError) Error() string { return "retry after " + e.After.String() + ": " + e.Err.Error() }
 func (e *RetryError) Unwrap() error { return e.Err }
+
+// Overloaded wraps a handler's error to say that the downstream refused the job, or timed out,
+// because it was overloaded (not for a fault of the job's): the done message says so
+// (Admit-Outcome: overloaded), which moves an adaptive pool's limit down and counts toward its
+// breaker, and the delivery is Nak'd to be delivered again after overloadedDelay. Its second
+// delivery first takes its slots again (a start), so its retry waits its turn under the limit
+// in force. Overloaded(nil) is nil.
+func Overloaded(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &OverloadedError{Err: err, After: overloadedDelay}
+}
+
+// overloadedDelay is how long a job refused as overloaded waits in the consumer before it is
+// delivered again, when the downstream did not say how long.
+const overloadedDelay = time.Second
+
+// OverloadedError is the error Overloaded returns.
+type OverloadedError struct {
+	Err error
+	// After is how long the job waits before it is delivered again.
+	After time.Duration
+}
+
+func (e *OverloadedError) Error() string { return "overloaded: " + e.Err.Error() }
+func (e *OverloadedError) Unwrap() error { return e.Err }

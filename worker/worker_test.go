@@ -47,6 +47,7 @@ type leaseMsg struct {
 	cost    string // "" when absent
 	weight  string
 	start   bool
+	outcome string // Admit-Outcome, "" when absent
 }
 
 func (m leaseMsg) done() bool { return strings.HasPrefix(m.subject, "jobs.done.") }
@@ -89,7 +90,7 @@ func setup(t *testing.T, ackWait time.Duration) *env {
 func (e *env) answer(m *nats.Msg) {
 	lease, _ := strconv.ParseInt(m.Header.Get(wire.HeaderLease), 10, 64)
 	msg := leaseMsg{at: time.Now(), subject: m.Subject, lease: m.Header.Get(wire.HeaderLease), cost: m.Header.Get(wire.HeaderCost),
-		weight: m.Header.Get(wire.HeaderWeight), start: m.Header.Get(wire.HeaderStart) == "true"}
+		weight: m.Header.Get(wire.HeaderWeight), start: m.Header.Get(wire.HeaderStart) == "true", outcome: m.Header.Get(wire.HeaderOutcome)}
 	var floor uint64
 	if !strings.Contains(m.Subject, "renew") {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -591,20 +592,22 @@ func TestOutcome(t *testing.T) {
 		hard bool
 		want outcome
 	}{
-		{"done", nil, false, outcome{release: true, settle: ack}},
-		{"done despite a hard stop", nil, true, outcome{release: true, settle: ack}},
-		{"failed", errors.New("no"), false, outcome{release: true, settle: term, reason: "no"}},
+		{"done", nil, false, outcome{release: true, settle: ack, report: "ok"}},
+		{"done despite a hard stop", nil, true, outcome{release: true, settle: ack, report: "ok"}},
+		{"failed", errors.New("no"), false, outcome{release: true, settle: term, reason: "no", report: "failed"}},
+		{"overloaded", Overloaded(errors.New("503")), false, outcome{release: true, settle: nak, delay: time.Second, report: "overloaded"}},
+		{"overloaded, wrapped, at a hard stop", fmt.Errorf("x: %w", Overloaded(errors.New("503"))), true, outcome{release: true, settle: nak, delay: time.Second, report: "overloaded"}},
 		{"retry", Retry(errors.New("busy"), time.Second), false, outcome{settle: nak, delay: time.Second}},
 		{"retry, wrapped", fmt.Errorf("x: %w", Retry(errors.New("busy"), -time.Second)), false, outcome{settle: nak}},
 		{"interrupted by a hard stop", context.Canceled, true, outcome{settle: nak}},
-		{"long reason", errors.New(strings.Repeat("é", 200)), false, outcome{release: true, settle: term, reason: strings.Repeat("é", 128)}},
+		{"long reason", errors.New(strings.Repeat("é", 200)), false, outcome{release: true, settle: term, reason: strings.Repeat("é", 128), report: "failed"}},
 	} {
 		if got := outcomeOf(tc.err, tc.hard); got != tc.want {
 			t.Errorf("%s: outcomeOf = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
-	if Retry(nil, time.Second) != nil {
-		t.Error("Retry(nil) is not nil")
+	if Retry(nil, time.Second) != nil || Overloaded(nil) != nil {
+		t.Error("Retry(nil) or Overloaded(nil) is not nil")
 	}
 }
 
@@ -626,5 +629,48 @@ func TestLongJobIsNotDeliveredAgain(t *testing.T) {
 	testenv.WaitFor(t, 5*time.Second, "the job acked", func() bool { floor, _ := e.consumerState(); return floor == seq })
 	if n := calls.Load(); n != 1 {
 		t.Errorf("handler called %d times, want 1: delivered again while it ran", n)
+	}
+}
+
+// TestDoneMessageSaysTheOutcome: the done message says how the job went (Admit-Outcome): nothing
+// for a job done (ok is the default), failed for an error, overloaded for Overloaded; an
+// overloaded job is delivered again, starting with a start (its slots taken again).
+func TestDoneMessageSaysTheOutcome(t *testing.T) {
+	e := setup(t, time.Minute)
+	var calls atomic.Int32
+	e.start(Config{Concurrency: 3, Handler: func(ctx context.Context, j *Job) error {
+		switch {
+		case j.Lease == 2:
+			return errors.New("bad input")
+		case j.Lease == 3 && calls.Add(1) == 1:
+			return Overloaded(errors.New("503 Service Unavailable"))
+		}
+		return nil
+	}})
+	for lease := int64(1); lease <= 3; lease++ {
+		e.forward("jobs.admitted.acme.llm", lease, 60000)
+	}
+	testenv.WaitFor(t, 10*time.Second, "four done messages", func() bool {
+		n := 0
+		for _, m := range e.leaseMsgs() {
+			if m.done() {
+				n++
+			}
+		}
+		return n == 4
+	})
+	var got []string
+	for _, m := range e.leaseMsgs() {
+		k := "done"
+		if m.start {
+			k = "start"
+		} else if !m.done() {
+			k = "renew"
+		}
+		got = append(got, fmt.Sprintf("%s %s %s", m.lease, k, m.outcome))
+	}
+	slices.Sort(got)
+	if want := []string{"1 done ", "2 done failed", "3 done ", "3 done overloaded", "3 start "}; !slices.Equal(got, want) {
+		t.Errorf("lease messages %q, want %q", got, want)
 	}
 }

@@ -1,0 +1,103 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/wire"
+	"github.com/admitter/admitter/worker"
+	"github.com/nats-io/nats.go"
+)
+
+// doneWith sends a done request for lease of tenant with the given headers and returns the
+// admitter's answer.
+func (w *world) doneWith(tenant string, lease int64, hdr ...string) wire.LeaseReply {
+	w.t.Helper()
+	m := nats.NewMsg("jobs.done." + tenant + ".job")
+	m.Header.Set(wire.HeaderLease, strconv.FormatInt(lease, 10))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		m.Header.Set(hdr[i], hdr[i+1])
+	}
+	r, err := w.nc.RequestMsg(m, 5*time.Second)
+	if err != nil {
+		w.t.Fatalf("done %s/%d: %v", tenant, lease, err)
+	}
+	var rep wire.LeaseReply
+	if err := json.Unmarshal(r.Data, &rep); err != nil {
+		w.t.Fatalf("done %s/%d: answer %s: %v", tenant, lease, r.Data, err)
+	}
+	return rep
+}
+
+// leaseOf is a forwarded job's lease (0: none).
+func leaseOf(j job) int64 {
+	n, _ := strconv.ParseInt(j.header.Get(wire.HeaderLease), 10, 64)
+	return n
+}
+
+// TestDoneMessagesReportOutcomes: the worker library says how each job went (ok, failed, or
+// overloaded: delivered again, its retry ok); the admitter counts the outcomes per pool and the
+// jobs' time downstream; a done message with an outcome it does not know is answered with an
+// error naming the header, and releases nothing.
+func TestDoneMessagesReportOutcomes(t *testing.T) {
+	w := newWorld(t, "pools:\n  workers: {concurrency: 4, lease: 30s}\nplans:\n  p: {pool: workers, limits: [{capacity: 100, rate: 100/s}]}\ntenants: {acme: p, bob: p}\n")
+	env, metrics, _ := servePorts(t)
+	w.start(env...)
+	var retried atomic.Bool
+	w.startWorker("acme", 4, func(ctx context.Context, j *worker.Job) error {
+		time.Sleep(50 * time.Millisecond)
+		switch string(j.Data) {
+		case "fail":
+			return errors.New("bad input")
+		case "overload":
+			if j.Attempt == 1 {
+				return worker.Overloaded(errors.New("503 Service Unavailable"))
+			}
+			retried.Store(true)
+		}
+		return nil
+	})
+	for _, p := range []string{"ok", "ok", "fail", "overload"} {
+		w.publish("jobs.submit.acme.work", p)
+	}
+	count := func(outcome string) float64 {
+		_, body := httpGet(t, metrics)
+		return metricValue(body, wire.MetricJobOutcomes.Prom, `pool="workers"`, `outcome="`+outcome+`"`)
+	}
+	waitFor(t, 20*time.Second, "3 ok (one a retry), 1 failed, 1 overloaded", func() bool {
+		return count("ok") == 3 && count("failed") == 1 && count("overloaded") == 1
+	})
+	if !retried.Load() {
+		t.Error("the overloaded job was not delivered again")
+	}
+	_, body := httpGet(t, metrics)
+	if n := metricValue(body, wire.MetricJobTime.Prom+"_count", `pool="workers"`); n != 5 {
+		t.Errorf("%s_count = %v, want 5", wire.MetricJobTime.Prom, n)
+	}
+	if s := metricValue(body, wire.MetricJobTime.Prom+"_sum", `pool="workers"`); s < 0.25 || s > 5 {
+		t.Errorf("%s_sum = %vs for five jobs of 50 ms", wire.MetricJobTime.Prom, s)
+	}
+	// An outcome it does not know: an error naming the header; the lease is not released.
+	w.publish("jobs.submit.bob.raw", "raw") // bob has no workers: the test is its worker
+	var lease int64
+	waitFor(t, 20*time.Second, "the raw job forwarded", func() bool {
+		for _, j := range w.readHeaders("ADMITTED") {
+			if j.subject == "jobs.admitted.bob.raw" {
+				lease = leaseOf(j)
+			}
+		}
+		return lease > 0
+	})
+	rep := w.doneWith("bob", lease, wire.HeaderOutcome, "timeout")
+	if want := `header Admit-Outcome is "timeout", want ok, failed or overloaded`; rep.Error != want || rep.Held {
+		t.Errorf("done with Admit-Outcome: timeout answered %+v, want the error %q", rep, want)
+	}
+	if rep := w.doneWith("bob", lease, wire.HeaderOutcome, "overloaded"); !rep.Held {
+		t.Errorf("done with Admit-Outcome: overloaded answered %+v, want held", rep)
+	}
+}
