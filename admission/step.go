@@ -236,8 +236,16 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		}
 	}
 	limit := d.Limit
-	if d.Reason == policy.ReasonPool && d.Pool != nil && d.Plan != nil {
+	switch {
+	case (d.Reason == policy.ReasonPool || d.Reason == policy.ReasonDownstream && d.Limit != bucket.LimitDownstream) && d.Pool != nil && d.Plan != nil:
 		limit = d.Pool.Reason(q.tenant, max(d.Plan.Share, 1)) // "pool workers: 8 of 8 in flight; acme's share 3 of 5"
+	case d.Reason == policy.ReasonDownstream:
+		for _, v := range d.Verdicts {
+			if v.Fate == wire.FateDelayed {
+				limit = bucket.DownstreamReason(time.Now().Add(v.Wait)) // "downstream asked to wait until 14:03:10"
+				break
+			}
+		}
 	}
 	outs := make([]*outMsg, 0, len(jobs))
 	owner := make([]int, 0, len(jobs))

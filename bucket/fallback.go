@@ -582,24 +582,28 @@ func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route 
 // Redis when it answers here), another's is asked of the replica that decides it (see Router).
 type routedPools struct{ f *Fallback }
 
-func (rp routedPools) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (rp routedPools) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	f := rp.f
 	if r := f.remote(RoutePool(p.Name)); r != nil {
-		if rep, ok := f.ask(ctx, r, RoutePool(p.Name), routed{Op: "pool", Tenant: tenant, Pool: p.Name, PoolOp: op, Share: share, Jobs: jobs, Cost: cost}); ok {
-			if rep.Error != "" || rep.Pool == nil {
-				return poolReply{}, fmt.Errorf("bucket: the replica deciding pool %s: %s", p.Name, rep.Error)
+		q := routed{Op: "pool", Tenant: tenant, Pool: p.Name, PoolOp: op, Share: share, Jobs: jobs, Cost: cost}
+		if rep != (Report{}) {
+			q.Report = &rep
+		}
+		if ans, ok := f.ask(ctx, r, RoutePool(p.Name), q); ok {
+			if ans.Error != "" || ans.Pool == nil {
+				return poolReply{}, fmt.Errorf("bucket: the replica deciding pool %s: %s", p.Name, ans.Error)
 			}
-			return rep.Pool.reply(), nil
+			return ans.Pool.reply(), nil
 		}
 	}
-	return f.poolHere(ctx, op, p, tenant, share, jobs, cost)
+	return f.poolHere(ctx, op, p, tenant, share, jobs, cost, rep)
 }
 
 // poolHere is a pool operation decided by this replica: on Redis while it answers here, else on
 // the copy (the pool then counted as decided here during the outage).
-func (f *Fallback) poolHere(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (f *Fallback) poolHere(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	if f.mode.Load() == fallbackUp {
-		r, err := f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost)
+		r, err := f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost, rep)
 		if !outageError(ctx, err) {
 			return r, err
 		}
@@ -608,13 +612,13 @@ func (f *Fallback) poolHere(ctx context.Context, op int, p *Pool, tenant string,
 	var r poolReply
 	var err error
 	pl := &Plan{Pool: p}
-	if ok, werr := f.onCopy(ctx, "", pl, func(*outage) { r, err = f.local.poolCall(ctx, op, p, tenant, share, jobs, cost) }); ok {
+	if ok, werr := f.onCopy(ctx, "", pl, func(*outage) { r, err = f.local.poolCall(ctx, op, p, tenant, share, jobs, cost, rep) }); ok {
 		if werr != nil {
 			return poolReply{}, werr
 		}
 		return r, err
 	}
-	return f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost) // up again meanwhile
+	return f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost, rep) // up again meanwhile
 }
 
 // Inspect reads a tenant's state on Redis, or on the copy while Redis is away.

@@ -335,3 +335,51 @@ func TestFallbackRoutesBetweenReplicas(t *testing.T) {
 		t.Fatalf("the pool holds %d on Redis after the outage, want 3", snap.InFlight)
 	}
 }
+
+// TestFallbackKeepsTheDownstreamsHold: a Retry-After the downstream gave while Redis answered
+// holds the tenant on the copy after Redis is lost (it rides in the mirrored state); one given
+// during the outage holds it on the copy and, charged back, on Redis when it answers again.
+func TestFallbackKeepsTheDownstreamsHold(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	red, srv := fallbackRedis(t, c.Now, opts)
+	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	t.Cleanup(f.Close)
+	p := mustPlan(t, "c", conc("c", 5, 10*time.Second))
+	tn := uniqueTenant("h")
+	ctx := context.Background()
+	admit := func(id int64, want JobOutcome, wait time.Duration) BatchResult {
+		t.Helper()
+		r, err := f.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: id, Weight: 1}}})
+		if err != nil || r.Outcomes[0] != want || r.Wait != wait {
+			t.Fatalf("job %d at +%v: %+v %v, want %v, wait %v", id, c.Now().Sub(newClock().Now()), r, err, want, wait)
+		}
+		return r
+	}
+	release := func(id int64, after time.Duration) {
+		t.Helper()
+		if _, err := f.Release(ctx, LeaseRequest{Tenant: tn, Plan: p, Lease: id, Cost: NoCost, Report: Report{RetryAfter: after}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admit(1, JobAdmitted, 0)
+	admit(2, JobAdmitted, 0)
+	release(1, 4*time.Second)
+	admit(3, JobNotYet, 4*time.Second) // on Redis, which mirrors the state and its hold
+	c.Advance(time.Second)
+	srv.Kill()
+	if r := admit(3, JobNotYet, 3*time.Second); !r.Local || !r.Downstream {
+		t.Fatalf("on the copy: %+v, want decided locally, held by the downstream", r)
+	}
+	c.Advance(3 * time.Second)
+	admit(3, JobAdmitted, 0)
+	release(2, 5*time.Second) // on the copy
+	admit(4, JobNotYet, 5*time.Second)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the fallback to charge Redis and return to it", func() bool { return !f.Local() })
+	if r := admit(4, JobNotYet, 5*time.Second); r.Local || !r.Downstream {
+		t.Fatalf("back on Redis: %+v, want the hold given during the outage", r)
+	}
+}

@@ -50,6 +50,30 @@ type LeaseRequest struct {
 type Report struct {
 	// Outcome is how the job went downstream.
 	Outcome DownstreamOutcome `json:"outcome,omitempty"`
+	// RetryAfter is how long from now the downstream asked for no more jobs (0: it did not):
+	// the tenant's forwards wait until then (PoolScope: every tenant's of the plan's pool),
+	// later if they already wait longer. Whole microseconds, at most a day.
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
+	PoolScope  bool          `json:"pool_scope,omitempty"`
+}
+
+// MaxRetryAfter bounds Report.RetryAfter.
+const MaxRetryAfter = 24 * time.Hour
+
+// poolHold is the µs the pool's forwards are held for (0: none).
+func (r Report) poolHold() int64 {
+	if !r.PoolScope {
+		return 0
+	}
+	return r.RetryAfter.Microseconds()
+}
+
+// tenantHold is the µs the tenant's own forwards are held for (0: none).
+func (r Report) tenantHold() int64 {
+	if r.PoolScope {
+		return 0
+	}
+	return r.RetryAfter.Microseconds()
 }
 
 // A DownstreamOutcome is how a job went downstream.
@@ -161,6 +185,10 @@ func (l *LeaseRequest) check(mode int) error {
 	if mode == leaseRelease && (l.Cost < NoCost || l.Cost > MaxCost) {
 		return fmt.Errorf("%w: cost %d, want 0 to 2^40", ErrInvalidCost, l.Cost)
 	}
+	if r := l.Report; r.RetryAfter < 0 || r.RetryAfter > MaxRetryAfter || r.Outcome >= numDownstreamOutcomes ||
+		(mode != leaseRelease && r != (Report{})) {
+		return fmt.Errorf("bucket: report %+v: want an outcome, a retry after of 0 to 24h, and a release", r)
+	}
 	return nil
 }
 
@@ -240,6 +268,13 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 			}
 		}
 	}
+	heldMore := false
+	if h := req.Report.tenantHold(); mode == leaseRelease && h > 0 && now+h > st.holdAt() {
+		if st == nil {
+			st = &memState{}
+		}
+		st.hold, heldMore = now+h, true
+	}
 	if found == 0 && mode == leaseStart {
 		fits := true
 		for i := range p.specs {
@@ -263,6 +298,9 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 		}
 	}
 	if found == 0 {
+		if heldMore {
+			sh.store(req.Tenant, st, p, ws, now, o)
+		}
 		return 0, 0, 0, 0, wait, 0
 	}
 	if d := req.Cost - weight; held && mode == leaseRelease && req.Cost >= 0 && d != 0 {
@@ -355,8 +393,8 @@ func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (Leas
 	}
 	key := r.keys(req.Tenant)
 	reply, err := r.run(ctx, r.lease, func() (keys, args []string) {
-		arg := make([]byte, 0, 8*9+len(p.packed)+p.calendarsLen())
-		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, req.weight(), r.redeem, r.pad, r.born.at.Load(), int64(len(p.Limits)))
+		arg := make([]byte, 0, 8*10+len(p.packed)+p.calendarsLen())
+		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, req.weight(), r.redeem, r.pad, r.born.at.Load(), req.Report.tenantHold(), int64(len(p.Limits)))
 		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
 		return key, []string{unsafe.String(&arg[0], len(arg))}
 	})

@@ -97,8 +97,13 @@ func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
 		}
 	}
 	b = packInts(b, int64(len(marks)/2))
-	d.limits = packInts(b, marks...)
-	d.empty = d.empty && len(marks) == 0 && d.stored == 0
+	b = packInts(b, marks...)
+	var hold int64 // a hold the downstream asked for on the copy
+	if cur != nil && cur.hold > now && cur.hold > base.holdAt() {
+		hold = cur.hold
+	}
+	d.limits = packInts(b, hold)
+	d.empty = d.empty && len(marks) == 0 && d.stored == 0 && hold == 0
 	return d
 }
 
@@ -125,7 +130,7 @@ func (r *Redis) mergePool(ctx context.Context, p *Pool, leases []Job) error {
 	if len(leases) == 0 || p.Concurrency == 0 {
 		return nil
 	}
-	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, leases, NoCost); err != nil {
+	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, leases, NoCost, Report{}); err != nil {
 		return fmt.Errorf("bucket: redis merge of pool %s after an outage: %w", p.Name, err)
 	}
 	return nil

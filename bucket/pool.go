@@ -146,7 +146,14 @@ type PoolState struct {
 	InFlight, Tokens int64
 	// Waiting is how many tenants wait for the pool; WaitingShares their shares together.
 	Waiting, WaitingShares int64
+	// DownstreamUntil is until when the downstream holds the pool's forwards (µs since the Unix
+	// epoch, the limiter's clock; 0: it does not): a done message's Admit-Retry-After with
+	// Admit-Retry-Scope: pool. Nothing new is granted before.
+	DownstreamUntil int64
 }
+
+// poolStateLen is the number of integers of a pool's state in lua/pool.lua's replies.
+const poolStateLen = 5
 
 // Reason is why a job of tenant (whose plan has share) waits for the pool, for people: "pool
 // workers: 8 of 8 in flight; acme's share 3 of 5".
@@ -155,6 +162,10 @@ func (s PoolState) Reason(tenant string, share int64) string {
 	b.WriteString("pool ")
 	b.WriteString(s.Name)
 	b.WriteString(": ")
+	if s.DownstreamUntil > 0 {
+		b.WriteString(DownstreamReason(time.UnixMicro(s.DownstreamUntil)))
+		return b.String()
+	}
 	switch {
 	case s.Concurrency > 0 && (s.Capacity == 0 || s.InFlight >= s.Concurrency):
 		fmt.Fprintf(&b, "%d of %d in flight", s.InFlight, s.Concurrency)
@@ -164,6 +175,17 @@ func (s PoolState) Reason(tenant string, share int64) string {
 	total := max(s.WaitingShares, share)
 	fmt.Fprintf(&b, "; %s's share %d of %d", tenant, share, total)
 	return b.String()
+}
+
+// DownstreamReason is why jobs wait for a downstream that asked for no more until until:
+// "downstream asked to wait until 14:03:10" (UTC, rounded up to the second; a wait is at most a
+// day).
+func DownstreamReason(until time.Time) string {
+	u := until.UTC().Truncate(time.Second)
+	if u.Before(until) {
+		u = u.Add(time.Second)
+	}
+	return "downstream asked to wait until " + u.Format("15:04:05")
 }
 
 // PoolTenant is a tenant a pool serves lately: its share (0 when the pool does not know it: it
@@ -208,7 +230,7 @@ type poolReply struct {
 // poolBackend is a backend's side of the pools: one operation on one pool, for tenant (with
 // its share) and jobs, or a lease (jobs[0].ID) and its cost.
 type poolBackend interface {
-	poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error)
+	poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error)
 }
 
 // admitPooled decides a batch of a plan with a pool: the pool grants a prefix of the jobs, the
@@ -223,7 +245,7 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		return BatchResult{}, err
 	}
 	pool, share := p.Pool, p.share()
-	g, err := pb.poolCall(ctx, poolAcquire, pool, b.Tenant, share, b.Jobs, NoCost)
+	g, err := pb.poolCall(ctx, poolAcquire, pool, b.Tenant, share, b.Jobs, NoCost, Report{})
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: pool %s for tenant %q: %w", pool.Name, b.Tenant, err)
 	}
@@ -235,7 +257,7 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 			// Nothing was forwarded: the grants go back (were this to fail too, their slots
 			// return when their leases end).
 			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_, _ = pb.poolCall(gctx, poolGiveBack, pool, b.Tenant, share, sub.Jobs, NoCost)
+			_, _ = pb.poolCall(gctx, poolGiveBack, pool, b.Tenant, share, sub.Jobs, NoCost, Report{})
 			cancel()
 		}
 		return BatchResult{}, err
@@ -248,7 +270,7 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 	}
 	res.Wakes = g.wakes
 	if len(unused) > 0 {
-		if r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost); err == nil {
+		if r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost, Report{}); err == nil {
 			res.Wakes, g.state = r.wakes, r.state
 		}
 	}
@@ -265,6 +287,9 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		if !waited { // the first job that waits, waits for the pool
 			res.Wait, res.PoolBound = time.Duration(g.wait)*time.Microsecond, true
 			res.Limit, res.LimitIndex = "pool "+pool.Name, -1
+			if g.state.DownstreamUntil > 0 {
+				res.Downstream, res.LimitIndex = true, bindDownstream
+			}
 		}
 	}
 	return res, nil
@@ -287,8 +312,14 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 	if mode == leaseStart && p.concurrent && !res.Held {
 		return res, nil // the tenant's own slots are taken: the pool is not asked
 	}
+	if mode == leaseRelease && req.Report.tenantHold() > 0 && !p.concurrent {
+		// The tenant's own state holds its forwards (lua/lease.lua), though it holds no lease.
+		if _, err := lease(ctx, req, mode); err != nil {
+			return res, err
+		}
+	}
 	op := map[int]int{leaseRelease: poolRelease, leaseRenew: poolRenew, leaseStart: poolStart}[mode]
-	r, err := pb.poolCall(ctx, op, p.Pool, req.Tenant, p.share(), []Job{{ID: req.Lease, Weight: req.weight()}}, req.Cost)
+	r, err := pb.poolCall(ctx, op, p.Pool, req.Tenant, p.share(), []Job{{ID: req.Lease, Weight: req.weight()}}, req.Cost, req.Report)
 	if err != nil {
 		return res, fmt.Errorf("bucket: pool %s lease of tenant %q: %w", p.Pool.Name, req.Tenant, err)
 	}
@@ -340,7 +371,7 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 	if p == nil || p.Pool == nil {
 		return nil, nil
 	}
-	r, err := pb.poolCall(ctx, poolInspect, p.Pool, tenant, p.share(), nil, NoCost)
+	r, err := pb.poolCall(ctx, poolInspect, p.Pool, tenant, p.share(), nil, NoCost, Report{})
 	if err != nil {
 		return nil, fmt.Errorf("bucket: pool %s: %w", p.Pool.Name, err)
 	}
@@ -349,10 +380,11 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 }
 
 // poolArgs packs a pool call's argument (see lua/pool.lua).
-func poolArgs(now, born int64, op int, p *Pool, share int64, jobs []Job, cost int64) []byte {
-	arg := make([]byte, 0, 8*(15+2*len(jobs)))
+func poolArgs(now, born int64, op int, p *Pool, share int64, jobs []Job, cost int64, rep Report) []byte {
+	arg := make([]byte, 0, 8*(17+2*len(jobs)))
 	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
-		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born, int64(len(jobs)))
+		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born,
+		int64(rep.Outcome), rep.poolHold(), int64(len(jobs)))
 	for _, j := range jobs {
 		arg = packInts(arg, j.ID, j.Weight)
 	}
@@ -367,9 +399,9 @@ func (r *Redis) poolKeys(p *Pool) []string {
 }
 
 // poolCall runs lua/pool.lua.
-func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	res := r.exec(ctx, r.pool, func() (keys, args []string) {
-		arg := poolArgs(r.now(), r.born.at.Load(), op, p, share, jobs, cost)
+		arg := poolArgs(r.now(), r.born.at.Load(), op, p, share, jobs, cost, rep)
 		return r.poolKeys(p), []string{unsafe.String(&arg[0], len(arg)), tenant}
 	})
 	parts, err := res.ToArray()
@@ -408,8 +440,8 @@ func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, sh
 // decodePoolReply reads a pool operation's integers (see lua/pool.lua's reply).
 func decodePoolReply(op int, vals []int64, wakes []string, names []string) (poolReply, error) {
 	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0, poolStart: 3, poolMerge: 1}[op]
-	if len(vals) < head+4 {
-		return poolReply{}, fmt.Errorf("pool reply of %d values, want at least %d", len(vals), head+4)
+	if len(vals) < head+poolStateLen {
+		return poolReply{}, fmt.Errorf("pool reply of %d values, want at least %d", len(vals), head+poolStateLen)
 	}
 	r := poolReply{wakes: wakes}
 	switch op {
@@ -423,9 +455,9 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 		r.found, r.ends, r.wait = vals[0] == 1, vals[1], vals[2]
 	}
 	st := vals[head:]
-	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3]}
+	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3], DownstreamUntil: st[4]}
 	if op == poolInspect {
-		rest := st[4:]
+		rest := st[poolStateLen:]
 		if len(rest) != 3*len(names) {
 			return poolReply{}, fmt.Errorf("pool inspection of %d tenants and %d values", len(names), len(rest))
 		}
@@ -441,6 +473,7 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 // memPool is a pool's state in memory.
 type memPool struct {
 	tat      int64
+	hold     int64          // until when the downstream holds the pool's forwards (µs; 0: it does not)
 	leases   []memPoolLease // by death
 	v        float64
 	tenants  map[string]*memPoolTenant
@@ -489,7 +522,7 @@ type memPools struct {
 // outageLeases).
 const maxReported = 4096
 
-func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	m.pools.mu.Lock()
 	defer m.pools.mu.Unlock()
 	if m.pools.pools == nil {
@@ -511,7 +544,7 @@ func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, sha
 			}
 		}
 	}
-	return mp.call(now, op, p, tenant, share, jobs, cost), nil
+	return mp.call(now, op, p, tenant, share, jobs, cost, rep), nil
 }
 
 // reset forgets every pool at born (µs): the copy knows no pool when an outage begins (see
@@ -548,7 +581,7 @@ func (mp *memPools) outageLeases(name string, born, now int64) []Job {
 	return out
 }
 
-func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) poolReply {
+func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) poolReply {
 	conc, lease, capacity, iv := p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds()
 	live := mp.leases[:0]
 	for _, l := range mp.leases {
@@ -562,6 +595,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		inuse += l.weight
 	}
 	mp.tat = max(mp.tat, now)
+	if mp.hold <= now {
+		mp.hold = 0
+	}
 	tokens := func() int64 {
 		if capacity <= 0 {
 			return -1
@@ -612,7 +648,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		return ws
 	}
 	state := func() PoolState {
-		st := PoolState{InFlight: inuse, Tokens: tokens()}
+		st := PoolState{InFlight: inuse, Tokens: tokens(), DownstreamUntil: mp.hold}
 		for _, u := range mp.tenants {
 			if u.waiting {
 				st.Waiting++
@@ -708,11 +744,15 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			}
 			return r, more
 		}
-		granted, got, turn := 0, int64(0), false
+		granted, got, turn, held := 0, int64(0), false, false
 		for i, j := range jobs {
 			if conc > 0 && leaseAt(j.ID) >= 0 {
 				granted = i + 1
 				continue
+			}
+			if mp.hold > 0 {
+				held = true
+				break
 			}
 			if j.Weight > free {
 				break
@@ -741,7 +781,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		var wait int64
 		var wakes []string
-		if granted < len(jobs) {
+		if held {
+			wait = mp.hold - now
+		} else if granted < len(jobs) {
 			w := jobs[granted].Weight
 			t.waiting, t.start, t.cost, t.share, t.asked = true, max(t.f, mp.v), w, share, now
 			wait = poolReask.Microseconds()
@@ -765,6 +807,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 	case poolGiveBack, poolRelease:
 		var r poolReply
 		before := freeNow()
+		if h := rep.poolHold(); op == poolRelease && h > 0 && now+h > mp.hold {
+			mp.hold = now + h
+		}
 		back := int64(0)
 		for _, j := range jobs {
 			w, held := j.Weight, false

@@ -58,8 +58,8 @@ func TestPoolDifferential(t *testing.T) {
 						jobs[i] = Job{ID: next, Weight: 1 + rng.Int64N(3)}
 						next++
 					}
-					want, err1 := mem.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost)
-					got, err2 := red.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost)
+					want, err1 := mem.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost, Report{})
+					got, err2 := red.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost, Report{})
 					if err1 != nil || err2 != nil {
 						t.Fatalf("step %d: %v / %v", step, err1, err2)
 					}
@@ -92,8 +92,15 @@ func TestPoolDifferential(t *testing.T) {
 					if o == poolRenew {
 						cost = NoCost
 					}
-					want, err1 := mem.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost)
-					got, err2 := red.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost)
+					var rep Report
+					if o == poolRelease {
+						rep.Outcome = DownstreamOutcome(rng.IntN(3))
+						if rng.IntN(10) == 0 { // the downstream asks the pool for a pause
+							rep.RetryAfter, rep.PoolScope = time.Duration(rng.IntN(1_500_000))*time.Microsecond, true
+						}
+					}
+					want, err1 := mem.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost, rep)
+					got, err2 := red.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost, rep)
 					if err1 != nil || err2 != nil {
 						t.Fatalf("step %d: %v / %v", step, err1, err2)
 					}
@@ -112,11 +119,11 @@ func TestPoolDifferential(t *testing.T) {
 // failing is a pool backend whose give-backs fail.
 type failing struct{ poolBackend }
 
-func (f failing) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (f failing) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	if op == poolGiveBack {
 		return poolReply{}, errors.New("connection lost")
 	}
-	return f.poolBackend.poolCall(ctx, op, p, tenant, share, jobs, cost)
+	return f.poolBackend.poolCall(ctx, op, p, tenant, share, jobs, cost, rep)
 }
 
 // TestPooledFailureBetweenTheCalls: the pool grants, then the tenant's call fails (on Redis

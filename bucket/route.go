@@ -150,7 +150,11 @@ func (f *Fallback) serve(ctx context.Context, req []byte) routedReply {
 		if pool == nil {
 			return fail(fmt.Errorf("bucket: no pool %q in the plans in force here", q.Pool))
 		}
-		r, err := f.poolHere(ctx, q.PoolOp, pool, q.Tenant, q.Share, q.Jobs, q.Cost)
+		var rep Report
+		if q.Report != nil {
+			rep = *q.Report
+		}
+		r, err := f.poolHere(ctx, q.PoolOp, pool, q.Tenant, q.Share, q.Jobs, q.Cost, rep)
 		if err != nil {
 			return fail(err)
 		}

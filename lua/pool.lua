@@ -26,7 +26,8 @@
 -- its reservation with it.
 --
 -- KEYS[1]  the pool's hash: t (the bucket's tat, µs), u (the weight in flight), v (V, a
---          decimal), c (a cursor of the sweep below), ws (the shares of the waiters together);
+--          decimal), c (a cursor of the sweep below), ws (the shares of the waiters together),
+--          h (until when the downstream holds the pool's forwards, µs; 0: it does not);
 --          per lease l:<id> (its weight and when it was taken, packed); and per tenant t: f:t
 --          (F[t]), g:t (the weight granted to t since it last had nothing waiting and nothing
 --          ahead: what it received), w:t (waiting: the cost of its next job and its share, packed)
@@ -39,7 +40,9 @@
 --          iv (µs), share, ttl (µs), reask (µs), cost (release; -1: none), scan (the waiters a
 --          call looks at: reservations, wakes), wake_jobs (the reserved jobs a release looks
 --          at), max_conc (the most leases a pool holds), born (µs: when the server lost what it
---          knew, 0: nothing known lost), k, then k × (job id, weight); for merge, k/2 leases,
+--          knew, 0: nothing known lost), outcome (release: 0 ok, 1 failed, 2 overloaded), phold
+--          (release: µs from now the downstream asked for no more of the pool's jobs; 0: none),
+--          k, then k × (job id, weight); for merge, k/2 leases,
 --          each two pairs (id, weight), (death, taken at): put in place of any lease of the same
 --          id, or, of weight 0, dropped
 -- ARGV[2]  the tenant
@@ -67,17 +70,22 @@
 --   inspect  the pool's state, then up to MAX_LISTED tenants as (received, share, waiting) with
 --            their names in the reply's third element (a list), active tenants first by start
 -- the pool's state: weight in flight, tokens now (-1 without a bucket), waiters, their shares
--- together.
+-- together, until when the downstream holds its forwards (µs; 0: it does not).
+--
+-- Downstream. A release with phold > 0 (a done message's Admit-Retry-After with
+-- Admit-Retry-Scope: pool) holds every forward of the pool until now + phold, or later if they
+-- already wait longer (h in KEYS[1]): an acquire grants nothing new meanwhile and answers the
+-- wait until then, leaving the waiters as they are.
 --
 -- Redis commands: TIME, HGET/HMGET/HSET/HDEL/HINCRBY/HSCAN, ZADD/ZREM/ZSCORE/ZRANGE(BYSCORE)/ZCARD,
 -- PEXPIRE. The keys share the hash tag of the pool's name.
 local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
-local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, k =
-  struct.unpack('<lllllllllllllll', arg)
+local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, outcome, phold, k =
+  struct.unpack('<lllllllllllllllll', arg)
 if now == 0 then now = server_now() end
-local pos = 8 * 15 + 1
+local pos = 8 * 17 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 
@@ -85,9 +93,11 @@ local function num(s) return tonumber(s) or 0 end
 local function dec(x) return string.format('%.17g', x) end
 
 -- the leases and the bucket
-local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws')
+local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws', 'h')
 local tat, inuse = num(head[1]), num(head[2])
 local V, wshares = num(head[3]), num(head[4])
+local hold = num(head[5])
+if hold <= now then hold = 0 end
 local forgotten = not head[1] and not head[2] and not head[3] and born > 0
 if forgotten and cap > 0 then tat = born + cap * iv end
 if tat < now then tat = now end
@@ -230,11 +240,11 @@ local function freed_wakes(free_before)
 end
 
 local function state()
-  return {inuse, tokens(), redis.call('ZCARD', KEYS[2]), wshares}
+  return {inuse, tokens(), redis.call('ZCARD', KEYS[2]), wshares, hold}
 end
 
 local function save()
-  redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares)
+  redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares, 'h', hold)
   -- The pool lives while anything of it matters, and a day more: a lease, the bucket's refill,
   -- a waiter, the fairness of the tenants served lately.
   local life = 86400000000
@@ -310,12 +320,16 @@ if op == 0 then
     end
     return r
   end
-  local granted, got, turn = 0, 0, false
+  local granted, got, turn, held = 0, 0, false, false
   for i = 1, k do
     local id, w = jid[i], jw[i]
     if conc > 0 and lease_at(id) then
       granted = i -- granted before (its answer was lost): nothing more is taken
     else
+      if hold > 0 then
+        held = true -- the downstream asked for no more of the pool's jobs until hold
+        break
+      end
       if w > free then break end
       local start = math.max(F, V)
       if w > free - reserved_before(start, free - w) then
@@ -336,7 +350,9 @@ if op == 0 then
     end
   end
   local wait, wakes = 0, {}
-  if granted < k then
+  if held then
+    wait = hold - now -- a waiter neither made nor forgotten: the hold is every tenant's alike
+  elseif granted < k then
     local w = jw[granted + 1]
     local was = redis.call('HGET', KEYS[1], 'w:' .. tenant)
     if was then
@@ -374,6 +390,7 @@ elseif op == 1 or op == 2 then
   -- reconciled with the bucket and the tenant's finish tag)
   local found, weight, ran = 0, 0, 0
   local free_before = free_now()
+  if op == 2 and phold > 0 and now + phold > hold then hold = now + phold end
   local F = num(redis.call('HGET', KEYS[1], 'f:' .. tenant))
   local back = 0
   for i = 1, k do

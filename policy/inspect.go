@@ -58,6 +58,10 @@ func (p *Policy) Pools(ctx context.Context) ([]wire.PoolState, error) {
 func poolState(pool *bucket.Pool, snap bucket.PoolSnapshot, share int64) wire.PoolState {
 	s := wire.PoolState{Name: pool.Name, Rule: pool.Rule(), Concurrency: pool.Concurrency, Capacity: pool.Capacity,
 		InFlight: snap.InFlight, Tokens: snap.Tokens, Waiting: snap.Waiting, WaitingShares: snap.WaitingShares, Share: share}
+	if snap.DownstreamUntil > 0 {
+		t := time.UnixMicro(snap.DownstreamUntil).UTC()
+		s.DownstreamUntil = &t
+	}
 	for _, pt := range snap.Tenants {
 		s.Tenants = append(s.Tenants, wire.PoolTenant{Tenant: pt.Tenant, Share: pt.Share, Received: pt.Received, Waiting: pt.Waiting})
 	}
@@ -75,6 +79,10 @@ func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.Te
 	if !snap.HeldUntil.IsZero() {
 		t := snap.HeldUntil.UTC()
 		s.HeldUntil = &t
+	}
+	if !snap.DownstreamUntil.IsZero() {
+		t := snap.DownstreamUntil.UTC()
+		s.DownstreamUntil = &t
 	}
 	if snap.Pool != nil && plan.Pool != nil {
 		ps := poolState(plan.Pool, *snap.Pool, max(plan.Share, 1))

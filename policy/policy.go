@@ -236,6 +236,11 @@ const ReasonHandover = "handover"
 // is in use, or what is free is the turn of tenants that waited with an earlier start.
 const ReasonPool = "pool"
 
+// ReasonDownstream is the reason of jobs that wait because the downstream asked for no more of
+// their tenant's (or their pool's) jobs for a while: a done message's Admit-Retry-After (see
+// bucket.Report).
+const ReasonDownstream = "downstream"
+
 // ReasonPaused is the reason of jobs that wait, and the limit of requests denied, because their
 // tenant is paused (SetPauses).
 const ReasonPaused = "paused"
@@ -325,6 +330,8 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	switch {
 	case res.Handover:
 		d.Reason = ReasonHandover
+	case res.Downstream:
+		d.Reason = ReasonDownstream
 	case res.PoolBound:
 		d.Reason = ReasonPool
 	default:

@@ -19,6 +19,9 @@ type TenantState struct {
 	HeldUntil *time.Time `json:"held_until,omitempty"`
 	// PausedUntil: the tenant's jobs are held until then (see admitter plans pause).
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	// DownstreamUntil: the downstream asked for no more of the tenant's jobs until then (a done
+	// message's Admit-Retry-After): its queue's jobs wait; its synchronous requests do not.
+	DownstreamUntil *time.Time `json:"downstream_until,omitempty"`
 	// Reservations counts the slots booked (by reserving requests) and not yet claimed;
 	// LatestSlot is the latest of them.
 	Reservations int        `json:"reservations"`
@@ -91,6 +94,9 @@ type PoolState struct {
 	Waiting       int64 `json:"waiting"`
 	WaitingShares int64 `json:"waiting_shares"`
 	Share         int64 `json:"share"`
+	// DownstreamUntil: the downstream asked for no more of the pool's jobs until then (a done
+	// message's Admit-Retry-After with Admit-Retry-Scope: pool).
+	DownstreamUntil *time.Time `json:"downstream_until,omitempty"`
 	// Tenants it serves lately: each one's share (0: not known, it does not wait), the weight
 	// it received since it last had nothing waiting, and whether it waits.
 	Tenants []PoolTenant `json:"tenants,omitempty"`

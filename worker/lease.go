@@ -121,6 +121,12 @@ func (w *Worker) request(ctx context.Context, timeout time.Duration, subject str
 	if o != nil && o.report != "" && o.report != wire.OutcomeOK {
 		m.Header.Set(wire.HeaderOutcome, o.report)
 	}
+	if o != nil && o.retryAfter > 0 {
+		m.Header.Set(wire.HeaderDownstreamRetryAfter, wire.RetryAfterValue(min(o.retryAfter, wire.MaxRetryAfter)))
+		if o.pool {
+			m.Header.Set(wire.HeaderRetryScope, wire.RetryScopePool)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	r, err := w.cfg.Conn.RequestMsgWithContext(ctx, m)

@@ -236,8 +236,10 @@ type outcome struct {
 	delay   time.Duration // nak
 	reason  string        // term
 	// report is what the done message says of the job (Admit-Outcome): ok, failed or
-	// overloaded.
-	report string
+	// overloaded; retryAfter and pool its Admit-Retry-After (0: none) and its scope.
+	report     string
+	retryAfter time.Duration
+	pool       bool
 }
 
 // outcomeOf is the outcome of a handler that returned err; hard says its context was
@@ -251,7 +253,7 @@ func outcomeOf(err error, hard bool) outcome {
 	case errors.As(err, &r):
 		return outcome{settle: nak, delay: r.After}
 	case errors.As(err, &o):
-		return outcome{release: true, settle: nak, delay: o.After, report: wire.OutcomeOverloaded}
+		return outcome{release: true, settle: nak, delay: o.After, report: wire.OutcomeOverloaded, retryAfter: o.RetryAfter, pool: o.Pool}
 	case hard:
 		return outcome{settle: nak}
 	}

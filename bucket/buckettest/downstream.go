@@ -2,6 +2,7 @@ package buckettest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,88 @@ var downstreamCases = []testCase{
 		if !r.Held || r.Ran != 250*time.Millisecond || r.Pool == nil || r.Pool.InFlight != 1 || r.Pool.Name != pool.Name {
 			t.Fatalf("release of a pooled lease after 250ms: %+v (pool %+v), want held, ran 250ms, 1 in flight", r, r.Pool)
 		}
+	}},
+}
+
+func init() {
+	downstreamCases = append(downstreamCases, holdCases...)
+}
+
+// holdCases exercise a downstream's Retry-After.
+var holdCases = []testCase{
+	{name: "downstream: a Retry-After holds the tenant's forwards until then, not another tenant's", needs: downstream(), run: func(t *testing.T, h *harness) {
+		p := mustPlan(t, "c", conc("running", 4, 10*time.Second))
+		other := h.as("other")
+		h.admit(p, jobs("1", "2"), "AA", 0)
+		h.c.Advance(time.Second)
+		h.release(p, 1, bucket.LeaseRequest{Report: bucket.Report{Outcome: bucket.DownstreamOverloaded, RetryAfter: 5 * time.Second}})
+		r := h.admit(p, jobs("3", "4"), "NN", 5*time.Second)
+		if !r.Downstream || r.Limit != bucket.LimitDownstream || r.LimitIndex != -2 || r.PoolBound {
+			t.Fatalf("held by the downstream: %+v, want Downstream, limit %q, index -2", r, bucket.LimitDownstream)
+		}
+		if s, err := h.l.Inspect(context.Background(), h.tenant, p); err != nil || !s.DownstreamUntil.Equal(Start.Add(6*time.Second)) {
+			t.Fatalf("inspect: downstream until %v (%v), want +6s", s.DownstreamUntil.Sub(Start), err)
+		}
+		other.admit(p, jobs("1", "2"), "AA", 0)
+		// A shorter Retry-After, and one of a lease not held, do not shorten it; a longer one
+		// lengthens it.
+		h.c.Advance(time.Second)
+		h.release(p, 2, bucket.LeaseRequest{Report: bucket.Report{RetryAfter: time.Second}})
+		h.release(p, 99, bucket.LeaseRequest{Report: bucket.Report{RetryAfter: 2 * time.Second}})
+		h.admit(p, jobs("3", "4"), "NN", 4*time.Second)
+		h.c.Advance(4 * time.Second)
+		h.admit(p, jobs("3", "4"), "AA", 0)
+		h.release(p, 3, bucket.LeaseRequest{Report: bucket.Report{RetryAfter: 3 * time.Second}})
+		h.admit(p, jobs("5"), "N", 3*time.Second)
+		h.c.Advance(3 * time.Second)
+		h.admit(p, jobs("5"), "A", 0)
+		if s, _ := h.l.Inspect(context.Background(), h.tenant, p); !s.DownstreamUntil.IsZero() {
+			t.Fatalf("inspect after the hold: downstream until %v, want none", s.DownstreamUntil)
+		}
+	}},
+	{name: "downstream: a Retry-After holds a pooled tenant without a concurrency limit of its own", needs: downstream(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 4, Lease: 10 * time.Second})
+		a, b := h.as("a"), h.as("b")
+		pa, pb := pooled(t, "pa", pool, 1), pooled(t, "pb", pool, 1)
+		a.admit(pa, jobs("1"), "A", 0)
+		if r := a.release(pa, 1, bucket.LeaseRequest{Report: bucket.Report{RetryAfter: 2 * time.Second}}); !r.Held || !r.PoolOnly {
+			t.Fatalf("release: %+v, want held by the pool only", r)
+		}
+		if r := a.admit(pa, jobs("2"), "N", 2*time.Second); !r.Downstream || r.Limit != bucket.LimitDownstream {
+			t.Fatalf("held by the downstream: %+v", r)
+		}
+		if r := b.admit(pb, jobs("1", "2"), "AA", 0); inFlight(t, r) != 2 {
+			t.Fatalf("the other tenant: %d in flight, want 2 (the held tenant's grant was given back)", inFlight(t, r))
+		}
+		h.c.Advance(2 * time.Second)
+		a.admit(pa, jobs("2"), "A", 0)
+	}},
+	{name: "downstream: a Retry-After of the pool's scope holds every tenant of the pool", needs: downstream(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 4, Lease: 10 * time.Second})
+		a, b := h.as("a"), h.as("b")
+		pa, pb := pooled(t, "pa", pool, 1), pooled(t, "pb", pool, 3)
+		a.admit(pa, jobs("1", "2"), "AA", 0)
+		h.c.Advance(500 * time.Millisecond)
+		r := a.release(pa, 1, bucket.LeaseRequest{Report: bucket.Report{Outcome: bucket.DownstreamOverloaded, RetryAfter: 3 * time.Second, PoolScope: true}})
+		if r.Pool == nil || r.Pool.DownstreamUntil != Start.Add(3500*time.Millisecond).UnixMicro() {
+			t.Fatalf("release: pool %+v, want held until +3.5s", r.Pool)
+		}
+		for _, x := range []struct {
+			h *harness
+			p *bucket.Plan
+		}{{a, pa}, {b, pb}} {
+			r := x.h.admit(x.p, jobs("5", "6"), "NN", 3*time.Second)
+			if !r.Downstream || !r.PoolBound || r.Pool == nil || r.Pool.DownstreamUntil == 0 {
+				t.Fatalf("%s held by the pool's downstream: %+v (pool %+v)", x.h.tenant, r, r.Pool)
+			}
+			if got, want := r.Pool.Reason(x.h.tenant, 1), "pool "+pool.Name+": downstream asked to wait until 12:00:04"; !strings.HasPrefix(got, want) {
+				t.Fatalf("reason %q, want %q", got, want)
+			}
+		}
+		// The lease it held still ends as usual, and a renewal still renews.
+		a.lease(pa, 2, true, bucket.NoCost, true)
+		h.c.Advance(3 * time.Second)
+		b.admit(pb, jobs("5", "6"), "AA", 0)
+		a.admit(pa, jobs("5"), "A", 0)
 	}},
 }

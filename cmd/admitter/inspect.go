@@ -475,6 +475,10 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 		fmt.Fprintf(f, "paused until %s (%v from now): its jobs wait in its queue, in order, and its requests are denied\n",
 			r.PausedUntil.UTC().Format(time.RFC3339), r.PausedUntil.Sub(r.At).Round(time.Second))
 	}
+	if r.DownstreamUntil != nil {
+		fmt.Fprintf(f, "%s (%v from now): its queue's jobs wait (a done message's Admit-Retry-After)\n",
+			bucket.DownstreamReason(*r.DownstreamUntil), r.DownstreamUntil.Sub(r.At).Round(time.Second))
+	}
 	if r.HeldUntil != nil {
 		fmt.Fprintf(f, "queue: held by the replica deciding it for %v more (each of its decisions extends it; another replica admits none of its jobs before)\n",
 			r.HeldUntil.Sub(r.At).Round(time.Millisecond))
@@ -501,6 +505,10 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 			fmt.Fprintf(w, "; then limit %s (%s, %s) %s", binding.Limit, binding.Kind, binding.Rule, why(binding))
 		}
 		fmt.Fprintln(w)
+	case r.DownstreamUntil != nil && waiting > 0:
+		fmt.Fprintf(w, "why jobs wait: %s\n", bucket.DownstreamReason(*r.DownstreamUntil))
+	case r.Pool != nil && r.Pool.DownstreamUntil != nil && waiting > 0:
+		fmt.Fprintf(w, "why jobs wait: pool %s: %s\n", r.Pool.Name, bucket.DownstreamReason(*r.Pool.DownstreamUntil))
 	case binding != nil && r.WaitMs > 0:
 		fmt.Fprintf(w, "why jobs wait: limit %s (%s, %s) %s; a job of weight 1 fits in %s\n",
 			binding.Limit, binding.Kind, binding.Rule, why(binding), human(time.Duration(r.WaitMs)*time.Millisecond))
@@ -535,6 +543,10 @@ func printPool(w io.Writer, tenant string, p *wire.PoolState) (full bool) {
 	}
 	fmt.Fprintf(w, "pool %s (%s): %s; %s waiting for it, with shares %d in all; %s's share is %d\n",
 		p.Name, p.Rule, strings.Join(parts, ", "), plural(uint64(max(p.Waiting, 0)), "tenant", "tenants"), p.WaitingShares, tenant, p.Share)
+	if p.DownstreamUntil != nil {
+		fmt.Fprintf(w, "  %s: no job of the pool is forwarded before\n", bucket.DownstreamReason(*p.DownstreamUntil))
+		full = true
+	}
 	for _, t := range p.Tenants {
 		state := "nothing waiting"
 		if t.Waiting {
