@@ -189,7 +189,8 @@ func (s *Service) registerGauges() error {
 	replicas, err4 := m.Int64ObservableGauge(wire.MetricReplicas.Name, metric.WithDescription("Live replicas this one sees, itself included."))
 	poolFlight, err5 := m.Int64ObservableGauge(wire.MetricPoolInFlight.Name, metric.WithDescription("Weight in flight in each pool (label pool), as this replica's last call to it found it."))
 	poolWaiting, err6 := m.Int64ObservableGauge(wire.MetricPoolWaiting.Name, metric.WithDescription("Tenants waiting for each pool (label pool), as this replica's last call to it found it."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+	poolBreaker, err7 := m.Int64ObservableGauge(wire.MetricPoolBreaker.Name, metric.WithDescription("Each pool's breaker (label pool): 0 closed, 1 open, 2 half-open, as this replica's last call to it found it."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 		return err
 	}
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -210,9 +211,10 @@ func (s *Service) registerGauges() error {
 			attrs := metric.WithAttributes(attribute.String("pool", name))
 			o.ObserveInt64(poolFlight, st.InFlight, attrs)
 			o.ObserveInt64(poolWaiting, st.Waiting, attrs)
+			o.ObserveInt64(poolBreaker, st.Breaker, attrs)
 		}
 		return nil
-	}, queues, waiting, blocked, replicas, poolFlight, poolWaiting)
+	}, queues, waiting, blocked, replicas, poolFlight, poolWaiting, poolBreaker)
 	s.gauges = reg
 	return err
 }

@@ -237,7 +237,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	}
 	limit := d.Limit
 	switch {
-	case (d.Reason == policy.ReasonPool || d.Reason == policy.ReasonDownstream && d.Limit != bucket.LimitDownstream) && d.Pool != nil && d.Plan != nil:
+	case (d.Reason == policy.ReasonPool || d.Reason == policy.ReasonBreaker || d.Reason == policy.ReasonDownstream && d.Limit != bucket.LimitDownstream) && d.Pool != nil && d.Plan != nil:
 		limit = d.Pool.Reason(q.tenant, max(d.Plan.Share, 1)) // "pool workers: 8 of 8 in flight; acme's share 3 of 5"
 	case d.Reason == policy.ReasonDownstream:
 		for _, v := range d.Verdicts {

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -72,6 +73,7 @@ type telemetry struct {
 	jobTime      metric.Float64Histogram
 	tenantLabel  bool
 	failMode     attribute.Set
+	log          *slog.Logger
 	// pools is every pool as this replica's last call found it (admitter_pool_* gauges).
 	poolMu sync.Mutex
 	pools  map[string]bucket.PoolState
@@ -88,8 +90,8 @@ func newTelemetry(c Config) (*telemetry, error) {
 	t := &telemetry{tracer: c.TracerProvider.Tracer(instrumentationName), propagator: c.Propagator, tenantLabel: c.TenantMetrics,
 		processIn: "process " + c.StreamIn, processWait: "process " + c.StreamWait,
 		sendNames: map[string]string{c.StreamOut: "send " + c.StreamOut, c.StreamDead: "send " + c.StreamDead, c.StreamWait: "send " + c.StreamWait},
-		failMode:  attribute.NewSet(attribute.String("mode", string(c.Policy.FailMode()))),
-		sets:      make(map[setKey]metric.MeasurementOption)}
+		failMode:  attribute.NewSet(attribute.String("mode", string(c.Policy.FailMode()))), log: c.Logger,
+		sets: make(map[setKey]metric.MeasurementOption)}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -278,14 +280,28 @@ func messagingAttrs(op attribute.KeyValue, subject, msgID string) []attribute.Ke
 	}
 }
 
-// poolSeen records a pool's state as a call found it.
+// poolSeen records a pool's state as a call found it, and logs a change of its breaker that
+// this replica sees.
 func (t *telemetry) poolSeen(st bucket.PoolState) {
 	t.poolMu.Lock()
 	if t.pools == nil {
 		t.pools = map[string]bucket.PoolState{}
 	}
+	was := t.pools[st.Name]
 	t.pools[st.Name] = st
 	t.poolMu.Unlock()
+	if was.Breaker != st.Breaker && t.log != nil {
+		attrs := []any{"pool", st.Name, "breaker", bucket.BreakerName(st.Breaker), "was", bucket.BreakerName(was.Breaker)}
+		switch st.Breaker {
+		case bucket.BreakerOpen:
+			t.log.Warn("pool breaker open: most of its recent jobs failed or were overloaded; nothing is forwarded until the cool-down ends",
+				append(attrs, "until", time.UnixMicro(st.BreakerUntil).UTC().Format(time.RFC3339))...)
+		case bucket.BreakerHalfOpen:
+			t.log.Info("pool breaker half-open: probe jobs go", attrs...)
+		default:
+			t.log.Info("pool breaker closed: its probe jobs came back ok", attrs...)
+		}
+	}
 }
 
 // poolStates returns the pools as last seen (a copy).

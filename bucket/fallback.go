@@ -275,7 +275,7 @@ func (f *Fallback) charge(o *outage) error {
 	}
 	for name, p := range o.pools {
 		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
-		err := f.redis.mergePool(ctx, p, f.local.pools.outageLeases(p.Name, o.born, now))
+		err := f.redis.mergePool(ctx, p, f.local.pools.outageLeases(p.Name, o.born, now), f.local.pools.downstreamHold(p.Name, now), now)
 		cancel()
 		if err != nil {
 			return err
@@ -387,6 +387,9 @@ func (f *Fallback) Admit(ctx context.Context, b Batch) (BatchResult, error) {
 		if f.mode.Load() == fallbackUp {
 			res, err := admitPooled(ctx, f.redis, b, f.admitMirrored)
 			if !outageError(ctx, err) {
+				if res.Pool != nil {
+					f.local.pools.seen(*res.Pool)
+				}
 				return res, err
 			}
 			f.goDown(err)
@@ -545,6 +548,9 @@ func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route 
 				res, err = f.redis.Release(ctx, req)
 			}
 			if !outageError(ctx, err) {
+				if res.Pool != nil {
+					f.local.pools.seen(*res.Pool)
+				}
 				return res, err
 			}
 			f.goDown(err)
@@ -605,6 +611,11 @@ func (f *Fallback) poolHere(ctx context.Context, op int, p *Pool, tenant string,
 	if f.mode.Load() == fallbackUp {
 		r, err := f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost, rep)
 		if !outageError(ctx, err) {
+			if err == nil {
+				st := r.state
+				st.Name = p.Name
+				f.local.pools.seen(st)
+			}
 			return r, err
 		}
 		f.goDown(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // What a replica decided on its copy of a tenant's state during an outage (see Fallback) is
@@ -125,12 +126,17 @@ func (r *Redis) mergeTenant(ctx context.Context, tenant string, p *Plan, d tenan
 }
 
 // mergePool charges pool p on Redis with what the copy holds of it after an outage (see
-// memPools.outageLeases): the leases taken on the copy, and the Redis leases released meanwhile.
-func (r *Redis) mergePool(ctx context.Context, p *Pool, leases []Job) error {
-	if len(leases) == 0 || p.Concurrency == 0 {
+// memPools.outageLeases): the leases taken on the copy, and the Redis leases released meanwhile;
+// and the downstream's hold the copy keeps (µs, 0: none), at now.
+func (r *Redis) mergePool(ctx context.Context, p *Pool, leases []Job, hold, now int64) error {
+	if (len(leases) == 0 && hold == 0) || p.Concurrency == 0 {
 		return nil
 	}
-	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, leases, NoCost, Report{}); err != nil {
+	var rep Report
+	if hold > now {
+		rep = Report{RetryAfter: time.Duration(hold-now) * time.Microsecond, PoolScope: true}
+	}
+	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, leases, NoCost, rep); err != nil {
 		return fmt.Errorf("bucket: redis merge of pool %s after an outage: %w", p.Name, err)
 	}
 	return nil

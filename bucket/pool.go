@@ -55,6 +55,9 @@ type Pool struct {
 	Capacity int64
 	Rate     string
 	Interval time.Duration
+	// Breaker, when set, stops the pool's forwards while most of its jobs fail (see Breaker);
+	// it needs a Concurrency (its jobs' done messages say how they went).
+	Breaker *Breaker
 }
 
 // MaxShare bounds a plan's share of its pool.
@@ -102,8 +105,23 @@ func NewPool(p Pool) (*Pool, error) {
 		return nil, bad("capacity", "capacity %d takes longer than 285 years to refill", p.Capacity)
 	case p.Capacity == 0 && p.Interval != 0:
 		return nil, bad("rate", "a rate goes with a capacity")
+	case p.Breaker != nil && p.Concurrency == 0:
+		return nil, bad("breaker", "a breaker goes with a concurrency (its jobs' done messages say how they went)")
 	}
 	out := p
+	if p.Breaker != nil {
+		b := *p.Breaker
+		if b.Probes == 0 {
+			b.Probes = defaultProbes
+		}
+		if b.MinJobs == 0 {
+			b.MinJobs = defaultMinJobs
+		}
+		if field, err := b.check(); err != nil {
+			return nil, bad(field, "%v", err)
+		}
+		out.Breaker = &b
+	}
 	return &out, nil
 }
 
@@ -131,6 +149,9 @@ func (p *Pool) describe() string {
 	if p.Capacity > 0 {
 		parts = append(parts, fmt.Sprintf("capacity %d at %s", p.Capacity, p.Rate))
 	}
+	if p.Breaker != nil {
+		parts = append(parts, p.Breaker.rule())
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -150,10 +171,15 @@ type PoolState struct {
 	// epoch, the limiter's clock; 0: it does not): a done message's Admit-Retry-After with
 	// Admit-Retry-Scope: pool. Nothing new is granted before.
 	DownstreamUntil int64
+	// Breaker is the pool's breaker: BreakerClosed, BreakerOpen or BreakerHalfOpen;
+	// BreakerUntil (µs since the Unix epoch; 0 when closed) when it turns half-open (open), or
+	// when its probes out are taken for lost (half-open); Probes the jobs a half-open breaker
+	// let through.
+	Breaker, BreakerUntil, Probes int64
 }
 
 // poolStateLen is the number of integers of a pool's state in lua/pool.lua's replies.
-const poolStateLen = 5
+const poolStateLen = 8
 
 // Reason is why a job of tenant (whose plan has share) waits for the pool, for people: "pool
 // workers: 8 of 8 in flight; acme's share 3 of 5".
@@ -164,6 +190,14 @@ func (s PoolState) Reason(tenant string, share int64) string {
 	b.WriteString(": ")
 	if s.DownstreamUntil > 0 {
 		b.WriteString(DownstreamReason(time.UnixMicro(s.DownstreamUntil)))
+		return b.String()
+	}
+	switch s.Breaker {
+	case BreakerOpen:
+		b.WriteString("breaker open until " + timeOfDay(time.UnixMicro(s.BreakerUntil)) + " (most of its recent jobs failed or were overloaded)")
+		return b.String()
+	case BreakerHalfOpen:
+		fmt.Fprintf(&b, "breaker half-open: %d probe jobs out, the others wait for their outcomes", s.Probes)
 		return b.String()
 	}
 	switch {
@@ -181,11 +215,16 @@ func (s PoolState) Reason(tenant string, share int64) string {
 // "downstream asked to wait until 14:03:10" (UTC, rounded up to the second; a wait is at most a
 // day).
 func DownstreamReason(until time.Time) string {
-	u := until.UTC().Truncate(time.Second)
-	if u.Before(until) {
+	return "downstream asked to wait until " + timeOfDay(until)
+}
+
+// timeOfDay is t's time of day for people: UTC, rounded up to the second ("14:03:10").
+func timeOfDay(t time.Time) string {
+	u := t.UTC().Truncate(time.Second)
+	if u.Before(t) {
 		u = u.Add(time.Second)
 	}
-	return "downstream asked to wait until " + u.Format("15:04:05")
+	return u.Format("15:04:05")
 }
 
 // PoolTenant is a tenant a pool serves lately: its share (0 when the pool does not know it: it
@@ -381,10 +420,12 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 
 // poolArgs packs a pool call's argument (see lua/pool.lua).
 func poolArgs(now, born int64, op int, p *Pool, share int64, jobs []Job, cost int64, rep Report) []byte {
-	arg := make([]byte, 0, 8*(17+2*len(jobs)))
+	arg := make([]byte, 0, 8*(22+2*len(jobs)))
 	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
 		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born,
-		int64(rep.Outcome), rep.poolHold(), int64(len(jobs)))
+		int64(rep.Outcome), rep.poolHold())
+	arg = packInts(arg, p.Breaker.args()...)
+	arg = packInts(arg, int64(len(jobs)))
 	for _, j := range jobs {
 		arg = packInts(arg, j.ID, j.Weight)
 	}
@@ -455,7 +496,8 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 		r.found, r.ends, r.wait = vals[0] == 1, vals[1], vals[2]
 	}
 	st := vals[head:]
-	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3], DownstreamUntil: st[4]}
+	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3], DownstreamUntil: st[4],
+		Breaker: st[5], BreakerUntil: st[6], Probes: st[7]}
 	if op == poolInspect {
 		rest := st[poolStateLen:]
 		if len(rest) != 3*len(names) {
@@ -472,6 +514,7 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 
 // memPool is a pool's state in memory.
 type memPool struct {
+	brk      breakerState
 	tat      int64
 	hold     int64          // until when the downstream holds the pool's forwards (µs; 0: it does not)
 	leases   []memPoolLease // by death
@@ -515,7 +558,8 @@ type memPoolTenant struct {
 type memPools struct {
 	mu    sync.Mutex
 	pools map[string]*memPool
-	born  int64 // µs: the pools were forgotten then (see reset); 0: as the backend's born says
+	seeds map[string]PoolState // the pools as Redis last answered (see seen)
+	born  int64                // µs: the pools were forgotten then (see reset); 0: as the backend's born says
 }
 
 // maxReported bounds the leases a pool remembers having taken out of its forgotten slots (see
@@ -542,9 +586,41 @@ func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, sha
 			if end := phantomEnd(born, p.Lease.Microseconds()); p.Concurrency > 0 && end > now {
 				mp.leases = append(mp.leases, memPoolLease{end, p.Concurrency, 0, born})
 			}
+			if sd, ok := m.pools.seeds[p.Name]; ok { // what the downstream said, as Redis last told it
+				mp.seed(sd)
+			}
 		}
 	}
 	return mp.call(now, op, p, tenant, share, jobs, cost, rep), nil
+}
+
+// seed takes what Redis last said of a pool's downstream into a copy of the pool that is
+// forgotten otherwise: the downstream's hold and the breaker (its state, not its window).
+func (mp *memPool) seed(st PoolState) {
+	mp.hold = st.DownstreamUntil
+	mp.brk = breakerState{state: st.Breaker, until: st.BreakerUntil, probes: st.Probes}
+}
+
+// seen keeps st, a pool's state as Redis answered it, to seed the copy of the pool when an
+// outage begins (see seed).
+func (mp *memPools) seen(st PoolState) {
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	if mp.seeds == nil {
+		mp.seeds = map[string]PoolState{}
+	}
+	mp.seeds[st.Name] = st
+}
+
+// downstreamHold is until when the copy of pool name holds its forwards (µs; 0: it does not),
+// for Redis after an outage.
+func (mp *memPools) downstreamHold(name string, now int64) int64 {
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	if p := mp.pools[name]; p != nil && p.hold > now {
+		return p.hold
+	}
+	return 0
 }
 
 // reset forgets every pool at born (µs): the copy knows no pool when an outage begins (see
@@ -598,6 +674,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 	if mp.hold <= now {
 		mp.hold = 0
 	}
+	mp.brk.tick(now, p.Breaker)
 	tokens := func() int64 {
 		if capacity <= 0 {
 			return -1
@@ -648,7 +725,10 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		return ws
 	}
 	state := func() PoolState {
-		st := PoolState{InFlight: inuse, Tokens: tokens(), DownstreamUntil: mp.hold}
+		st := PoolState{InFlight: inuse, Tokens: tokens(), DownstreamUntil: mp.hold, Breaker: mp.brk.state, Probes: mp.brk.probes}
+		if mp.brk.state != BreakerClosed {
+			st.BreakerUntil = mp.brk.until
+		}
 		for _, u := range mp.tenants {
 			if u.waiting {
 				st.Waiting++
@@ -744,7 +824,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			}
 			return r, more
 		}
-		granted, got, turn, held := 0, int64(0), false, false
+		granted, got, turn, held, broken := 0, int64(0), false, false, false
 		for i, j := range jobs {
 			if conc > 0 && leaseAt(j.ID) >= 0 {
 				granted = i + 1
@@ -754,12 +834,20 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 				held = true
 				break
 			}
+			if mp.brk.state == BreakerOpen {
+				broken = true
+				break
+			}
 			if j.Weight > free {
 				break
 			}
 			start := max(t.f, mp.v)
 			if r, over := reservedBefore(start, free-j.Weight); over || j.Weight > free-r {
 				turn = true
+				break
+			}
+			if !mp.brk.admits(p.Breaker) {
+				broken = true
 				break
 			}
 			free -= j.Weight
@@ -783,6 +871,8 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		var wakes []string
 		if held {
 			wait = mp.hold - now
+		} else if broken {
+			wait = mp.brk.wait(now, poolReask.Microseconds())
 		} else if granted < len(jobs) {
 			w := jobs[granted].Weight
 			t.waiting, t.start, t.cost, t.share, t.asked = true, max(t.f, mp.v), w, share, now
@@ -845,6 +935,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			t.f -= float64(back) / float64(share)
 			t.received -= back
 		}
+		if op == poolRelease && r.found {
+			mp.brk.report(now, rep.Outcome != DownstreamOK, p.Breaker)
+		}
 		inuse = 0
 		for _, l := range mp.leases {
 			inuse += l.weight
@@ -860,10 +953,14 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			l.death = now + lease
 			leasePut(l)
 			r.found, r.ends = true, l.death
-		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(id, w)) || (op == poolStart && inuse+w <= conc)) {
+		} else if conc > 0 && op == poolStart && mp.hold > 0 {
+			r.wait = mp.hold - now
+		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(id, w)) || (op == poolStart && inuse+w <= conc && mp.brk.admits(p.Breaker))) {
 			r.ends = now + lease
 			leasePut(memPoolLease{r.ends, w, id, now})
 			r.found = true
+		} else if op == poolStart && conc > 0 && inuse+w <= conc {
+			r.wait = mp.brk.wait(now, poolReask.Microseconds())
 		} else if op == poolStart && conc > 0 {
 			r.wait = poolReask.Microseconds()
 			if len(mp.leases) > 0 {
@@ -877,6 +974,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		r.state = state()
 		return r
 	case poolMerge:
+		if h := rep.poolHold(); h > 0 && now+h > mp.hold {
+			mp.hold = now + h
+		}
 		for i := 0; i+1 < len(jobs); i += 2 {
 			id, w, death, at := jobs[i].ID, jobs[i].Weight, jobs[i+1].ID, jobs[i+1].Weight
 			if k := leaseAt(id); k >= 0 {

@@ -27,6 +27,12 @@ func poolPlans(t *testing.T, pool *Pool) []*Plan {
 // wake. At every step the weight in flight is at most the pool's concurrency, and the bucket
 // never gives more than its capacity and rate allow (the invariant, as a property).
 func TestPoolDifferential(t *testing.T) {
+	breakers := map[int64]int{}
+	defer func() {
+		if breakers[BreakerClosed] == 0 || breakers[BreakerOpen] == 0 || breakers[BreakerHalfOpen] == 0 {
+			t.Errorf("the breaker was closed, open, half-open at %v grants: the sequence proves little", breakers)
+		}
+	}()
 	for seed := uint64(1); seed <= 3; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
@@ -34,7 +40,8 @@ func TestPoolDifferential(t *testing.T) {
 			mem := NewMemory(Options{}, c.Now)
 			red := NewRedis(redisClient(t), "", Options{})
 			red.pin(c.Now)
-			pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 6, Lease: 2 * time.Second, Capacity: 8, Rate: "4/s", Interval: 250 * ms})
+			pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 6, Lease: 2 * time.Second, Capacity: 8, Rate: "4/s", Interval: 250 * ms,
+				Breaker: &Breaker{Failures: 60, Window: 2 * time.Second, Cooldown: 700 * ms, Probes: 2, MinJobs: 3}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,6 +70,7 @@ func TestPoolDifferential(t *testing.T) {
 					if err1 != nil || err2 != nil {
 						t.Fatalf("step %d: %v / %v", step, err1, err2)
 					}
+					breakers[want.state.Breaker]++
 					if want.granted != got.granted || want.wait != got.wait || want.state != got.state {
 						t.Fatalf("step %d: acquire %v for %s: memory %+v, redis %+v", step, jobs, tenant, want, got)
 					}
@@ -95,6 +103,9 @@ func TestPoolDifferential(t *testing.T) {
 					var rep Report
 					if o == poolRelease {
 						rep.Outcome = DownstreamOutcome(rng.IntN(3))
+						if seed == 1 {
+							rep.Outcome = DownstreamOutcome(rng.IntN(2) * rng.IntN(3)) // mostly ok: the breaker closes
+						}
 						if rng.IntN(10) == 0 { // the downstream asks the pool for a pause
 							rep.RetryAfter, rep.PoolScope = time.Duration(rng.IntN(1_500_000))*time.Microsecond, true
 						}

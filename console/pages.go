@@ -38,8 +38,18 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format(time.RFC3339)
 	},
-	"clock": func(t time.Time) string { return t.UTC().Format("15:04:05") },
-	"rate":  func(f float64) string { return strconv.FormatFloat(f, 'f', rateDigits(f), 64) },
+	"clock": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			return v.UTC().Format("15:04:05")
+		case *time.Time:
+			if v != nil {
+				return v.UTC().Format("15:04:05")
+			}
+		}
+		return ""
+	},
+	"rate": func(f float64) string { return strconv.FormatFloat(f, 'f', rateDigits(f), 64) },
 	"pct": func(f float64) string {
 		if f < 0 {
 			return "—"

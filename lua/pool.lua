@@ -42,7 +42,8 @@
 --          at), max_conc (the most leases a pool holds), born (µs: when the server lost what it
 --          knew, 0: nothing known lost), outcome (release: 0 ok, 1 failed, 2 overloaded), phold
 --          (release: µs from now the downstream asked for no more of the pool's jobs; 0: none),
---          k, then k × (job id, weight); for merge, k/2 leases,
+--          the breaker's bfail (percent; 0: none), bwin, bcool (µs), bprobes, bmin, k, then
+--          k × (job id, weight); for merge, k/2 leases,
 --          each two pairs (id, weight), (death, taken at): put in place of any lease of the same
 --          id, or, of weight 0, dropped
 -- ARGV[2]  the tenant
@@ -70,7 +71,13 @@
 --   inspect  the pool's state, then up to MAX_LISTED tenants as (received, share, waiting) with
 --            their names in the reply's third element (a list), active tenants first by start
 -- the pool's state: weight in flight, tokens now (-1 without a bucket), waiters, their shares
--- together, until when the downstream holds its forwards (µs; 0: it does not).
+-- together, until when the downstream holds its forwards (µs; 0: it does not), the breaker's
+-- state (0 closed, 1 open, 2 half-open), until when (µs; 0 when closed), its probes out.
+--
+-- Breaker (bfail > 0; see bucket.Breaker): a release's outcome counts over a window of bwin
+-- µs (two halves); with at least bmin outcomes of which bfail percent or more bad, the pool opens
+-- for bcool µs (grants nothing new), then is half-open (grants bprobes jobs), and closes when
+-- as many come back ok. Its fields in KEYS[1]: bs, bu, bp, bk, bw, bn, bb, pn, pb.
 --
 -- Downstream. A release with phold > 0 (a done message's Admit-Retry-After with
 -- Admit-Retry-Scope: pool) holds every forward of the pool until now + phold, or later if they
@@ -82,10 +89,10 @@
 local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
-local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, outcome, phold, k =
-  struct.unpack('<lllllllllllllllll', arg)
+local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, outcome, phold,
+  bfail, bwin, bcool, bprobes, bmin, k = struct.unpack('<llllllllllllllllllllll', arg)
 if now == 0 then now = server_now() end
-local pos = 8 * 17 + 1
+local pos = 8 * 22 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 
@@ -93,11 +100,68 @@ local function num(s) return tonumber(s) or 0 end
 local function dec(x) return string.format('%.17g', x) end
 
 -- the leases and the bucket
-local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws', 'h')
+local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws', 'h', 'bs', 'bu', 'bp', 'bk', 'bw', 'bn', 'bb', 'pn', 'pb')
 local tat, inuse = num(head[1]), num(head[2])
 local V, wshares = num(head[3]), num(head[4])
 local hold = num(head[5])
 if hold <= now then hold = 0 end
+
+-- The breaker (Go: breakerState, function by function): bs closed (0), open (1: until bu) or
+-- half-open (2: bp probes let through, bk of them back ok; bu: when probes out are taken for
+-- lost); the window's current half from bw (bn outcomes, bb bad), the previous half's (pn, pb).
+local bs, bu, bp, bk = num(head[6]), num(head[7]), num(head[8]), num(head[9])
+local bw, bn, bb, pn, pb = num(head[10]), num(head[11]), num(head[12]), num(head[13]), num(head[14])
+local function breaker_tick()
+  if bfail <= 0 then
+    bs = 0
+    return
+  end
+  if bs == 1 and now >= bu then bs, bu, bp, bk = 2, now + bcool, 0, 0 end
+  if bs == 2 and now >= bu and bp >= bprobes then bu, bp, bk = now + bcool, 0, 0 end
+end
+breaker_tick()
+
+-- breaker_report counts an outcome (bad: failed or overloaded), opening or closing the breaker.
+local function breaker_report(bad)
+  if bfail <= 0 then return end
+  if bs == 0 then
+    local cur = now - now % bwin
+    if cur ~= bw then
+      if cur == bw + bwin then pn, pb = bn, bb else pn, pb = 0, 0 end
+      bn, bb, bw = 0, 0, cur
+    end
+    bn = bn + 1
+    if bad then
+      bb = bb + 1
+      local f = (bwin - (now - bw)) / bwin
+      local tot, nbad = pn * f + bn, pb * f + bb
+      if tot >= bmin and nbad * 100 >= bfail * tot then bs, bu, bp, bk = 1, now + bcool, 0, 0 end
+    end
+  elseif bs == 2 then
+    if bad then
+      bs, bu, bp, bk = 1, now + bcool, 0, 0
+      return
+    end
+    bk = bk + 1
+    if bk >= bprobes then bs, bu, bp, bk, bw, bn, bb, pn, pb = 0, 0, 0, 0, 0, 0, 0, 0, 0 end
+  end
+end
+
+-- breaker_admits reports whether the breaker lets one more job through (a probe when half-open).
+local function breaker_admits()
+  if bfail <= 0 or bs == 0 then return true end
+  if bs == 2 and bp < bprobes then
+    bp = bp + 1
+    return true
+  end
+  return false
+end
+
+-- breaker_wait is how long a job the breaker held back waits (µs).
+local function breaker_wait()
+  if bs == 1 then return math.max(bu - now, 1) end
+  return math.min(reask, math.max(bu - now, 1))
+end
 local forgotten = not head[1] and not head[2] and not head[3] and born > 0
 if forgotten and cap > 0 then tat = born + cap * iv end
 if tat < now then tat = now end
@@ -240,11 +304,12 @@ local function freed_wakes(free_before)
 end
 
 local function state()
-  return {inuse, tokens(), redis.call('ZCARD', KEYS[2]), wshares, hold}
+  return {inuse, tokens(), redis.call('ZCARD', KEYS[2]), wshares, hold, bs, bs > 0 and bu or 0, bp}
 end
 
 local function save()
-  redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares, 'h', hold)
+  redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares, 'h', hold,
+    'bs', bs, 'bu', bu, 'bp', bp, 'bk', bk, 'bw', bw, 'bn', bn, 'bb', bb, 'pn', pn, 'pb', pb)
   -- The pool lives while anything of it matters, and a day more: a lease, the bucket's refill,
   -- a waiter, the fairness of the tenants served lately.
   local life = 86400000000
@@ -320,7 +385,7 @@ if op == 0 then
     end
     return r
   end
-  local granted, got, turn, held = 0, 0, false, false
+  local granted, got, turn, held, broken = 0, 0, false, false, false
   for i = 1, k do
     local id, w = jid[i], jw[i]
     if conc > 0 and lease_at(id) then
@@ -330,10 +395,18 @@ if op == 0 then
         held = true -- the downstream asked for no more of the pool's jobs until hold
         break
       end
+      if bs == 1 then
+        broken = true -- open: whatever is free
+        break
+      end
       if w > free then break end
       local start = math.max(F, V)
       if w > free - reserved_before(start, free - w) then
         turn = true
+        break
+      end
+      if not breaker_admits() then
+        broken = true -- open, or half-open with its probes out
         break
       end
       free = free - w
@@ -352,6 +425,8 @@ if op == 0 then
   local wait, wakes = 0, {}
   if held then
     wait = hold - now -- a waiter neither made nor forgotten: the hold is every tenant's alike
+  elseif broken then
+    wait = breaker_wait() -- likewise
   elseif granted < k then
     local w = jw[granted + 1]
     local was = redis.call('HGET', KEYS[1], 'w:' .. tenant)
@@ -430,6 +505,7 @@ elseif op == 1 or op == 2 then
     F = F - back / share
     redis.call('HINCRBY', KEYS[1], 'g:' .. tenant, -back)
   end
+  if op == 2 and found == 1 then breaker_report(outcome ~= 0) end
   if op == 1 or found == 1 then redis.call('HSET', KEYS[1], 'f:' .. tenant, dec(F)) end
   save()
   local ints = {found, weight, ran}
@@ -443,10 +519,14 @@ elseif op == 3 or op == 5 then
     ends = now + lease
     redis.call('ZADD', KEYS[4], 'XX', ends, struct.pack('<l', id))
     found = 1
-  elseif conc > 0 and ((op == 3 and forgotten_report(w)) or (op == 5 and inuse + w <= conc)) then
+  elseif conc > 0 and op == 5 and hold > 0 then
+    wait = hold - now -- a job taken again is a forward: none while the downstream holds them
+  elseif conc > 0 and ((op == 3 and forgotten_report(w)) or (op == 5 and inuse + w <= conc and breaker_admits())) then
     ends = now + lease
     lease_put(ends, w, id, now)
     found = 1
+  elseif op == 5 and conc > 0 and inuse + w <= conc then
+    wait = breaker_wait()
   elseif op == 5 and conc > 0 then
     local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
     wait = reask
@@ -458,7 +538,9 @@ elseif op == 3 or op == 5 then
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints)
 elseif op == 6 then
-  -- merge: what a replica decided on its own copy of the pool while Redis was away
+  -- merge: what a replica decided on its own copy of the pool while Redis was away, and the
+  -- downstream's hold it keeps (phold)
+  if phold > 0 and now + phold > hold then hold = now + phold end
   for i = 1, k - 1, 2 do
     local id, w, death, at = jid[i], jw[i], jid[i + 1], jw[i + 1]
     local lw = lease_at(id)

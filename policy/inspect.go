@@ -62,6 +62,16 @@ func poolState(pool *bucket.Pool, snap bucket.PoolSnapshot, share int64) wire.Po
 		t := time.UnixMicro(snap.DownstreamUntil).UTC()
 		s.DownstreamUntil = &t
 	}
+	if pool.Breaker != nil {
+		s.Breaker = bucket.BreakerName(snap.Breaker)
+		if snap.BreakerUntil > 0 {
+			t := time.UnixMicro(snap.BreakerUntil).UTC()
+			s.BreakerUntil = &t
+		}
+		if snap.Breaker == bucket.BreakerHalfOpen {
+			s.Probes = snap.Probes
+		}
+	}
 	for _, pt := range snap.Tenants {
 		s.Tenants = append(s.Tenants, wire.PoolTenant{Tenant: pt.Tenant, Share: pt.Share, Received: pt.Received, Waiting: pt.Waiting})
 	}

@@ -241,6 +241,10 @@ const ReasonPool = "pool"
 // bucket.Report).
 const ReasonDownstream = "downstream"
 
+// ReasonBreaker is the reason of jobs that wait because their pool's breaker is open, or
+// half-open with its probe jobs out (bucket.Breaker).
+const ReasonBreaker = "breaker"
+
 // ReasonPaused is the reason of jobs that wait, and the limit of requests denied, because their
 // tenant is paused (SetPauses).
 const ReasonPaused = "paused"
@@ -332,6 +336,8 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		d.Reason = ReasonHandover
 	case res.Downstream:
 		d.Reason = ReasonDownstream
+	case res.PoolBound && res.Pool != nil && res.Pool.Breaker != bucket.BreakerClosed:
+		d.Reason = ReasonBreaker
 	case res.PoolBound:
 		d.Reason = ReasonPool
 	default:

@@ -97,6 +97,12 @@ type PoolState struct {
 	// DownstreamUntil: the downstream asked for no more of the pool's jobs until then (a done
 	// message's Admit-Retry-After with Admit-Retry-Scope: pool).
 	DownstreamUntil *time.Time `json:"downstream_until,omitempty"`
+	// Breaker is the pool's breaker, when it has one: closed, open (until BreakerUntil) or
+	// half-open (Probes jobs let through; BreakerUntil: when they are taken for lost if they have
+	// not come back).
+	Breaker      string     `json:"breaker,omitempty"`
+	BreakerUntil *time.Time `json:"breaker_until,omitempty"`
+	Probes       int64      `json:"probes,omitempty"`
 	// Tenants it serves lately: each one's share (0: not known, it does not wait), the weight
 	// it received since it last had nothing waiting, and whether it waits.
 	Tenants []PoolTenant `json:"tenants,omitempty"`

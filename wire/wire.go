@@ -280,6 +280,7 @@ var (
 	MetricPoolWaiting   = Metric{"admitter.pool.waiting", "admitter_pool_waiting", ""}
 	MetricJobOutcomes   = Metric{"admitter.job.outcomes", "admitter_job_outcomes_total", ""}
 	MetricJobTime       = Metric{"admitter.job.time", "admitter_job_time_seconds", ""}
+	MetricPoolBreaker   = Metric{"admitter.pool.breaker", "admitter_pool_breaker", ""}
 )
 
 // JobTimeBuckets are the bucket boundaries (seconds) of MetricJobTime, a job's time downstream

@@ -140,3 +140,79 @@ var holdCases = []testCase{
 		a.admit(pa, jobs("5"), "A", 0)
 	}},
 }
+
+func init() {
+	downstreamCases = append(downstreamCases, breakerCases...)
+}
+
+// breakerCases exercise a pool's breaker.
+var breakerCases = []testCase{
+	{name: "downstream: most of a pool's jobs failing opens its breaker; after the cool-down probes go, and their success closes it", needs: downstream(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 10, Lease: time.Minute,
+			Breaker: &bucket.Breaker{Failures: 50, Window: 10 * time.Second, Cooldown: 5 * time.Second, Probes: 2, MinJobs: 4}})
+		a, b := h.as("a"), h.as("b")
+		pa, pb := pooled(t, "pa", pool, 1), pooled(t, "pb", pool, 1)
+		a.admit(pa, jobs("1", "2", "3", "4", "5", "6"), "AAAAAA", 0)
+		failed := bucket.LeaseRequest{Report: bucket.Report{Outcome: bucket.DownstreamFailed}}
+		a.release(pa, 1, bucket.LeaseRequest{})
+		a.release(pa, 2, failed)
+		if r := a.release(pa, 3, bucket.LeaseRequest{Report: bucket.Report{Outcome: bucket.DownstreamOverloaded}}); r.Pool.Breaker != bucket.BreakerClosed {
+			t.Fatalf("3 outcomes, fewer than the 4 that count: breaker %d, want closed", r.Pool.Breaker)
+		}
+		h.c.Advance(time.Second)
+		r := a.release(pa, 4, failed)
+		if r.Pool.Breaker != bucket.BreakerOpen || r.Pool.BreakerUntil != Start.Add(6*time.Second).UnixMicro() {
+			t.Fatalf("3 of 4 bad: pool %+v, want the breaker open until +6s", r.Pool)
+		}
+		for _, x := range []struct {
+			h *harness
+			p *bucket.Plan
+		}{{a, pa}, {b, pb}} {
+			r := x.h.admit(x.p, jobs("7", "8"), "NN", 5*time.Second)
+			if !r.PoolBound || r.Pool.Breaker != bucket.BreakerOpen {
+				t.Fatalf("%s while open: %+v, want held by the pool's breaker", x.h.tenant, r)
+			}
+			if got, want := r.Pool.Reason(x.h.tenant, 1), "pool "+pool.Name+": breaker open until 12:00:06"; !strings.HasPrefix(got, want) {
+				t.Fatalf("reason %q, want %q", got, want)
+			}
+		}
+		a.release(pa, 5, bucket.LeaseRequest{}) // a straggler's outcome while open changes nothing
+		h.c.Advance(5 * time.Second)
+		r2 := a.admit(pa, jobs("7", "8", "9"), "AAN", time.Second)
+		if r2.Pool.Breaker != bucket.BreakerHalfOpen || r2.Pool.Probes != 2 {
+			t.Fatalf("after the cool-down: pool %+v, want half-open with 2 probes out", r2.Pool)
+		}
+		b.admit(pb, jobs("1"), "N", time.Second)
+		a.release(pa, 7, bucket.LeaseRequest{})
+		if r := a.release(pa, 8, bucket.LeaseRequest{}); r.Pool.Breaker != bucket.BreakerClosed {
+			t.Fatalf("both probes ok: breaker %d, want closed", r.Pool.Breaker)
+		}
+		a.admit(pa, jobs("9"), "A", 0)
+		b.admit(pb, jobs("1"), "A", 0)
+	}},
+	{name: "downstream: a half-open breaker whose probe fails opens again; probes lost are replaced after a cool-down", needs: downstream(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 10, Lease: time.Minute,
+			Breaker: &bucket.Breaker{Failures: 100, Window: 10 * time.Second, Cooldown: 2 * time.Second, Probes: 1, MinJobs: 2}})
+		a := h.as("a")
+		pa := pooled(t, "pa", pool, 1)
+		a.admit(pa, jobs("1", "2"), "AA", 0)
+		failed := bucket.LeaseRequest{Report: bucket.Report{Outcome: bucket.DownstreamFailed}}
+		a.release(pa, 1, failed)
+		if r := a.release(pa, 2, failed); r.Pool.Breaker != bucket.BreakerOpen {
+			t.Fatalf("2 of 2 failed: breaker %d, want open", r.Pool.Breaker)
+		}
+		h.c.Advance(2 * time.Second)
+		a.admit(pa, jobs("3", "4"), "AN", time.Second)
+		if r := a.release(pa, 3, failed); r.Pool.Breaker != bucket.BreakerOpen || r.Pool.BreakerUntil != Start.Add(4*time.Second).UnixMicro() {
+			t.Fatalf("the probe failed: pool %+v, want open again until +4s", r.Pool)
+		}
+		h.c.Advance(2 * time.Second)
+		a.admit(pa, jobs("4", "5"), "AN", time.Second) // probe 4 never comes back
+		h.c.Advance(time.Second)
+		a.admit(pa, jobs("5"), "N", time.Second)
+		h.c.Advance(time.Second) // a cool-down since the probe went: another goes
+		a.admit(pa, jobs("5", "6"), "AN", time.Second)
+		a.release(pa, 5, bucket.LeaseRequest{})
+		a.admit(pa, jobs("6"), "A", 0)
+	}},
+}

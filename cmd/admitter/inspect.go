@@ -509,6 +509,8 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 		fmt.Fprintf(w, "why jobs wait: %s\n", bucket.DownstreamReason(*r.DownstreamUntil))
 	case r.Pool != nil && r.Pool.DownstreamUntil != nil && waiting > 0:
 		fmt.Fprintf(w, "why jobs wait: pool %s: %s\n", r.Pool.Name, bucket.DownstreamReason(*r.Pool.DownstreamUntil))
+	case r.Pool != nil && r.Pool.Breaker == "open" && r.Pool.BreakerUntil != nil && waiting > 0:
+		fmt.Fprintf(w, "why jobs wait: pool %s: breaker open for %v more (most of its recent jobs failed or were overloaded)\n", r.Pool.Name, r.Pool.BreakerUntil.Sub(r.At).Round(time.Second))
 	case binding != nil && r.WaitMs > 0:
 		fmt.Fprintf(w, "why jobs wait: limit %s (%s, %s) %s; a job of weight 1 fits in %s\n",
 			binding.Limit, binding.Kind, binding.Rule, why(binding), human(time.Duration(r.WaitMs)*time.Millisecond))
@@ -546,6 +548,15 @@ func printPool(w io.Writer, tenant string, p *wire.PoolState) (full bool) {
 	if p.DownstreamUntil != nil {
 		fmt.Fprintf(w, "  %s: no job of the pool is forwarded before\n", bucket.DownstreamReason(*p.DownstreamUntil))
 		full = true
+	}
+	switch {
+	case p.Breaker == "open" && p.BreakerUntil != nil:
+		fmt.Fprintf(w, "  breaker open until %s: most of its recent jobs failed or were overloaded; nothing is forwarded before\n", p.BreakerUntil.UTC().Format(time.RFC3339))
+		full = true
+	case p.Breaker == "half-open":
+		fmt.Fprintf(w, "  breaker half-open: %d probe jobs out; it closes when they come back ok\n", p.Probes)
+	case p.Breaker != "":
+		fmt.Fprintf(w, "  breaker %s\n", p.Breaker)
 	}
 	for _, t := range p.Tenants {
 		state := "nothing waiting"
