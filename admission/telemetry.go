@@ -74,9 +74,11 @@ type telemetry struct {
 	tenantLabel  bool
 	failMode     attribute.Set
 	log          *slog.Logger
-	// pools is every pool as this replica's last call found it (admitter_pool_* gauges).
-	poolMu sync.Mutex
-	pools  map[string]bucket.PoolState
+	// pools is every pool as this replica's last call found it (admitter_pool_* gauges), and
+	// history a state a second of each (the console's chart).
+	poolMu  sync.Mutex
+	pools   map[string]bucket.PoolState
+	history map[string]*poolSamples
 	// sets caches the attribute set of each (plan, outcome[, tenant]): building one sorts and
 	// allocates, once per job otherwise. A struct key is looked up without allocating.
 	mu   sync.RWMutex
@@ -289,6 +291,15 @@ func (t *telemetry) poolSeen(st bucket.PoolState) {
 	}
 	was := t.pools[st.Name]
 	t.pools[st.Name] = st
+	if t.history == nil {
+		t.history = map[string]*poolSamples{}
+	}
+	h := t.history[st.Name]
+	if h == nil {
+		h = &poolSamples{}
+		t.history[st.Name] = h
+	}
+	h.add(time.Now(), st)
 	t.poolMu.Unlock()
 	if was.Breaker != st.Breaker && t.log != nil {
 		attrs := []any{"pool", st.Name, "breaker", bucket.BreakerName(st.Breaker), "was", bucket.BreakerName(was.Breaker)}
@@ -327,4 +338,45 @@ func (t *telemetry) jobDone(ctx context.Context, plan *bucket.Plan, tenant strin
 	}
 	t.jobTime.Record(ctx, ran.Seconds(), metric.WithAttributes(attrs...))
 	t.outcomes.Add(ctx, 1, metric.WithAttributes(append(attrs, attribute.String("outcome", o.String()))...))
+}
+
+// poolHistoryLen is how many seconds of each pool the history keeps.
+const poolHistoryLen = 300
+
+// poolSamples is a ring of a pool's states, one a second at most.
+type poolSamples struct {
+	at     [poolHistoryLen]time.Time
+	states [poolHistoryLen]bucket.PoolState
+	n, end int // how many are kept; where the next goes
+}
+
+// add keeps st seen at now, unless a state was kept less than a second ago (then st replaces
+// it: the latest of each second).
+func (h *poolSamples) add(now time.Time, st bucket.PoolState) {
+	if h.n > 0 {
+		last := (h.end + poolHistoryLen - 1) % poolHistoryLen
+		if now.Sub(h.at[last]) < time.Second {
+			h.states[last] = st
+			return
+		}
+	}
+	h.at[h.end], h.states[h.end] = now, st
+	h.end = (h.end + 1) % poolHistoryLen
+	h.n = min(h.n+1, poolHistoryLen)
+}
+
+// poolHistory is a copy of pool's history, oldest first.
+func (t *telemetry) poolHistory(pool string) ([]time.Time, []bucket.PoolState) {
+	t.poolMu.Lock()
+	defer t.poolMu.Unlock()
+	h := t.history[pool]
+	if h == nil {
+		return nil, nil
+	}
+	at, states := make([]time.Time, 0, h.n), make([]bucket.PoolState, 0, h.n)
+	for i := range h.n {
+		k := (h.end - h.n + i + poolHistoryLen) % poolHistoryLen
+		at, states = append(at, h.at[k]), append(states, h.states[k])
+	}
+	return at, states
 }

@@ -58,6 +58,9 @@ type Pool struct {
 	// Breaker, when set, stops the pool's forwards while most of its jobs fail (see Breaker);
 	// it needs a Concurrency (its jobs' done messages say how they went).
 	Breaker *Breaker
+	// Adaptive, when set, makes Concurrency the ceiling of a limit in force that follows the
+	// workers' time per job and overloaded outcomes (see Adaptive).
+	Adaptive *Adaptive
 }
 
 // MaxShare bounds a plan's share of its pool.
@@ -107,6 +110,12 @@ func NewPool(p Pool) (*Pool, error) {
 		return nil, bad("rate", "a rate goes with a capacity")
 	case p.Breaker != nil && p.Concurrency == 0:
 		return nil, bad("breaker", "a breaker goes with a concurrency (its jobs' done messages say how they went)")
+	case p.Adaptive != nil && p.Concurrency == 0:
+		return nil, bad("adaptive", "an adaptive pool needs a concurrency: its ceiling")
+	case p.Adaptive != nil:
+		if err := p.Adaptive.check(p.Concurrency); err != nil {
+			return nil, bad("adaptive.min", "%v", err)
+		}
 	}
 	out := p
 	if p.Breaker != nil {
@@ -149,6 +158,9 @@ func (p *Pool) describe() string {
 	if p.Capacity > 0 {
 		parts = append(parts, fmt.Sprintf("capacity %d at %s", p.Capacity, p.Rate))
 	}
+	if p.Adaptive != nil {
+		parts = append(parts, p.Adaptive.rule())
+	}
 	if p.Breaker != nil {
 		parts = append(parts, p.Breaker.rule())
 	}
@@ -176,10 +188,14 @@ type PoolState struct {
 	// when its probes out are taken for lost (half-open); Probes the jobs a half-open breaker
 	// let through.
 	Breaker, BreakerUntil, Probes int64
+	// Limit is the limit in force (Concurrency for a pool that is not adaptive: see Adaptive);
+	// Floor the time per job at the minimum (µs; 0: not measured yet), TimePerJob the last
+	// window's (µs), LimitWhy why the limit last moved (LimitGrew, ...).
+	Limit, Floor, TimePerJob, LimitWhy int64
 }
 
 // poolStateLen is the number of integers of a pool's state in lua/pool.lua's replies.
-const poolStateLen = 8
+const poolStateLen = 12
 
 // Reason is why a job of tenant (whose plan has share) waits for the pool, for people: "pool
 // workers: 8 of 8 in flight; acme's share 3 of 5".
@@ -420,11 +436,12 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 
 // poolArgs packs a pool call's argument (see lua/pool.lua).
 func poolArgs(now, born int64, op int, p *Pool, share int64, jobs []Job, cost int64, rep Report) []byte {
-	arg := make([]byte, 0, 8*(22+2*len(jobs)))
+	arg := make([]byte, 0, 8*(23+2*len(jobs)))
 	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
 		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born,
 		int64(rep.Outcome), rep.poolHold())
 	arg = packInts(arg, p.Breaker.args()...)
+	arg = packInts(arg, p.Adaptive.args()...)
 	arg = packInts(arg, int64(len(jobs)))
 	for _, j := range jobs {
 		arg = packInts(arg, j.ID, j.Weight)
@@ -497,7 +514,7 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 	}
 	st := vals[head:]
 	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3], DownstreamUntil: st[4],
-		Breaker: st[5], BreakerUntil: st[6], Probes: st[7]}
+		Breaker: st[5], BreakerUntil: st[6], Probes: st[7], Limit: st[8], Floor: st[9], TimePerJob: st[10], LimitWhy: st[11]}
 	if op == poolInspect {
 		rest := st[poolStateLen:]
 		if len(rest) != 3*len(names) {
@@ -515,6 +532,7 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 // memPool is a pool's state in memory.
 type memPool struct {
 	brk      breakerState
+	ad       adaptState
 	tat      int64
 	hold     int64          // until when the downstream holds the pool's forwards (µs; 0: it does not)
 	leases   []memPoolLease // by death
@@ -587,7 +605,7 @@ func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, sha
 				mp.leases = append(mp.leases, memPoolLease{end, p.Concurrency, 0, born})
 			}
 			if sd, ok := m.pools.seeds[p.Name]; ok { // what the downstream said, as Redis last told it
-				mp.seed(sd)
+				mp.seed(sd, now)
 			}
 		}
 	}
@@ -595,10 +613,13 @@ func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, sha
 }
 
 // seed takes what Redis last said of a pool's downstream into a copy of the pool that is
-// forgotten otherwise: the downstream's hold and the breaker (its state, not its window).
-func (mp *memPool) seed(st PoolState) {
+// forgotten otherwise, at now: the downstream's hold, the breaker (its state, not its window),
+// and an adaptive pool's limit and floor (not its window; the floor is not measured again for a
+// while).
+func (mp *memPool) seed(st PoolState, now int64) {
 	mp.hold = st.DownstreamUntil
 	mp.brk = breakerState{state: st.Breaker, until: st.BreakerUntil, probes: st.Probes}
+	mp.ad = adaptState{limit: float64(st.Limit), floor: st.Floor, last: st.TimePerJob, why: st.LimitWhy, nextProbe: now + adaptProbeEvery}
 }
 
 // seen keeps st, a pool's state as Redis answered it, to seed the copy of the pool when an
@@ -681,6 +702,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		return int64(math.Floor(float64(capacity*iv-(mp.tat-now)) / float64(iv)))
 	}
+	limit := func() int64 { return mp.ad.inForce(p.Adaptive, conc) }
 	leaseAt := func(id int64) int {
 		for j, l := range mp.leases {
 			if l.id == id {
@@ -725,7 +747,8 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		return ws
 	}
 	state := func() PoolState {
-		st := PoolState{InFlight: inuse, Tokens: tokens(), DownstreamUntil: mp.hold, Breaker: mp.brk.state, Probes: mp.brk.probes}
+		st := PoolState{InFlight: inuse, Tokens: tokens(), DownstreamUntil: mp.hold, Breaker: mp.brk.state, Probes: mp.brk.probes,
+			Limit: limit(), Floor: mp.ad.floor, TimePerJob: mp.ad.last, LimitWhy: mp.ad.why}
 		if mp.brk.state != BreakerClosed {
 			st.BreakerUntil = mp.brk.until
 		}
@@ -740,7 +763,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 	freeNow := func() int64 {
 		f := int64(math.MaxInt64)
 		if conc > 0 {
-			f = conc - inuse
+			f = limit() - inuse
 		}
 		if capacity > 0 {
 			f = min(f, tokens())
@@ -881,7 +904,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			case turn:
 				wakes = others[:1]
 			default:
-				if conc > 0 && inuse+w > conc && len(mp.leases) > 0 {
+				if conc > 0 && inuse+w > limit() && len(mp.leases) > 0 {
 					wait = min(wait, max(mp.leases[0].death-now, 0))
 				}
 				if capacity > 0 && w > tokens() {
@@ -908,6 +931,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 					l := mp.leases[k]
 					mp.leases = slices.Delete(mp.leases, k, k+1)
 					r.found, r.weight, r.ran = true, l.weight, max(now-l.at, 0)
+					if op == poolRelease {
+						mp.ad.report(now, r.ran, rep.Outcome == DownstreamOverloaded, p.Adaptive, conc)
+					}
 					w, held = l.weight, true
 				}
 			}
@@ -955,11 +981,11 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			r.found, r.ends = true, l.death
 		} else if conc > 0 && op == poolStart && mp.hold > 0 {
 			r.wait = mp.hold - now
-		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(id, w)) || (op == poolStart && inuse+w <= conc && mp.brk.admits(p.Breaker))) {
+		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(id, w)) || (op == poolStart && inuse+w <= limit() && mp.brk.admits(p.Breaker))) {
 			r.ends = now + lease
 			leasePut(memPoolLease{r.ends, w, id, now})
 			r.found = true
-		} else if op == poolStart && conc > 0 && inuse+w <= conc {
+		} else if op == poolStart && conc > 0 && inuse+w <= limit() {
 			r.wait = mp.brk.wait(now, poolReask.Microseconds())
 		} else if op == poolStart && conc > 0 {
 			r.wait = poolReask.Microseconds()

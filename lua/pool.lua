@@ -42,7 +42,8 @@
 --          at), max_conc (the most leases a pool holds), born (µs: when the server lost what it
 --          knew, 0: nothing known lost), outcome (release: 0 ok, 1 failed, 2 overloaded), phold
 --          (release: µs from now the downstream asked for no more of the pool's jobs; 0: none),
---          the breaker's bfail (percent; 0: none), bwin, bcool (µs), bprobes, bmin, k, then
+--          the breaker's bfail (percent; 0: none), bwin, bcool (µs), bprobes, bmin, the adaptive
+--          limit's amin (0: not adaptive), k, then
 --          k × (job id, weight); for merge, k/2 leases,
 --          each two pairs (id, weight), (death, taken at): put in place of any lease of the same
 --          id, or, of weight 0, dropped
@@ -74,6 +75,15 @@
 -- together, until when the downstream holds its forwards (µs; 0: it does not), the breaker's
 -- state (0 closed, 1 open, 2 half-open), until when (µs; 0 when closed), its probes out.
 --
+-- The state goes on with the limit in force (conc for a pool not adaptive), the floor (µs; 0: not
+-- measured), the last window's time per job (µs), why the limit last moved (0 starting, 1 grew,
+-- 2 shrank, 3 halved for jobs overloaded, 4 measuring the floor).
+--
+-- Adaptive (amin > 0; see bucket.Adaptive): conc is the ceiling; the limit in force moves
+-- between amin and it after each release's time downstream (now − the lease's take) and
+-- outcome, in windows (ADAPT_* are generated from Go: lua.go). It takes the place of conc in
+-- every grant and start; the slots forgotten still count conc.
+--
 -- Breaker (bfail > 0; see bucket.Breaker): a release's outcome counts over a window of bwin
 -- µs (two halves); with at least bmin outcomes of which bfail percent or more bad, the pool opens
 -- for bcool µs (grants nothing new), then is half-open (grants bprobes jobs), and closes when
@@ -90,9 +100,9 @@ local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
 local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, outcome, phold,
-  bfail, bwin, bcool, bprobes, bmin, k = struct.unpack('<llllllllllllllllllllll', arg)
+  bfail, bwin, bcool, bprobes, bmin, amin, k = struct.unpack('<lllllllllllllllllllllll', arg)
 if now == 0 then now = server_now() end
-local pos = 8 * 22 + 1
+local pos = 8 * 23 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 
@@ -100,7 +110,8 @@ local function num(s) return tonumber(s) or 0 end
 local function dec(x) return string.format('%.17g', x) end
 
 -- the leases and the bucket
-local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws', 'h', 'bs', 'bu', 'bp', 'bk', 'bw', 'bn', 'bb', 'pn', 'pb')
+local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws', 'h', 'bs', 'bu', 'bp', 'bk', 'bw', 'bn', 'bb', 'pn', 'pb',
+  'al', 'af', 'aw', 'an', 'as', 'ao', 'ap', 'aq', 'am', 'ar', 'ax')
 local tat, inuse = num(head[1]), num(head[2])
 local V, wshares = num(head[3]), num(head[4])
 local hold = num(head[5])
@@ -155,6 +166,57 @@ local function breaker_admits()
     return true
   end
   return false
+end
+
+-- The adaptive limit (amin > 0; Go: adaptState, function by function): al the limit (a decimal;
+-- 0: amin), af the floor (µs; 0: not measured), the window from aw (an outcomes, as their times,
+-- ao overloaded), ap windows still held at amin, aq when the next measure of the floor is due,
+-- am whether the last window closed at amin, ar its time per job, ax why the limit last moved.
+local al, af, aw, an, as, ao = num(head[15]), num(head[16]), num(head[17]), num(head[18]), num(head[19]), num(head[20])
+local ap, aq, am, ar, ax = num(head[21]), num(head[22]), num(head[23]) == 1, num(head[24]), num(head[25])
+
+-- adapt_in_force is the limit in force: conc when the pool is not adaptive.
+local function adapt_in_force()
+  if amin <= 0 then return conc end
+  if ap > 0 or af == 0 then return amin end
+  return math.min(math.max(amin, math.floor(al)), conc)
+end
+
+-- adapt_report counts a job's time downstream (rtt, µs) and whether it came back overloaded; a
+-- window that closes moves the limit.
+local function adapt_report(rtt, overloaded)
+  if amin <= 0 then return end
+  if an == 0 then aw = now end
+  an, as = an + 1, as + rtt
+  if overloaded then ao = ao + 1 end
+  if now - aw < math.max(ADAPT_WINDOW, 2 * af) or an < ADAPT_SAMPLES then return end
+  if al < amin then al = amin end
+  local avg = as / an
+  local at_min = adapt_in_force() == amin
+  if at_min and (am or af == 0) and ao == 0 then -- a window wholly at amin: the floor
+    af, aq = math.floor(avg), now + ADAPT_PROBE_EVERY
+  elseif ao == 0 and math.floor(avg) < af then -- faster than the floor: so is the floor
+    af = math.floor(avg)
+  end
+  am = at_min
+  if af == 0 then
+    ax = 0
+  elseif ap > 0 then
+    ap, ax = ap - 1, 4
+  elseif now >= aq then
+    ap, aq, ax = 2, now + ADAPT_PROBE_EVERY, 4
+  elseif ao > 0 then
+    al, ax = al * ADAPT_DECREASE / 100, 3
+  else
+    local g = math.min(math.max(ADAPT_TOLERANCE * af / 100 / avg, 0.5), 1)
+    local nl = al * g + math.max(1, al * ADAPT_GROW / 100)
+    ax = 1
+    if nl < al then ax = 2 end
+    al = nl
+  end
+  al = math.min(math.max(al, amin), conc)
+  ar = math.floor(avg)
+  an, as, ao = 0, 0, 0
 end
 
 -- breaker_wait is how long a job the breaker held back waits (µs).
@@ -251,7 +313,7 @@ end
 -- free is the capacity free now: slots and tokens.
 local function free_now()
   local f = math.huge
-  if conc > 0 then f = conc - inuse end
+  if conc > 0 then f = adapt_in_force() - inuse end
   if cap > 0 then f = math.min(f, tokens()) end
   return f
 end
@@ -304,12 +366,17 @@ local function freed_wakes(free_before)
 end
 
 local function state()
-  return {inuse, tokens(), redis.call('ZCARD', KEYS[2]), wshares, hold, bs, bs > 0 and bu or 0, bp}
+  return {inuse, tokens(), redis.call('ZCARD', KEYS[2]), wshares, hold, bs, bs > 0 and bu or 0, bp,
+    adapt_in_force(), af, ar, ax}
 end
 
 local function save()
   redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares, 'h', hold,
     'bs', bs, 'bu', bu, 'bp', bp, 'bk', bk, 'bw', bw, 'bn', bn, 'bb', bb, 'pn', pn, 'pb', pb)
+  if amin > 0 then
+    redis.call('HSET', KEYS[1], 'al', dec(al), 'af', af, 'aw', aw, 'an', an, 'as', as, 'ao', ao, 'ap', ap, 'aq', aq,
+      'am', am and 1 or 0, 'ar', ar, 'ax', ax)
+  end
   -- The pool lives while anything of it matters, and a day more: a lease, the bucket's refill,
   -- a waiter, the fairness of the tenants served lately.
   local life = 86400000000
@@ -442,7 +509,7 @@ if op == 0 then
     if turn then
       wakes[1] = others[1][1] -- the capacity free is the others' turn: the first asks again
     else
-      local first = conc > 0 and inuse + w > conc and redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+      local first = conc > 0 and inuse + w > adapt_in_force() and redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
       if first and first[2] then
         wait = math.min(wait, math.max(num(first[2]) - now, 0))
       end
@@ -474,6 +541,7 @@ elseif op == 1 or op == 2 then
     if conc > 0 then lw, lat = lease_at(id) end
     if lw then
       weight, ran = lw, math.max(now - lat, 0)
+      if op == 2 then adapt_report(ran, outcome == 2) end
       lease_drop(struct.pack('<l', id), lw)
       found = 1
       w = weight
@@ -521,11 +589,11 @@ elseif op == 3 or op == 5 then
     found = 1
   elseif conc > 0 and op == 5 and hold > 0 then
     wait = hold - now -- a job taken again is a forward: none while the downstream holds them
-  elseif conc > 0 and ((op == 3 and forgotten_report(w)) or (op == 5 and inuse + w <= conc and breaker_admits())) then
+  elseif conc > 0 and ((op == 3 and forgotten_report(w)) or (op == 5 and inuse + w <= adapt_in_force() and breaker_admits())) then
     ends = now + lease
     lease_put(ends, w, id, now)
     found = 1
-  elseif op == 5 and conc > 0 and inuse + w <= conc then
+  elseif op == 5 and conc > 0 and inuse + w <= adapt_in_force() then
     wait = breaker_wait()
   elseif op == 5 and conc > 0 then
     local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')

@@ -337,7 +337,7 @@ func (ps *parser) pools(p *parsed, n *yaml.Node) error {
 		if isNull(kv.valueNode) {
 			return ps.errorf(kv.valueNode.Line, field, "empty pool (want %s)", want)
 		}
-		fields, err := ps.mapping(kv.valueNode, field, want, "concurrency", "lease", "capacity", "rate", "breaker")
+		fields, err := ps.mapping(kv.valueNode, field, want, "concurrency", "lease", "capacity", "rate", "breaker", "adaptive")
 		if err != nil {
 			return err
 		}
@@ -371,6 +371,21 @@ func (ps *parser) pools(p *parsed, n *yaml.Node) error {
 			case "breaker":
 				if pool.Breaker, err = ps.breaker(v, fp, lines); err != nil {
 					return err
+				}
+			case "adaptive":
+				afields, err := ps.mapping(v, fp, "a mapping with min (the lowest limit in force)", "min")
+				if err != nil {
+					return err
+				}
+				pool.Adaptive = &bucket.Adaptive{}
+				for _, af := range afields {
+					lines["adaptive."+af.key] = af.valueNode.Line
+					if pool.Adaptive.Min, err = ps.integer(af.valueNode, fp+"."+af.key, bucket.MaxConcurrency); err != nil {
+						return err
+					}
+				}
+				if pool.Adaptive.Min == 0 {
+					return ps.errorf(v.Line, fp+".min", "missing (want the lowest limit in force, an integer ≥ 1)")
 				}
 			}
 		}

@@ -444,7 +444,10 @@ func TestParseErrors(t *testing.T) {
 		{"pool rate alone", "pools:\n  w: {rate: 5/s}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.capacity", "missing (a rate refills a capacity"},
 		{"pool capacity alone", "pools:\n  w: {capacity: 5}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.rate", "missing (want a rate such as 10/s)"},
 		{"pool concurrency too large", "pools:\n  w: {concurrency: 1001, lease: 1s}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.concurrency", "1001 is too large (at most 1000)"},
-		{"pool unknown key", "pools:\n  w: {concurrency: 2, lease: 1s, limit: 3}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.limit", `unknown key "limit" (want concurrency, lease, capacity, rate or breaker)`},
+		{"pool unknown key", "pools:\n  w: {concurrency: 2, lease: 1s, limit: 3}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.limit", `unknown key "limit" (want concurrency, lease, capacity, rate, breaker or adaptive)`},
+		{"adaptive without min", "pools:\n  w: {concurrency: 8, lease: 1s, adaptive: {}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.adaptive.min", "missing (want the lowest limit in force"},
+		{"adaptive min above the concurrency", "pools:\n  w: {concurrency: 8, lease: 1s, adaptive: {min: 9}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.adaptive.min", "min must be 1 to the pool's concurrency 8, got 9"},
+		{"adaptive without concurrency", "pools:\n  w: {capacity: 8, rate: 1/s, adaptive: {min: 2}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.adaptive", "an adaptive pool needs a concurrency"},
 		{"breaker without a window", "pools:\n  w: {concurrency: 2, lease: 1s, breaker: {failures: 50%, cooldown: 10s}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker.window", "missing (want a mapping with failures"},
 		{"breaker failures 0%", "pools:\n  w: {concurrency: 2, lease: 1s, breaker: {failures: 0%, window: 30s, cooldown: 10s}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker.failures", "want a percentage from 1% to 100%, such as 50%, got \"0%\""},
 		{"breaker failures half", "pools:\n  w: {concurrency: 2, lease: 1s, breaker: {failures: half, window: 30s, cooldown: 10s}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker.failures", `got "half"`},
@@ -865,7 +868,7 @@ func TestParseMode(t *testing.T) {
 }
 
 func TestParseBreaker(t *testing.T) {
-	p, err := plans.Parse("plans.yaml", []byte("pools:\n  api: {concurrency: 64, lease: 30s, breaker: {failures: 50%, window: 30s, cooldown: 10s, probes: 2}}\n  db: {concurrency: 8, lease: 1m, breaker: {failures: 90, window: 1m, cooldown: 5s, min_jobs: 100}}\nplans:\n  p: {pool: api, limits: [{capacity: 1, rate: 1/s}]}\n  q: {pool: db, limits: [{capacity: 1, rate: 1/s}]}\n"))
+	p, err := plans.Parse("plans.yaml", []byte("pools:\n  api: {concurrency: 64, lease: 30s, adaptive: {min: 2}, breaker: {failures: 50%, window: 30s, cooldown: 10s, probes: 2}}\n  db: {concurrency: 8, lease: 1m, breaker: {failures: 90, window: 1m, cooldown: 5s, min_jobs: 100}}\nplans:\n  p: {pool: api, limits: [{capacity: 1, rate: 1/s}]}\n  q: {pool: db, limits: [{capacity: 1, rate: 1/s}]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -879,5 +882,10 @@ func TestParseBreaker(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("breakers %+v, want %+v", got, want)
+	}
+	for _, pl := range p.Pools() {
+		if (pl.Name == "api") != (pl.Adaptive != nil) || (pl.Adaptive != nil && pl.Adaptive.Min != 2) {
+			t.Errorf("pool %s: adaptive %+v, want min 2 for api alone", pl.Name, pl.Adaptive)
+		}
 	}
 }

@@ -62,6 +62,10 @@ func poolState(pool *bucket.Pool, snap bucket.PoolSnapshot, share int64) wire.Po
 		t := time.UnixMicro(snap.DownstreamUntil).UTC()
 		s.DownstreamUntil = &t
 	}
+	if pool.Adaptive != nil {
+		s.Limit, s.AdaptiveMin, s.LimitReason = snap.Limit, pool.Adaptive.Min, bucket.LimitWhyText(snap.LimitWhy)
+		s.FloorMs, s.TimePerJobMs = float64(snap.Floor)/1000, float64(snap.TimePerJob)/1000
+	}
 	if pool.Breaker != nil {
 		s.Breaker = bucket.BreakerName(snap.Breaker)
 		if snap.BreakerUntil > 0 {

@@ -103,6 +103,15 @@ type PoolState struct {
 	Breaker      string     `json:"breaker,omitempty"`
 	BreakerUntil *time.Time `json:"breaker_until,omitempty"`
 	Probes       int64      `json:"probes,omitempty"`
+	// Limit is the limit in force of an adaptive pool (absent otherwise: Concurrency), between
+	// its minimum (AdaptiveMin) and Concurrency; LimitReason why it last moved; FloorMs the time
+	// per job at the minimum (0: not measured yet) and TimePerJobMs the last window's, from a
+	// job's forward to its done message.
+	Limit        int64   `json:"limit,omitempty"`
+	AdaptiveMin  int64   `json:"adaptive_min,omitempty"`
+	LimitReason  string  `json:"limit_reason,omitempty"`
+	FloorMs      float64 `json:"floor_ms,omitempty"`
+	TimePerJobMs float64 `json:"time_per_job_ms,omitempty"`
 	// Tenants it serves lately: each one's share (0: not known, it does not wait), the weight
 	// it received since it last had nothing waiting, and whether it waits.
 	Tenants []PoolTenant `json:"tenants,omitempty"`

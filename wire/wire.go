@@ -281,6 +281,7 @@ var (
 	MetricJobOutcomes   = Metric{"admitter.job.outcomes", "admitter_job_outcomes_total", ""}
 	MetricJobTime       = Metric{"admitter.job.time", "admitter_job_time_seconds", ""}
 	MetricPoolBreaker   = Metric{"admitter.pool.breaker", "admitter_pool_breaker", ""}
+	MetricPoolLimit     = Metric{"admitter.pool.limit", "admitter_pool_limit", ""}
 )
 
 // JobTimeBuckets are the bucket boundaries (seconds) of MetricJobTime, a job's time downstream

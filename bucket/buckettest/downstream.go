@@ -216,3 +216,64 @@ var breakerCases = []testCase{
 		a.admit(pa, jobs("6"), "A", 0)
 	}},
 }
+
+func init() {
+	downstreamCases = append(downstreamCases, testCase{name: "downstream: an adaptive pool starts at its minimum, measures its floor, grows while the time per job stays near it, halves when jobs come back overloaded, and measures a slower floor again", needs: downstream(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 10, Lease: time.Minute, Adaptive: &bucket.Adaptive{Min: 2}})
+		p := pooled(t, "p", pool, 1)
+		next := int64(1)
+		// cycle asks for 12 jobs, lets those granted run for took, and ends them with rep; it
+		// returns the pool as the last release left it.
+		cycle := func(took time.Duration, rep bucket.Report) *bucket.PoolState {
+			var js []bucket.Job
+			for i := range 12 {
+				js = append(js, bucket.Job{ID: next + int64(i), Weight: 1})
+			}
+			r, err := h.l.Admit(context.Background(), bucket.Batch{Tenant: h.tenant, Plan: p, Owner: 1, Jobs: js})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var granted []int64
+			for i, o := range r.Outcomes {
+				if o == bucket.JobAdmitted {
+					granted = append(granted, js[i].ID)
+				}
+			}
+			if int64(len(granted)) > r.Pool.Limit {
+				t.Fatalf("granted %d with a limit in force of %d", len(granted), r.Pool.Limit)
+			}
+			next += 12
+			h.c.Advance(took)
+			var last *bucket.PoolState
+			for _, id := range granted {
+				last = h.release(p, id, bucket.LeaseRequest{Report: rep}).Pool
+			}
+			return last
+		}
+		st := cycle(20*time.Millisecond, bucket.Report{})
+		if st.Limit != 2 || st.LimitWhy != bucket.LimitStarting || st.InFlight != 0 {
+			t.Fatalf("at the start: %+v, want the limit at its minimum 2, starting", st)
+		}
+		for range 40 {
+			st = cycle(20*time.Millisecond, bucket.Report{})
+		}
+		if st.Floor != 20_000 || st.Limit < 6 || st.TimePerJob != 20_000 {
+			t.Fatalf("after 40 cycles of 20ms jobs: %+v, want the floor at 20ms and the limit grown to 6 or more", st)
+		}
+		before := st.Limit
+		for range 8 {
+			st = cycle(20*time.Millisecond, bucket.Report{Outcome: bucket.DownstreamOverloaded})
+		}
+		if st.Limit >= before || st.LimitWhy != bucket.LimitOverloaded {
+			t.Fatalf("after overloaded jobs: %+v, want the limit below %d, halved for them", st, before)
+		}
+		// The downstream gets three times slower: the limit, at its minimum, measures the floor
+		// again, and grows from there.
+		for range 20 {
+			st = cycle(60*time.Millisecond, bucket.Report{})
+		}
+		if st.Floor != 60_000 || st.LimitWhy != bucket.LimitGrew || st.Limit < 3 {
+			t.Fatalf("with jobs 3× the floor: %+v, want the floor measured again at 60ms, the limit growing from there", st)
+		}
+	}})
+}

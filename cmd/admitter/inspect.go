@@ -545,6 +545,15 @@ func printPool(w io.Writer, tenant string, p *wire.PoolState) (full bool) {
 	}
 	fmt.Fprintf(w, "pool %s (%s): %s; %s waiting for it, with shares %d in all; %s's share is %d\n",
 		p.Name, p.Rule, strings.Join(parts, ", "), plural(uint64(max(p.Waiting, 0)), "tenant", "tenants"), p.WaitingShares, tenant, p.Share)
+	if p.Limit > 0 {
+		floor := "not measured yet"
+		if p.FloorMs > 0 {
+			floor = human(msDuration(p.FloorMs))
+		}
+		fmt.Fprintf(w, "  adaptive: limit in force %d of %d (minimum %d), %s; time per job %s, floor %s\n",
+			p.Limit, p.Concurrency, p.AdaptiveMin, p.LimitReason, human(msDuration(p.TimePerJobMs)), floor)
+		full = full || p.InFlight >= p.Limit
+	}
 	if p.DownstreamUntil != nil {
 		fmt.Fprintf(w, "  %s: no job of the pool is forwarded before\n", bucket.DownstreamReason(*p.DownstreamUntil))
 		full = true
