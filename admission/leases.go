@@ -172,7 +172,7 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 				cost, err = wire.ParseCost(m.Header)
 			}
 			if err == nil {
-				rep, err = parseReport(m.Header)
+				rep, err = parseReport(m.Header, time.Now())
 			}
 		} else if tenant, ok = c.Renew.Match(m.Subject); ok && c.Renew.String() != "" {
 			path, op = wire.LeasePathRenew, policy.LeaseRenew
@@ -250,14 +250,19 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 	}
 }
 
-// parseReport reads what a done message says of its job: Admit-Outcome.
-func parseReport(h nats.Header) (bucket.Report, error) {
+// parseReport reads what a done message says of its job at now: Admit-Outcome,
+// Admit-Retry-After and Admit-Retry-Scope.
+func parseReport(h nats.Header, now time.Time) (bucket.Report, error) {
 	var rep bucket.Report
 	o, err := wire.ParseOutcome(h)
 	if err != nil {
 		return rep, err
 	}
-	rep.Outcome, err = bucket.ParseDownstreamOutcome(o)
+	if rep.Outcome, err = bucket.ParseDownstreamOutcome(o); err != nil {
+		return rep, err
+	}
+	rep.RetryAfter, rep.PoolScope, err = wire.ParseRetryAfter(h, now)
+	rep.RetryAfter = rep.RetryAfter.Truncate(time.Microsecond)
 	return rep, err
 }
 

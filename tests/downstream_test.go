@@ -101,3 +101,86 @@ func TestDoneMessagesReportOutcomes(t *testing.T) {
 		t.Errorf("done with Admit-Outcome: overloaded answered %+v, want held", rep)
 	}
 }
+
+// retryPlans: a pool of 4 shared by two tenants whose own plans never bind.
+const retryPlans = `
+pools:
+  api: {concurrency: 4, lease: 30s}
+plans:
+  p: {pool: api, limits: [{capacity: 100000, rate: 100000/s}]}
+tenants: {acme: p, bob: p}
+`
+
+// within counts the times in [from, to].
+func within(times []time.Time, from, to time.Time) int {
+	n := 0
+	for _, t := range times {
+		if !t.Before(from) && !t.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// retryAfterRun gives two tenants a backlog on retryPlans's pool, workers of 50 ms a job, and
+// has acme's fifth job answered RetryAfter(5s) (of the pool's scope with pool); it returns when
+// that was, and every forward's store time of each tenant once the hold is well over.
+func retryAfterRun(t *testing.T, pool bool) (held time.Time, acme, bob []time.Time) {
+	w := newWorld(t, retryPlans)
+	w.start()
+	var heldAt atomic.Int64
+	for _, tenant := range []string{"acme", "bob"} {
+		w.startWorker(tenant, 4, func(ctx context.Context, j *worker.Job) error {
+			time.Sleep(50 * time.Millisecond)
+			if j.Tenant == "acme" && string(j.Data) == "acme-4" && j.Attempt == 1 {
+				heldAt.Store(time.Now().UnixNano())
+				if pool {
+					return worker.RetryAfterPool(5*time.Second, errors.New("429 Too Many Requests"))
+				}
+				return worker.RetryAfter(5*time.Second, errors.New("429 Too Many Requests"))
+			}
+			return nil
+		})
+	}
+	for _, tenant := range []string{"acme", "bob"} {
+		w.publishMany("jobs.submit."+tenant+".call", tenant, 200, 0)
+	}
+	waitFor(t, 20*time.Second, "the downstream's Retry-After", func() bool { return heldAt.Load() > 0 })
+	held = time.Unix(0, heldAt.Load())
+	time.Sleep(time.Until(held.Add(6500 * time.Millisecond)))
+	all := w.readAll("ADMITTED")
+	return held, arrivals(t, all, "acme"), arrivals(t, all, "bob")
+}
+
+// TestRetryAfterHoldsTheTenant: a done message with Admit-Retry-After: 5 (worker.RetryAfter)
+// holds that tenant's forwards for 5 s, while another tenant of the same pool goes on; then the
+// tenant goes on too.
+func TestRetryAfterHoldsTheTenant(t *testing.T) {
+	held, acme, bob := retryAfterRun(t, false)
+	// The hold begins when the admitter handles the done message, a moment after the handler
+	// returned; forwards decided just before it may be stored just after.
+	from, to := held.Add(300*time.Millisecond), held.Add(5*time.Second)
+	if n := within(acme, from, to); n != 0 {
+		t.Errorf("acme: %d forwards within the 5 s the downstream asked it to wait", n)
+	}
+	if n := within(bob, from, to); n < 20 {
+		t.Errorf("bob: %d forwards while acme was held, want it to go on (about 80 in 5 s of a pool of 4 at 50 ms)", n)
+	}
+	if n := within(acme, to, held.Add(6500*time.Millisecond)); n == 0 {
+		t.Errorf("acme: no forward after the hold")
+	}
+	t.Logf("while acme was held: acme %d, bob %d forwards", within(acme, from, to), within(bob, from, to))
+}
+
+// TestRetryAfterOfThePoolHoldsEveryTenant: with Admit-Retry-Scope: pool (worker.RetryAfterPool)
+// no tenant of the pool gets a forward for the 5 s.
+func TestRetryAfterOfThePoolHoldsEveryTenant(t *testing.T) {
+	held, acme, bob := retryAfterRun(t, true)
+	from, to := held.Add(300*time.Millisecond), held.Add(5*time.Second)
+	if a, b := within(acme, from, to), within(bob, from, to); a+b != 0 {
+		t.Errorf("%d forwards of acme and %d of bob within the 5 s the downstream asked the pool to wait", a, b)
+	}
+	if a, b := within(acme, to, held.Add(6500*time.Millisecond)), within(bob, to, held.Add(6500*time.Millisecond)); a == 0 || b == 0 {
+		t.Errorf("after the hold: %d forwards of acme, %d of bob, want both to go on", a, b)
+	}
+}
