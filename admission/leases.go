@@ -204,7 +204,9 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 			l.s.tel.jobDone(ctx, plan, tenant, rep.Outcome, res.Ran)
 		}
 		if res.Pool != nil {
-			l.s.tel.poolSeen(*res.Pool)
+			if l.s.tel.poolSeen(*res.Pool) {
+				l.s.wake(tenant) // its probe closed the breaker: its queue, held back by it, goes on
+			}
 		}
 		switch {
 		case errors.Is(err, policy.ErrNoLeases), errors.Is(err, bucket.ErrUnknownTenant), errors.Is(err, bucket.ErrInvalidTenant):
@@ -230,12 +232,14 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		if !res.Held && op == policy.LeaseStart {
 			reply.WaitMs = max(wire.Millis(res.Wait), minStartWait)
 		}
+		woken := false
 		if (res.Held && !res.PoolOnly && op == policy.LeaseRelease) || res.LeasesExpired > 0 {
 			l.s.wake(tenant) // the tenant's queue may go on now
+			woken = true
 		}
 		for _, t := range res.Wakes {
-			if t != tenant {
-				l.s.wake(t) // the capacity freed in the pool is that tenant's turn
+			if t != tenant || !woken {
+				l.s.wake(t) // the capacity freed in the pool is that tenant's turn (its own too)
 			}
 		}
 	}

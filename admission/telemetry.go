@@ -282,17 +282,20 @@ func messagingAttrs(op attribute.KeyValue, subject, msgID string) []attribute.Ke
 	}
 }
 
-// poolSeen records a pool's state as a call found it, and logs a change of its breaker that
-// this replica sees.
-func (t *telemetry) poolSeen(st bucket.PoolState) {
+// poolSeen records a pool's state as a call found it, and logs a change of its breaker: the
+// first this replica sees of each (calls made at once may report in any order: a state older
+// than the latest change seen, by BreakerSince, changes nothing). It reports whether st closed
+// the breaker.
+func (t *telemetry) poolSeen(st bucket.PoolState) (closed bool) {
 	t.poolMu.Lock()
 	if t.pools == nil {
 		t.pools = map[string]bucket.PoolState{}
-	}
-	was := t.pools[st.Name]
-	t.pools[st.Name] = st
-	if t.history == nil {
 		t.history = map[string]*poolSamples{}
+	}
+	prev, seen := t.pools[st.Name]
+	newer := !seen || st.BreakerSince > prev.BreakerSince
+	if st.BreakerSince >= prev.BreakerSince { // an older state's breaker is not shown again
+		t.pools[st.Name] = st
 	}
 	h := t.history[st.Name]
 	if h == nil {
@@ -301,18 +304,20 @@ func (t *telemetry) poolSeen(st bucket.PoolState) {
 	}
 	h.add(time.Now(), st)
 	t.poolMu.Unlock()
-	if was.Breaker != st.Breaker && t.log != nil {
-		attrs := []any{"pool", st.Name, "breaker", bucket.BreakerName(st.Breaker), "was", bucket.BreakerName(was.Breaker)}
-		switch st.Breaker {
-		case bucket.BreakerOpen:
-			t.log.Warn("pool breaker open: most of its recent jobs failed or were overloaded; nothing is forwarded until the cool-down ends",
-				append(attrs, "until", time.UnixMicro(st.BreakerUntil).UTC().Format(time.RFC3339))...)
-		case bucket.BreakerHalfOpen:
-			t.log.Info("pool breaker half-open: probe jobs go", attrs...)
-		default:
-			t.log.Info("pool breaker closed: its probe jobs came back ok", attrs...)
-		}
+	if !newer || (!seen && st.Breaker == bucket.BreakerClosed) || t.log == nil {
+		return newer && seen && st.Breaker == bucket.BreakerClosed
 	}
+	attrs := []any{"pool", st.Name, "breaker", bucket.BreakerName(st.Breaker)}
+	switch st.Breaker {
+	case bucket.BreakerOpen:
+		t.log.Warn("pool breaker open: most of its recent jobs failed or were overloaded; nothing is forwarded until the cool-down ends",
+			append(attrs, "until", time.UnixMicro(st.BreakerUntil).UTC().Format(time.RFC3339))...)
+	case bucket.BreakerHalfOpen:
+		t.log.Info("pool breaker half-open: probe jobs go", attrs...)
+	default:
+		t.log.Info("pool breaker closed: its probe jobs came back ok", attrs...)
+	}
+	return seen && st.Breaker == bucket.BreakerClosed
 }
 
 // poolStates returns the pools as last seen (a copy).

@@ -91,6 +91,7 @@ type breakerState struct {
 	probes, probed int64 // half-open: jobs let through, and come back ok
 	// the window: the current half's start, its outcomes and bad ones, the previous half's
 	bw, bn, bb, pn, pb int64
+	since              int64 // when it last changed state (µs; 0: never)
 }
 
 // tick moves the breaker at now: an open one whose cool-down is over is half-open; a half-open
@@ -102,7 +103,7 @@ func (s *breakerState) tick(now int64, b *Breaker) {
 	}
 	cool := b.Cooldown.Microseconds()
 	if s.state == BreakerOpen && now >= s.until {
-		s.state, s.until, s.probes, s.probed = BreakerHalfOpen, now+cool, 0, 0
+		s.state, s.until, s.probes, s.probed, s.since = BreakerHalfOpen, now+cool, 0, 0, now
 	}
 	if s.state == BreakerHalfOpen && now >= s.until && s.probes >= b.Probes {
 		s.until, s.probes, s.probed = now+cool, 0, 0
@@ -131,17 +132,17 @@ func (s *breakerState) report(now int64, bad bool, b *Breaker) {
 			f := float64(win-(now-s.bw)) / float64(win)
 			tot, nbad := float64(s.pn)*f+float64(s.bn), float64(s.pb)*f+float64(s.bb)
 			if tot >= float64(b.MinJobs) && nbad*100 >= float64(b.Failures)*tot {
-				s.state, s.until, s.probes, s.probed = BreakerOpen, now+cool, 0, 0
+				s.state, s.until, s.probes, s.probed, s.since = BreakerOpen, now+cool, 0, 0, now
 			}
 		}
 	case BreakerHalfOpen:
 		if bad {
-			s.state, s.until, s.probes, s.probed = BreakerOpen, now+cool, 0, 0
+			s.state, s.until, s.probes, s.probed, s.since = BreakerOpen, now+cool, 0, 0, now
 			return
 		}
 		s.probed++
 		if s.probed >= b.Probes {
-			*s = breakerState{}
+			*s = breakerState{since: now}
 		}
 	}
 }

@@ -192,10 +192,13 @@ type PoolState struct {
 	// Floor the time per job at the minimum (µs; 0: not measured yet), TimePerJob the last
 	// window's (µs), LimitWhy why the limit last moved (LimitGrew, ...).
 	Limit, Floor, TimePerJob, LimitWhy int64
+	// BreakerSince is when the breaker last changed state (µs since the Unix epoch; 0: never):
+	// it orders two states of the pool that calls made at once report.
+	BreakerSince int64
 }
 
 // poolStateLen is the number of integers of a pool's state in lua/pool.lua's replies.
-const poolStateLen = 12
+const poolStateLen = 13
 
 // Reason is why a job of tenant (whose plan has share) waits for the pool, for people: "pool
 // workers: 8 of 8 in flight; acme's share 3 of 5".
@@ -514,7 +517,7 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 	}
 	st := vals[head:]
 	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3], DownstreamUntil: st[4],
-		Breaker: st[5], BreakerUntil: st[6], Probes: st[7], Limit: st[8], Floor: st[9], TimePerJob: st[10], LimitWhy: st[11]}
+		Breaker: st[5], BreakerUntil: st[6], Probes: st[7], Limit: st[8], Floor: st[9], TimePerJob: st[10], LimitWhy: st[11], BreakerSince: st[12]}
 	if op == poolInspect {
 		rest := st[poolStateLen:]
 		if len(rest) != 3*len(names) {
@@ -618,7 +621,7 @@ func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, sha
 // while).
 func (mp *memPool) seed(st PoolState, now int64) {
 	mp.hold = st.DownstreamUntil
-	mp.brk = breakerState{state: st.Breaker, until: st.BreakerUntil, probes: st.Probes}
+	mp.brk = breakerState{state: st.Breaker, until: st.BreakerUntil, probes: st.Probes, since: st.BreakerSince}
 	mp.ad = adaptState{limit: float64(st.Limit), floor: st.Floor, last: st.TimePerJob, why: st.LimitWhy, nextProbe: now + adaptProbeEvery}
 }
 
@@ -748,7 +751,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 	}
 	state := func() PoolState {
 		st := PoolState{InFlight: inuse, Tokens: tokens(), DownstreamUntil: mp.hold, Breaker: mp.brk.state, Probes: mp.brk.probes,
-			Limit: limit(), Floor: mp.ad.floor, TimePerJob: mp.ad.last, LimitWhy: mp.ad.why}
+			Limit: limit(), Floor: mp.ad.floor, TimePerJob: mp.ad.last, LimitWhy: mp.ad.why, BreakerSince: mp.brk.since}
 		if mp.brk.state != BreakerClosed {
 			st.BreakerUntil = mp.brk.until
 		}

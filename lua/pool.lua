@@ -77,7 +77,8 @@
 --
 -- The state goes on with the limit in force (conc for a pool not adaptive), the floor (µs; 0: not
 -- measured), the last window's time per job (µs), why the limit last moved (0 starting, 1 grew,
--- 2 shrank, 3 halved for jobs overloaded, 4 measuring the floor).
+-- 2 shrank, 3 halved for jobs overloaded, 4 measuring the floor), and when the breaker last changed
+-- state (µs; 0: never).
 --
 -- Adaptive (amin > 0; see bucket.Adaptive): conc is the ceiling; the limit in force moves
 -- between amin and it after each release's time downstream (now − the lease's take) and
@@ -87,7 +88,7 @@
 -- Breaker (bfail > 0; see bucket.Breaker): a release's outcome counts over a window of bwin
 -- µs (two halves); with at least bmin outcomes of which bfail percent or more bad, the pool opens
 -- for bcool µs (grants nothing new), then is half-open (grants bprobes jobs), and closes when
--- as many come back ok. Its fields in KEYS[1]: bs, bu, bp, bk, bw, bn, bb, pn, pb.
+-- as many come back ok. Its fields in KEYS[1]: bs, bu, bp, bk, bw, bn, bb, pn, pb, bt.
 --
 -- Downstream. A release with phold > 0 (a done message's Admit-Retry-After with
 -- Admit-Retry-Scope: pool) holds every forward of the pool until now + phold, or later if they
@@ -111,7 +112,7 @@ local function dec(x) return string.format('%.17g', x) end
 
 -- the leases and the bucket
 local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws', 'h', 'bs', 'bu', 'bp', 'bk', 'bw', 'bn', 'bb', 'pn', 'pb',
-  'al', 'af', 'aw', 'an', 'as', 'ao', 'ap', 'aq', 'am', 'ar', 'ax')
+  'al', 'af', 'aw', 'an', 'as', 'ao', 'ap', 'aq', 'am', 'ar', 'ax', 'bt')
 local tat, inuse = num(head[1]), num(head[2])
 local V, wshares = num(head[3]), num(head[4])
 local hold = num(head[5])
@@ -122,12 +123,13 @@ if hold <= now then hold = 0 end
 -- lost); the window's current half from bw (bn outcomes, bb bad), the previous half's (pn, pb).
 local bs, bu, bp, bk = num(head[6]), num(head[7]), num(head[8]), num(head[9])
 local bw, bn, bb, pn, pb = num(head[10]), num(head[11]), num(head[12]), num(head[13]), num(head[14])
+local bt = num(head[26]) -- when the breaker last changed state (µs)
 local function breaker_tick()
   if bfail <= 0 then
     bs = 0
     return
   end
-  if bs == 1 and now >= bu then bs, bu, bp, bk = 2, now + bcool, 0, 0 end
+  if bs == 1 and now >= bu then bs, bu, bp, bk, bt = 2, now + bcool, 0, 0, now end
   if bs == 2 and now >= bu and bp >= bprobes then bu, bp, bk = now + bcool, 0, 0 end
 end
 breaker_tick()
@@ -146,15 +148,15 @@ local function breaker_report(bad)
       bb = bb + 1
       local f = (bwin - (now - bw)) / bwin
       local tot, nbad = pn * f + bn, pb * f + bb
-      if tot >= bmin and nbad * 100 >= bfail * tot then bs, bu, bp, bk = 1, now + bcool, 0, 0 end
+      if tot >= bmin and nbad * 100 >= bfail * tot then bs, bu, bp, bk, bt = 1, now + bcool, 0, 0, now end
     end
   elseif bs == 2 then
     if bad then
-      bs, bu, bp, bk = 1, now + bcool, 0, 0
+      bs, bu, bp, bk, bt = 1, now + bcool, 0, 0, now
       return
     end
     bk = bk + 1
-    if bk >= bprobes then bs, bu, bp, bk, bw, bn, bb, pn, pb = 0, 0, 0, 0, 0, 0, 0, 0, 0 end
+    if bk >= bprobes then bs, bu, bp, bk, bw, bn, bb, pn, pb, bt = 0, 0, 0, 0, 0, 0, 0, 0, 0, now end
   end
 end
 
@@ -367,12 +369,12 @@ end
 
 local function state()
   return {inuse, tokens(), redis.call('ZCARD', KEYS[2]), wshares, hold, bs, bs > 0 and bu or 0, bp,
-    adapt_in_force(), af, ar, ax}
+    adapt_in_force(), af, ar, ax, bt}
 end
 
 local function save()
   redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares, 'h', hold,
-    'bs', bs, 'bu', bu, 'bp', bp, 'bk', bk, 'bw', bw, 'bn', bn, 'bb', bb, 'pn', pn, 'pb', pb)
+    'bs', bs, 'bu', bu, 'bp', bp, 'bk', bk, 'bw', bw, 'bn', bn, 'bb', bb, 'pn', pn, 'pb', pb, 'bt', bt)
   if amin > 0 then
     redis.call('HSET', KEYS[1], 'al', dec(al), 'af', af, 'aw', aw, 'an', an, 'as', as, 'ao', ao, 'ap', ap, 'aq', aq,
       'am', am and 1 or 0, 'ar', ar, 'ax', ax)

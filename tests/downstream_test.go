@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,5 +185,161 @@ func TestRetryAfterOfThePoolHoldsEveryTenant(t *testing.T) {
 	}
 	if a, b := within(acme, to, held.Add(6500*time.Millisecond)), within(bob, to, held.Add(6500*time.Millisecond)); a == 0 || b == 0 {
 		t.Errorf("after the hold: %d forwards of acme, %d of bob, want both to go on", a, b)
+	}
+}
+
+// tenantPool is the pool section of a tenant's state, read from the decision API.
+func tenantPool(t *testing.T, api, tenant string) wire.PoolState {
+	t.Helper()
+	code, body := httpGet(t, api+"/v1/tenants/"+tenant)
+	var st wire.TenantState
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || st.Pool == nil {
+		t.Fatalf("GET /v1/tenants/%s: %d %s (%v)", tenant, code, body, err)
+	}
+	return *st.Pool
+}
+
+// TestBreakerOpensAndCloses: a downstream that fails every job opens the pool's breaker (seen in
+// the API and the log): nothing is forwarded during the cool-down; then, the downstream
+// recovered, the probe jobs succeed and the breaker closes, and the jobs flow again.
+func TestBreakerOpensAndCloses(t *testing.T) {
+	w := newWorld(t, `
+pools:
+  api: {concurrency: 4, lease: 30s, breaker: {failures: 50%, window: 10s, cooldown: 3s, probes: 2, min_jobs: 4}}
+plans:
+  p: {pool: api, limits: [{capacity: 100000, rate: 100000/s}]}
+tenants: {acme: p}
+`)
+	env, _, api := servePorts(t)
+	p := w.start(env...)
+	var failing atomic.Bool
+	failing.Store(true)
+	w.startWorker("acme", 4, func(ctx context.Context, j *worker.Job) error {
+		time.Sleep(30 * time.Millisecond)
+		if failing.Load() {
+			return errors.New("the database is down")
+		}
+		return nil
+	})
+	w.publishMany("jobs.submit.acme.call", "acme", 300, 0)
+	var open wire.PoolState
+	waitFor(t, 15*time.Second, "the breaker to open", func() bool {
+		open = tenantPool(t, api, "acme")
+		return open.Breaker == "open"
+	})
+	failing.Store(false)
+	until := *open.BreakerUntil
+	waitFor(t, 15*time.Second, "the breaker to close", func() bool { return tenantPool(t, api, "acme").Breaker == "closed" })
+	closed := time.Now()
+	time.Sleep(2 * time.Second)
+	acme := arrivals(t, w.readAll("ADMITTED"), "acme")
+	openedAt := until.Add(-3 * time.Second)
+	if n := within(acme, openedAt.Add(300*time.Millisecond), until.Add(-100*time.Millisecond)); n != 0 {
+		t.Errorf("%d forwards during the cool-down (%v to %v)", n, openedAt.Format(time.StampMilli), until.Format(time.StampMilli))
+	}
+	if n := within(acme, closed, closed.Add(2*time.Second)); n < 20 {
+		t.Errorf("%d forwards in the 2 s after the breaker closed, want the jobs to flow again", n)
+	}
+	logs := p.logs.String()
+	for _, want := range []string{"pool breaker open", "pool breaker half-open", "pool breaker closed"} {
+		if n := strings.Count(logs, want); n != 1 {
+			t.Errorf("the log says %q %d times, want once", want, n)
+		}
+	}
+}
+
+// simDownstream is a downstream for the workers of a test: a job takes base while at most knee
+// run at once, base × (1 + (n − knee)² / knee) with n running above, and is refused as overloaded
+// (in 5 ms) above 2 × knee. It counts the jobs done and samples how many run.
+type simDownstream struct {
+	knee int
+	base time.Duration
+	mu   sync.Mutex
+	n    int
+	done int
+}
+
+func (d *simDownstream) handle(ctx context.Context, j *worker.Job) error {
+	d.mu.Lock()
+	d.n++
+	n := d.n
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.n--
+		d.mu.Unlock()
+	}()
+	if n > 2*d.knee {
+		time.Sleep(5 * time.Millisecond)
+		return worker.Overloaded(errors.New("503 Service Unavailable"))
+	}
+	took := d.base
+	if x := n - d.knee; x > 0 {
+		took = time.Duration(float64(d.base) * (1 + float64(x*x)/float64(d.knee)))
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(took):
+	}
+	d.mu.Lock()
+	d.done++
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *simDownstream) now() (running, done int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n, d.done
+}
+
+// TestAdaptivePoolFindsTheCapacity: an adaptive pool (ceiling 32, min 2) in front of a
+// downstream that does 4 jobs at once in 40 ms each (100 jobs/s), slows down with the square of
+// the excess and refuses above 8, with two tenants' backlogs and workers with room for 32: the
+// jobs running settle near the downstream's capacity (the median between half and twice it) and
+// the pool keeps at least 70 % of its throughput. A pool fixed at 32 would keep 32 running,
+// most of them refused.
+func TestAdaptivePoolFindsTheCapacity(t *testing.T) {
+	w := newWorld(t, `
+pools:
+  api: {concurrency: 32, lease: 30s, adaptive: {min: 2}}
+plans:
+  p: {pool: api, limits: [{capacity: 100000, rate: 100000/s}]}
+tenants: {acme: p, bob: p}
+`)
+	env, _, api := servePorts(t)
+	w.start(env...)
+	d := &simDownstream{knee: 4, base: 40 * time.Millisecond}
+	for _, tenant := range []string{"acme", "bob"} {
+		w.startWorker(tenant, 32, d.handle)
+	}
+	for _, tenant := range []string{"acme", "bob"} {
+		w.publishMany("jobs.submit."+tenant+".call", tenant, 1500, 0)
+	}
+	time.Sleep(4 * time.Second) // the floor measured, the limit found
+	const measured = 8 * time.Second
+	_, before := d.now()
+	var samples []int
+	for end := time.Now().Add(measured); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		n, _ := d.now()
+		samples = append(samples, n)
+	}
+	_, after := d.now()
+	slices.Sort(samples)
+	median := samples[len(samples)/2]
+	rate := float64(after-before) / measured.Seconds()
+	pool := tenantPool(t, api, "acme")
+	t.Logf("running: median %d (p10 %d, p90 %d); %.0f jobs/s of 100; the pool: limit %d (%s), floor %.0fms, time per job %.0fms",
+		median, samples[len(samples)/10], samples[len(samples)*9/10], rate, pool.Limit, pool.LimitReason, pool.FloorMs, pool.TimePerJobMs)
+	t.Logf("received by tenant: %+v", pool.Tenants)
+	if median < 2 || median > 8 {
+		t.Errorf("median running %d, want between half and twice the downstream's 4", median)
+	}
+	if rate < 70 {
+		t.Errorf("%.0f jobs/s done, want at least 70 %% of the downstream's 100", rate)
+	}
+	if pool.Limit < 2 || pool.Limit > 16 || pool.FloorMs < 40 {
+		t.Errorf("the pool as the API shows it: %+v, want a limit in force near 4 and a floor of 40ms or more", pool)
 	}
 }
