@@ -373,8 +373,10 @@ local function state()
 end
 
 local function save()
-  redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares, 'h', hold,
-    'bs', bs, 'bu', bu, 'bp', bp, 'bk', bk, 'bw', bw, 'bn', bn, 'bb', bb, 'pn', pn, 'pb', pb, 'bt', bt)
+  redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares, 'h', hold)
+  if bfail > 0 then
+    redis.call('HSET', KEYS[1], 'bs', bs, 'bu', bu, 'bp', bp, 'bk', bk, 'bw', bw, 'bn', bn, 'bb', bb, 'pn', pn, 'pb', pb, 'bt', bt)
+  end
   if amin > 0 then
     redis.call('HSET', KEYS[1], 'al', dec(al), 'af', af, 'aw', aw, 'an', an, 'as', as, 'ao', ao, 'ap', ap, 'aq', aq,
       'am', am and 1 or 0, 'ar', ar, 'ax', ax)
