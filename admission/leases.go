@@ -152,6 +152,7 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 	c := l.s.cfg
 	var path, tenant string
 	var lease, cost, weight int64 = 0, bucket.NoCost, 1
+	var rep bucket.Report
 	op := policy.LeaseRelease
 	var err error
 	switch {
@@ -159,6 +160,7 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		path = wire.LeasePathAck
 		if strings.HasPrefix(m.Subject, l.term) {
 			path = wire.LeasePathTerm
+			rep.Outcome = bucket.DownstreamFailed // a consumer that terminates a job gives up on it
 		}
 		var ok bool
 		if tenant, lease, ok, err = l.forwarded(ctx, m.Data); err == nil && !ok {
@@ -171,6 +173,9 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 			lease, err = wire.ParseLease(m.Header, c.StreamIn)
 			if err == nil {
 				cost, err = wire.ParseCost(m.Header)
+			}
+			if err == nil {
+				rep, err = parseReport(m.Header, time.Now())
 			}
 		} else if tenant, ok = c.Renew.Match(m.Subject); ok && c.Renew.String() != "" {
 			path, op = wire.LeasePathRenew, policy.LeaseRenew
@@ -195,8 +200,17 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 	result := "invalid"
 	if err == nil {
 		var res bucket.LeaseResult
-		res, _, err = c.Policy.Lease(ctx, op, tenant, lease, weight, cost)
+		var plan *bucket.Plan
+		res, plan, err = c.Policy.Lease(ctx, op, tenant, lease, weight, cost, rep)
 		l.s.tel.leasesExpired(ctx, res.LeasesExpired)
+		if err == nil && res.Held && op == policy.LeaseRelease {
+			l.s.tel.jobDone(ctx, plan, tenant, rep.Outcome, res.Ran)
+		}
+		if res.Pool != nil {
+			if l.s.tel.poolSeen(*res.Pool) {
+				l.s.wake(tenant) // its probe closed the breaker: its queue, held back by it, goes on
+			}
+		}
 		switch {
 		case errors.Is(err, policy.ErrNoLeases), errors.Is(err, bucket.ErrUnknownTenant), errors.Is(err, bucket.ErrInvalidTenant):
 			result = "no-lease"
@@ -221,12 +235,14 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		if !res.Held && op == policy.LeaseStart {
 			reply.WaitMs = max(wire.Millis(res.Wait), minStartWait)
 		}
+		woken := false
 		if (res.Held && !res.PoolOnly && op == policy.LeaseRelease) || res.LeasesExpired > 0 {
 			l.s.wake(tenant) // the tenant's queue may go on now
+			woken = true
 		}
 		for _, t := range res.Wakes {
-			if t != tenant {
-				l.s.wakeForPool(t) // the capacity freed in the pool is that tenant's turn
+			if t != tenant || !woken {
+				l.s.wakeForPool(t) // the capacity freed in the pool is that tenant's turn (its own too)
 			}
 		}
 	}
@@ -239,6 +255,22 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 			_ = m.Respond(b)
 		}
 	}
+}
+
+// parseReport reads what a done message says of its job at now: Admit-Outcome,
+// Admit-Retry-After and Admit-Retry-Scope.
+func parseReport(h nats.Header, now time.Time) (bucket.Report, error) {
+	var rep bucket.Report
+	o, err := wire.ParseOutcome(h)
+	if err != nil {
+		return rep, err
+	}
+	if rep.Outcome, err = bucket.ParseDownstreamOutcome(o); err != nil {
+		return rep, err
+	}
+	rep.RetryAfter, rep.PoolScope, err = wire.ParseRetryAfter(h, now)
+	rep.RetryAfter = rep.RetryAfter.Truncate(time.Microsecond)
+	return rep, err
 }
 
 // minStartWait is the shortest wait a start not held is told (ms): a job whose slots will not

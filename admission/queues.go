@@ -420,9 +420,15 @@ func (qs *queues) wakeTenant(tenant string, forPool bool) {
 		qs.wakeLocked(q)
 	case q.where == running:
 		q.poolWoke = true
-	case q.where == scheduled && q.waitsFor == policy.ReasonPool:
+	case q.where == scheduled && waitsOnPool(q.waitsFor):
 		qs.scheduleLocked(q, 0)
 	}
+}
+
+// waitsOnPool reports whether a queue waiting for reason waits for its pool's capacity or its
+// breaker: what a release of the pool can change.
+func waitsOnPool(reason string) bool {
+	return reason == policy.ReasonPool || reason == policy.ReasonBreaker
 }
 
 // wakeAll makes every queue that waits for a time ask again now (the plans changed, the
@@ -594,7 +600,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 		qs.dropLocked(q)
 	default:
 		q.deficit = min(q.deficit, 0) // it leaves the ring: what it did not spend is not banked, what it owes is
-		if q.woken || (q.poolWoke && r.waitsFor == policy.ReasonPool) {
+		if q.woken || (q.poolWoke && waitsOnPool(r.waitsFor)) {
 			qs.readyLocked(q) // woken during the step: it asks again now
 		} else {
 			qs.scheduleLocked(q, r.next)

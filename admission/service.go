@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/subjects"
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
@@ -189,7 +190,9 @@ func (s *Service) registerGauges() error {
 	replicas, err4 := m.Int64ObservableGauge(wire.MetricReplicas.Name, metric.WithDescription("Live replicas this one sees, itself included."))
 	poolFlight, err5 := m.Int64ObservableGauge(wire.MetricPoolInFlight.Name, metric.WithDescription("Weight in flight in each pool (label pool), as this replica's last call to it found it."))
 	poolWaiting, err6 := m.Int64ObservableGauge(wire.MetricPoolWaiting.Name, metric.WithDescription("Tenants waiting for each pool (label pool), as this replica's last call to it found it."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+	poolBreaker, err7 := m.Int64ObservableGauge(wire.MetricPoolBreaker.Name, metric.WithDescription("Each pool's breaker (label pool): 0 closed, 1 open, 2 half-open, as this replica's last call to it found it."))
+	poolLimit, err8 := m.Int64ObservableGauge(wire.MetricPoolLimit.Name, metric.WithDescription("Each pool's limit in force (label pool): an adaptive pool's, between its minimum and its concurrency; another's, its concurrency; as this replica's last call to it found it."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
 		return err
 	}
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -210,9 +213,13 @@ func (s *Service) registerGauges() error {
 			attrs := metric.WithAttributes(attribute.String("pool", name))
 			o.ObserveInt64(poolFlight, st.InFlight, attrs)
 			o.ObserveInt64(poolWaiting, st.Waiting, attrs)
+			o.ObserveInt64(poolBreaker, st.Breaker, attrs)
+			if st.Concurrency > 0 {
+				o.ObserveInt64(poolLimit, st.Limit, attrs)
+			}
 		}
 		return nil
-	}, queues, waiting, blocked, replicas, poolFlight, poolWaiting)
+	}, queues, waiting, blocked, replicas, poolFlight, poolWaiting, poolBreaker, poolLimit)
 	s.gauges = reg
 	return err
 }
@@ -560,4 +567,11 @@ func (ss *streams) get(ctx context.Context, name string) (jetstream.Stream, erro
 	ss.by[name] = st
 	ss.mu.Unlock()
 	return st, nil
+}
+
+// PoolHistory is what this replica saw of pool over the last minutes, a state a second at most
+// (oldest first): its limit in force, weight in flight and time per job (the console's chart).
+// A second in which this replica did not call the pool has no state.
+func (s *Service) PoolHistory(pool string) (at []time.Time, states []bucket.PoolState) {
+	return s.tel.poolHistory(pool)
 }

@@ -252,8 +252,16 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 			"tenant", q.tenant, "pool", d.Pool.Name, "err", d.GiveBackErr)
 	}
 	limit := d.Limit
-	if d.Reason == policy.ReasonPool && d.Pool != nil && d.Plan != nil {
+	switch {
+	case (d.Reason == policy.ReasonPool || d.Reason == policy.ReasonBreaker || d.Reason == policy.ReasonDownstream && d.Limit != bucket.LimitDownstream) && d.Pool != nil && d.Plan != nil:
 		limit = d.Pool.Reason(q.tenant, max(d.Plan.Share, 1)) // "pool workers: 8 of 8 in flight; acme's share 3 of 5"
+	case d.Reason == policy.ReasonDownstream:
+		for _, v := range d.Verdicts {
+			if v.Fate == wire.FateDelayed {
+				limit = bucket.DownstreamReason(time.Now().Add(v.Wait)) // "downstream asked to wait until 14:03:10"
+				break
+			}
+		}
 	}
 	outs := make([]*outMsg, 0, len(jobs))
 	owner := make([]int, 0, len(jobs))
@@ -353,7 +361,7 @@ func (s *Service) renewLate(ctx context.Context, q *queue, jobs []job, outs []*o
 			continue
 		}
 		j := &jobs[owner[k]]
-		res, _, err := s.cfg.Policy.Lease(ctx, policy.LeaseStart, q.tenant, int64(j.seq), max(j.weight, 1), bucket.NoCost)
+		res, _, err := s.cfg.Policy.Lease(ctx, policy.LeaseStart, q.tenant, int64(j.seq), max(j.weight, 1), bucket.NoCost, bucket.Report{})
 		switch {
 		case err != nil:
 			s.log.Warn("a forward stored after its lease's middle: its lease could not be started again", "tenant", q.tenant, "sequence", j.seq,

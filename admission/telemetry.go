@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -69,11 +70,16 @@ type telemetry struct {
 	lateForwards metric.Int64Counter
 	giveBacks    metric.Int64Counter
 	inFlight     metric.Int64UpDownCounter
+	outcomes     metric.Int64Counter
+	jobTime      metric.Float64Histogram
 	tenantLabel  bool
 	failMode     attribute.Set
-	// pools is every pool as this replica's last call found it (admitter_pool_* gauges).
-	poolMu sync.Mutex
-	pools  map[string]bucket.PoolState
+	log          *slog.Logger
+	// pools is every pool as this replica's last call found it (admitter_pool_* gauges), and
+	// history a state a second of each (the console's chart).
+	poolMu  sync.Mutex
+	pools   map[string]bucket.PoolState
+	history map[string]*poolSamples
 	// sets caches the attribute set of each (plan, outcome[, tenant]): building one sorts and
 	// allocates, once per job otherwise. A struct key is looked up without allocating.
 	mu   sync.RWMutex
@@ -87,8 +93,8 @@ func newTelemetry(c Config) (*telemetry, error) {
 	t := &telemetry{tracer: c.TracerProvider.Tracer(instrumentationName), propagator: c.Propagator, tenantLabel: c.TenantMetrics,
 		processIn: "process " + c.StreamIn, processWait: "process " + c.StreamWait,
 		sendNames: map[string]string{c.StreamOut: "send " + c.StreamOut, c.StreamDead: "send " + c.StreamDead, c.StreamWait: "send " + c.StreamWait},
-		failMode:  attribute.NewSet(attribute.String("mode", string(c.Policy.FailMode()))),
-		sets:      make(map[setKey]metric.MeasurementOption)}
+		failMode:  attribute.NewSet(attribute.String("mode", string(c.Policy.FailMode()))), log: c.Logger,
+		sets: make(map[setKey]metric.MeasurementOption)}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -115,6 +121,10 @@ func newTelemetry(c Config) (*telemetry, error) {
 	t.giveBacks, err = m.Int64Counter(wire.MetricPoolGiveBacks.Name, metric.WithDescription("Pool grants a decision did not use that could not be given back (label pool): their slots stay taken until their leases end, the pool below its capacity meanwhile."))
 	add(err)
 	t.inFlight, err = m.Int64UpDownCounter(wire.MetricInFlight.Name, metric.WithDescription("Jobs being decided and published now."))
+	add(err)
+	t.outcomes, err = m.Int64Counter(wire.MetricJobOutcomes.Name, metric.WithDescription("Jobs done downstream, by pool (empty: the plan has none) and outcome (ok, failed, overloaded), as their done messages said (Admit-Outcome; a termination is failed, an ack ok)."))
+	add(err)
+	t.jobTime, err = m.Float64Histogram(wire.MetricJobTime.Name, metric.WithUnit("s"), metric.WithDescription("Time of a job downstream, from its forward (the take of its lease) to its done message, by pool."), metric.WithExplicitBucketBoundaries(wire.JobTimeBuckets...))
 	add(err)
 	return t, errors.Join(errs...)
 }
@@ -286,14 +296,42 @@ func messagingAttrs(op attribute.KeyValue, subject, msgID string) []attribute.Ke
 	}
 }
 
-// poolSeen records a pool's state as a call found it.
-func (t *telemetry) poolSeen(st bucket.PoolState) {
+// poolSeen records a pool's state as a call found it, and logs a change of its breaker: the
+// first this replica sees of each (calls made at once may report in any order: a state older
+// than the latest change seen, by BreakerSince, changes nothing). It reports whether st closed
+// the breaker.
+func (t *telemetry) poolSeen(st bucket.PoolState) (closed bool) {
 	t.poolMu.Lock()
 	if t.pools == nil {
 		t.pools = map[string]bucket.PoolState{}
+		t.history = map[string]*poolSamples{}
 	}
-	t.pools[st.Name] = st
+	prev, seen := t.pools[st.Name]
+	newer := !seen || st.BreakerSince > prev.BreakerSince
+	if st.BreakerSince >= prev.BreakerSince { // an older state's breaker is not shown again
+		t.pools[st.Name] = st
+	}
+	h := t.history[st.Name]
+	if h == nil {
+		h = &poolSamples{}
+		t.history[st.Name] = h
+	}
+	h.add(time.Now(), st)
 	t.poolMu.Unlock()
+	if !newer || (!seen && st.Breaker == bucket.BreakerClosed) || t.log == nil {
+		return newer && seen && st.Breaker == bucket.BreakerClosed
+	}
+	attrs := []any{"pool", st.Name, "breaker", bucket.BreakerName(st.Breaker)}
+	switch st.Breaker {
+	case bucket.BreakerOpen:
+		t.log.Warn("pool breaker open: most of its recent jobs failed or were overloaded; nothing is forwarded until the cool-down ends",
+			append(attrs, "until", time.UnixMicro(st.BreakerUntil).UTC().Format(time.RFC3339))...)
+	case bucket.BreakerHalfOpen:
+		t.log.Info("pool breaker half-open: probe jobs go", attrs...)
+	default:
+		t.log.Info("pool breaker closed: its probe jobs came back ok", attrs...)
+	}
+	return seen && st.Breaker == bucket.BreakerClosed
 }
 
 // poolStates returns the pools as last seen (a copy).
@@ -305,4 +343,59 @@ func (t *telemetry) poolStates() map[string]bucket.PoolState {
 		out[k] = v
 	}
 	return out
+}
+
+// jobDone counts a job done downstream under plan (its pool's label) with outcome o, after ran.
+func (t *telemetry) jobDone(ctx context.Context, plan *bucket.Plan, tenant string, o bucket.DownstreamOutcome, ran time.Duration) {
+	pool := ""
+	if plan != nil && plan.Pool != nil {
+		pool = plan.Pool.Name
+	}
+	attrs := []attribute.KeyValue{attribute.String("pool", pool)}
+	if t.tenantLabel {
+		attrs = append(attrs, attribute.String("tenant", tenant))
+	}
+	t.jobTime.Record(ctx, ran.Seconds(), metric.WithAttributes(attrs...))
+	t.outcomes.Add(ctx, 1, metric.WithAttributes(append(attrs, attribute.String("outcome", o.String()))...))
+}
+
+// poolHistoryLen is how many seconds of each pool the history keeps.
+const poolHistoryLen = 300
+
+// poolSamples is a ring of a pool's states, one a second at most.
+type poolSamples struct {
+	at     [poolHistoryLen]time.Time
+	states [poolHistoryLen]bucket.PoolState
+	n, end int // how many are kept; where the next goes
+}
+
+// add keeps st seen at now, unless a state was kept less than a second ago (then st replaces
+// it: the latest of each second).
+func (h *poolSamples) add(now time.Time, st bucket.PoolState) {
+	if h.n > 0 {
+		last := (h.end + poolHistoryLen - 1) % poolHistoryLen
+		if now.Sub(h.at[last]) < time.Second {
+			h.states[last] = st
+			return
+		}
+	}
+	h.at[h.end], h.states[h.end] = now, st
+	h.end = (h.end + 1) % poolHistoryLen
+	h.n = min(h.n+1, poolHistoryLen)
+}
+
+// poolHistory is a copy of pool's history, oldest first.
+func (t *telemetry) poolHistory(pool string) ([]time.Time, []bucket.PoolState) {
+	t.poolMu.Lock()
+	defer t.poolMu.Unlock()
+	h := t.history[pool]
+	if h == nil {
+		return nil, nil
+	}
+	at, states := make([]time.Time, 0, h.n), make([]bucket.PoolState, 0, h.n)
+	for i := range h.n {
+		k := (h.end - h.n + i + poolHistoryLen) % poolHistoryLen
+		at, states = append(at, h.at[k]), append(states, h.states[k])
+	}
+	return at, states
 }

@@ -102,8 +102,14 @@ type BatchResult struct {
 	// Limit names the limit that sets Wait; when every job was admitted, the limit holding the
 	// fewest tokens. Its name, or its index when unnamed; empty for a Handover.
 	Limit string
-	// LimitIndex is Limit's index in the plan; -1 for a Handover.
+	// LimitIndex is Limit's index in the plan; -1 for a Handover; -2 when Downstream (or the
+	// pool's downstream: see PoolBound).
 	LimitIndex int
+	// Downstream: the downstream asked for no more of the tenant's jobs (a done message's
+	// Admit-Retry-After; with Admit-Retry-Scope: pool, of the pool's, and PoolBound is set too):
+	// nothing was admitted but jobs redeemed; Wait is until the hold ends, Limit is
+	// LimitDownstream.
+	Downstream bool
 	// Handover: another owner holds the tenant's queue (see Batch): nothing was admitted; Wait
 	// is until its hold ends (it usually ends sooner: the holder's next call, or its last).
 	Handover bool
@@ -169,9 +175,15 @@ func (b *Batch) check() error {
 	return nil
 }
 
+// bindDownstream is the binding limit of a batch held by the downstream (admit.lua's -2).
+const bindDownstream = -2
+
+// LimitDownstream is BatchResult.Limit when the downstream holds the tenant's forwards.
+const LimitDownstream = "downstream"
+
 // batchResult builds a BatchResult from the integers both backends compute.
 func (p *Plan) batchResult(wait, limit, remaining, expired int64, outcomes, shadow []int64) (BatchResult, error) {
-	if limit < -1 || limit >= int64(len(p.Limits)) {
+	if limit < bindDownstream || limit >= int64(len(p.Limits)) {
 		return BatchResult{}, fmt.Errorf("bucket: unexpected binding limit %d", limit)
 	}
 	res := BatchResult{
@@ -180,11 +192,15 @@ func (p *Plan) batchResult(wait, limit, remaining, expired int64, outcomes, shad
 		LimitIndex: int(limit),
 		Remaining:  remaining,
 		Handover:   limit == -1,
+		Downstream: limit == bindDownstream,
 
 		LeasesExpired: expired,
 	}
-	if limit >= 0 {
+	switch {
+	case limit >= 0:
 		res.Limit = p.labels[limit]
+	case limit == bindDownstream:
+		res.Limit = LimitDownstream
 	}
 	for i, o := range outcomes {
 		if o < 0 || o > int64(JobStored) {

@@ -110,7 +110,7 @@ func BenchmarkPoolContendedRedis(b *testing.B) {
 		for k := range jobs {
 			jobs[k] = Job{ID: id + int64(k) + 1, Weight: 1}
 		}
-		g, err := r.poolCall(ctx, poolAcquire, pool, tenants[i], share(i), jobs, NoCost)
+		g, err := r.poolCall(ctx, poolAcquire, pool, tenants[i], share(i), jobs, NoCost, Report{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func BenchmarkPoolContendedRedis(b *testing.B) {
 		t0 := time.Now()
 		var wakes []string
 		if len(held) > 0 {
-			rel, err := r.poolCall(ctx, poolRelease, pool, tenants[heldBy[0]], share(heldBy[0]), []Job{{ID: held[0]}}, NoCost)
+			rel, err := r.poolCall(ctx, poolRelease, pool, tenants[heldBy[0]], share(heldBy[0]), []Job{{ID: held[0]}}, NoCost, Report{})
 			if err != nil {
 				b.Fatal(err)
 			}

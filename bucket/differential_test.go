@@ -113,7 +113,7 @@ func shadowOf(p *Plan) *Plan {
 func TestDifferentialAdmit(t *testing.T) {
 	plans := differentialPlans(t)
 	seen := map[JobOutcome]int{}
-	var leases, expired, tries int64
+	var leases, expired, tries, holds int64
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
@@ -205,6 +205,11 @@ func TestDifferentialAdmit(t *testing.T) {
 						if rng.IntN(2) == 0 {
 							req.Cost = rng.Int64N(2 * p.MaxWeight())
 						}
+						req.Report.Outcome = DownstreamOutcome(rng.IntN(3))
+						if rng.IntN(6) == 0 { // the downstream asks for no more for a while
+							req.Report.RetryAfter = time.Duration(rng.IntN(2_000_000)) * time.Microsecond
+							holds++
+						}
 						a, err1 = mem.Release(ctx, req)
 						r, err2 = red.Release(ctx, req)
 					}
@@ -250,8 +255,8 @@ func TestDifferentialAdmit(t *testing.T) {
 			t.Errorf("outcome %v never occurred: %v", o, seen)
 		}
 	}
-	if leases == 0 || expired == 0 {
-		t.Errorf("%d leases released or renewed, %d expired: the sequence proves little", leases, expired)
+	if leases == 0 || expired == 0 || holds == 0 {
+		t.Errorf("%d leases released or renewed, %d expired, %d held by the downstream: the sequence proves little", leases, expired, holds)
 	}
 	t.Logf("outcomes: %v; %d leases released or renewed of %d tried, %d expired", seen, leases, tries, expired)
 }

@@ -303,7 +303,7 @@ func (f *Fallback) charge(o *outage) error {
 	}
 	for name, p := range o.pools {
 		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
-		err := f.redis.mergePool(ctx, p, f.local.pools.outageLeases(p.Name, o.born, now))
+		err := f.redis.mergePool(ctx, p, f.local.pools.outageLeases(p.Name, o.born, now), f.local.pools.downstreamHold(p.Name, now), now)
 		cancel()
 		if err != nil {
 			return err
@@ -419,6 +419,9 @@ func (f *Fallback) Admit(ctx context.Context, b Batch) (BatchResult, error) {
 			}
 			res, err := admitPooled(ctx, pb, b, f.admitMirrored)
 			if !outageError(ctx, err) {
+				if res.Pool != nil {
+					f.local.pools.seen(*res.Pool)
+				}
 				return res, err
 			}
 			f.goDown(err)
@@ -569,6 +572,9 @@ func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route 
 		up := f.mode.Load() == fallbackUp
 		if r := f.remote(RouteTenant(req.Tenant)); route && r != nil && req.Plan != nil && (!up || f.settling()) {
 			q := routed{Op: leaseModes[mode], Tenant: req.Tenant, Plan: req.Plan.Name, Lease: req.Lease, Cost: req.Cost, Weight: req.Weight}
+			if req.Report != (Report{}) {
+				q.Report = &req.Report
+			}
 			if rep, ok := f.ask(ctx, r, RouteTenant(req.Tenant), q); ok {
 				if rep.Error != "" || rep.Lease == nil {
 					return LeaseResult{}, fmt.Errorf("bucket: the replica deciding tenant %q: %s", req.Tenant, rep.Error)
@@ -585,6 +591,9 @@ func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route 
 			}
 			res, err := leasePooled(ctx, pb, req, mode, f.redis.leaseCall)
 			if !outageError(ctx, err) {
+				if res.Pool != nil {
+					f.local.pools.seen(*res.Pool)
+				}
 				return res, err
 			}
 			f.goDown(err)
@@ -611,27 +620,36 @@ type routedPools struct{ f *Fallback }
 // A pool's slots are decided by one replica or by none: a question its replica does not answer
 // is an error (the job waits), not a decision on this replica's copy, which would hand the pool
 // out a second time.
-func (rp routedPools) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (rp routedPools) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	f := rp.f
 	if r := f.remote(RoutePool(p.Name)); r != nil {
-		rep, ok := f.ask(ctx, r, RoutePool(p.Name), routed{Op: "pool", Tenant: tenant, Pool: p.Name, PoolOp: op, Share: share, Jobs: jobs, Cost: cost})
+		q := routed{Op: "pool", Tenant: tenant, Pool: p.Name, PoolOp: op, Share: share, Jobs: jobs, Cost: cost}
+		if rep != (Report{}) {
+			q.Report = &rep
+		}
+		ans, ok := f.ask(ctx, r, RoutePool(p.Name), q)
 		switch {
 		case !ok:
 			return poolReply{}, fmt.Errorf("bucket: the replica deciding pool %s did not answer", p.Name)
-		case rep.Error != "" || rep.Pool == nil:
-			return poolReply{}, fmt.Errorf("bucket: the replica deciding pool %s: %s", p.Name, rep.Error)
+		case ans.Error != "" || ans.Pool == nil:
+			return poolReply{}, fmt.Errorf("bucket: the replica deciding pool %s: %s", p.Name, ans.Error)
 		}
-		return rep.Pool.reply(), nil
+		return ans.Pool.reply(), nil
 	}
-	return f.poolHere(ctx, op, p, tenant, share, jobs, cost)
+	return f.poolHere(ctx, op, p, tenant, share, jobs, cost, rep)
 }
 
 // poolHere is a pool operation decided by this replica: on Redis while it answers here, else on
 // the copy (the pool then counted as decided here during the outage).
-func (f *Fallback) poolHere(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (f *Fallback) poolHere(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	if f.mode.Load() == fallbackUp {
-		r, err := f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost)
+		r, err := f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost, rep)
 		if !outageError(ctx, err) {
+			if err == nil {
+				st := r.state
+				st.Name = p.Name
+				f.local.pools.seen(st)
+			}
 			return r, err
 		}
 		f.goDown(err)
@@ -639,13 +657,13 @@ func (f *Fallback) poolHere(ctx context.Context, op int, p *Pool, tenant string,
 	var r poolReply
 	var err error
 	pl := &Plan{Pool: p}
-	if ok, werr := f.onCopy(ctx, "", pl, func(*outage) { r, err = f.local.poolCall(ctx, op, p, tenant, share, jobs, cost) }); ok {
+	if ok, werr := f.onCopy(ctx, "", pl, func(*outage) { r, err = f.local.poolCall(ctx, op, p, tenant, share, jobs, cost, rep) }); ok {
 		if werr != nil {
 			return poolReply{}, werr
 		}
 		return r, err
 	}
-	return f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost) // up again meanwhile
+	return f.redis.poolCall(ctx, op, p, tenant, share, jobs, cost, rep) // up again meanwhile
 }
 
 // Inspect reads a tenant's state on Redis, or on the copy while Redis is away.

@@ -341,3 +341,124 @@ func TestFallbackRoutesBetweenReplicas(t *testing.T) {
 		t.Fatalf("the pool holds %d on Redis after the outage, want 3", snap.InFlight)
 	}
 }
+
+// TestFallbackKeepsTheDownstreamsHold: a Retry-After the downstream gave while Redis answered
+// holds the tenant on the copy after Redis is lost (it rides in the mirrored state); one given
+// during the outage holds it on the copy and, charged back, on Redis when it answers again.
+func TestFallbackKeepsTheDownstreamsHold(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	red, srv := fallbackRedis(t, c.Now, opts)
+	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	t.Cleanup(f.Close)
+	p := mustPlan(t, "c", conc("c", 5, 10*time.Second))
+	tn := uniqueTenant("h")
+	ctx := context.Background()
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 500*time.Millisecond) }
+	admit := func(id int64, want JobOutcome, wait time.Duration) BatchResult {
+		t.Helper()
+		cctx, cancel := call()
+		defer cancel()
+		r, err := f.Admit(cctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: id, Weight: 1}}})
+		if err != nil || r.Outcomes[0] != want || r.Wait != wait {
+			t.Fatalf("job %d at +%v: %+v %v, want %v, wait %v", id, c.Now().Sub(newClock().Now()), r, err, want, wait)
+		}
+		return r
+	}
+	release := func(id int64, after time.Duration) {
+		t.Helper()
+		cctx, cancel := call()
+		defer cancel()
+		if _, err := f.Release(cctx, LeaseRequest{Tenant: tn, Plan: p, Lease: id, Cost: NoCost, Report: Report{RetryAfter: after}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admit(1, JobAdmitted, 0)
+	admit(2, JobAdmitted, 0)
+	release(1, 4*time.Second)
+	admit(3, JobNotYet, 4*time.Second) // on Redis, which mirrors the state and its hold
+	c.Advance(time.Second)
+	srv.Pause() // not killed: a port nobody listens on can connect to itself, and seem to answer
+	if r := admit(3, JobNotYet, 3*time.Second); !r.Local || !r.Downstream {
+		t.Fatalf("on the copy: %+v, want decided locally, held by the downstream", r)
+	}
+	c.Advance(3 * time.Second)
+	admit(3, JobAdmitted, 0)
+	release(2, 5*time.Second) // on the copy
+	admit(4, JobNotYet, 5*time.Second)
+	srv.Resume()
+	var r BatchResult
+	testenv.WaitFor(t, 20*time.Second, "the fallback to charge Redis and decide on it", func() bool {
+		r = admit(4, JobNotYet, 5*time.Second) // a reconnection may fail a first call: the copy again
+		return !r.Local
+	})
+	if !r.Downstream {
+		t.Fatalf("back on Redis: %+v, want the hold given during the outage", r)
+	}
+}
+
+// TestFallbackKeepsThePoolsDownstream: a pool's breaker opened while Redis answered stays open on
+// the copy after Redis is lost (the copy takes what Redis last said of the pool's downstream);
+// a pool-wide Retry-After given during the outage holds the pool on the copy and, charged back,
+// on Redis when it answers again.
+func TestFallbackKeepsThePoolsDownstream(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	red, srv := fallbackRedis(t, c.Now, opts)
+	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	t.Cleanup(f.Close)
+	pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 8, Lease: 10 * time.Second,
+		Breaker: &Breaker{Failures: 50, Window: 10 * time.Second, Cooldown: 3 * time.Second, MinJobs: 2}, Adaptive: &Adaptive{Min: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPlan(t, "p", lim("own", 1_000_000, time.Microsecond))
+	p.Pool = pool
+	tn := uniqueTenant("t")
+	ctx := context.Background()
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 500*time.Millisecond) }
+	admit := func(id int64, want JobOutcome, wait time.Duration) BatchResult {
+		t.Helper()
+		cctx, cancel := call()
+		defer cancel()
+		r, err := f.Admit(cctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: id, Weight: 1}}})
+		if err != nil || r.Outcomes[0] != want || r.Wait != wait {
+			t.Fatalf("job %d at +%v: %+v %v, want %v, wait %v", id, c.Now().Sub(newClock().Now()), r, err, want, wait)
+		}
+		return r
+	}
+	release := func(id int64, rep Report) LeaseResult {
+		t.Helper()
+		cctx, cancel := call()
+		defer cancel()
+		r, err := f.Release(cctx, LeaseRequest{Tenant: tn, Plan: p, Lease: id, Cost: NoCost, Report: rep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	admit(1, JobAdmitted, 0)
+	admit(2, JobAdmitted, 0)
+	admit(3, JobAdmitted, 0)
+	release(1, Report{Outcome: DownstreamFailed})
+	if r := release(2, Report{Outcome: DownstreamFailed}); r.Pool.Breaker != BreakerOpen {
+		t.Fatalf("2 of 2 failed on Redis: breaker %d, want open", r.Pool.Breaker)
+	}
+	srv.Pause() // not killed: a port nobody listens on can connect to itself, and seem to answer
+	if r := admit(4, JobNotYet, 3*time.Second); !r.Local || r.Pool.Breaker != BreakerOpen || r.Pool.Limit != 3 {
+		t.Fatalf("on the copy: %+v (pool %+v), want decided locally, the breaker open, the limit in force 3", r, r.Pool)
+	}
+	if r := release(3, Report{RetryAfter: 5 * time.Second, PoolScope: true}); r.Pool == nil || r.Pool.DownstreamUntil == 0 {
+		t.Fatalf("release on the copy: %+v (pool %+v)", r, r.Pool)
+	}
+	admit(5, JobNotYet, 5*time.Second)
+	srv.Resume()
+	var r BatchResult
+	testenv.WaitFor(t, 20*time.Second, "the fallback to charge Redis and decide on it", func() bool {
+		r = admit(5, JobNotYet, 5*time.Second) // a reconnection may fail a first call: the copy again
+		return !r.Local
+	})
+	if !r.Downstream || !r.PoolBound {
+		t.Fatalf("back on Redis: %+v, want the pool's hold given during the outage", r)
+	}
+}

@@ -24,6 +24,9 @@ type Snapshot struct {
 	// Stored is the highest input sequence of the tenant whose forward was seen stored
 	// downstream and may still be in the input (see Batch.Stored); 0 when none.
 	Stored int64
+	// DownstreamUntil is until when the downstream holds the tenant's forwards (a done
+	// message's Admit-Retry-After; see Report). Zero when it does not.
+	DownstreamUntil time.Time
 	// Pool is the plan's pool and the tenants it serves lately (nil: the plan has none).
 	Pool *PoolSnapshot
 }
@@ -125,7 +128,7 @@ func (m *Memory) inspect(tenant string, plan *Plan) (Snapshot, error) {
 	}
 	snap := plan.snapshot(now, sh.load(ls, plan, now, m.born()))
 	if st != nil {
-		snap.setQueue(st.ownerUntil, st.stored)
+		snap.setQueue(st.ownerUntil, st.stored, st.hold)
 	}
 	if ls != nil {
 		snap.addBooked(ls.booked, now, m.opts.SlotGrace.Microseconds())
@@ -162,40 +165,44 @@ func (r *Redis) inspectTenant(ctx context.Context, tenant string, plan *Plan) (S
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
-	now, held, stored, ws, booked, err := decodeInspect(plan, reply)
+	now, held, stored, hold, ws, booked, err := decodeInspect(plan, reply)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("bucket: redis inspect of tenant %q: %w", tenant, err)
 	}
 	snap := plan.snapshot(now, ws)
-	snap.setQueue(held, stored)
+	snap.setQueue(held, stored, hold)
 	snap.addBooked(booked, now, r.grace)
 	return snap, nil
 }
 
 // setQueue sets what the snapshot says of the tenant's queue: its owner's hold ends at held
-// (µs, zero or past: none) and stored.
-func (s *Snapshot) setQueue(held, stored int64) {
+// (µs, zero or past: none), stored, and the downstream's hold ends at hold (µs, likewise).
+func (s *Snapshot) setQueue(held, stored, hold int64) {
 	if held > s.At.UnixMicro() {
 		s.HeldUntil = time.UnixMicro(held)
+	}
+	if hold > s.At.UnixMicro() {
+		s.DownstreamUntil = time.UnixMicro(hold)
 	}
 	s.Stored = stored
 }
 
 // decodeInspect reads inspect.lua's reply: the server's time, until when the queue's owner
-// holds it, stored, every limit's state, and the slots booked and not yet claimed.
-func decodeInspect(p *Plan, reply []byte) (now, held, stored int64, ws []work, booked []entry, err error) {
+// holds it, stored, until when the downstream holds it, every limit's state, and the slots
+// booked and not yet claimed.
+func decodeInspect(p *Plan, reply []byte) (now, held, stored, hold int64, ws []work, booked []entry, err error) {
 	vals := make([]int64, len(reply)/8)
-	if len(reply)%8 != 0 || len(vals) < 4 {
-		return 0, 0, 0, nil, nil, fmt.Errorf("inspect reply of %d bytes", len(reply))
+	if len(reply)%8 != 0 || len(vals) < 5 {
+		return 0, 0, 0, 0, nil, nil, fmt.Errorf("inspect reply of %d bytes", len(reply))
 	}
 	if err := unpackInts(reply, vals); err != nil {
-		return 0, 0, 0, nil, nil, err
+		return 0, 0, 0, 0, nil, nil, err
 	}
-	now, held, stored, vals = vals[0], vals[1], vals[2], vals[4:]
+	now, held, stored, hold, vals = vals[0], vals[1], vals[2], vals[4], vals[5:]
 	ws = make([]work, len(p.specs))
 	for i := range p.specs {
 		if len(vals) == 0 {
-			return 0, 0, 0, nil, nil, fmt.Errorf("inspect reply too short at limit %d", i)
+			return 0, 0, 0, 0, nil, nil, fmt.Errorf("inspect reply too short at limit %d", i)
 		}
 		if p.specs[i].kind == KindBucket {
 			ws[i].tat, vals = vals[0], vals[1:]
@@ -203,7 +210,7 @@ func decodeInspect(p *Plan, reply []byte) (now, held, stored int64, ws []work, b
 		}
 		k := vals[0]
 		if k < 0 || int64(len(vals)) < 1+2*k {
-			return 0, 0, 0, nil, nil, fmt.Errorf("inspect reply: limit %d has %d entries in %d values", i, k, len(vals)-1)
+			return 0, 0, 0, 0, nil, nil, fmt.Errorf("inspect reply: limit %d has %d entries in %d values", i, k, len(vals)-1)
 		}
 		for j := int64(0); j < k; j++ {
 			ws[i].log = append(ws[i].log, entry{vals[1+2*j], vals[2+2*j]})
@@ -211,10 +218,10 @@ func decodeInspect(p *Plan, reply []byte) (now, held, stored int64, ws []work, b
 		vals = vals[1+2*k:]
 	}
 	if len(vals) == 0 || vals[0] < 0 || int64(len(vals)) != 1+2*vals[0] {
-		return 0, 0, 0, nil, nil, fmt.Errorf("inspect reply: %d values where the booked slots should be", len(vals))
+		return 0, 0, 0, 0, nil, nil, fmt.Errorf("inspect reply: %d values where the booked slots should be", len(vals))
 	}
 	for j := int64(0); j < vals[0]; j++ {
 		booked = append(booked, entry{vals[1+2*j], vals[2+2*j]})
 	}
-	return now, held, stored, ws, booked, nil
+	return now, held, stored, hold, ws, booked, nil
 }

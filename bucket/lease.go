@@ -6,6 +6,8 @@ import (
 	"hash/fnv"
 	"time"
 	"unsafe"
+
+	"github.com/admitter/admitter/wire"
 )
 
 // Leases. A plan with a concurrency limit (KindConcurrency) counts the weight of its tenant's jobs
@@ -38,6 +40,74 @@ type LeaseRequest struct {
 	// again for a lease that ended, and what a release or renewal of a lease the state lost
 	// names of the slots it counts as forgotten (see Start and lua/lease.lua).
 	Weight int64
+	// Report (Release only) is what the job's worker said of it.
+	Report Report
+}
+
+// A Report is what a job's worker says of it when it is done (the done message's
+// Admit-Outcome, Admit-Retry-After and Admit-Retry-Scope). The zero Report is a job that went
+// well.
+type Report struct {
+	// Outcome is how the job went downstream.
+	Outcome DownstreamOutcome `json:"outcome,omitempty"`
+	// RetryAfter is how long from now the downstream asked for no more jobs (0: it did not):
+	// the tenant's forwards wait until then (PoolScope: every tenant's of the plan's pool),
+	// later if they already wait longer. Whole microseconds, at most a day.
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
+	PoolScope  bool          `json:"pool_scope,omitempty"`
+}
+
+// MaxRetryAfter bounds Report.RetryAfter.
+const MaxRetryAfter = 24 * time.Hour
+
+// poolHold is the µs the pool's forwards are held for (0: none).
+func (r Report) poolHold() int64 {
+	if !r.PoolScope {
+		return 0
+	}
+	return r.RetryAfter.Microseconds()
+}
+
+// tenantHold is the µs the tenant's own forwards are held for (0: none).
+func (r Report) tenantHold() int64 {
+	if r.PoolScope {
+		return 0
+	}
+	return r.RetryAfter.Microseconds()
+}
+
+// A DownstreamOutcome is how a job went downstream.
+type DownstreamOutcome uint8
+
+const (
+	// DownstreamOK: the job was done.
+	DownstreamOK DownstreamOutcome = iota
+	// DownstreamFailed: the job failed for its own reasons.
+	DownstreamFailed
+	// DownstreamOverloaded: the downstream refused the job, or timed out, because it was
+	// overloaded.
+	DownstreamOverloaded
+	numDownstreamOutcomes
+)
+
+var downstreamNames = [...]string{wire.OutcomeOK, wire.OutcomeFailed, wire.OutcomeOverloaded}
+
+// String is the outcome as the done message's Admit-Outcome says it: ok, failed, overloaded.
+func (o DownstreamOutcome) String() string {
+	if o < numDownstreamOutcomes {
+		return downstreamNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// ParseDownstreamOutcome is the DownstreamOutcome String names.
+func ParseDownstreamOutcome(s string) (DownstreamOutcome, error) {
+	for i, n := range downstreamNames {
+		if n == s {
+			return DownstreamOutcome(i), nil
+		}
+	}
+	return 0, fmt.Errorf("bucket: no outcome %q (want ok, failed or overloaded)", s)
 }
 
 // LeaseResult is Release's or Renew's answer.
@@ -61,6 +131,12 @@ type LeaseResult struct {
 	PoolOnly bool
 	// Wait is, for a Start not held (its slots are taken), how long until they may be free.
 	Wait time.Duration
+	// Ran is, for a Release of a lease held, the time from the lease's take (the job's admission,
+	// or a start that took its slots again) to its release, on the limiter's clock: the job's
+	// time downstream. Zero otherwise.
+	Ran time.Duration
+	// Pool is the plan's pool as the call left it (nil: no pool, or the pool was not asked).
+	Pool *PoolState
 	// Local: decided on this replica's copy while Redis was unreachable (see Fallback).
 	Local bool
 }
@@ -109,6 +185,10 @@ func (l *LeaseRequest) check(mode int) error {
 	if mode == leaseRelease && (l.Cost < NoCost || l.Cost > MaxCost) {
 		return fmt.Errorf("%w: cost %d, want 0 to 2^40", ErrInvalidCost, l.Cost)
 	}
+	if r := l.Report; r.RetryAfter < 0 || r.RetryAfter > MaxRetryAfter || r.Outcome >= numDownstreamOutcomes ||
+		(mode != leaseRelease && r != (Report{})) {
+		return fmt.Errorf("bucket: report %+v: want an outcome, a retry after of 0 to 24h, and a release", r)
+	}
 	return nil
 }
 
@@ -143,12 +223,13 @@ func (m *Memory) lease(req LeaseRequest, mode int) (LeaseResult, error) {
 	}
 	sh, st, now := m.lock(req.Tenant)
 	defer sh.mu.Unlock()
-	found, weight, expired, ends, wait := sh.lease(now, m.born(), st, &req, mode, m.opts)
-	return leaseResult(found, weight, expired, ends, wait), nil
+	found, weight, expired, ends, wait, ran := sh.lease(now, m.born(), st, &req, mode, m.opts)
+	return leaseResult(found, weight, expired, ends, wait, ran), nil
 }
 
-func leaseResult(found, weight, expired, ends, wait int64) LeaseResult {
-	res := LeaseResult{Held: found == 1, Weight: weight, LeasesExpired: expired, Wait: time.Duration(wait) * time.Microsecond}
+func leaseResult(found, weight, expired, ends, wait, ran int64) LeaseResult {
+	res := LeaseResult{Held: found == 1, Weight: weight, LeasesExpired: expired, Wait: time.Duration(wait) * time.Microsecond,
+		Ran: time.Duration(ran) * time.Microsecond}
 	if ends > 0 {
 		res.Ends = time.UnixMicro(ends)
 	}
@@ -156,7 +237,7 @@ func leaseResult(found, weight, expired, ends, wait int64) LeaseResult {
 }
 
 // lease mirrors lua/lease.lua step by step; the differential test holds them together.
-func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode int, o Options) (found, weight, expired, ends, wait int64) {
+func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode int, o Options) (found, weight, expired, ends, wait, ran int64) {
 	p := req.Plan
 	ws := sh.load(st, p, now, born)
 	jw := req.weight()
@@ -187,6 +268,13 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 			}
 		}
 	}
+	heldMore := false
+	if h := req.Report.tenantHold(); mode == leaseRelease && h > 0 && now+h > st.holdAt() {
+		if st == nil {
+			st = &memState{}
+		}
+		st.hold, heldMore = now+h, true
+	}
 	if found == 0 && mode == leaseStart {
 		fits := true
 		for i := range p.specs {
@@ -210,7 +298,10 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 		}
 	}
 	if found == 0 {
-		return 0, 0, 0, 0, wait
+		if heldMore {
+			sh.store(req.Tenant, st, p, ws, now, o)
+		}
+		return 0, 0, 0, 0, wait, 0
 	}
 	if d := req.Cost - weight; held && mode == leaseRelease && req.Cost >= 0 && d != 0 {
 		p.reconcile(ws, now, taken, d)
@@ -219,7 +310,10 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 		st = &memState{}
 	}
 	sh.store(req.Tenant, st, p, ws, now, o)
-	return 1, weight, sh.expired, ends, 0
+	if held && mode == leaseRelease {
+		ran = max(now-taken, 0)
+	}
+	return 1, weight, sh.expired, ends, 0, ran
 }
 
 // chargeLate takes w again for jobs that reached downstream late µs after their admission, at
@@ -300,16 +394,16 @@ func (r *Redis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (Leas
 	key := r.keys(req.Tenant)
 	reply, err := r.run(ctx, r.lease, func() (keys, args []string) {
 		arg := make([]byte, 0, 8*10+len(p.packed)+p.calendarsLen())
-		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, req.weight(), r.redeem, r.pad, r.born.at.Load(), int64(len(p.Limits)), r.markerTag())
+		arg = packInts(arg, r.now(), int64(mode), req.Lease, req.Cost, req.weight(), r.redeem, r.pad, r.born.at.Load(), req.Report.tenantHold(), int64(len(p.Limits)), r.markerTag())
 		arg = p.calendars(append(arg, p.packed...), r.estimate(), r.reach)
 		return key, []string{unsafe.String(&arg[0], len(arg))}
 	})
 	if err != nil {
 		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
 	}
-	var v [5]int64
+	var v [6]int64
 	if err := unpackInts(reply, v[:]); err != nil {
 		return LeaseResult{}, fmt.Errorf("bucket: redis lease of tenant %q: %w", req.Tenant, err)
 	}
-	return leaseResult(v[0], v[1], v[2], v[3], v[4]), nil
+	return leaseResult(v[0], v[1], v[2], v[3], v[4], v[5]), nil
 }

@@ -45,6 +45,7 @@ type memState struct {
 	limits            []memLimit
 	booked            []entry // Decide's slots booked and not yet claimed: see booked.go
 	expiry            int64   // µs; the state is gone (everything full, nothing held) from then on
+	hold              int64   // µs; the downstream holds the tenant's forwards until then (0: no)
 }
 
 type mark struct{ job, at int64 } // admitted at
@@ -199,6 +200,10 @@ func (sh *memShard) store(tenant string, st *memState, p *Plan, ws []work, now i
 	if len(st.booked) > 0 {
 		life = max(life, st.booked[len(st.booked)-1].death-now)
 	}
+	if st.hold <= now {
+		st.hold = 0 // state.lua writes no hold record for a hold over
+	}
+	life = max(life, st.hold-now)
 	if life <= 0 {
 		delete(sh.tenants, tenant)
 		return
@@ -400,6 +405,13 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 					p.chargeLate(ws, now, j.Weight, now-at)
 					st.marks = append(st.marks, mark{j.ID, now})
 				}
+				break
+			}
+			if st.hold > now { // the downstream asked for no more until then
+				if wait < 0 {
+					wait, bind = st.hold-now, bindDownstream
+				}
+				out[i] = int64(JobNotYet)
 				break
 			}
 			s, bi := p.slot(ws, now, j.Weight)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // What a replica decided on its copy of a tenant's state during an outage (see Fallback) is
@@ -97,8 +98,13 @@ func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
 		}
 	}
 	b = packInts(b, int64(len(marks)/2))
-	d.limits = packInts(b, marks...)
-	d.empty = d.empty && len(marks) == 0 && d.stored == 0
+	b = packInts(b, marks...)
+	var hold int64 // a hold the downstream asked for on the copy
+	if cur != nil && cur.hold > now && cur.hold > base.holdAt() {
+		hold = cur.hold
+	}
+	d.limits = packInts(b, hold)
+	d.empty = d.empty && len(marks) == 0 && d.stored == 0 && hold == 0
 	return d
 }
 
@@ -120,12 +126,17 @@ func (r *Redis) mergeTenant(ctx context.Context, tenant string, p *Plan, d tenan
 }
 
 // mergePool charges pool p on Redis with what the copy holds of it after an outage (see
-// memPools.outageLeases): the leases taken on the copy, and the Redis leases released meanwhile.
-func (r *Redis) mergePool(ctx context.Context, p *Pool, leases []Job) error {
-	if len(leases) == 0 || p.Concurrency == 0 {
+// memPools.outageLeases): the leases taken on the copy, and the Redis leases released meanwhile;
+// and the downstream's hold the copy keeps (µs, 0: none), at now.
+func (r *Redis) mergePool(ctx context.Context, p *Pool, leases []Job, hold, now int64) error {
+	if (len(leases) == 0 && hold == 0) || p.Concurrency == 0 {
 		return nil
 	}
-	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, leases, NoCost); err != nil {
+	var rep Report
+	if hold > now {
+		rep = Report{RetryAfter: time.Duration(hold-now) * time.Microsecond, PoolScope: true}
+	}
+	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, leases, NoCost, rep); err != nil {
 		return fmt.Errorf("bucket: redis merge of pool %s after an outage: %w", p.Name, err)
 	}
 	return nil

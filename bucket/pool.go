@@ -55,6 +55,12 @@ type Pool struct {
 	Capacity int64
 	Rate     string
 	Interval time.Duration
+	// Breaker, when set, stops the pool's forwards while most of its jobs fail (see Breaker);
+	// it needs a Concurrency (its jobs' done messages say how they went).
+	Breaker *Breaker
+	// Adaptive, when set, makes Concurrency the ceiling of a limit in force that follows the
+	// workers' time per job and overloaded outcomes (see Adaptive).
+	Adaptive *Adaptive
 }
 
 // MaxShare bounds a plan's share of its pool.
@@ -102,8 +108,29 @@ func NewPool(p Pool) (*Pool, error) {
 		return nil, bad("capacity", "capacity %d takes longer than 285 years to refill", p.Capacity)
 	case p.Capacity == 0 && p.Interval != 0:
 		return nil, bad("rate", "a rate goes with a capacity")
+	case p.Breaker != nil && p.Concurrency == 0:
+		return nil, bad("breaker", "a breaker goes with a concurrency (its jobs' done messages say how they went)")
+	case p.Adaptive != nil && p.Concurrency == 0:
+		return nil, bad("adaptive", "an adaptive pool needs a concurrency: its ceiling")
+	case p.Adaptive != nil:
+		if err := p.Adaptive.check(p.Concurrency); err != nil {
+			return nil, bad("adaptive.min", "%v", err)
+		}
 	}
 	out := p
+	if p.Breaker != nil {
+		b := *p.Breaker
+		if b.Probes == 0 {
+			b.Probes = defaultProbes
+		}
+		if b.MinJobs == 0 {
+			b.MinJobs = defaultMinJobs
+		}
+		if field, err := b.check(); err != nil {
+			return nil, bad(field, "%v", err)
+		}
+		out.Breaker = &b
+	}
 	return &out, nil
 }
 
@@ -131,6 +158,12 @@ func (p *Pool) describe() string {
 	if p.Capacity > 0 {
 		parts = append(parts, fmt.Sprintf("capacity %d at %s", p.Capacity, p.Rate))
 	}
+	if p.Adaptive != nil {
+		parts = append(parts, p.Adaptive.rule())
+	}
+	if p.Breaker != nil {
+		parts = append(parts, p.Breaker.rule())
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -146,7 +179,26 @@ type PoolState struct {
 	InFlight, Tokens int64
 	// Waiting is how many tenants wait for the pool; WaitingShares their shares together.
 	Waiting, WaitingShares int64
+	// DownstreamUntil is until when the downstream holds the pool's forwards (µs since the Unix
+	// epoch, the limiter's clock; 0: it does not): a done message's Admit-Retry-After with
+	// Admit-Retry-Scope: pool. Nothing new is granted before.
+	DownstreamUntil int64
+	// Breaker is the pool's breaker: BreakerClosed, BreakerOpen or BreakerHalfOpen;
+	// BreakerUntil (µs since the Unix epoch; 0 when closed) when it turns half-open (open), or
+	// when its probes out are taken for lost (half-open); Probes the jobs a half-open breaker
+	// let through.
+	Breaker, BreakerUntil, Probes int64
+	// Limit is the limit in force (Concurrency for a pool that is not adaptive: see Adaptive);
+	// Floor the time per job at the minimum (µs; 0: not measured yet), TimePerJob the last
+	// window's (µs), LimitWhy why the limit last moved (LimitGrew, ...).
+	Limit, Floor, TimePerJob, LimitWhy int64
+	// BreakerSince is when the breaker last changed state (µs since the Unix epoch; 0: never):
+	// it orders two states of the pool that calls made at once report.
+	BreakerSince int64
 }
+
+// poolStateLen is the number of integers of a pool's state in lua/pool.lua's replies.
+const poolStateLen = 13
 
 // Reason is why a job of tenant (whose plan has share) waits for the pool, for people: "pool
 // workers: 8 of 8 in flight; acme's share 3 of 5".
@@ -155,6 +207,18 @@ func (s PoolState) Reason(tenant string, share int64) string {
 	b.WriteString("pool ")
 	b.WriteString(s.Name)
 	b.WriteString(": ")
+	if s.DownstreamUntil > 0 {
+		b.WriteString(DownstreamReason(time.UnixMicro(s.DownstreamUntil)))
+		return b.String()
+	}
+	switch s.Breaker {
+	case BreakerOpen:
+		b.WriteString("breaker open until " + timeOfDay(time.UnixMicro(s.BreakerUntil)) + " (most of its recent jobs failed or were overloaded)")
+		return b.String()
+	case BreakerHalfOpen:
+		fmt.Fprintf(&b, "breaker half-open: %d probe jobs out, the others wait for their outcomes", s.Probes)
+		return b.String()
+	}
 	switch {
 	case s.Concurrency > 0 && (s.Capacity == 0 || s.InFlight >= s.Concurrency):
 		fmt.Fprintf(&b, "%d of %d in flight", s.InFlight, s.Concurrency)
@@ -164,6 +228,22 @@ func (s PoolState) Reason(tenant string, share int64) string {
 	total := max(s.WaitingShares, share)
 	fmt.Fprintf(&b, "; %s's share %d of %d", tenant, share, total)
 	return b.String()
+}
+
+// DownstreamReason is why jobs wait for a downstream that asked for no more until until:
+// "downstream asked to wait until 14:03:10" (UTC, rounded up to the second; a wait is at most a
+// day).
+func DownstreamReason(until time.Time) string {
+	return "downstream asked to wait until " + timeOfDay(until)
+}
+
+// timeOfDay is t's time of day for people: UTC, rounded up to the second ("14:03:10").
+func timeOfDay(t time.Time) string {
+	u := t.UTC().Truncate(time.Second)
+	if u.Before(t) {
+		u = u.Add(time.Second)
+	}
+	return u.Format("15:04:05")
 }
 
 // PoolTenant is a tenant a pool serves lately: its share (0 when the pool does not know it: it
@@ -195,20 +275,20 @@ const (
 
 // poolReply is a pool operation's answer.
 type poolReply struct {
-	granted    int   // acquire: the jobs granted (a prefix)
-	wait       int64 // acquire, start: µs until the first job not granted (the job) may fit
-	found      bool  // give back, release, renew: a lease was held
-	weight, at int64 // release: its weight and when it was taken
-	ends       int64 // renew: its new end
-	state      PoolState
-	wakes      []string // the waiters to wake
-	tenants    []PoolTenant
+	granted     int   // acquire: the jobs granted (a prefix)
+	wait        int64 // acquire, start: µs until the first job not granted (the job) may fit
+	found       bool  // give back, release, renew: a lease was held
+	weight, ran int64 // release: its weight and the time from its take to now (µs)
+	ends        int64 // renew: its new end
+	state       PoolState
+	wakes       []string // the waiters to wake
+	tenants     []PoolTenant
 }
 
 // poolBackend is a backend's side of the pools: one operation on one pool, for tenant (with
 // its share) and jobs, or a lease (jobs[0].ID) and its cost.
 type poolBackend interface {
-	poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error)
+	poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error)
 }
 
 // admitPooled decides a batch of a plan with a pool: the pool grants a prefix of the jobs, the
@@ -223,7 +303,7 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		return BatchResult{}, err
 	}
 	pool, share := p.Pool, p.share()
-	g, err := pb.poolCall(ctx, poolAcquire, pool, b.Tenant, share, b.Jobs, NoCost)
+	g, err := pb.poolCall(ctx, poolAcquire, pool, b.Tenant, share, b.Jobs, NoCost, Report{})
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("bucket: pool %s for tenant %q: %w", pool.Name, b.Tenant, err)
 	}
@@ -235,7 +315,7 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 			// Nothing was forwarded: the grants go back (were this to fail too, their slots
 			// return when their leases end).
 			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_, gerr := pb.poolCall(gctx, poolGiveBack, pool, b.Tenant, share, sub.Jobs, NoCost)
+			_, gerr := pb.poolCall(gctx, poolGiveBack, pool, b.Tenant, share, sub.Jobs, NoCost, Report{})
 			cancel()
 			if gerr != nil {
 				return BatchResult{}, fmt.Errorf("%w (and %w)", err, giveBackError(pool, b.Tenant, len(sub.Jobs), gerr))
@@ -251,7 +331,7 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 	}
 	res.Wakes = g.wakes // whose turn refused a job of this batch
 	if len(unused) > 0 {
-		r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost)
+		r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost, Report{})
 		if err != nil {
 			res.GiveBackErr = giveBackError(pool, b.Tenant, len(unused), err)
 		} else {
@@ -276,6 +356,9 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		if !waited { // the first job that waits, waits for the pool
 			res.Wait, res.PoolBound = time.Duration(g.wait)*time.Microsecond, true
 			res.Limit, res.LimitIndex = "pool "+pool.Name, -1
+			if g.state.DownstreamUntil > 0 {
+				res.Downstream, res.LimitIndex = true, bindDownstream
+			}
 		}
 	}
 	return res, nil
@@ -303,8 +386,14 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 	if mode == leaseStart && p.concurrent && !res.Held {
 		return res, nil // the tenant's own slots are taken: the pool is not asked
 	}
+	if mode == leaseRelease && req.Report.tenantHold() > 0 && !p.concurrent {
+		// The tenant's own state holds its forwards (lua/lease.lua), though it holds no lease.
+		if _, err := lease(ctx, req, mode); err != nil {
+			return res, err
+		}
+	}
 	op := map[int]int{leaseRelease: poolRelease, leaseRenew: poolRenew, leaseStart: poolStart}[mode]
-	r, err := pb.poolCall(ctx, op, p.Pool, req.Tenant, p.share(), []Job{{ID: req.Lease, Weight: req.weight()}}, req.Cost)
+	r, err := pb.poolCall(ctx, op, p.Pool, req.Tenant, p.share(), []Job{{ID: req.Lease, Weight: req.weight()}}, req.Cost, req.Report)
 	if err != nil {
 		return res, fmt.Errorf("bucket: pool %s lease of tenant %q: %w", p.Pool.Name, req.Tenant, err)
 	}
@@ -315,10 +404,13 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 		}
 		return LeaseResult{Wait: time.Duration(r.wait) * time.Microsecond, Wakes: r.wakes, LeasesExpired: res.LeasesExpired}, nil
 	}
+	r.state.Name, r.state.Concurrency, r.state.Capacity = p.Pool.Name, p.Pool.Concurrency, p.Pool.Capacity
+	res.Pool = &r.state
 	if r.found {
 		res.PoolOnly = !res.Held
 		res.Held = true
 		res.Weight = max(res.Weight, r.weight)
+		res.Ran = max(res.Ran, time.Duration(r.ran)*time.Microsecond)
 		if ends := time.UnixMicro(r.ends); r.ends > 0 && (res.Ends.IsZero() || ends.Before(res.Ends)) {
 			res.Ends = ends
 		}
@@ -353,7 +445,7 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 	if p == nil || p.Pool == nil {
 		return nil, nil
 	}
-	r, err := pb.poolCall(ctx, poolInspect, p.Pool, tenant, p.share(), nil, NoCost)
+	r, err := pb.poolCall(ctx, poolInspect, p.Pool, tenant, p.share(), nil, NoCost, Report{})
 	if err != nil {
 		return nil, fmt.Errorf("bucket: pool %s: %w", p.Pool.Name, err)
 	}
@@ -362,10 +454,14 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 }
 
 // poolArgs packs a pool call's argument (see lua/pool.lua).
-func poolArgs(now, born, memTag int64, op int, p *Pool, share int64, jobs []Job, cost int64) []byte {
-	arg := make([]byte, 0, 8*(16+2*len(jobs)))
+func poolArgs(now, born, memTag int64, op int, p *Pool, share int64, jobs []Job, cost int64, rep Report) []byte {
+	arg := make([]byte, 0, 8*(24+2*len(jobs)))
 	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
-		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born, memTag, int64(len(jobs)))
+		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born,
+		int64(rep.Outcome), rep.poolHold())
+	arg = packInts(arg, p.Breaker.args()...)
+	arg = packInts(arg, p.Adaptive.args()...)
+	arg = packInts(arg, memTag, int64(len(jobs)))
 	for _, j := range jobs {
 		arg = packInts(arg, j.ID, j.Weight)
 	}
@@ -380,9 +476,9 @@ func (r *Redis) poolKeys(p *Pool) []string {
 }
 
 // poolCall runs lua/pool.lua.
-func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	res := r.exec(ctx, r.pool, func() (keys, args []string) {
-		arg := poolArgs(r.now(), r.born.at.Load(), r.markerTag(), op, p, share, jobs, cost)
+		arg := poolArgs(r.now(), r.born.at.Load(), r.markerTag(), op, p, share, jobs, cost, rep)
 		return r.poolKeys(p), []string{unsafe.String(&arg[0], len(arg)), tenant}
 	})
 	parts, err := res.ToArray()
@@ -421,24 +517,25 @@ func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, sh
 // decodePoolReply reads a pool operation's integers (see lua/pool.lua's reply).
 func decodePoolReply(op int, vals []int64, wakes []string, names []string) (poolReply, error) {
 	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0, poolStart: 3, poolMerge: 1}[op]
-	if len(vals) < head+4 {
-		return poolReply{}, fmt.Errorf("pool reply of %d values, want at least %d", len(vals), head+4)
+	if len(vals) < head+poolStateLen {
+		return poolReply{}, fmt.Errorf("pool reply of %d values, want at least %d", len(vals), head+poolStateLen)
 	}
 	r := poolReply{wakes: wakes}
 	switch op {
 	case poolAcquire:
 		r.granted, r.wait = int(vals[0]), vals[1]
 	case poolGiveBack, poolRelease:
-		r.found, r.weight, r.at = vals[0] == 1, vals[1], vals[2]
+		r.found, r.weight, r.ran = vals[0] == 1, vals[1], vals[2]
 	case poolRenew:
 		r.found, r.ends = vals[0] == 1, vals[1]
 	case poolStart:
 		r.found, r.ends, r.wait = vals[0] == 1, vals[1], vals[2]
 	}
 	st := vals[head:]
-	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3]}
+	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3], DownstreamUntil: st[4],
+		Breaker: st[5], BreakerUntil: st[6], Probes: st[7], Limit: st[8], Floor: st[9], TimePerJob: st[10], LimitWhy: st[11], BreakerSince: st[12]}
 	if op == poolInspect {
-		rest := st[4:]
+		rest := st[poolStateLen:]
 		if len(rest) != 3*len(names) {
 			return poolReply{}, fmt.Errorf("pool inspection of %d tenants and %d values", len(names), len(rest))
 		}
@@ -453,7 +550,10 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 
 // memPool is a pool's state in memory.
 type memPool struct {
+	brk      breakerState
+	ad       adaptState
 	tat      int64
+	hold     int64          // until when the downstream holds the pool's forwards (µs; 0: it does not)
 	leases   []memPoolLease // by death
 	v        float64
 	tenants  map[string]*memPoolTenant
@@ -495,14 +595,15 @@ type memPoolTenant struct {
 type memPools struct {
 	mu    sync.Mutex
 	pools map[string]*memPool
-	born  int64 // µs: the pools were forgotten then (see reset); 0: as the backend's born says
+	seeds map[string]PoolState // the pools as Redis last answered (see seen)
+	born  int64                // µs: the pools were forgotten then (see reset); 0: as the backend's born says
 }
 
 // maxReported bounds the leases a pool remembers having taken out of its forgotten slots (see
 // outageLeases).
 const maxReported = 4096
 
-func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	m.pools.mu.Lock()
 	defer m.pools.mu.Unlock()
 	if m.pools.pools == nil {
@@ -522,9 +623,44 @@ func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, sha
 			if end := phantomEnd(born, p.Lease.Microseconds()); p.Concurrency > 0 && end > now {
 				mp.leases = append(mp.leases, memPoolLease{end, p.Concurrency, 0, born})
 			}
+			if sd, ok := m.pools.seeds[p.Name]; ok { // what the downstream said, as Redis last told it
+				mp.seed(sd, now)
+			}
 		}
 	}
-	return mp.call(now, op, p, tenant, share, jobs, cost), nil
+	return mp.call(now, op, p, tenant, share, jobs, cost, rep), nil
+}
+
+// seed takes what Redis last said of a pool's downstream into a copy of the pool that is
+// forgotten otherwise, at now: the downstream's hold, the breaker (its state, not its window),
+// and an adaptive pool's limit and floor (not its window; the floor is not measured again for a
+// while).
+func (mp *memPool) seed(st PoolState, now int64) {
+	mp.hold = st.DownstreamUntil
+	mp.brk = breakerState{state: st.Breaker, until: st.BreakerUntil, probes: st.Probes, since: st.BreakerSince}
+	mp.ad = adaptState{limit: float64(st.Limit), floor: st.Floor, last: st.TimePerJob, why: st.LimitWhy, nextProbe: now + adaptProbeEvery}
+}
+
+// seen keeps st, a pool's state as Redis answered it, to seed the copy of the pool when an
+// outage begins (see seed).
+func (mp *memPools) seen(st PoolState) {
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	if mp.seeds == nil {
+		mp.seeds = map[string]PoolState{}
+	}
+	mp.seeds[st.Name] = st
+}
+
+// downstreamHold is until when the copy of pool name holds its forwards (µs; 0: it does not),
+// for Redis after an outage.
+func (mp *memPools) downstreamHold(name string, now int64) int64 {
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	if p := mp.pools[name]; p != nil && p.hold > now {
+		return p.hold
+	}
+	return 0
 }
 
 // reset forgets every pool at born (µs): the copy knows no pool when an outage begins (see
@@ -561,7 +697,7 @@ func (mp *memPools) outageLeases(name string, born, now int64) []Job {
 	return out
 }
 
-func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) poolReply {
+func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) poolReply {
 	conc, lease, capacity, iv := p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds()
 	live := mp.leases[:0]
 	for _, l := range mp.leases {
@@ -575,12 +711,17 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		inuse += l.weight
 	}
 	mp.tat = max(mp.tat, now)
+	if mp.hold <= now {
+		mp.hold = 0
+	}
+	mp.brk.tick(now, p.Breaker)
 	tokens := func() int64 {
 		if capacity <= 0 {
 			return -1
 		}
 		return int64(math.Floor(float64(capacity*iv-(mp.tat-now)) / float64(iv)))
 	}
+	limit := func() int64 { return mp.ad.inForce(p.Adaptive, conc) }
 	leaseAt := func(id int64) int {
 		for j, l := range mp.leases {
 			if l.id == id {
@@ -625,7 +766,11 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		return ws
 	}
 	state := func() PoolState {
-		st := PoolState{InFlight: inuse, Tokens: tokens()}
+		st := PoolState{InFlight: inuse, Tokens: tokens(), DownstreamUntil: mp.hold, Breaker: mp.brk.state, Probes: mp.brk.probes,
+			Limit: limit(), Floor: mp.ad.floor, TimePerJob: mp.ad.last, LimitWhy: mp.ad.why, BreakerSince: mp.brk.since}
+		if mp.brk.state != BreakerClosed {
+			st.BreakerUntil = mp.brk.until
+		}
 		for _, u := range mp.tenants {
 			if u.waiting {
 				st.Waiting++
@@ -637,7 +782,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 	freeNow := func() int64 {
 		f := int64(math.MaxInt64)
 		if conc > 0 {
-			f = conc - inuse
+			f = limit() - inuse
 		}
 		if capacity > 0 {
 			f = min(f, tokens())
@@ -721,11 +866,19 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			}
 			return r, more
 		}
-		granted, got, turn := 0, int64(0), false
+		granted, got, turn, held, broken := 0, int64(0), false, false, false
 		for i, j := range jobs {
 			if conc > 0 && leaseAt(j.ID) >= 0 {
 				granted = i + 1
 				continue
+			}
+			if mp.hold > 0 {
+				held = true
+				break
+			}
+			if mp.brk.state == BreakerOpen {
+				broken = true
+				break
 			}
 			if j.Weight > free {
 				break
@@ -733,6 +886,10 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			start := max(t.f, mp.v)
 			if r, over := reservedBefore(start, free-j.Weight); over || j.Weight > free-r {
 				turn = true
+				break
+			}
+			if !mp.brk.admits(p.Breaker) {
+				broken = true
 				break
 			}
 			free -= j.Weight
@@ -754,7 +911,11 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		var wait int64
 		var wakes []string
-		if granted < len(jobs) {
+		if held {
+			wait = mp.hold - now
+		} else if broken {
+			wait = mp.brk.wait(now, poolReask.Microseconds())
+		} else if granted < len(jobs) {
 			w := jobs[granted].Weight
 			t.waiting, t.start, t.cost, t.share, t.asked = true, max(t.f, mp.v), w, share, now
 			wait = poolReask.Microseconds()
@@ -762,7 +923,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			case turn:
 				wakes = others[:1]
 			default:
-				if conc > 0 && inuse+w > conc && len(mp.leases) > 0 {
+				if conc > 0 && inuse+w > limit() && len(mp.leases) > 0 {
 					wait = min(wait, max(mp.leases[0].death-now, 0))
 				}
 				if capacity > 0 && w > tokens() {
@@ -778,6 +939,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 	case poolGiveBack, poolRelease:
 		var r poolReply
 		before := freeNow()
+		if h := rep.poolHold(); op == poolRelease && h > 0 && now+h > mp.hold {
+			mp.hold = now + h
+		}
 		back := int64(0)
 		for _, j := range jobs {
 			w, held := j.Weight, false
@@ -785,7 +949,10 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 				if k := leaseAt(j.ID); k >= 0 {
 					l := mp.leases[k]
 					mp.leases = slices.Delete(mp.leases, k, k+1)
-					r.found, r.weight, r.at = true, l.weight, l.at
+					r.found, r.weight, r.ran = true, l.weight, max(now-l.at, 0)
+					if op == poolRelease {
+						mp.ad.report(now, r.ran, rep.Outcome == DownstreamOverloaded, p.Adaptive, conc)
+					}
 					w, held = l.weight, true
 				}
 			}
@@ -813,6 +980,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			t.f -= float64(back) / float64(share)
 			t.received -= back
 		}
+		if op == poolRelease && r.found {
+			mp.brk.report(now, rep.Outcome != DownstreamOK, p.Breaker)
+		}
 		inuse = 0
 		for _, l := range mp.leases {
 			inuse += l.weight
@@ -828,10 +998,14 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			l.death = now + lease
 			leasePut(l)
 			r.found, r.ends = true, l.death
-		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(id, w)) || (op == poolStart && inuse+w <= conc)) {
+		} else if conc > 0 && op == poolStart && mp.hold > 0 {
+			r.wait = mp.hold - now
+		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(id, w)) || (op == poolStart && inuse+w <= limit() && mp.brk.admits(p.Breaker))) {
 			r.ends = now + lease
 			leasePut(memPoolLease{r.ends, w, id, now})
 			r.found = true
+		} else if op == poolStart && conc > 0 && inuse+w <= limit() {
+			r.wait = mp.brk.wait(now, poolReask.Microseconds())
 		} else if op == poolStart && conc > 0 {
 			r.wait = poolReask.Microseconds()
 			if len(mp.leases) > 0 {
@@ -845,6 +1019,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		r.state = state()
 		return r
 	case poolMerge:
+		if h := rep.poolHold(); h > 0 && now+h > mp.hold {
+			mp.hold = now + h
+		}
 		for i := 0; i+1 < len(jobs); i += 2 {
 			id, w, death, at := jobs[i].ID, jobs[i].Weight, jobs[i+1].ID, jobs[i+1].Weight
 			if k := leaseAt(id); k >= 0 {

@@ -27,6 +27,16 @@ func poolPlans(t *testing.T, pool *Pool) []*Plan {
 // wake. At every step the weight in flight is at most the pool's concurrency, and the bucket
 // never gives more than its capacity and rate allow (the invariant, as a property).
 func TestPoolDifferential(t *testing.T) {
+	breakers, whys, limits := map[int64]int{}, map[int64]int{}, map[int64]int{}
+	defer func() {
+		if breakers[BreakerClosed] == 0 || breakers[BreakerOpen] == 0 || breakers[BreakerHalfOpen] == 0 {
+			t.Errorf("the breaker was closed, open, half-open at %v grants: the sequence proves little", breakers)
+		}
+		if len(whys) < 3 || len(limits) < 2 { // TestPoolAdaptiveDifferential moves it further
+			t.Errorf("the adaptive limit moved for %v and was %v at the grants: the sequence proves little", whys, limits)
+		}
+		t.Logf("breaker states %v; limits in force %v, why %v", breakers, limits, whys)
+	}()
 	for seed := uint64(1); seed <= 3; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
@@ -34,7 +44,8 @@ func TestPoolDifferential(t *testing.T) {
 			mem := NewMemory(Options{}, c.Now)
 			red := NewRedis(redisClient(t), "", Options{})
 			red.pin(c.Now)
-			pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 6, Lease: 2 * time.Second, Capacity: 8, Rate: "4/s", Interval: 250 * ms})
+			pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 6, Lease: 2 * time.Second, Capacity: 8, Rate: "4/s", Interval: 250 * ms,
+				Breaker: &Breaker{Failures: 60, Window: 2 * time.Second, Cooldown: 700 * ms, Probes: 2, MinJobs: 3}, Adaptive: &Adaptive{Min: 2}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,11 +69,14 @@ func TestPoolDifferential(t *testing.T) {
 						jobs[i] = Job{ID: next, Weight: 1 + rng.Int64N(3)}
 						next++
 					}
-					want, err1 := mem.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost)
-					got, err2 := red.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost)
+					want, err1 := mem.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost, Report{})
+					got, err2 := red.poolCall(ctx, poolAcquire, pool, tenant, p.share(), jobs, NoCost, Report{})
 					if err1 != nil || err2 != nil {
 						t.Fatalf("step %d: %v / %v", step, err1, err2)
 					}
+					breakers[want.state.Breaker]++
+					whys[want.state.LimitWhy]++
+					limits[want.state.Limit]++
 					if want.granted != got.granted || want.wait != got.wait || want.state != got.state {
 						t.Fatalf("step %d: acquire %v for %s: memory %+v, redis %+v", step, jobs, tenant, want, got)
 					}
@@ -92,8 +106,18 @@ func TestPoolDifferential(t *testing.T) {
 					if o == poolRenew {
 						cost = NoCost
 					}
-					want, err1 := mem.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost)
-					got, err2 := red.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost)
+					var rep Report
+					if o == poolRelease {
+						rep.Outcome = DownstreamOutcome(rng.IntN(3))
+						if seed == 1 {
+							rep.Outcome = DownstreamOutcome(rng.IntN(2) * rng.IntN(3)) // mostly ok: the breaker closes
+						}
+						if rng.IntN(10) == 0 { // the downstream asks the pool for a pause
+							rep.RetryAfter, rep.PoolScope = time.Duration(rng.IntN(1_500_000))*time.Microsecond, true
+						}
+					}
+					want, err1 := mem.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost, rep)
+					got, err2 := red.poolCall(ctx, o, pool, tenant, p.share(), []Job{{ID: id}}, cost, rep)
 					if err1 != nil || err2 != nil {
 						t.Fatalf("step %d: %v / %v", step, err1, err2)
 					}
@@ -112,11 +136,11 @@ func TestPoolDifferential(t *testing.T) {
 // failing is a pool backend whose give-backs fail.
 type failing struct{ poolBackend }
 
-func (f failing) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64) (poolReply, error) {
+func (f failing) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	if op == poolGiveBack {
 		return poolReply{}, errors.New("connection lost")
 	}
-	return f.poolBackend.poolCall(ctx, op, p, tenant, share, jobs, cost)
+	return f.poolBackend.poolCall(ctx, op, p, tenant, share, jobs, cost, rep)
 }
 
 // TestPooledFailureBetweenTheCalls: the pool grants, then the tenant's call fails (on Redis
@@ -275,4 +299,98 @@ func FuzzDecodePoolReply(f *testing.F) {
 			t.Fatalf("%d tenants decoded of %d names", len(r.tenants), len(ns))
 		}
 	})
+}
+
+// TestPoolAdaptiveDifferential runs an adaptive pool on both backends in front of the
+// simulation's downstream (adaptsim_test.go: flat up to 8 at once, slower above, overloaded
+// above 16, halved for a while): a tenant asks for as many jobs as the pool grants whenever
+// one ends, and each ends after the downstream's time with its outcome. Both backends answer
+// alike at every call, and the limit in force grows, shrinks, halves and measures its floor.
+func TestPoolAdaptiveDifferential(t *testing.T) {
+	c := newClock()
+	mem := NewMemory(Options{}, c.Now)
+	red := NewRedis(redisClient(t), "", Options{})
+	red.pin(c.Now)
+	pool, err := NewPool(Pool{Name: uniqueTenant("adaptive"), Concurrency: 24, Lease: time.Minute, Adaptive: &Adaptive{Min: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := uniqueTenant("t")
+	ctx := context.Background()
+	start := c.Now()
+	type job struct {
+		id, end    int64
+		overloaded bool
+	}
+	var running []job
+	next := int64(1)
+	whys, limits := map[int64]int{}, map[int64]int{}
+	check := func(what string, a, b poolReply) {
+		t.Helper()
+		if a.granted != b.granted || a.wait != b.wait || a.found != b.found || a.ran != b.ran || a.state != b.state {
+			t.Fatalf("%s at +%v: memory %+v, redis %+v", what, c.Now().Sub(start), a, b)
+		}
+		whys[a.state.LimitWhy]++
+		limits[a.state.Limit]++
+	}
+	for c.Now().Sub(start) < 40*time.Second {
+		now := c.Now().UnixMicro()
+		phase := simDownstream[0]
+		for _, ph := range simDownstream {
+			if c.Now().Sub(start) >= ph.from {
+				phase = ph
+			}
+		}
+		jobs := make([]Job, 4)
+		for i := range jobs {
+			jobs[i] = Job{ID: next + int64(i), Weight: 1}
+		}
+		a, err1 := mem.poolCall(ctx, poolAcquire, pool, tenant, 1, jobs, NoCost, Report{})
+		b, err2 := red.poolCall(ctx, poolAcquire, pool, tenant, 1, jobs, NoCost, Report{})
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		check("acquire", a, b)
+		for _, j := range jobs[:a.granted] {
+			n := 1
+			for _, r := range running {
+				if !r.overloaded {
+					n++
+				}
+			}
+			d, over := simBase.Microseconds(), n > phase.overload
+			if over {
+				d = 1000
+			} else if n > phase.knee {
+				x := float64(n - phase.knee)
+				d = int64(float64(d) * (1 + x*x/float64(phase.knee)))
+			}
+			running = append(running, job{j.ID, now + d, over})
+			next = j.ID + 1
+		}
+		if len(running) == 0 {
+			c.Advance(time.Duration(a.wait) * time.Microsecond)
+			continue
+		}
+		slices.SortFunc(running, func(x, y job) int { return int(x.end - y.end) })
+		e := running[0]
+		running = running[1:]
+		c.Advance(time.Duration(e.end-now) * time.Microsecond)
+		rep := Report{}
+		if e.overloaded {
+			rep.Outcome = DownstreamOverloaded
+		}
+		a, err1 = mem.poolCall(ctx, poolRelease, pool, tenant, 1, []Job{{ID: e.id, Weight: 1}}, NoCost, rep)
+		b, err2 = red.poolCall(ctx, poolRelease, pool, tenant, 1, []Job{{ID: e.id, Weight: 1}}, NoCost, rep)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		check("release", a, b)
+	}
+	for _, w := range []int64{LimitGrew, LimitShrank, LimitOverloaded, LimitMeasuring} {
+		if whys[w] == 0 {
+			t.Errorf("the limit never moved for %q: %v", LimitWhyText(w), whys)
+		}
+	}
+	t.Logf("limits in force %v; why %v", limits, whys)
 }

@@ -3,6 +3,7 @@ package bucket
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -28,21 +29,34 @@ type poolSim struct {
 	idle    int
 	slots   int
 	stepped int
+	// downstream, when set, is how long a job started now with running others at the
+	// downstream takes, and whether it is refused as overloaded (it then counts as nothing got);
+	// times collects the time of each job done after after.
+	downstream func(now time.Time, running int) (time.Duration, bool)
+	times      []time.Duration
 }
 
 type simJob struct {
-	tenant string
-	id     int64
-	end    time.Time
+	tenant     string
+	id         int64
+	end        time.Time
+	overloaded bool
+	start      time.Time
 }
 
 // newPoolSim makes a simulation of a pool of slots and tenants with the shares given, counting
 // grants after the first countAfter.
 func newPoolSim(t *testing.T, slots int64, shares map[string]int64, batch int, took, countAfter time.Duration) *poolSim {
+	return newPoolSimOf(t, Pool{Name: "w", Concurrency: slots, Lease: 30 * time.Second}, shares, batch, took, countAfter)
+}
+
+// newPoolSimOf is newPoolSim of the pool p.
+func newPoolSimOf(t *testing.T, p Pool, shares map[string]int64, batch int, took, countAfter time.Duration) *poolSim {
 	c := newClock()
+	slots := p.Concurrency
 	s := &poolSim{t: t, c: c, m: NewMemory(Options{}, c.Now), plans: map[string]*Plan{}, batch: batch, took: took,
 		after: c.Now().Add(countAfter), next: map[string]int64{}, due: map[string]time.Time{}, got: map[string]int{}, slots: int(slots)}
-	pool, err := NewPool(Pool{Name: "w", Concurrency: slots, Lease: 30 * time.Second})
+	pool, err := NewPool(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,16 +81,29 @@ func (s *poolSim) ask(ctx context.Context, tenant string) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	n := 0
+	n, done := 0, 0
 	for _, o := range r.Outcomes {
 		if o.Admitted() {
-			s.busy = append(s.busy, simJob{tenant, s.next[tenant] + int64(n), now.Add(s.took)})
+			took, over := s.took, false
+			if s.downstream != nil {
+				running := 0
+				for _, b := range s.busy {
+					if !b.overloaded {
+						running++
+					}
+				}
+				took, over = s.downstream(now, running)
+			}
+			s.busy = append(s.busy, simJob{tenant, s.next[tenant] + int64(n), now.Add(took), over, now})
 			n++
+			if !over {
+				done++
+			}
 		}
 	}
 	s.next[tenant] += int64(n)
 	if now.After(s.after) {
-		s.got[tenant] += n
+		s.got[tenant] += done
 	}
 	s.due[tenant] = now.Add(r.Wait)
 	for _, w := range r.Wakes {
@@ -96,7 +123,13 @@ func (s *poolSim) run(d time.Duration) {
 				left = append(left, j)
 				continue
 			}
-			res, err := s.m.Release(ctx, LeaseRequest{Tenant: j.tenant, Plan: s.plans[j.tenant], Lease: j.id, Cost: NoCost})
+			req := LeaseRequest{Tenant: j.tenant, Plan: s.plans[j.tenant], Lease: j.id, Cost: NoCost}
+			if j.overloaded {
+				req.Report.Outcome = DownstreamOverloaded
+			} else if j.start.After(s.after) {
+				s.times = append(s.times, j.end.Sub(j.start))
+			}
+			res, err := s.m.Release(ctx, req)
 			if err != nil || !res.Held {
 				s.t.Fatalf("release %d: %+v %v", j.id, res, err)
 			}
@@ -156,5 +189,76 @@ func TestPoolManyTenantsByShares(t *testing.T) {
 	}
 	if jain := sum * sum / (float64(len(shares)) * squares); jain < 0.99 {
 		t.Errorf("Jain's index of grants/share %.4f, want ≥ 0.99 (t000 %d, t001 %d, t002 %d)", jain, s.got["t000"], s.got["t001"], s.got["t002"])
+	}
+}
+
+// TestAdaptivePoolSharesFairly: issue 31's bench scenario, simulated on the memory backend (the
+// pools' own code, the clock stepped a millisecond at a time): 200 tenants of shares 1, 2 and 4
+// with backlogs on an adaptive pool (ceiling 64, min 2) in front of the simulated downstream of
+// adaptsim_test.go (20 ms a job up to 8 at once, slower above, overloaded above 16), whose
+// capacity halves from 10 s to 20 s. The pool keeps within 30 % of the downstream's capacity in
+// each phase's last 5 s, p99 time per job within 3× the floor, and the tenants' jobs done over
+// their shares equal (Jain's index ≥ 0.95).
+func TestAdaptivePoolSharesFairly(t *testing.T) {
+	shares := map[string]int64{}
+	for i := range 200 {
+		shares[fmt.Sprintf("t%03d", i)] = []int64{1, 2, 4}[i%3]
+	}
+	s := newPoolSimOf(t, Pool{Name: "w", Concurrency: 64, Lease: 30 * time.Second, Adaptive: &Adaptive{Min: 2}}, shares, 4, 0, 2*time.Second)
+	start := s.c.Now()
+	phases := []simPhase{{0, 8, 16, 0}, {10 * time.Second, 4, 8, 0}, {20 * time.Second, 8, 16, 0}}
+	s.downstream = func(now time.Time, running int) (time.Duration, bool) {
+		ph := phases[0]
+		for _, p := range phases {
+			if now.Sub(start) >= p.from {
+				ph = p
+			}
+		}
+		n := running + 1
+		if n > ph.overload {
+			return simRefusal, true
+		}
+		d := simBase
+		if x := n - ph.knee; x > 0 {
+			d = time.Duration(float64(d) * (1 + float64(x*x)/float64(ph.knee)))
+		}
+		return d, false
+	}
+	var rates []float64
+	for i, p := range phases {
+		total := func() (n int) {
+			for _, g := range s.got {
+				n += g
+			}
+			return n
+		}
+		s.run(p.from + 5*time.Second - s.c.Now().Sub(start))
+		before := total()
+		end := 30 * time.Second
+		if i < 2 {
+			end = phases[i+1].from
+		}
+		s.run(end - s.c.Now().Sub(start))
+		rate := float64(total()-before) / 5 / (float64(p.knee) / simBase.Seconds())
+		rates = append(rates, rate)
+		if rate < 0.7 || rate > 1.3 {
+			t.Errorf("phase %d: %.0f%% of the downstream's capacity, want within 30%%", i, 100*rate)
+		}
+	}
+	slices.Sort(s.times)
+	p99 := s.times[len(s.times)*99/100]
+	var sum, squares float64
+	for name, share := range shares {
+		x := float64(s.got[name]) / float64(share)
+		sum, squares = sum+x, squares+x*x
+	}
+	jain := sum * sum / (float64(len(shares)) * squares)
+	t.Logf("throughput against capacity: full %.0f%%, halved %.0f%%, full again %.0f%%; p99 time per job %v; Jain's index of jobs done/share %.4f",
+		100*rates[0], 100*rates[1], 100*rates[2], p99, jain)
+	if p99 > 3*simBase {
+		t.Errorf("p99 time per job %v, want within 3× the floor %v", p99, simBase)
+	}
+	if jain < 0.95 {
+		t.Errorf("Jain's index %.4f, want ≥ 0.95", jain)
 	}
 }

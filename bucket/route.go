@@ -53,8 +53,9 @@ type routed struct {
 	Weight int64  `json:"weight,omitempty"`
 	JobID  string `json:"job_id,omitempty"`
 	// leases
-	Lease int64 `json:"lease,omitempty"`
-	Cost  int64 `json:"cost,omitempty"`
+	Lease  int64   `json:"lease,omitempty"`
+	Cost   int64   `json:"cost,omitempty"`
+	Report *Report `json:"report,omitempty"`
 	// pool
 	Pool   string `json:"pool,omitempty"`
 	PoolOp int    `json:"pool_op,omitempty"`
@@ -75,7 +76,7 @@ type wirePool struct {
 	Wait    int64        `json:"wait"`
 	Found   bool         `json:"found"`
 	Weight  int64        `json:"weight"`
-	At      int64        `json:"at"`
+	Ran     int64        `json:"ran"`
 	Ends    int64        `json:"ends"`
 	State   PoolState    `json:"state"`
 	Wakes   []string     `json:"wakes,omitempty"`
@@ -83,11 +84,11 @@ type wirePool struct {
 }
 
 func (w *wirePool) reply() poolReply {
-	return poolReply{granted: w.Granted, wait: w.Wait, found: w.Found, weight: w.Weight, at: w.At, ends: w.Ends, state: w.State, wakes: w.Wakes, tenants: w.Tenants}
+	return poolReply{granted: w.Granted, wait: w.Wait, found: w.Found, weight: w.Weight, ran: w.Ran, ends: w.Ends, state: w.State, wakes: w.Wakes, tenants: w.Tenants}
 }
 
 func wireOf(r poolReply) *wirePool {
-	return &wirePool{Granted: r.granted, Wait: r.wait, Found: r.found, Weight: r.weight, At: r.at, Ends: r.ends, State: r.state, Wakes: r.wakes, Tenants: r.tenants}
+	return &wirePool{Granted: r.granted, Wait: r.wait, Found: r.found, Weight: r.weight, Ran: r.ran, Ends: r.ends, State: r.state, Wakes: r.wakes, Tenants: r.tenants}
 }
 
 // remote returns the router when key is decided by another replica, nil when here.
@@ -151,7 +152,11 @@ func (f *Fallback) serve(ctx context.Context, req []byte) routedReply {
 		if pool == nil {
 			return fail(fmt.Errorf("bucket: no pool %q in the plans in force here", q.Pool))
 		}
-		r, err := f.poolHere(ctx, q.PoolOp, pool, q.Tenant, q.Share, q.Jobs, q.Cost)
+		var rep Report
+		if q.Report != nil {
+			rep = *q.Report
+		}
+		r, err := f.poolHere(ctx, q.PoolOp, pool, q.Tenant, q.Share, q.Jobs, q.Cost, rep)
 		if err != nil {
 			return fail(err)
 		}
@@ -170,6 +175,9 @@ func (f *Fallback) serve(ctx context.Context, req []byte) routedReply {
 		return routedReply{Result: &res}
 	case "release", "renew", "start":
 		req := LeaseRequest{Tenant: q.Tenant, Plan: plan, Lease: q.Lease, Cost: q.Cost, Weight: q.Weight}
+		if q.Report != nil {
+			req.Report = *q.Report
+		}
 		mode := map[string]int{"release": leaseRelease, "renew": leaseRenew, "start": leaseStart}[q.Op]
 		res, err := f.leaseHere(ctx, req, mode)
 		if err != nil {

@@ -16,6 +16,7 @@ const (
 	stateTag = 1094995253 // "ADM5": a header of 10 values
 	shortTag = 1094995254 // "ADM6": a header of 8 values, no recent decisions
 	bookedID = -1
+	holdID   = -2 // HOLD_ID: until when the downstream holds the tenant's forwards
 )
 
 // decodeState reads raw, a state written by lua/state.lua's write_state, into a memState. It
@@ -64,6 +65,11 @@ func decodeState(raw []byte) (*memState, error) {
 			return nil, fmt.Errorf("bucket: a state's record %d (id %d) claims %d values, %d are left", r, id, size, n-pos)
 		}
 		switch {
+		case id == holdID:
+			if size != 1 {
+				return nil, fmt.Errorf("bucket: a state's downstream hold has %d values: want 1", size)
+			}
+			st.hold = v(pos)
 		case id == bookedID:
 			if size%2 != 0 {
 				return nil, fmt.Errorf("bucket: a state's booked slots have %d values: want pairs", size)
@@ -106,4 +112,12 @@ func decodeState(raw []byte) (*memState, error) {
 		return nil, fmt.Errorf("bucket: a state has %d values after its last record", n-pos)
 	}
 	return st, nil
+}
+
+// holdAt is until when the downstream holds the tenant's forwards (µs; 0 for no state).
+func (st *memState) holdAt() int64 {
+	if st == nil {
+		return 0
+	}
+	return st.hold
 }

@@ -5,8 +5,10 @@ import (
 	"html/template"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/admitter/admitter/activity"
+	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/wire"
 )
 
@@ -101,4 +103,69 @@ func niceCeil(v int64) int64 {
 		}
 		p *= 10
 	}
+}
+
+// drawPoolChart draws an adaptive pool's states seen at (oldest first) over the 5 minutes
+// before now: its limit in force and weight in flight on the left axis, the time per job on
+// the right one.
+func drawPoolChart(at []time.Time, states []bucket.PoolState, now time.Time) chart {
+	const span = 5 * time.Minute
+	top, topMs := int64(2), int64(1)
+	for _, st := range states {
+		top = max(top, st.Limit, st.InFlight)
+		topMs = max(topMs, (st.TimePerJob+999)/1000)
+	}
+	top, topMs = niceCeil(top), niceCeil(topMs)
+	x := func(t time.Time) float64 {
+		f := 1 - float64(now.Sub(t))/float64(span)
+		return padL + math.Max(f, 0)*float64(chartW-padL-padPoolR)
+	}
+	y := func(v, of int64) float64 { return padT + float64(chartH-padT-padB)*(1-float64(v)/float64(of)) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg viewBox="0 0 %d %d" width="100%%" preserveAspectRatio="none" aria-hidden="true" focusable="false" class="chart">`, chartW, chartH)
+	for _, v := range []int64{0, top / 2, top} {
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" class="grid"/><text x="%d" y="%.1f" class="axis" text-anchor="end">%d</text>`,
+			padL, chartW-padPoolR, y(v, top), y(v, top), padL-4, y(v, top)+4, v)
+	}
+	for _, v := range []int64{topMs / 2, topMs} {
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" class="axis">%dms</text>`, chartW-padPoolR+4, y(v, topMs)+4, v)
+	}
+	for m := 0; m <= 5; m++ {
+		label := "now"
+		if m > 0 {
+			label = fmt.Sprintf("−%dm", m)
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="axis" text-anchor="middle">%s</text>`, x(now.Add(-time.Duration(m)*time.Minute)), chartH-6, label)
+	}
+	for _, ps := range poolSeries {
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6" stroke-dasharray="%s" class="%s" points="`, ps.color, ps.dash, ps.class)
+		for i, st := range states {
+			if now.Sub(at[i]) > span {
+				continue
+			}
+			v, of := st.Limit, top
+			switch ps.class {
+			case "in-flight":
+				v = st.InFlight
+			case "time-per-job":
+				v, of = st.TimePerJob/1000, topMs
+			}
+			fmt.Fprintf(&b, "%.0f,%.1f ", x(at[i]), y(v, of))
+		}
+		b.WriteString(`"/>`)
+	}
+	b.WriteString(`</svg>`)
+	last := states[len(states)-1]
+	return chart{SVG: template.HTML(b.String()), Summary: fmt.Sprintf("limit in force (solid) %d, in flight (dashed) %d, time per job (dotted, right axis) %s, as this replica last saw them; the chart spans %s, one point a second in which it called the pool",
+		last.Limit, last.InFlight, time.Duration(last.TimePerJob)*time.Microsecond, human(now.Sub(at[0]).Round(time.Second)))}
+}
+
+// padPoolR leaves room for the pool chart's right axis.
+const padPoolR = 44
+
+// poolSeries are the pool chart's lines: what, colour, dash.
+var poolSeries = []struct{ class, color, dash string }{
+	{"limit", "#1a7f37", ""},
+	{"in-flight", "#0969da", "6 3"},
+	{"time-per-job", "#9a6700", "2 3"},
 }

@@ -105,6 +105,9 @@ type Backend struct {
 	Shares *Shares
 	// PlansReport says how this replica's plans changed lately; nil: not shown.
 	PlansReport func() PlansReport
+	// PoolHistory is what this replica saw of a pool lately, a state a second, oldest first
+	// (admission.Service.PoolHistory); nil: no chart of an adaptive pool's limit.
+	PoolHistory func(pool string) ([]time.Time, []bucket.PoolState)
 }
 
 // Config is what a Console needs from the start.

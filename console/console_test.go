@@ -474,3 +474,25 @@ func TestOverviewPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolChartDrawsTheLimit: an adaptive pool's chart draws its limit in force, weight in
+// flight and time per job over the last 5 minutes, and says the latest in words.
+func TestPoolChartDrawsTheLimit(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	var at []time.Time
+	var states []bucket.PoolState
+	for i := range 120 {
+		at = append(at, now.Add(-time.Duration(120-i)*time.Second))
+		states = append(states, bucket.PoolState{Limit: int64(2 + i%8), InFlight: int64(1 + i%8), TimePerJob: 20_000 + int64(i)*100})
+	}
+	ch := drawPoolChart(at, states, now)
+	svg := string(ch.SVG)
+	for _, want := range []string{`class="limit"`, `class="in-flight"`, `class="time-per-job"`, "−5m", "now", "ms</text>"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("the chart lacks %q", want)
+		}
+	}
+	if want := "limit in force (solid) 9, in flight (dashed) 8, time per job (dotted, right axis) 31.9ms"; !strings.HasPrefix(ch.Summary, want) {
+		t.Errorf("summary %q, want it to start %q", ch.Summary, want)
+	}
+}

@@ -38,8 +38,18 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format(time.RFC3339)
 	},
-	"clock": func(t time.Time) string { return t.UTC().Format("15:04:05") },
-	"rate":  func(f float64) string { return strconv.FormatFloat(f, 'f', rateDigits(f), 64) },
+	"clock": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			return v.UTC().Format("15:04:05")
+		case *time.Time:
+			if v != nil {
+				return v.UTC().Format("15:04:05")
+			}
+		}
+		return ""
+	},
+	"rate": func(f float64) string { return strconv.FormatFloat(f, 'f', rateDigits(f), 64) },
 	"pct": func(f float64) string {
 		if f < 0 {
 			return "—"
@@ -384,6 +394,9 @@ type tenantData struct {
 	DeadErr   string
 	PlanNames []string
 	Override  string
+	// PoolChart is the limit in force of the tenant's adaptive pool over time, beside its weight
+	// in flight and time per job (nil: not adaptive, or no history).
+	PoolChart *chart
 }
 
 func (c *Console) tenant(w http.ResponseWriter, r *http.Request, _ caller, b *Backend) {
@@ -405,6 +418,12 @@ func (c *Console) tenant(w http.ResponseWriter, r *http.Request, _ caller, b *Ba
 		d.Err = "The limiter could not be read: " + err.Error()
 	}
 	d.State = st
+	if p := st.Pool; p != nil && p.Limit > 0 && b.PoolHistory != nil {
+		if at, states := b.PoolHistory(p.Name); len(at) > 0 {
+			ch := drawPoolChart(at, states, now)
+			d.PoolChart = &ch
+		}
+	}
 	if until, ok := b.Policy.PausedUntil(name); ok {
 		d.Paused = until
 		d.State.PausedUntil = &until

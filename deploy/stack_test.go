@@ -238,7 +238,7 @@ type exports struct {
 
 // histograms are admitter's histogram metrics (admission/telemetry.go): Prometheus serves
 // them as _bucket (with le), _sum and _count.
-var histograms = []wire.Metric{wire.MetricWait, wire.MetricDecisionTime}
+var histograms = []wire.Metric{wire.MetricWait, wire.MetricDecisionTime, wire.MetricJobTime}
 
 // metricLabels are the labels admitter's metrics carry besides job, instance and otel_scope_*
 // (admission/telemetry.go, cmd/admitter/plans.go); those not listed have none.
@@ -248,15 +248,18 @@ var metricLabels = map[wire.Metric][]string{
 	wire.MetricRedisErrors:  {"kind"},
 	wire.MetricFailEvents:   {"mode"},
 	wire.MetricPlansReloads: {"result"},
+	wire.MetricJobOutcomes:  {"pool", "outcome", "tenant"},
+	wire.MetricJobTime:      {"pool", "tenant"},
 }
 
-// labelValues are the values of the labels that take a fixed set; outcome's are wire's
-// Decision* constants.
+// labelValues are the values of the labels that take a fixed set; outcome's are the jobs'
+// outcomes downstream and wire's Decision* constants.
 var labelValues = map[string][]string{
-	"mode":   {"open", "closed"},
-	"kind":   {"timeout", "connection", "other"},
-	"result": {"ok", "error"},
-	"source": {string(wire.SourceQueue), string(wire.SourceHTTP), string(wire.SourceNATS)},
+	"outcome": {wire.OutcomeOK, wire.OutcomeFailed, wire.OutcomeOverloaded},
+	"mode":    {"open", "closed"},
+	"kind":    {"timeout", "connection", "other"},
+	"result":  {"ok", "error"},
+	"source":  {string(wire.SourceQueue), string(wire.SourceHTTP), string(wire.SourceNATS)},
 }
 
 // exported reads the metrics from wire/wire.go: every variable whose value is a

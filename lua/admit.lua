@@ -51,7 +51,12 @@
 --
 -- A concurrency limit takes a lease for each job admitted, its id the job's (see lease.lua).
 --
--- Reply: packed int64s {wait (µs), binding limit (0-based; -1: held by another owner),
+-- Downstream. While the downstream asked for no more of the tenant's jobs (the state's hold: a
+-- done message's Admit-Retry-After, see lease.lua), no job is admitted but those redeemed:
+-- outcome 2, the wait until the hold ends, binding limit -2.
+--
+-- Reply: packed int64s {wait (µs), binding limit (0-based; -1: held by another owner; -2: held by
+-- the downstream),
 -- remaining, leases expired (ended unreleased, dropped from the state by this call), then one
 -- outcome per job}: 0 admitted, 1 admitted before (redeemed), 2 not yet, 3 stored before. wait
 -- and the binding limit concern the first job not admitted (0 when all were); otherwise the
@@ -127,6 +132,11 @@ for i = 1, k do
         charge_late(lims, ws, n, now, w, now - at)
         add_mark(st, job, now)
       end
+    elseif st.hold > now then
+      -- The downstream asked for no more of the tenant's jobs until st.hold (see lease.lua):
+      -- binding limit -2.
+      if wait < 0 then wait, bind = st.hold - now, -2 end
+      out[i] = 2
     else
       local s, b = slot(lims, ws, n, now, w)
       if s == now and wait < 0 then

@@ -7,7 +7,8 @@
 --          the plan's limits and calendars (see read_limits)
 --
 -- Reply: packed int64s {now (µs), until when the queue's owner holds it (µs; see admit.lua),
--- stored (see state.lua), recent decisions, then per limit its state at now (see load): a
+-- stored (see state.lua), recent decisions, until when the downstream holds the tenant's
+-- forwards (µs, 0: it does not; see lease.lua), then per limit its state at now (see load): a
 -- bucket's tat (now for a full one); a window's or a quota's count of takes k, then k × (death,
 -- weight); then the slots booked and not yet claimed: a count of entries k, then k × (death,
 -- count), death being slot + grace}.
@@ -22,7 +23,7 @@ local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
 local ls = st
 if KEYS[2] then ls = read_state(redis.call('GET', KEYS[2]), lims, n, now) end
 local ws = load(ls, lims, n, now, born)
-local vals = {now, st.owner_until, st.stored, mark_count(st)}
+local vals = {now, st.owner_until, st.stored, mark_count(st), st.hold}
 for i = 1, n do
   if lims[i].kind == BUCKET then
     vals[#vals + 1] = ws[i]

@@ -27,22 +27,28 @@
 -- The reconciliation is applied only with a lease that was held: its weight is known, and
 -- releasing it makes a repeated done message charge nothing.
 --
+-- Retry-After: a release with hold > 0 (the done message's Admit-Retry-After, in µs from now)
+-- holds the tenant's forwards until now + hold, or later if they already wait longer (the
+-- state's hold: see admit.lua), whether the lease was held or not (the downstream said so).
+--
 -- KEYS[1]  the tenant's state
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), mode (0 release, 1 renew, 2 start),
 --          lease id, cost (-1: none), the job's weight (for a lease not held), redeem (µs), extra
---          key life (ms), born (µs, see load), n limits, the memory marker's tag (-1: none; see
---          memory_of), then the plan's limits and calendars (see read_limits).
+--          key life (ms), born (µs, see load), hold (µs, release: 0 for none), n limits, the
+--          memory marker's tag (-1: none; see memory_of), then the plan's limits and calendars (see
+--          read_limits).
 --
 -- Reply: packed int64s {found (0/1), the lease's weight (0 when not found), leases expired
 -- (ended unreleased, dropped from the state by this call), the lease's new end (µs, renew and
--- start), and for a start not found the wait (µs) until its slots may be free}.
+-- start), for a start not found the wait (µs) until its slots may be free, and for a release of
+-- a lease held the time from its take to now (µs: the job's time downstream)}.
 --
 -- Redis commands: TIME, GET, and at most one SET ... PX or DEL.
 local arg = ARGV[1]
-local now, mode, id, cost, jw, redeem, pad, born, n, mtag = struct.unpack('<llllllllll', arg)
+local now, mode, id, cost, jw, redeem, pad, born, hold, n, mtag = struct.unpack('<lllllllllll', arg)
 if now == 0 then now = server_now() end
 memory_of(KEYS[1], false, mtag, born)
-local lims = read_limits(arg, 81, n)
+local lims = read_limits(arg, 89, n)
 check_calendars(lims, n, now)
 local st = read_state(redis.call('GET', KEYS[1]), lims, n, now)
 local ws = load(st, lims, n, now, born)
@@ -94,7 +100,12 @@ if found == 0 and mode == 2 then
     found, weight = 1, jw
   end
 end
-if found == 0 then return struct.pack('<lllll', 0, 0, 0, 0, wait) end
+local held_more = mode == 0 and hold > 0 and now + hold > st.hold
+if held_more then st.hold = now + hold end
+if found == 0 then
+  if held_more then write_state(KEYS[1], st, lims, ws, n, now, redeem, pad) end
+  return struct.pack('<llllll', 0, 0, 0, 0, wait, 0)
+end
 
 if held and mode == 0 and cost >= 0 and cost ~= weight then
   local d = cost - weight
@@ -132,4 +143,6 @@ if held and mode == 0 and cost >= 0 and cost ~= weight then
   end
 end
 write_state(KEYS[1], st, lims, ws, n, now, redeem, pad)
-return struct.pack('<lllll', 1, weight, st.expired, ends, 0)
+local ran = 0
+if held and mode == 0 then ran = math.max(now - taken, 0) end
+return struct.pack('<llllll', 1, weight, st.expired, ends, 0, ran)

@@ -30,10 +30,28 @@ const (
 	PhantomPercent = 60
 )
 
+// The adaptive pools' controller (pool.lua ADAPT_*; see bucket.Adaptive).
+const (
+	// AdaptWindow is the shortest window of outcomes (µs); a window is at least two floors long
+	// too, and holds at least AdaptSamples outcomes.
+	AdaptWindow  = 100_000
+	AdaptSamples = 16
+	// AdaptProbeEvery is how often the floor is measured again (µs) when the limit has not been
+	// at its minimum meanwhile.
+	AdaptProbeEvery = 30_000_000
+	// AdaptTolerance, AdaptGrow and AdaptDecrease are percents: the limit grows while the time
+	// per job is within AdaptTolerance of the floor, by AdaptGrow of itself (at least 1), and
+	// keeps AdaptDecrease of itself after a window with jobs overloaded.
+	AdaptTolerance = 110
+	AdaptGrow      = 5
+	AdaptDecrease  = 50
+)
+
 // constants is the Lua prelude that defines the shared limits.
 func constants() string {
-	return fmt.Sprintf("local MAX_MARKS, MAX_BOOKED, MAX_LISTED, PHANTOM_PERCENT = %d, %d, %d, %d\n",
-		MaxMarks, MaxBooked, MaxListed, PhantomPercent)
+	return fmt.Sprintf("local MAX_MARKS, MAX_BOOKED, MAX_LISTED, PHANTOM_PERCENT = %d, %d, %d, %d\n"+
+		"local ADAPT_WINDOW, ADAPT_SAMPLES, ADAPT_PROBE_EVERY, ADAPT_TOLERANCE, ADAPT_GROW, ADAPT_DECREASE = %d, %d, %d, %d, %d, %d\n",
+		MaxMarks, MaxBooked, MaxListed, PhantomPercent, AdaptWindow, AdaptSamples, AdaptProbeEvery, AdaptTolerance, AdaptGrow, AdaptDecrease)
 }
 
 // prelude is every script's beginning: the shared limits, then state.lua.

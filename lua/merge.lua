@@ -7,8 +7,9 @@
 --   window, quota  takes (death, weight) to add
 --   concurrency    leases (death, weight, id, at) taken or renewed on the copy, put in place of
 --          any lease of the same id; then the ids of leases released on the copy, dropped
--- and the jobs admitted on the copy within the redeem window, as recent decisions, and the
--- highest input sequence seen stored.
+-- and the jobs admitted on the copy within the redeem window, as recent decisions, the highest
+-- input sequence seen stored, and until when the downstream holds the tenant's forwards (the
+-- later of the copy's and Redis's).
 --
 -- KEYS[1]  the tenant's state
 -- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), born (µs, see load), redeem (µs),
@@ -16,7 +17,8 @@
 --          see memory_of), then the plan's n limits and calendars (see read_limits)
 -- ARGV[2]  packed int64s: per limit, in the plan's order, a count k then k values: a bucket
 --          k = 1 (inc) or 0; a window or quota k = 2t, t × (death, weight); a concurrency limit
---          k = 4t, t × (death, weight, id, at), then r and r ids; then m and m × (job, at)
+--          k = 4t, t × (death, weight, id, at), then r and r ids; then m and m × (job, at);
+--          then the hold (µs, 0: none)
 --
 -- Reply: packed int64s {the weight the limits let through now: the minimum (see remaining)}.
 --
@@ -73,6 +75,9 @@ for _ = 1, m do
   if at + redeem > now and not find_mark(st, job) then add_mark(st, job, at) end
 end
 if stored > st.stored then st.stored = stored end
+local hold
+hold, pos = struct.unpack('<l', d, pos)
+if hold > st.hold and hold > now then st.hold = hold end
 write_state(KEYS[1], st, lims, ws, n, now, redeem, pad)
 local r = remaining(lims, ws, n, now)
 return struct.pack('<l', r)

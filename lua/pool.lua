@@ -26,7 +26,8 @@
 -- its reservation with it.
 --
 -- KEYS[1]  the pool's hash: t (the bucket's tat, µs), u (the weight in flight), v (V, a
---          decimal), c (a cursor of the sweep below), ws (the shares of the waiters together);
+--          decimal), c (a cursor of the sweep below), ws (the shares of the waiters together),
+--          h (until when the downstream holds the pool's forwards, µs; 0: it does not);
 --          per lease l:<id> (its weight and when it was taken, packed); and per tenant t: f:t
 --          (F[t]), g:t (the weight granted to t since it last had nothing waiting and nothing
 --          ahead: what it received), w:t (waiting: the cost of its next job and its share, packed)
@@ -39,7 +40,10 @@
 --          iv (µs), share, ttl (µs), reask (µs), cost (release; -1: none), scan (the waiters a
 --          call looks at: reservations, wakes), wake_jobs (the reserved jobs a release looks
 --          at), max_conc (the most leases a pool holds), born (µs: when the server lost what it
---          knew, 0: nothing known lost), the memory marker's tag (-1: none; see memory_of), k,
+--          knew, 0: nothing known lost), outcome (release: 0 ok, 1 failed, 2 overloaded), phold
+--          (release: µs from now the downstream asked for no more of the pool's jobs; 0: none),
+--          the breaker's bfail (percent; 0: none), bwin, bcool (µs), bprobes, bmin, the adaptive
+--          limit's amin (0: not adaptive), the memory marker's tag (-1: none; see memory_of), k,
 --          then k × (job id, weight); for merge, k/2 leases,
 --          each two pairs (id, weight), (death, taken at): put in place of any lease of the same
 --          id, or, of weight 0, dropped
@@ -59,7 +63,8 @@
 --   acquire  granted (a prefix of the jobs), wait (µs, for the first job not granted: until the
 --            capacity it needs may be free, at most reask; 0 when all were granted), then the
 --            pool's state (below); wakes the first waiter when its turn stopped the grant
---   give back / release  found (0/1), weight, taken (µs), then the pool's state
+--   give back / release  found (0/1), weight, ran (µs from the lease's take to now: the job's
+--            time downstream; 0 when not held), then the pool's state
 --   renew    found, the lease's new end (µs), then the pool's state
 --   start    found, the lease's new end (µs), the wait (µs, not found: until a slot may be
 --            free), then the pool's state
@@ -67,18 +72,39 @@
 --   inspect  the pool's state, then up to MAX_LISTED tenants as (received, share, waiting) with
 --            their names in the reply's third element (a list), active tenants first by start
 -- the pool's state: weight in flight, tokens now (-1 without a bucket), waiters, their shares
--- together.
+-- together, until when the downstream holds its forwards (µs; 0: it does not), the breaker's
+-- state (0 closed, 1 open, 2 half-open), until when (µs; 0 when closed), its probes out.
+--
+-- The state goes on with the limit in force (conc for a pool not adaptive), the floor (µs; 0: not
+-- measured), the last window's time per job (µs), why the limit last moved (0 starting, 1 grew,
+-- 2 shrank, 3 halved for jobs overloaded, 4 measuring the floor), and when the breaker last changed
+-- state (µs; 0: never).
+--
+-- Adaptive (amin > 0; see bucket.Adaptive): conc is the ceiling; the limit in force moves
+-- between amin and it after each release's time downstream (now − the lease's take) and
+-- outcome, in windows (ADAPT_* are generated from Go: lua.go). It takes the place of conc in
+-- every grant and start; the slots forgotten still count conc.
+--
+-- Breaker (bfail > 0; see bucket.Breaker): a release's outcome counts over a window of bwin
+-- µs (two halves); with at least bmin outcomes of which bfail percent or more bad, the pool opens
+-- for bcool µs (grants nothing new), then is half-open (grants bprobes jobs), and closes when
+-- as many come back ok. Its fields in KEYS[1]: bs, bu, bp, bk, bw, bn, bb, pn, pb, bt.
+--
+-- Downstream. A release with phold > 0 (a done message's Admit-Retry-After with
+-- Admit-Retry-Scope: pool) holds every forward of the pool until now + phold, or later if they
+-- already wait longer (h in KEYS[1]): an acquire grants nothing new meanwhile and answers the
+-- wait until then, leaving the waiters as they are.
 --
 -- Redis commands: TIME, HGET/HMGET/HSET/HDEL/HINCRBY/HSCAN, ZADD/ZREM/ZSCORE/ZRANGE(BYSCORE)/ZCARD,
 -- PEXPIRE. The keys share the hash tag of the pool's name.
 local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
-local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, mtag, k =
-  struct.unpack('<llllllllllllllll', arg)
+local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, outcome, phold,
+  bfail, bwin, bcool, bprobes, bmin, amin, mtag, k = struct.unpack('<llllllllllllllllllllllll', arg)
 if now == 0 then now = server_now() end
 memory_of(KEYS[1], true, mtag, born)
-local pos = 8 * 16 + 1
+local pos = 8 * 24 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 
@@ -86,10 +112,122 @@ local function num(s) return tonumber(s) or 0 end
 local function dec(x) return string.format('%.17g', x) end
 
 -- the leases and the bucket
-local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws')
+local head = redis.call('HMGET', KEYS[1], 't', 'u', 'v', 'ws', 'h', 'bs', 'bu', 'bp', 'bk', 'bw', 'bn', 'bb', 'pn', 'pb',
+  'al', 'af', 'aw', 'an', 'as', 'ao', 'ap', 'aq', 'am', 'ar', 'ax', 'bt')
 local tat, inuse = num(head[1]), num(head[2])
 local V, wshares = num(head[3]), num(head[4])
 if not head[1] and not head[2] and not head[3] then check_memory() end
+local hold = num(head[5])
+if hold <= now then hold = 0 end
+
+-- The breaker (Go: breakerState, function by function): bs closed (0), open (1: until bu) or
+-- half-open (2: bp probes let through, bk of them back ok; bu: when probes out are taken for
+-- lost); the window's current half from bw (bn outcomes, bb bad), the previous half's (pn, pb).
+local bs, bu, bp, bk = num(head[6]), num(head[7]), num(head[8]), num(head[9])
+local bw, bn, bb, pn, pb = num(head[10]), num(head[11]), num(head[12]), num(head[13]), num(head[14])
+local bt = num(head[26]) -- when the breaker last changed state (µs)
+local function breaker_tick()
+  if bfail <= 0 then
+    bs = 0
+    return
+  end
+  if bs == 1 and now >= bu then bs, bu, bp, bk, bt = 2, now + bcool, 0, 0, now end
+  if bs == 2 and now >= bu and bp >= bprobes then bu, bp, bk = now + bcool, 0, 0 end
+end
+breaker_tick()
+
+-- breaker_report counts an outcome (bad: failed or overloaded), opening or closing the breaker.
+local function breaker_report(bad)
+  if bfail <= 0 then return end
+  if bs == 0 then
+    local cur = now - now % bwin
+    if cur ~= bw then
+      if cur == bw + bwin then pn, pb = bn, bb else pn, pb = 0, 0 end
+      bn, bb, bw = 0, 0, cur
+    end
+    bn = bn + 1
+    if bad then
+      bb = bb + 1
+      local f = (bwin - (now - bw)) / bwin
+      local tot, nbad = pn * f + bn, pb * f + bb
+      if tot >= bmin and nbad * 100 >= bfail * tot then bs, bu, bp, bk, bt = 1, now + bcool, 0, 0, now end
+    end
+  elseif bs == 2 then
+    if bad then
+      bs, bu, bp, bk, bt = 1, now + bcool, 0, 0, now
+      return
+    end
+    bk = bk + 1
+    if bk >= bprobes then bs, bu, bp, bk, bw, bn, bb, pn, pb, bt = 0, 0, 0, 0, 0, 0, 0, 0, 0, now end
+  end
+end
+
+-- breaker_admits reports whether the breaker lets one more job through (a probe when half-open).
+local function breaker_admits()
+  if bfail <= 0 or bs == 0 then return true end
+  if bs == 2 and bp < bprobes then
+    bp = bp + 1
+    return true
+  end
+  return false
+end
+
+-- The adaptive limit (amin > 0; Go: adaptState, function by function): al the limit (a decimal;
+-- 0: amin), af the floor (µs; 0: not measured), the window from aw (an outcomes, as their times,
+-- ao overloaded), ap windows still held at amin, aq when the next measure of the floor is due,
+-- am whether the last window closed at amin, ar its time per job, ax why the limit last moved.
+local al, af, aw, an, as, ao = num(head[15]), num(head[16]), num(head[17]), num(head[18]), num(head[19]), num(head[20])
+local ap, aq, am, ar, ax = num(head[21]), num(head[22]), num(head[23]) == 1, num(head[24]), num(head[25])
+
+-- adapt_in_force is the limit in force: conc when the pool is not adaptive.
+local function adapt_in_force()
+  if amin <= 0 then return conc end
+  if ap > 0 or af == 0 then return amin end
+  return math.min(math.max(amin, math.floor(al)), conc)
+end
+
+-- adapt_report counts a job's time downstream (rtt, µs) and whether it came back overloaded; a
+-- window that closes moves the limit.
+local function adapt_report(rtt, overloaded)
+  if amin <= 0 then return end
+  if an == 0 then aw = now end
+  an, as = an + 1, as + rtt
+  if overloaded then ao = ao + 1 end
+  if now - aw < math.max(ADAPT_WINDOW, 2 * af) or an < ADAPT_SAMPLES then return end
+  if al < amin then al = amin end
+  local avg = as / an
+  local at_min = adapt_in_force() == amin
+  if at_min and (am or af == 0) and ao == 0 then -- a window wholly at amin: the floor
+    af, aq = math.floor(avg), now + ADAPT_PROBE_EVERY
+  elseif ao == 0 and math.floor(avg) < af then -- faster than the floor: so is the floor
+    af = math.floor(avg)
+  end
+  am = at_min
+  if af == 0 then
+    ax = 0
+  elseif ap > 0 then
+    ap, ax = ap - 1, 4
+  elseif now >= aq then
+    ap, aq, ax = 2, now + ADAPT_PROBE_EVERY, 4
+  elseif ao > 0 then
+    al, ax = al * ADAPT_DECREASE / 100, 3
+  else
+    local g = math.min(math.max(ADAPT_TOLERANCE * af / 100 / avg, 0.5), 1)
+    local nl = al * g + math.max(1, al * ADAPT_GROW / 100)
+    ax = 1
+    if nl < al then ax = 2 end
+    al = nl
+  end
+  al = math.min(math.max(al, amin), conc)
+  ar = math.floor(avg)
+  an, as, ao = 0, 0, 0
+end
+
+-- breaker_wait is how long a job the breaker held back waits (µs).
+local function breaker_wait()
+  if bs == 1 then return math.max(bu - now, 1) end
+  return math.min(reask, math.max(bu - now, 1))
+end
 local forgotten = not head[1] and not head[2] and not head[3] and born > 0
 if forgotten and cap > 0 then tat = born + cap * iv end
 if tat < now then tat = now end
@@ -179,7 +317,7 @@ end
 -- free is the capacity free now: slots and tokens.
 local function free_now()
   local f = math.huge
-  if conc > 0 then f = conc - inuse end
+  if conc > 0 then f = adapt_in_force() - inuse end
   if cap > 0 then f = math.min(f, tokens()) end
   return f
 end
@@ -232,11 +370,19 @@ local function freed_wakes(free_before)
 end
 
 local function state()
-  return {inuse, tokens(), redis.call('ZCARD', KEYS[2]), wshares}
+  return {inuse, tokens(), redis.call('ZCARD', KEYS[2]), wshares, hold, bs, bs > 0 and bu or 0, bp,
+    adapt_in_force(), af, ar, ax, bt}
 end
 
 local function save()
-  redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares)
+  redis.call('HSET', KEYS[1], 't', tat, 'u', conc > 0 and inuse or 0, 'v', dec(V), 'ws', wshares, 'h', hold)
+  if bfail > 0 then
+    redis.call('HSET', KEYS[1], 'bs', bs, 'bu', bu, 'bp', bp, 'bk', bk, 'bw', bw, 'bn', bn, 'bb', bb, 'pn', pn, 'pb', pb, 'bt', bt)
+  end
+  if amin > 0 then
+    redis.call('HSET', KEYS[1], 'al', dec(al), 'af', af, 'aw', aw, 'an', an, 'as', as, 'ao', ao, 'ap', ap, 'aq', aq,
+      'am', am and 1 or 0, 'ar', ar, 'ax', ax)
+  end
   -- The pool lives while anything of it matters, and a day more: a lease, the bucket's refill,
   -- a waiter, the fairness of the tenants served lately.
   local life = 86400000000
@@ -312,16 +458,28 @@ if op == 0 then
     end
     return r
   end
-  local granted, got, turn = 0, 0, false
+  local granted, got, turn, held, broken = 0, 0, false, false, false
   for i = 1, k do
     local id, w = jid[i], jw[i]
     if conc > 0 and lease_at(id) then
       granted = i -- granted before (its answer was lost): nothing more is taken
     else
+      if hold > 0 then
+        held = true -- the downstream asked for no more of the pool's jobs until hold
+        break
+      end
+      if bs == 1 then
+        broken = true -- open: whatever is free
+        break
+      end
       if w > free then break end
       local start = math.max(F, V)
       if w > free - reserved_before(start, free - w) then
         turn = true
+        break
+      end
+      if not breaker_admits() then
+        broken = true -- open, or half-open with its probes out
         break
       end
       free = free - w
@@ -338,7 +496,11 @@ if op == 0 then
     end
   end
   local wait, wakes = 0, {}
-  if granted < k then
+  if held then
+    wait = hold - now -- a waiter neither made nor forgotten: the hold is every tenant's alike
+  elseif broken then
+    wait = breaker_wait() -- likewise
+  elseif granted < k then
     local w = jw[granted + 1]
     local was = redis.call('HGET', KEYS[1], 'w:' .. tenant)
     if was then
@@ -353,7 +515,7 @@ if op == 0 then
     if turn then
       wakes[1] = others[1][1] -- the capacity free is the others' turn: the first asks again
     else
-      local first = conc > 0 and inuse + w > conc and redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+      local first = conc > 0 and inuse + w > adapt_in_force() and redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
       if first and first[2] then
         wait = math.min(wait, math.max(num(first[2]) - now, 0))
       end
@@ -374,8 +536,9 @@ if op == 0 then
 elseif op == 1 or op == 2 then
   -- give back unused grants (1), or release a lease (2, one job: the done message's cost is
   -- reconciled with the bucket and the tenant's finish tag)
-  local found, weight, taken = 0, 0, 0
+  local found, weight, ran = 0, 0, 0
   local free_before = free_now()
+  if op == 2 and phold > 0 and now + phold > hold then hold = now + phold end
   local F = num(redis.call('HGET', KEYS[1], 'f:' .. tenant))
   local back = 0
   for i = 1, k do
@@ -383,7 +546,8 @@ elseif op == 1 or op == 2 then
     local lw, lat
     if conc > 0 then lw, lat = lease_at(id) end
     if lw then
-      weight, taken = lw, lat
+      weight, ran = lw, math.max(now - lat, 0)
+      if op == 2 then adapt_report(ran, outcome == 2) end
       lease_drop(struct.pack('<l', id), lw)
       found = 1
       w = weight
@@ -415,9 +579,10 @@ elseif op == 1 or op == 2 then
     F = F - back / share
     redis.call('HINCRBY', KEYS[1], 'g:' .. tenant, -back)
   end
+  if op == 2 and found == 1 then breaker_report(outcome ~= 0) end
   if op == 1 or found == 1 then redis.call('HSET', KEYS[1], 'f:' .. tenant, dec(F)) end
   save()
-  local ints = {found, weight, taken}
+  local ints = {found, weight, ran}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints, freed_wakes(free_before))
 elseif op == 3 or op == 5 then
@@ -428,10 +593,14 @@ elseif op == 3 or op == 5 then
     ends = now + lease
     redis.call('ZADD', KEYS[4], 'XX', ends, struct.pack('<l', id))
     found = 1
-  elseif conc > 0 and ((op == 3 and forgotten_report(w)) or (op == 5 and inuse + w <= conc)) then
+  elseif conc > 0 and op == 5 and hold > 0 then
+    wait = hold - now -- a job taken again is a forward: none while the downstream holds them
+  elseif conc > 0 and ((op == 3 and forgotten_report(w)) or (op == 5 and inuse + w <= adapt_in_force() and breaker_admits())) then
     ends = now + lease
     lease_put(ends, w, id, now)
     found = 1
+  elseif op == 5 and conc > 0 and inuse + w <= adapt_in_force() then
+    wait = breaker_wait()
   elseif op == 5 and conc > 0 then
     local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
     wait = reask
@@ -443,7 +612,9 @@ elseif op == 3 or op == 5 then
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints)
 elseif op == 6 then
-  -- merge: what a replica decided on its own copy of the pool while Redis was away
+  -- merge: what a replica decided on its own copy of the pool while Redis was away, and the
+  -- downstream's hold it keeps (phold)
+  if phold > 0 and now + phold > hold then hold = now + phold end
   for i = 1, k - 1, 2 do
     local id, w, death, at = jid[i], jw[i], jid[i + 1], jw[i + 1]
     local lw = lease_at(id)

@@ -42,6 +42,9 @@
 --                  entries, the two closest merged into the later one when a booking would make
 --                  more (the count then lasts until the later death). n counts it. A reader that
 --                  does not know it skips it as a record of no limit of its plan.
+--                  And, while the downstream asked for no more of the tenant's jobs (a done
+--                  message's Admit-Retry-After: see lease.lua), one record of id HOLD_ID (-2)
+--                  and kind 0, len 1: until when (µs) its forwards wait. n counts it.
 --
 -- SHORT_TAG ("ADM6") is the same layout with a header of 8 values, without hwm and hwa: it is
 -- written when there are no recent decisions (m = 0), which is every idle tenant's state (16
@@ -74,6 +77,7 @@ local UNKNOWN_HWM = 9007199254740991 -- 2^53 - 1: every job may have been decide
 -- MAX_MARKS, MAX_BOOKED, MAX_LISTED and PHANTOM_PERCENT are defined before this prelude, from
 -- Go (lua.go): one definition for both sides.
 local BOOKED_ID = -1
+local HOLD_ID = -2
 local BUCKET, WINDOW, QUOTA, CONC = 0, 1, 2, 3
 
 -- fmts caches the struct formats of n int64s.
@@ -192,7 +196,7 @@ end
 -- stored state of limit i (a tat, or a log as a flat list death, weight, ...), nil when the
 -- state does not know it. A state that does not parse is read as absent.
 local function read_state(raw, lims, n, now)
-  local st = {stored = 0, keep = 0, owner = 0, owner_until = 0, m = 0, mraw = '', new = {}, hwm = 0, hwa = 0, recs = {}, booked = {}}
+  local st = {stored = 0, keep = 0, owner = 0, owner_until = 0, m = 0, mraw = '', new = {}, hwm = 0, hwa = 0, recs = {}, booked = {}, hold = 0}
   if not raw or #raw < 8 * 7 then return st end
   local tag = struct.unpack('<l', raw)
   local _, hdr, cnt, stored, keep, owner, ountil, m, expiry, hwm, hwa = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
@@ -219,7 +223,7 @@ local function read_state(raw, lims, n, now)
   local mpos = 8 * hdr + 1
   if expiry <= now or m < 0 or #raw < mpos - 1 + 16 * m then return st end
   local pos = mpos + 16 * m
-  local recs, booked = {}, {}
+  local recs, booked, hold = {}, {}, 0
   for _ = 1, cnt do
     local id, kind, len
     if tag == OLD_TAG then
@@ -238,6 +242,9 @@ local function read_state(raw, lims, n, now)
       for j = 1, #log, 2 do
         if log[j] > now then booked[#booked + 1], booked[#booked + 2] = log[j], log[j + 1] end
       end
+    elseif id == HOLD_ID and tag ~= OLD_TAG and len == 1 then
+      hold = struct.unpack('<l', raw, pos)
+      if hold <= now then hold = 0 end
     end
     for i = 1, n do
       if lims[i].id == id and lims[i].kind == kind then
@@ -258,7 +265,7 @@ local function read_state(raw, lims, n, now)
   end
   if pos ~= #raw + 1 then return st end
   st.stored, st.keep, st.owner, st.owner_until = stored, keep, owner, ountil
-  st.recs, st.hwm, st.hwa, st.booked = recs, hwm, hwa, booked
+  st.recs, st.hwm, st.hwa, st.booked, st.hold = recs, hwm, hwa, booked, hold
   st.m, st.mraw = m, string.sub(raw, mpos, mpos - 1 + 16 * m)
   return st
 end
@@ -506,6 +513,7 @@ local function write_state(key, st, lims, ws, n, now, redeem, pad)
   if st.stored > 0 and st.keep - now > life then life = st.keep - now end
   local booked = st.booked
   if #booked > 0 and booked[#booked - 1] - now > life then life = booked[#booked - 1] - now end
+  if st.hold - now > life then life = st.hold - now end
   if life <= 0 then
     redis.call('DEL', key)
     return nil
@@ -540,6 +548,10 @@ local function write_state(key, st, lims, ws, n, now, redeem, pad)
   end
   local recs = n
   if #booked > 0 then recs = n + 1 end
+  if st.hold > now then
+    vals[#vals + 1], vals[#vals + 2], vals[#vals + 3] = HOLD_ID, 4 * 1 + BUCKET, st.hold
+    recs = recs + 1
+  end
   local head
   if m > 0 then
     head = struct.pack('<llllllllll', STATE_TAG, recs, st.stored, st.keep, st.owner, st.owner_until, m, now + life, st.hwm, st.hwa)

@@ -337,7 +337,7 @@ func (ps *parser) pools(p *parsed, n *yaml.Node) error {
 		if isNull(kv.valueNode) {
 			return ps.errorf(kv.valueNode.Line, field, "empty pool (want %s)", want)
 		}
-		fields, err := ps.mapping(kv.valueNode, field, want, "concurrency", "lease", "capacity", "rate")
+		fields, err := ps.mapping(kv.valueNode, field, want, "concurrency", "lease", "capacity", "rate", "breaker", "adaptive")
 		if err != nil {
 			return err
 		}
@@ -368,6 +368,25 @@ func (ps *parser) pools(p *parsed, n *yaml.Node) error {
 					return ps.wrap(v.Line, fp, err.Error(), err)
 				}
 				pool.Rate, pool.Interval = v.Value, iv
+			case "breaker":
+				if pool.Breaker, err = ps.breaker(v, fp, lines); err != nil {
+					return err
+				}
+			case "adaptive":
+				afields, err := ps.mapping(v, fp, "a mapping with min (the lowest limit in force)", "min")
+				if err != nil {
+					return err
+				}
+				pool.Adaptive = &bucket.Adaptive{}
+				for _, af := range afields {
+					lines["adaptive."+af.key] = af.valueNode.Line
+					if pool.Adaptive.Min, err = ps.integer(af.valueNode, fp+"."+af.key, bucket.MaxConcurrency); err != nil {
+						return err
+					}
+				}
+				if pool.Adaptive.Min == 0 {
+					return ps.errorf(v.Line, fp+".min", "missing (want the lowest limit in force, an integer ≥ 1)")
+				}
 			}
 		}
 		switch {
@@ -392,6 +411,63 @@ func (ps *parser) pools(p *parsed, n *yaml.Node) error {
 		p.pools[kv.key] = made
 	}
 	return nil
+}
+
+// breaker parses a pool's breaker: failures (a percentage), window, cooldown, and optionally
+// probes and min_jobs; lines gets the line of each field (breaker.<field>).
+func (ps *parser) breaker(n *yaml.Node, field string, lines map[string]int) (*bucket.Breaker, error) {
+	const want = "a mapping with failures (a percentage such as 50%), window and cooldown, and optionally probes and min_jobs"
+	fields, err := ps.mapping(n, field, want, "failures", "window", "cooldown", "probes", "min_jobs")
+	if err != nil {
+		return nil, err
+	}
+	b := &bucket.Breaker{}
+	for _, f := range fields {
+		fp, v := field+"."+f.key, f.valueNode
+		lines["breaker."+f.key] = v.Line
+		switch f.key {
+		case "failures":
+			if b.Failures, err = ps.percent(v, fp); err != nil {
+				return nil, err
+			}
+		case "window":
+			if b.Window, err = ps.window(v, fp); err != nil {
+				return nil, err
+			}
+		case "cooldown":
+			if b.Cooldown, err = ps.window(v, fp); err != nil {
+				return nil, err
+			}
+		case "probes":
+			if b.Probes, err = ps.integer(v, fp, 0); err != nil {
+				return nil, err
+			}
+		case "min_jobs":
+			if b.MinJobs, err = ps.integer(v, fp, 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, need := range []string{"failures", "window", "cooldown"} {
+		if _, ok := lines["breaker."+need]; !ok {
+			return nil, ps.errorf(n.Line, field+"."+need, "missing (want %s)", want)
+		}
+	}
+	return b, nil
+}
+
+// percent parses a share in percent: "50%" (or 50), an integer from 1 to 100.
+func (ps *parser) percent(n *yaml.Node, field string) (int64, error) {
+	const want = "want a percentage from 1% to 100%, such as 50%"
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		return 0, ps.errorf(n.Line, field, "%s, got %s", want, describe(n))
+	}
+	v, _ := strings.CutSuffix(n.Value, "%")
+	p, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || !allDigits(v) || p < 1 || p > 100 {
+		return 0, ps.errorf(n.Line, field, "%s, got %s", want, describe(n))
+	}
+	return p, nil
 }
 
 // orNone is names joined by ", ", or "none".

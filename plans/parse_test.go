@@ -444,7 +444,17 @@ func TestParseErrors(t *testing.T) {
 		{"pool rate alone", "pools:\n  w: {rate: 5/s}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.capacity", "missing (a rate refills a capacity"},
 		{"pool capacity alone", "pools:\n  w: {capacity: 5}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.rate", "missing (want a rate such as 10/s)"},
 		{"pool concurrency too large", "pools:\n  w: {concurrency: 1001, lease: 1s}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.concurrency", "1001 is too large (at most 1000)"},
-		{"pool unknown key", "pools:\n  w: {concurrency: 2, lease: 1s, limit: 3}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.limit", `unknown key "limit" (want concurrency, lease, capacity or rate)`},
+		{"pool unknown key", "pools:\n  w: {concurrency: 2, lease: 1s, limit: 3}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.limit", `unknown key "limit" (want concurrency, lease, capacity, rate, breaker or adaptive)`},
+		{"adaptive without min", "pools:\n  w: {concurrency: 8, lease: 1s, adaptive: {}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.adaptive.min", "missing (want the lowest limit in force"},
+		{"adaptive min above the concurrency", "pools:\n  w: {concurrency: 8, lease: 1s, adaptive: {min: 9}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.adaptive.min", "min must be 1 to the pool's concurrency 8, got 9"},
+		{"adaptive without concurrency", "pools:\n  w: {capacity: 8, rate: 1/s, adaptive: {min: 2}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.adaptive", "an adaptive pool needs a concurrency"},
+		{"breaker without a window", "pools:\n  w: {concurrency: 2, lease: 1s, breaker: {failures: 50%, cooldown: 10s}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker.window", "missing (want a mapping with failures"},
+		{"breaker failures 0%", "pools:\n  w: {concurrency: 2, lease: 1s, breaker: {failures: 0%, window: 30s, cooldown: 10s}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker.failures", "want a percentage from 1% to 100%, such as 50%, got \"0%\""},
+		{"breaker failures half", "pools:\n  w: {concurrency: 2, lease: 1s, breaker: {failures: half, window: 30s, cooldown: 10s}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker.failures", `got "half"`},
+		{"breaker probes 0", "pools:\n  w: {concurrency: 2, lease: 1s, breaker: {failures: 50%, window: 30s, cooldown: 10s, probes: 0}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker.probes", "0 is not positive"},
+		{"breaker probes too many", "pools:\n  w: {concurrency: 2, lease: 1s, breaker: {failures: 50%, window: 30s, cooldown: 10s, probes: 1001}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker.probes", "must be 1 to 1000, got 1001"},
+		{"breaker without a concurrency", "pools:\n  w: {capacity: 2, rate: 1/s, breaker: {failures: 50%, window: 30s, cooldown: 10s}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker", "a breaker goes with a concurrency"},
+		{"breaker unknown key", "pools:\n  w: {concurrency: 2, lease: 1s, breaker: {failures: 50%, window: 30s, cooldown: 10s, after: 3}}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.breaker.after", `unknown key "after"`},
 		{"pool bad rate", "pools:\n  w: {capacity: 2, rate: fast}\n" + free("{capacity: 1, rate: 1/s}"), 2, "pools.w.rate", `"fast"`},
 		{"pool with braces", "pools:\n  \"w{x}\": {concurrency: 2, lease: 1s}\n" + free("{capacity: 1, rate: 1/s}"), 2, `pools["w{x}"]`, "contains '{' or '}'"},
 		{"plan of a missing pool", "pools:\n  w: {concurrency: 2, lease: 1s}\nplans:\n  free:\n    pool: x\n    limits: [{capacity: 1, rate: 1/s}]\n", 5, "plans.free.pool", `no pool named "x" (pools: w)`},
@@ -853,6 +863,29 @@ func TestParseMode(t *testing.T) {
 		_, err := plans.Parse("plans.yaml", []byte(c.doc))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want it to contain %q", c.doc, err, c.want)
+		}
+	}
+}
+
+func TestParseBreaker(t *testing.T) {
+	p, err := plans.Parse("plans.yaml", []byte("pools:\n  api: {concurrency: 64, lease: 30s, adaptive: {min: 2}, breaker: {failures: 50%, window: 30s, cooldown: 10s, probes: 2}}\n  db: {concurrency: 8, lease: 1m, breaker: {failures: 90, window: 1m, cooldown: 5s, min_jobs: 100}}\nplans:\n  p: {pool: api, limits: [{capacity: 1, rate: 1/s}]}\n  q: {pool: db, limits: [{capacity: 1, rate: 1/s}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bucket.Breaker{}
+	for _, pl := range p.Pools() {
+		got[pl.Name] = *pl.Breaker
+	}
+	want := map[string]bucket.Breaker{
+		"api": {Failures: 50, Window: 30 * time.Second, Cooldown: 10 * time.Second, Probes: 2, MinJobs: 10},
+		"db":  {Failures: 90, Window: time.Minute, Cooldown: 5 * time.Second, Probes: 1, MinJobs: 100},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("breakers %+v, want %+v", got, want)
+	}
+	for _, pl := range p.Pools() {
+		if (pl.Name == "api") != (pl.Adaptive != nil) || (pl.Adaptive != nil && pl.Adaptive.Min != 2) {
+			t.Errorf("pool %s: adaptive %+v, want min 2 for api alone", pl.Name, pl.Adaptive)
 		}
 	}
 }

@@ -58,6 +58,24 @@ func (p *Policy) Pools(ctx context.Context) ([]wire.PoolState, error) {
 func poolState(pool *bucket.Pool, snap bucket.PoolSnapshot, share int64) wire.PoolState {
 	s := wire.PoolState{Name: pool.Name, Rule: pool.Rule(), Concurrency: pool.Concurrency, Capacity: pool.Capacity,
 		InFlight: snap.InFlight, Tokens: snap.Tokens, Waiting: snap.Waiting, WaitingShares: snap.WaitingShares, Share: share}
+	if snap.DownstreamUntil > 0 {
+		t := time.UnixMicro(snap.DownstreamUntil).UTC()
+		s.DownstreamUntil = &t
+	}
+	if pool.Adaptive != nil {
+		s.Limit, s.AdaptiveMin, s.LimitReason = snap.Limit, pool.Adaptive.Min, bucket.LimitWhyText(snap.LimitWhy)
+		s.FloorMs, s.TimePerJobMs = float64(snap.Floor)/1000, float64(snap.TimePerJob)/1000
+	}
+	if pool.Breaker != nil {
+		s.Breaker = bucket.BreakerName(snap.Breaker)
+		if snap.BreakerUntil > 0 {
+			t := time.UnixMicro(snap.BreakerUntil).UTC()
+			s.BreakerUntil = &t
+		}
+		if snap.Breaker == bucket.BreakerHalfOpen {
+			s.Probes = snap.Probes
+		}
+	}
 	for _, pt := range snap.Tenants {
 		s.Tenants = append(s.Tenants, wire.PoolTenant{Tenant: pt.Tenant, Share: pt.Share, Received: pt.Received, Waiting: pt.Waiting})
 	}
@@ -75,6 +93,10 @@ func TenantState(tenant string, plan *bucket.Plan, snap bucket.Snapshot) wire.Te
 	if !snap.HeldUntil.IsZero() {
 		t := snap.HeldUntil.UTC()
 		s.HeldUntil = &t
+	}
+	if !snap.DownstreamUntil.IsZero() {
+		t := snap.DownstreamUntil.UTC()
+		s.DownstreamUntil = &t
 	}
 	if snap.Pool != nil && plan.Pool != nil {
 		ps := poolState(plan.Pool, *snap.Pool, max(plan.Share, 1))

@@ -26,8 +26,9 @@ const (
 // bucket.Limiter's verbs), in one limiter call bounded by the timeout. weight is the job's (0:
 // 1), used for a lease the limiter does not hold (lost with Redis, or ended before a start); cost
 // (release only) is its actual cost (bucket.NoCost: none), whose difference is charged or given
-// back. A lease not held is no error: LeaseResult.Held says.
-func (p *Policy) Lease(ctx context.Context, op LeaseOp, tenant string, lease, weight, cost int64) (bucket.LeaseResult, *bucket.Plan, error) {
+// back; rep (release only) what the worker said of the job. A lease not held is no error:
+// LeaseResult.Held says.
+func (p *Policy) Lease(ctx context.Context, op LeaseOp, tenant string, lease, weight, cost int64, rep bucket.Report) (bucket.LeaseResult, *bucket.Plan, error) {
 	plan, err := p.plans.Load().Lookup(tenant)
 	if err != nil {
 		return bucket.LeaseResult{}, nil, err
@@ -37,14 +38,14 @@ func (p *Policy) Lease(ctx context.Context, op LeaseOp, tenant string, lease, we
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	req := bucket.LeaseRequest{Tenant: tenant, Plan: plan, Lease: lease, Cost: cost, Weight: weight}
+	req := bucket.LeaseRequest{Tenant: tenant, Plan: plan, Lease: lease, Cost: cost, Weight: weight, Report: rep}
 	var res bucket.LeaseResult
 	switch op {
 	case LeaseRenew:
-		req.Cost = bucket.NoCost
+		req.Cost, req.Report = bucket.NoCost, bucket.Report{}
 		res, err = p.limiter.Renew(ctx, req)
 	case LeaseStart:
-		req.Cost = bucket.NoCost
+		req.Cost, req.Report = bucket.NoCost, bucket.Report{}
 		res, err = p.limiter.Start(ctx, req)
 	default:
 		res, err = p.limiter.Release(ctx, req)
@@ -61,11 +62,11 @@ func (p *Policy) Lease(ctx context.Context, op LeaseOp, tenant string, lease, we
 
 // Release ends the lease of a job of tenant (the job is done): Lease with LeaseRelease.
 func (p *Policy) Release(ctx context.Context, tenant string, lease, cost int64) (bucket.LeaseResult, *bucket.Plan, error) {
-	return p.Lease(ctx, LeaseRelease, tenant, lease, 0, cost)
+	return p.Lease(ctx, LeaseRelease, tenant, lease, 0, cost, bucket.Report{})
 }
 
 // Renew moves the end of the lease of a job of tenant to its plan's lease from now: Lease with
 // LeaseRenew.
 func (p *Policy) Renew(ctx context.Context, tenant string, lease int64) (bucket.LeaseResult, *bucket.Plan, error) {
-	return p.Lease(ctx, LeaseRenew, tenant, lease, 0, bucket.NoCost)
+	return p.Lease(ctx, LeaseRenew, tenant, lease, 0, bucket.NoCost, bucket.Report{})
 }

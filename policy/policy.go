@@ -246,6 +246,15 @@ const ReasonHandover = "handover"
 // is in use, or what is free is the turn of tenants that waited with an earlier start.
 const ReasonPool = "pool"
 
+// ReasonDownstream is the reason of jobs that wait because the downstream asked for no more of
+// their tenant's (or their pool's) jobs for a while: a done message's Admit-Retry-After (see
+// bucket.Report).
+const ReasonDownstream = "downstream"
+
+// ReasonBreaker is the reason of jobs that wait because their pool's breaker is open, or
+// half-open with its probe jobs out (bucket.Breaker).
+const ReasonBreaker = "breaker"
+
 // ReasonPaused is the reason of jobs that wait, and the limit of requests denied, because their
 // tenant is paused (SetPauses).
 const ReasonPaused = "paused"
@@ -332,6 +341,10 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	switch {
 	case res.Handover:
 		d.Reason = ReasonHandover
+	case res.Downstream:
+		d.Reason = ReasonDownstream
+	case res.PoolBound && res.Pool != nil && res.Pool.Breaker != bucket.BreakerClosed:
+		d.Reason = ReasonBreaker
 	case res.PoolBound:
 		d.Reason = ReasonPool
 	default:

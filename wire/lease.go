@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -143,4 +144,78 @@ func digits(v string) (int64, error) {
 		}
 	}
 	return strconv.ParseInt(v, 10, 64)
+}
+
+// Outcomes of a job downstream: the values of HeaderOutcome, and the outcome label of
+// MetricJobOutcomes.
+const (
+	OutcomeOK         = "ok"
+	OutcomeFailed     = "failed"
+	OutcomeOverloaded = "overloaded"
+)
+
+// ParseOutcome reads Admit-Outcome on a done message: ok, failed or overloaded; absent is ok.
+// The header name is matched without regard to case, its value exactly.
+func ParseOutcome(h nats.Header) (string, error) {
+	v, ok, err := one(h, HeaderOutcome)
+	if err != nil || !ok {
+		return OutcomeOK, err
+	}
+	switch v {
+	case OutcomeOK, OutcomeFailed, OutcomeOverloaded:
+		return v, nil
+	}
+	return "", fmt.Errorf("header %s is %q, want %s, %s or %s", HeaderOutcome, v, OutcomeOK, OutcomeFailed, OutcomeOverloaded)
+}
+
+// Scopes of a downstream's Retry-After (HeaderRetryScope).
+const (
+	RetryScopeTenant = "tenant"
+	RetryScopePool   = "pool"
+)
+
+// MaxRetryAfter bounds HeaderDownstreamRetryAfter: a day.
+const MaxRetryAfter = 24 * time.Hour
+
+// ParseRetryAfter reads Admit-Retry-After and Admit-Retry-Scope on a done message: how long
+// from now the downstream asked for no more jobs (whole seconds, or an HTTP date, which in the
+// past is 0) and whether the whole pool waits. Absent, it is 0; a scope without a Retry-After,
+// a value neither form, or more than MaxRetryAfter is an error.
+func ParseRetryAfter(h nats.Header, now time.Time) (d time.Duration, pool bool, err error) {
+	scope, scoped, err := one(h, HeaderRetryScope)
+	if err != nil {
+		return 0, false, err
+	}
+	if scoped && scope != RetryScopeTenant && scope != RetryScopePool {
+		return 0, false, fmt.Errorf("header %s is %q, want %s or %s", HeaderRetryScope, scope, RetryScopeTenant, RetryScopePool)
+	}
+	v, ok, err := one(h, HeaderDownstreamRetryAfter)
+	if err != nil {
+		return 0, false, err
+	}
+	if !ok {
+		if scoped {
+			return 0, false, fmt.Errorf("header %s without %s", HeaderRetryScope, HeaderDownstreamRetryAfter)
+		}
+		return 0, false, nil
+	}
+	if n, derr := digits(v); derr == nil {
+		d = time.Duration(n) * time.Second
+		if n > int64(MaxRetryAfter/time.Second) {
+			return 0, false, fmt.Errorf("header %s is %q, want at most %d seconds", HeaderDownstreamRetryAfter, v, int64(MaxRetryAfter/time.Second))
+		}
+	} else if at, terr := http.ParseTime(v); terr == nil {
+		d = max(at.Sub(now), 0)
+		if d > MaxRetryAfter {
+			return 0, false, fmt.Errorf("header %s is %q, more than %v from now", HeaderDownstreamRetryAfter, v, MaxRetryAfter)
+		}
+	} else {
+		return 0, false, fmt.Errorf("header %s is %q, want whole seconds or an HTTP date", HeaderDownstreamRetryAfter, v)
+	}
+	return d, scope == RetryScopePool, nil
+}
+
+// RetryAfterValue is HeaderDownstreamRetryAfter's value for a wait of d: whole seconds, rounded up.
+func RetryAfterValue(d time.Duration) string {
+	return strconv.FormatInt(int64((max(d, 0)+time.Second-1)/time.Second), 10)
 }

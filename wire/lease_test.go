@@ -114,3 +114,76 @@ func TestLeaseLength(t *testing.T) {
 		}
 	}
 }
+
+func TestParseOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		v    []string
+		want string
+		err  string
+	}{
+		{nil, OutcomeOK, ""}, {[]string{"ok"}, OutcomeOK, ""}, {[]string{"failed"}, OutcomeFailed, ""},
+		{[]string{"overloaded"}, OutcomeOverloaded, ""},
+		{[]string{"OK"}, "", `header Admit-Outcome is "OK", want ok, failed or overloaded`},
+		{[]string{""}, "", `header Admit-Outcome is "", want ok, failed or overloaded`},
+		{[]string{"timeout"}, "", `"timeout"`},
+		{[]string{"ok", "failed"}, "", "appears 2 times"},
+	} {
+		h := nats.Header{}
+		if tc.v != nil {
+			h["admit-outcome"] = tc.v
+		}
+		got, err := ParseOutcome(h)
+		if tc.err == "" && (err != nil || got != tc.want) {
+			t.Errorf("ParseOutcome(%q) = %q, %v; want %q", tc.v, got, err, tc.want)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("ParseOutcome(%q) = %q, %v; want an error containing %q", tc.v, got, err, tc.err)
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 21, 14, 3, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		after, scope []string
+		want         time.Duration
+		pool         bool
+		err          string
+	}{
+		{nil, nil, 0, false, ""},
+		{[]string{"5"}, nil, 5 * time.Second, false, ""},
+		{[]string{"0"}, nil, 0, false, ""},
+		{[]string{"30"}, []string{"pool"}, 30 * time.Second, true, ""},
+		{[]string{"30"}, []string{"tenant"}, 30 * time.Second, false, ""},
+		{[]string{"Sat, 21 Nov 2026 14:03:10 GMT"}, nil, 10 * time.Second, false, ""},
+		{[]string{"Sat, 21 Nov 2026 14:02:10 GMT"}, nil, 0, false, ""}, // in the past: no wait
+		{[]string{"86400"}, nil, 24 * time.Hour, false, ""},
+		{[]string{"86401"}, nil, 0, false, "want at most 86400 seconds"},
+		{[]string{"Mon, 23 Nov 2026 14:03:10 GMT"}, nil, 0, false, "more than 24h0m0s from now"},
+		{[]string{"1.5"}, nil, 0, false, `header Admit-Retry-After is "1.5", want whole seconds or an HTTP date`},
+		{[]string{"-1"}, nil, 0, false, "want whole seconds or an HTTP date"},
+		{[]string{"5"}, []string{"everyone"}, 0, false, `header Admit-Retry-Scope is "everyone", want tenant or pool`},
+		{nil, []string{"pool"}, 0, false, "header Admit-Retry-Scope without Admit-Retry-After"},
+		{[]string{"1", "2"}, nil, 0, false, "appears 2 times"},
+	} {
+		h := nats.Header{}
+		if tc.after != nil {
+			h["Admit-Retry-After"] = tc.after
+		}
+		if tc.scope != nil {
+			h["Admit-Retry-Scope"] = tc.scope
+		}
+		got, pool, err := ParseRetryAfter(h, now)
+		if tc.err == "" && (err != nil || got != tc.want || pool != tc.pool) {
+			t.Errorf("ParseRetryAfter(%q, %q) = %v, %v, %v; want %v, %v", tc.after, tc.scope, got, pool, err, tc.want, tc.pool)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("ParseRetryAfter(%q, %q) = %v, %v; want an error containing %q", tc.after, tc.scope, got, err, tc.err)
+		}
+	}
+	for d, want := range map[time.Duration]string{0: "0", time.Second: "1", 1500 * time.Millisecond: "2", -time.Second: "0"} {
+		if got := RetryAfterValue(d); got != want {
+			t.Errorf("RetryAfterValue(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

@@ -19,6 +19,9 @@ type TenantState struct {
 	HeldUntil *time.Time `json:"held_until,omitempty"`
 	// PausedUntil: the tenant's jobs are held until then (see admitter plans pause).
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	// DownstreamUntil: the downstream asked for no more of the tenant's jobs until then (a done
+	// message's Admit-Retry-After): its queue's jobs wait; its synchronous requests do not.
+	DownstreamUntil *time.Time `json:"downstream_until,omitempty"`
 	// Reservations counts the slots booked (by reserving requests) and not yet claimed;
 	// LatestSlot is the latest of them.
 	Reservations int        `json:"reservations"`
@@ -91,6 +94,24 @@ type PoolState struct {
 	Waiting       int64 `json:"waiting"`
 	WaitingShares int64 `json:"waiting_shares"`
 	Share         int64 `json:"share"`
+	// DownstreamUntil: the downstream asked for no more of the pool's jobs until then (a done
+	// message's Admit-Retry-After with Admit-Retry-Scope: pool).
+	DownstreamUntil *time.Time `json:"downstream_until,omitempty"`
+	// Breaker is the pool's breaker, when it has one: closed, open (until BreakerUntil) or
+	// half-open (Probes jobs let through; BreakerUntil: when they are taken for lost if they have
+	// not come back).
+	Breaker      string     `json:"breaker,omitempty"`
+	BreakerUntil *time.Time `json:"breaker_until,omitempty"`
+	Probes       int64      `json:"probes,omitempty"`
+	// Limit is the limit in force of an adaptive pool (absent otherwise: Concurrency), between
+	// its minimum (AdaptiveMin) and Concurrency; LimitReason why it last moved; FloorMs the time
+	// per job at the minimum (0: not measured yet) and TimePerJobMs the last window's, from a
+	// job's forward to its done message.
+	Limit        int64   `json:"limit,omitempty"`
+	AdaptiveMin  int64   `json:"adaptive_min,omitempty"`
+	LimitReason  string  `json:"limit_reason,omitempty"`
+	FloorMs      float64 `json:"floor_ms,omitempty"`
+	TimePerJobMs float64 `json:"time_per_job_ms,omitempty"`
 	// Tenants it serves lately: each one's share (0: not known, it does not wait), the weight
 	// it received since it last had nothing waiting, and whether it waits.
 	Tenants []PoolTenant `json:"tenants,omitempty"`

@@ -60,6 +60,17 @@ const (
 	// a worker and its slots are free; otherwise the answer says not held and how long to wait
 	// (LeaseReply.WaitMs), and the worker puts the job back for that long without running it.
 	HeaderStart = "Admit-Start"
+	// HeaderOutcome, on a done message: how the job went downstream, OutcomeOK (the default),
+	// OutcomeFailed (it failed for its own reasons) or OutcomeOverloaded (the downstream refused
+	// it or timed out because it was overloaded). It feeds the pool's breaker and adaptive limit.
+	HeaderOutcome = "Admit-Outcome"
+	// HeaderDownstreamRetryAfter, on a done message: the downstream asked for no more jobs until then,
+	// whole seconds from now or an HTTP date (as HTTP's Retry-After): the tenant's next forwards
+	// wait (HeaderRetryScope: the pool's).
+	HeaderDownstreamRetryAfter = "Admit-Retry-After"
+	// HeaderRetryScope, beside HeaderDownstreamRetryAfter: RetryScopeTenant (the default) or
+	// RetryScopePool (every tenant of the job's pool waits: a third party limits them together).
+	HeaderRetryScope = "Admit-Retry-Scope"
 )
 
 // Defaults of the output subject (ADMITTER_SUBJECT_OUT) and of the lease subjects (see README,
@@ -270,7 +281,15 @@ var (
 	MetricPoolInFlight  = Metric{"admitter.pool.in_flight", "admitter_pool_in_flight", ""}
 	MetricPoolWaiting   = Metric{"admitter.pool.waiting", "admitter_pool_waiting", ""}
 	MetricPoolGiveBacks = Metric{"admitter.pool.give_back.errors", "admitter_pool_give_back_errors_total", ""}
+	MetricJobOutcomes   = Metric{"admitter.job.outcomes", "admitter_job_outcomes_total", ""}
+	MetricJobTime       = Metric{"admitter.job.time", "admitter_job_time_seconds", ""}
+	MetricPoolBreaker   = Metric{"admitter.pool.breaker", "admitter_pool_breaker", ""}
+	MetricPoolLimit     = Metric{"admitter.pool.limit", "admitter_pool_limit", ""}
 )
+
+// JobTimeBuckets are the bucket boundaries (seconds) of MetricJobTime, a job's time downstream
+// from its forward to its done message: 5 ms to an hour.
+var JobTimeBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 // DecisionDurationBuckets are the bucket boundaries (seconds) of MetricDecisionTime: they
 // resolve below a millisecond, a decision being one Redis round trip.

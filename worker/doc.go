@@ -20,10 +20,19 @@
 //
 //	handler returns          lease                            delivery
 //	nil                      done message (with the cost)     Ack
-//	an error, or panics      done message (with the cost)     TermWithReason(the error): not delivered again
+//	an error, or panics      done message, outcome failed     TermWithReason(the error): not delivered again
+//	Overloaded(err)          done message, outcome overloaded NakWithDelay(1s): delivered again, taking its slots again first
+//	RetryAfter(d, err)       the same, and Admit-Retry-After  NakWithDelay(d)
+//	RetryAfterPool(d, err)   the same, of the pool's scope    NakWithDelay(d)
 //	Retry(err, after)        kept: no done message            NakWithDelay(after): delivered again holding it
 //	an error after a hard    kept: no done message            Nak: delivered again at once, holding it
 //	stop (see Worker.Stop)
+//
+// The done message says how the job went downstream (Admit-Outcome: failed, overloaded; nothing
+// for ok): admitter's pools count it toward their breaker and move an adaptive pool's limit by
+// it. RetryAfter's Admit-Retry-After holds the tenant's next forwards for d (RetryAfterPool: the
+// whole pool's), a downstream's 429 or 503 passed on; ResponseError maps an HTTP call's response
+// to these (see docs/downstream.md).
 //
 // A failed job is terminated rather than delivered again because its done message has freed
 // its slot: a redelivery would run outside the tenant's concurrency limit. Retry inside the

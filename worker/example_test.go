@@ -1,9 +1,13 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"time"
 
@@ -110,4 +114,34 @@ func forward(js jetstream.JetStream, subject, payload string, lease int64, lengt
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		panic(err)
 	}
+}
+
+// A handler that calls an HTTP service passes the service's pushback on to admitter:
+// ResponseError turns a 429 or 503 with Retry-After into RetryAfter (admitter holds the tenant's
+// next jobs, the worker puts this one back for as long), a timeout into Overloaded, another
+// failure into an error.
+func ExampleResponseError() {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer api.Close()
+	handler := func(ctx context.Context, j *worker.Job) error {
+		req, err := http.NewRequestWithContext(ctx, "POST", api.URL+"/v1/render", bytes.NewReader(j.Data))
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if resp != nil {
+			defer resp.Body.Close()
+		}
+		return worker.ResponseError(resp, err)
+	}
+	err := handler(context.Background(), &worker.Job{Data: []byte("a page")})
+	var o *worker.OverloadedError
+	if errors.As(err, &o) {
+		fmt.Printf("overloaded; retry after %v\n", o.RetryAfter)
+	}
+	// Output:
+	// overloaded; retry after 30s
 }

@@ -31,7 +31,7 @@ func (w *Worker) keepAlive(base context.Context, m jetstream.Msg, j *Job, starte
 		subject := w.leaseSubject(w.t.toRenew, w.t.renew, j)
 		timeout := min(w.cfg.RequestTimeout, j.LeaseLength/2)
 		k.renew = func(ctx context.Context) (wire.LeaseReply, error) {
-			return w.request(ctx, timeout, subject, j, false, noCost)
+			return w.request(ctx, timeout, subject, j, false, noCost, nil)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(base))
@@ -57,7 +57,7 @@ func (w *Worker) keepAlive(base context.Context, m jetstream.Msg, j *Job, starte
 func (w *Worker) start(ctx context.Context, j *Job) (ok bool, wait time.Duration) {
 	subject := w.leaseSubject(w.t.toRenew, w.t.renew, j)
 	sent := time.Now()
-	rep, err := w.request(ctx, min(w.cfg.RequestTimeout, j.LeaseLength/2), subject, j, true, noCost)
+	rep, err := w.request(ctx, min(w.cfg.RequestTimeout, j.LeaseLength/2), subject, j, true, noCost, nil)
 	switch {
 	case err != nil:
 		if d := j.LeaseDeadline(); !d.IsZero() && d.After(sent) {
@@ -76,14 +76,15 @@ func (w *Worker) start(ctx context.Context, j *Job) (ok bool, wait time.Duration
 	return true, 0
 }
 
-// done ends j's lease with a done message carrying its cost, sent again while unanswered
-// (doneTries in all): a repeat is harmless, admitter releasing and reconciling a lease once.
-func (w *Worker) done(ctx context.Context, j *Job) {
+// done ends j's lease with a done message carrying its cost and what o says of it, sent again
+// while unanswered (doneTries in all): a repeat is harmless, admitter releasing and reconciling
+// a lease once.
+func (w *Worker) done(ctx context.Context, j *Job, o outcome) {
 	subject := w.leaseSubject(w.t.toDone, w.t.done, j)
 	var err error
 	for try := 1; try <= doneTries; try++ {
 		var rep wire.LeaseReply
-		if rep, err = w.request(ctx, w.cfg.RequestTimeout, subject, j, false, j.cost.Load()); err == nil {
+		if rep, err = w.request(ctx, w.cfg.RequestTimeout, subject, j, false, j.cost.Load(), &o); err == nil {
 			if !rep.Held {
 				w.cfg.Logger.Info("worker: the lease had ended before the job was done", "tenant", j.Tenant, "lease", j.Lease, "subject", j.Subject)
 			}
@@ -100,10 +101,10 @@ func (w *Worker) done(ctx context.Context, j *Job) {
 }
 
 // request sends a done, renew or start message (start: Admit-Start) for j's lease, with its
-// weight (which names the slots of a lease admitter lost: see README, Leases) and Admit-Cost
-// when cost ≥ 0, and reads admitter's answer, waiting at most timeout. An answer carrying an
-// error is an error.
-func (w *Worker) request(ctx context.Context, timeout time.Duration, subject string, j *Job, start bool, cost int64) (wire.LeaseReply, error) {
+// weight (which names the slots of a lease admitter lost: see README, Leases), Admit-Cost when
+// cost ≥ 0 and, for a done message, what o says of the job, and reads admitter's answer,
+// waiting at most timeout. An answer carrying an error is an error.
+func (w *Worker) request(ctx context.Context, timeout time.Duration, subject string, j *Job, start bool, cost int64, o *outcome) (wire.LeaseReply, error) {
 	var rep wire.LeaseReply
 	if subject == "" {
 		return rep, fmt.Errorf("worker: no lease subject for this job (its tenant cannot be a subject token)")
@@ -116,6 +117,15 @@ func (w *Worker) request(ctx context.Context, timeout time.Duration, subject str
 	}
 	if cost >= 0 {
 		m.Header.Set(wire.HeaderCost, strconv.FormatInt(cost, 10))
+	}
+	if o != nil && o.report != "" && o.report != wire.OutcomeOK {
+		m.Header.Set(wire.HeaderOutcome, o.report)
+	}
+	if o != nil && o.retryAfter > 0 {
+		m.Header.Set(wire.HeaderDownstreamRetryAfter, wire.RetryAfterValue(min(o.retryAfter, wire.MaxRetryAfter)))
+		if o.pool {
+			m.Header.Set(wire.HeaderRetryScope, wire.RetryScopePool)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

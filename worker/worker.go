@@ -235,21 +235,29 @@ type outcome struct {
 	settle  settle
 	delay   time.Duration // nak
 	reason  string        // term
+	// report is what the done message says of the job (Admit-Outcome): ok, failed or
+	// overloaded; retryAfter and pool its Admit-Retry-After (0: none) and its scope.
+	report     string
+	retryAfter time.Duration
+	pool       bool
 }
 
 // outcomeOf is the outcome of a handler that returned err; hard says its context was
 // cancelled by a hard stop.
 func outcomeOf(err error, hard bool) outcome {
 	var r *RetryError
+	var o *OverloadedError
 	switch {
 	case err == nil:
-		return outcome{release: true, settle: ack}
+		return outcome{release: true, settle: ack, report: wire.OutcomeOK}
 	case errors.As(err, &r):
 		return outcome{settle: nak, delay: r.After}
+	case errors.As(err, &o):
+		return outcome{release: true, settle: nak, delay: o.After, report: wire.OutcomeOverloaded, retryAfter: o.RetryAfter, pool: o.Pool}
 	case hard:
 		return outcome{settle: nak}
 	}
-	return outcome{release: true, settle: term, reason: termReason(err)}
+	return outcome{release: true, settle: term, reason: termReason(err), report: wire.OutcomeFailed}
 }
 
 // maxReason bounds a termination's reason, which the server puts in its advisory.
@@ -271,7 +279,7 @@ func termReason(err error) string {
 // apply sends the done message when o releases the lease, then settles the delivery.
 func (w *Worker) apply(base context.Context, m jetstream.Msg, j *Job, o outcome) {
 	if o.release && j.Lease > 0 {
-		w.done(context.WithoutCancel(base), j)
+		w.done(context.WithoutCancel(base), j, o)
 	}
 	var err error
 	switch o.settle {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -47,6 +48,9 @@ type leaseMsg struct {
 	cost    string // "" when absent
 	weight  string
 	start   bool
+	outcome string // Admit-Outcome, "" when absent
+	retry   string // Admit-Retry-After and Admit-Retry-Scope, "" when absent
+	scope   string
 }
 
 func (m leaseMsg) done() bool { return strings.HasPrefix(m.subject, "jobs.done.") }
@@ -89,7 +93,8 @@ func setup(t *testing.T, ackWait time.Duration) *env {
 func (e *env) answer(m *nats.Msg) {
 	lease, _ := strconv.ParseInt(m.Header.Get(wire.HeaderLease), 10, 64)
 	msg := leaseMsg{at: time.Now(), subject: m.Subject, lease: m.Header.Get(wire.HeaderLease), cost: m.Header.Get(wire.HeaderCost),
-		weight: m.Header.Get(wire.HeaderWeight), start: m.Header.Get(wire.HeaderStart) == "true"}
+		weight: m.Header.Get(wire.HeaderWeight), start: m.Header.Get(wire.HeaderStart) == "true", outcome: m.Header.Get(wire.HeaderOutcome),
+		retry: m.Header.Get(wire.HeaderDownstreamRetryAfter), scope: m.Header.Get(wire.HeaderRetryScope)}
 	var floor uint64
 	if !strings.Contains(m.Subject, "renew") {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -591,20 +596,24 @@ func TestOutcome(t *testing.T) {
 		hard bool
 		want outcome
 	}{
-		{"done", nil, false, outcome{release: true, settle: ack}},
-		{"done despite a hard stop", nil, true, outcome{release: true, settle: ack}},
-		{"failed", errors.New("no"), false, outcome{release: true, settle: term, reason: "no"}},
+		{"done", nil, false, outcome{release: true, settle: ack, report: "ok"}},
+		{"done despite a hard stop", nil, true, outcome{release: true, settle: ack, report: "ok"}},
+		{"failed", errors.New("no"), false, outcome{release: true, settle: term, reason: "no", report: "failed"}},
+		{"overloaded", Overloaded(errors.New("503")), false, outcome{release: true, settle: nak, delay: time.Second, report: "overloaded"}},
+		{"overloaded, wrapped, at a hard stop", fmt.Errorf("x: %w", Overloaded(errors.New("503"))), true, outcome{release: true, settle: nak, delay: time.Second, report: "overloaded"}},
+		{"retry after", RetryAfter(5*time.Second, errors.New("429")), false, outcome{release: true, settle: nak, delay: 5 * time.Second, report: "overloaded", retryAfter: 5 * time.Second}},
+		{"retry after, the pool's", RetryAfterPool(time.Minute, errors.New("429")), false, outcome{release: true, settle: nak, delay: time.Minute, report: "overloaded", retryAfter: time.Minute, pool: true}},
 		{"retry", Retry(errors.New("busy"), time.Second), false, outcome{settle: nak, delay: time.Second}},
 		{"retry, wrapped", fmt.Errorf("x: %w", Retry(errors.New("busy"), -time.Second)), false, outcome{settle: nak}},
 		{"interrupted by a hard stop", context.Canceled, true, outcome{settle: nak}},
-		{"long reason", errors.New(strings.Repeat("é", 200)), false, outcome{release: true, settle: term, reason: strings.Repeat("é", 128)}},
+		{"long reason", errors.New(strings.Repeat("é", 200)), false, outcome{release: true, settle: term, reason: strings.Repeat("é", 128), report: "failed"}},
 	} {
 		if got := outcomeOf(tc.err, tc.hard); got != tc.want {
 			t.Errorf("%s: outcomeOf = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
-	if Retry(nil, time.Second) != nil {
-		t.Error("Retry(nil) is not nil")
+	if Retry(nil, time.Second) != nil || Overloaded(nil) != nil || RetryAfter(time.Second, nil) != nil || RetryAfterPool(time.Second, nil) != nil {
+		t.Error("Retry, Overloaded, RetryAfter or RetryAfterPool of nil is not nil")
 	}
 }
 
@@ -626,5 +635,134 @@ func TestLongJobIsNotDeliveredAgain(t *testing.T) {
 	testenv.WaitFor(t, 5*time.Second, "the job acked", func() bool { floor, _ := e.consumerState(); return floor == seq })
 	if n := calls.Load(); n != 1 {
 		t.Errorf("handler called %d times, want 1: delivered again while it ran", n)
+	}
+}
+
+// TestDoneMessageSaysTheOutcome: the done message says how the job went (Admit-Outcome): nothing
+// for a job done (ok is the default), failed for an error, overloaded for Overloaded; an
+// overloaded job is delivered again, starting with a start (its slots taken again).
+func TestDoneMessageSaysTheOutcome(t *testing.T) {
+	e := setup(t, time.Minute)
+	var calls atomic.Int32
+	e.start(Config{Concurrency: 3, Handler: func(ctx context.Context, j *Job) error {
+		switch {
+		case j.Lease == 2:
+			return errors.New("bad input")
+		case j.Lease == 3 && calls.Add(1) == 1:
+			return Overloaded(errors.New("503 Service Unavailable"))
+		}
+		return nil
+	}})
+	for lease := int64(1); lease <= 3; lease++ {
+		e.forward("jobs.admitted.acme.llm", lease, 60000)
+	}
+	testenv.WaitFor(t, 10*time.Second, "four done messages", func() bool {
+		n := 0
+		for _, m := range e.leaseMsgs() {
+			if m.done() {
+				n++
+			}
+		}
+		return n == 4
+	})
+	var got []string
+	for _, m := range e.leaseMsgs() {
+		k := "done"
+		if m.start {
+			k = "start"
+		} else if !m.done() {
+			k = "renew"
+		}
+		got = append(got, fmt.Sprintf("%s %s %s", m.lease, k, m.outcome))
+	}
+	slices.Sort(got)
+	if want := []string{"1 done ", "2 done failed", "3 done ", "3 done overloaded", "3 start "}; !slices.Equal(got, want) {
+		t.Errorf("lease messages %q, want %q", got, want)
+	}
+}
+
+// TestRetryAfterHoldsAndPutsBack: a handler returning RetryAfter sends its done message with
+// Admit-Retry-After (and Admit-Retry-Scope: pool for RetryAfterPool), and its job is delivered
+// again no sooner than the delay.
+func TestRetryAfterHoldsAndPutsBack(t *testing.T) {
+	e := setup(t, time.Minute)
+	attempts := make(chan time.Time, 4)
+	e.start(Config{Concurrency: 2, Handler: func(ctx context.Context, j *Job) error {
+		attempts <- time.Now()
+		if j.Attempt > 1 {
+			return nil
+		}
+		if j.Lease == 1 {
+			return RetryAfter(1200*time.Millisecond, errors.New("429 Too Many Requests"))
+		}
+		return RetryAfterPool(300*time.Millisecond, errors.New("429 Too Many Requests"))
+	}})
+	e.forward("jobs.admitted.acme.llm", 1, 60000)
+	first := <-attempts
+	e.forward("jobs.admitted.acme.llm", 2, 60000)
+	<-attempts
+	<-attempts
+	if second := <-attempts; second.Sub(first) < 1200*time.Millisecond {
+		t.Errorf("delivered again %v after the first attempt, want at least 1.2s", second.Sub(first))
+	}
+	testenv.WaitFor(t, 5*time.Second, "four done messages", func() bool {
+		n := 0
+		for _, m := range e.leaseMsgs() {
+			if m.done() {
+				n++
+			}
+		}
+		return n == 4
+	})
+	var got []string
+	for _, m := range e.leaseMsgs() {
+		if m.done() {
+			got = append(got, fmt.Sprintf("%s %s %s %s", m.lease, m.outcome, m.retry, m.scope))
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"1   ", "1 overloaded 2 ", "2   ", "2 overloaded 1 pool"}; !slices.Equal(got, want) {
+		t.Errorf("done messages %q, want %q", got, want)
+	}
+}
+
+func TestResponseError(t *testing.T) {
+	now := time.Now()
+	req, _ := http.NewRequest("POST", "https://user:secret@api.example.com/v1/chat", nil)
+	resp := func(code int, retry string) *http.Response {
+		r := &http.Response{StatusCode: code, Status: fmt.Sprintf("%d %s", code, http.StatusText(code)), Header: http.Header{}, Request: req}
+		if retry != "" {
+			r.Header.Set("Retry-After", retry)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		resp *http.Response
+		err  error
+		want outcome
+		msg  string
+	}{
+		{"200", resp(200, ""), nil, outcome{release: true, settle: ack, report: "ok"}, ""},
+		{"302", resp(302, ""), nil, outcome{release: true, settle: ack, report: "ok"}, ""},
+		{"400", resp(400, ""), nil, outcome{release: true, settle: term, reason: "worker: POST https://user:xxxxx@api.example.com/v1/chat: 400 Bad Request", report: "failed"}, ""},
+		{"500", resp(500, ""), nil, outcome{release: true, settle: term, reason: "worker: POST https://user:xxxxx@api.example.com/v1/chat: 500 Internal Server Error", report: "failed"}, ""},
+		{"429 with seconds", resp(429, "30"), nil, outcome{release: true, settle: nak, delay: 30 * time.Second, report: "overloaded", retryAfter: 30 * time.Second}, ""},
+		{"503 with a date", resp(503, now.Add(90*time.Second).UTC().Format(http.TimeFormat)), nil, outcome{}, "date"},
+		{"503 without Retry-After", resp(503, ""), nil, outcome{release: true, settle: nak, delay: time.Second, report: "overloaded"}, ""},
+		{"429 with a Retry-After that does not parse", resp(429, "soon"), nil, outcome{release: true, settle: nak, delay: time.Second, report: "overloaded"}, ""},
+		{"a timeout", nil, context.DeadlineExceeded, outcome{release: true, settle: nak, delay: time.Second, report: "overloaded"}, ""},
+		{"refused", nil, errors.New("connection refused"), outcome{release: true, settle: term, reason: "connection refused", report: "failed"}, ""},
+	} {
+		got := outcomeOf(ResponseError(tc.resp, tc.err), false)
+		if tc.msg == "date" {
+			if got.retryAfter < 88*time.Second || got.retryAfter > 90*time.Second || got.report != "overloaded" || got.settle != nak {
+				t.Errorf("%s: %+v, want a retry after about 90s", tc.name, got)
+			}
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
 	}
 }

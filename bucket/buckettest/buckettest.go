@@ -49,6 +49,10 @@ type Features struct {
 	// Pools: a plan's pool (bucket.Pool) is shared by the tenants of every plan naming it,
 	// fairly by their shares.
 	Pools bool
+	// Downstream: what the workers report on a release is kept: the job's time downstream
+	// (LeaseResult.Ran), a Retry-After that holds the tenant's or the pool's forwards, the
+	// outcomes that open a pool's breaker and move an adaptive pool's limit.
+	Downstream bool
 }
 
 // All is every feature: what both backends of package bucket promise.
@@ -59,6 +63,7 @@ var All = Features{
 	Forget:       true,
 	Leases:       true,
 	Pools:        true,
+	Downstream:   true,
 }
 
 // missing says what of need f lacks, or "" when f covers it.
@@ -79,6 +84,8 @@ func (f Features) missing(need Features) string {
 		return "leases (Release and Renew)"
 	case need.Pools && !f.Pools:
 		return "pools"
+	case need.Downstream && !f.Downstream:
+		return "downstream reports"
 	}
 	return ""
 }
@@ -97,7 +104,7 @@ func Exercise(t *testing.T, f Features, newLimiter NewLimiter) {
 	for _, group := range []struct {
 		name  string
 		cases []testCase
-	}{{"decide", decideCases}, {"admit", admitCases}, {"forget", forgetCases}, {"kinds", kindCases}, {"leases", leaseCases}, {"pools", poolCases}} {
+	}{{"decide", decideCases}, {"admit", admitCases}, {"forget", forgetCases}, {"kinds", kindCases}, {"leases", leaseCases}, {"pools", poolCases}, {"downstream", downstreamCases}} {
 		t.Run(group.name, func(t *testing.T) {
 			for _, tc := range group.cases {
 				t.Run(tc.name, func(t *testing.T) {

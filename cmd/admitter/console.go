@@ -33,7 +33,8 @@ func attachConsole(ctx context.Context, con *console.Console, st *stack, shares 
 	if con == nil {
 		return
 	}
-	back := &console.Backend{Activity: st.activity, Policy: st.policy, Queue: st.svc, Shares: shares, PlansReport: live.consoleReport}
+	back := &console.Backend{Activity: st.activity, Policy: st.policy, Queue: st.svc, Shares: shares, PlansReport: live.consoleReport,
+		PoolHistory: st.svc.PoolHistory}
 	dead, err := deadletter.Open(ctx, deadletter.Config{JetStream: st.js, In: c.in, Dead: c.dead,
 		StreamIn: c.StreamIn, StreamDead: c.StreamDead, Replicas: c.StreamReplicas})
 	if err != nil {

@@ -475,6 +475,10 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 		fmt.Fprintf(f, "paused until %s (%v from now): its jobs wait in its queue, in order, and its requests are denied\n",
 			r.PausedUntil.UTC().Format(time.RFC3339), r.PausedUntil.Sub(r.At).Round(time.Second))
 	}
+	if r.DownstreamUntil != nil {
+		fmt.Fprintf(f, "%s (%v from now): its queue's jobs wait (a done message's Admit-Retry-After)\n",
+			bucket.DownstreamReason(*r.DownstreamUntil), r.DownstreamUntil.Sub(r.At).Round(time.Second))
+	}
 	if r.HeldUntil != nil {
 		fmt.Fprintf(f, "queue: held by the replica deciding it for %v more (each of its decisions extends it; another replica admits none of its jobs before)\n",
 			r.HeldUntil.Sub(r.At).Round(time.Millisecond))
@@ -501,6 +505,12 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 			fmt.Fprintf(w, "; then limit %s (%s, %s) %s", binding.Limit, binding.Kind, binding.Rule, why(binding))
 		}
 		fmt.Fprintln(w)
+	case r.DownstreamUntil != nil && waiting > 0:
+		fmt.Fprintf(w, "why jobs wait: %s\n", bucket.DownstreamReason(*r.DownstreamUntil))
+	case r.Pool != nil && r.Pool.DownstreamUntil != nil && waiting > 0:
+		fmt.Fprintf(w, "why jobs wait: pool %s: %s\n", r.Pool.Name, bucket.DownstreamReason(*r.Pool.DownstreamUntil))
+	case r.Pool != nil && r.Pool.Breaker == "open" && r.Pool.BreakerUntil != nil && waiting > 0:
+		fmt.Fprintf(w, "why jobs wait: pool %s: breaker open for %v more (most of its recent jobs failed or were overloaded)\n", r.Pool.Name, r.Pool.BreakerUntil.Sub(r.At).Round(time.Second))
 	case binding != nil && r.WaitMs > 0:
 		fmt.Fprintf(w, "why jobs wait: limit %s (%s, %s) %s; a job of weight 1 fits in %s\n",
 			binding.Limit, binding.Kind, binding.Rule, why(binding), human(time.Duration(r.WaitMs)*time.Millisecond))
@@ -535,6 +545,28 @@ func printPool(w io.Writer, tenant string, p *wire.PoolState) (full bool) {
 	}
 	fmt.Fprintf(w, "pool %s (%s): %s; %s waiting for it, with shares %d in all; %s's share is %d\n",
 		p.Name, p.Rule, strings.Join(parts, ", "), plural(uint64(max(p.Waiting, 0)), "tenant", "tenants"), p.WaitingShares, tenant, p.Share)
+	if p.Limit > 0 {
+		floor := "not measured yet"
+		if p.FloorMs > 0 {
+			floor = human(msDuration(p.FloorMs))
+		}
+		fmt.Fprintf(w, "  adaptive: limit in force %d of %d (minimum %d), %s; time per job %s, floor %s\n",
+			p.Limit, p.Concurrency, p.AdaptiveMin, p.LimitReason, human(msDuration(p.TimePerJobMs)), floor)
+		full = full || p.InFlight >= p.Limit
+	}
+	if p.DownstreamUntil != nil {
+		fmt.Fprintf(w, "  %s: no job of the pool is forwarded before\n", bucket.DownstreamReason(*p.DownstreamUntil))
+		full = true
+	}
+	switch {
+	case p.Breaker == "open" && p.BreakerUntil != nil:
+		fmt.Fprintf(w, "  breaker open until %s: most of its recent jobs failed or were overloaded; nothing is forwarded before\n", p.BreakerUntil.UTC().Format(time.RFC3339))
+		full = true
+	case p.Breaker == "half-open":
+		fmt.Fprintf(w, "  breaker half-open: %d probe jobs out; it closes when they come back ok\n", p.Probes)
+	case p.Breaker != "":
+		fmt.Fprintf(w, "  breaker %s\n", p.Breaker)
+	}
 	for _, t := range p.Tenants {
 		state := "nothing waiting"
 		if t.Waiting {

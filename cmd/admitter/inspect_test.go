@@ -203,3 +203,35 @@ func TestPrintInspectionQueue(t *testing.T) {
 	}
 	t.Logf("\n%s", text)
 }
+
+// TestPrintInspectionDownstream: a tenant held by the downstream's Retry-After, and its adaptive
+// pool with an open breaker, in words.
+func TestPrintInspectionDownstream(t *testing.T) {
+	ps, m, _ := inspectAt(t, `
+pools:
+  api: {concurrency: 8, lease: 30s, adaptive: {min: 2}, breaker: {failures: 50%, window: 30s, cooldown: 10s, min_jobs: 1}}
+plans:
+  gold: {pool: api, limits: [{capacity: 100, rate: 100/s}]}
+tenants: {acme: gold}
+`)
+	ctx := context.Background()
+	gold, _ := ps.Lookup("acme")
+	if _, err := m.Admit(ctx, bucket.Batch{Tenant: "acme", Plan: gold, Owner: 7, Jobs: []bucket.Job{{ID: 1, Weight: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Release(ctx, bucket.LeaseRequest{Tenant: "acme", Plan: gold, Lease: 1, Cost: bucket.NoCost,
+		Report: bucket.Report{Outcome: bucket.DownstreamFailed, RetryAfter: 30 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	res, text := inspection(t, m, ps, "acme")
+	for _, want := range []string{"downstream asked to wait until ", "(30s from now): its queue's jobs wait",
+		"  adaptive: limit in force 2 of 8 (minimum 2), starting: measuring the floor at the minimum; time per job 0s, floor not measured yet",
+		"  breaker open until "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if res.DownstreamUntil == nil || res.Pool == nil || res.Pool.Breaker != "open" || res.Pool.Limit != 2 {
+		t.Errorf("state %+v, pool %+v", res, res.Pool)
+	}
+}

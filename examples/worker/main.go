@@ -96,7 +96,9 @@ func export(ctx context.Context, j *worker.Job) error {
 	case <-time.After(time.Duration(rows/1000) * time.Millisecond):
 	}
 	// A downstream that asks to be called later: return worker.Retry(err, 5*time.Second), to
-	// be delivered again holding the job's slot.
+	// be delivered again holding the job's slot; one that is overloaded: worker.Overloaded(err),
+	// or worker.RetryAfter(30*time.Second, err) when it says how long (an HTTP call's response:
+	// worker.ResponseError(resp, err)), so that admitter forwards less, or none for a while.
 	j.SetCost(int64((rows + 999) / 1000))
 	slog.Info("exported", "tenant", j.Tenant, "plan", j.Plan, "rows", rows, "weight", j.Weight,
 		"lease", j.Lease, "lease_deadline", j.LeaseDeadline(), "attempt", j.Attempt)
