@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"time"
+
+	"github.com/admitter/admitter/lua"
 )
 
 // A Job is one queued job of a batch.
@@ -57,7 +59,8 @@ type Batch struct {
 	// Owner names the replica asking (OwnerID of its name; non-zero).
 	Owner int64
 	// Stored is the highest input sequence of the tenant whose forward the owner saw stored
-	// downstream (0: nothing to say): jobs at or below the highest ever given are JobStored. Keep
+	// downstream (0: nothing to say): jobs at or below the highest ever given, in its span of
+	// ids (JobSpan), are JobStored. Keep
 	// is how long the state must remember it (the removal of those jobs from the input is not
 	// confirmed yet); zero: as long as the state lasts anyway.
 	Stored int64
@@ -80,6 +83,14 @@ type Batch struct {
 
 // MaxBatch bounds the jobs of one Admit call.
 const MaxBatch = 512
+
+// JobSpan: a job's id is its stream's sequence plus a multiple of JobSpan naming the stream
+// (see admission: a tenant's jobs move to another stream when the input's partitions change);
+// Batch.Stored covers the ids of its own span only.
+const JobSpan = lua.JobSpan
+
+// stored reports whether job is at or below the stored mark, in its span (see Batch.Stored).
+func stored(job, mark int64) bool { return job <= mark && job/JobSpan == mark/JobSpan }
 
 // maxJobID bounds job ids: exact in the scripts' Lua numbers.
 const maxJobID = 1<<53 - 1

@@ -374,7 +374,7 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 	}
 	for i, j := range b.Jobs {
 		switch {
-		case j.ID <= st.stored:
+		case stored(j.ID, st.stored):
 			out[i] = int64(JobStored)
 		case held:
 			if wait < 0 {

@@ -21,7 +21,9 @@
 -- stored downstream: a job at or below the highest ever given is answered 3 (stored: remove it,
 -- do not forward it again), whoever asks and however long after. The owner passes it while a
 -- removal of stored jobs from the input is not confirmed, with `keep` µs: how long the state
--- must remember it (the output's duplicate window covers a repeated forward for less).
+-- must remember it (the output's duplicate window covers a repeated forward for less). A job id
+-- is its stream's sequence within a span of JOB_SPAN ids that names the stream: stored covers
+-- the jobs of its own span only (a tenant whose jobs move to another stream starts afresh).
 --
 -- Late. The owner's forwards stored `late` µs or more after their decision reach downstream
 -- beside what the limits gave meanwhile: their weight lw, `lt` µs late, is charged again before
@@ -102,7 +104,7 @@ end
 
 for i = 1, k do
   local job, w = jid[i], jw[i]
-  if job <= st.stored then
+  if job <= st.stored and math.floor(job / JOB_SPAN) == math.floor(st.stored / JOB_SPAN) then
     out[i] = 3
   elseif held then
     if wait < 0 then wait, bind = st.owner_until - now, -1 end

@@ -28,6 +28,10 @@ const (
 	// the loss, in percent (state.lua PHANTOM_PERCENT): the jobs running then report before it
 	// ends (the worker library renews at half a lease), and each report names its own slot.
 	PhantomPercent = 60
+	// JobSpan: a job's id is a stream's sequence plus a multiple of JobSpan that names the
+	// stream (its input's partitioning); a tenant's stored mark (admit.lua) covers the ids of
+	// its own span only (state.lua JOB_SPAN).
+	JobSpan = 1 << 40
 )
 
 // The adaptive pools' controller (pool.lua ADAPT_*; see bucket.Adaptive).
@@ -49,9 +53,9 @@ const (
 
 // constants is the Lua prelude that defines the shared limits.
 func constants() string {
-	return fmt.Sprintf("local MAX_MARKS, MAX_BOOKED, MAX_LISTED, PHANTOM_PERCENT = %d, %d, %d, %d\n"+
+	return fmt.Sprintf("local MAX_MARKS, MAX_BOOKED, MAX_LISTED, PHANTOM_PERCENT, JOB_SPAN = %d, %d, %d, %d, %d\n"+
 		"local ADAPT_WINDOW, ADAPT_SAMPLES, ADAPT_PROBE_EVERY, ADAPT_TOLERANCE, ADAPT_GROW, ADAPT_DECREASE = %d, %d, %d, %d, %d, %d\n",
-		MaxMarks, MaxBooked, MaxListed, PhantomPercent, AdaptWindow, AdaptSamples, AdaptProbeEvery, AdaptTolerance, AdaptGrow, AdaptDecrease)
+		MaxMarks, MaxBooked, MaxListed, PhantomPercent, JobSpan, AdaptWindow, AdaptSamples, AdaptProbeEvery, AdaptTolerance, AdaptGrow, AdaptDecrease)
 }
 
 // prelude is every script's beginning: the shared limits, then state.lua.

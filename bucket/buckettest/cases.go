@@ -298,6 +298,16 @@ var admitCases = []testCase{
 		// A lower Stored never lowers it.
 		h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 1, Jobs: jobs("3")}, "S", 0)
 	}},
+	{name: "a stored mark covers the jobs of its own span of ids only", needs: queues(), opts: bucket.Options{Redeem: time.Second, Hold: time.Second}, run: func(t *testing.T, h *harness) {
+		// The tenant's jobs moved to another stream (the input's partitions changed): ids of
+		// that stream's span; its stored mark says nothing of another stream's jobs.
+		p := mustPlan(t, "p", lim("", 10, time.Millisecond))
+		span8 := fmt.Sprint(8*bucket.JobSpan + 7)
+		h.step(bucket.Batch{Plan: p, Owner: 1, Stored: 8*bucket.JobSpan + 7, Keep: time.Hour}, "", 0)
+		h.step(bucket.Batch{Plan: p, Owner: 1, Jobs: jobs("3", span8, fmt.Sprint(16*bucket.JobSpan+2))}, "ASA", 0)
+		// A mark of an older span does not lower it.
+		h.step(bucket.Batch{Plan: p, Owner: 1, Stored: 9, Jobs: jobs(span8)}, "S", 0)
+	}},
 	{name: "forwards stored late are charged before the next decision", needs: queues(bucket.KindWindow), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
 		// Four jobs admitted at once reach downstream 500 ms late, stored beside what the
 		// limits gave meanwhile: the next call takes that back first. The bucket (4 at 4/s)
