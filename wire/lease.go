@@ -19,8 +19,8 @@ const MaxCost = MaxWeight
 
 // ParseLease reads the lease a done or renew message names: its Admit-Lease header (the
 // forwarded job's, copied), else the forwarded job's Nats-Msg-Id, which must be a forward of
-// input stream in (the lease is the input sequence in it). Header names are matched without
-// regard to case; a header given twice is an error.
+// a stream of input stream in (the lease is the job's id: see JobID). Header names are matched
+// without regard to case; a header given twice is an error.
 func ParseLease(h nats.Header, in string) (int64, error) {
 	v, ok, err := one(h, HeaderLease)
 	if err != nil {
@@ -41,10 +41,15 @@ func ParseLease(h nats.Header, in string) (int64, error) {
 		return 0, fmt.Errorf("neither %s nor %s names the forwarded job", HeaderLease, nats.MsgIdHdr)
 	}
 	kind, stream, seq, ok := ParseMsgID(id)
-	if !ok || kind != KindForward || stream != in || seq < 1 || seq > MaxLease {
+	var n int
+	if ok && kind == KindForward {
+		n, _, ok = ParseInputStream(in, stream)
+	}
+	lease := JobID(n, seq)
+	if !ok || kind != KindForward || lease < 1 || lease > MaxLease {
 		return 0, fmt.Errorf("header %s is %q, want the forwarded job's (%s)", nats.MsgIdHdr, id, MsgID(KindForward, in, 1)[:len("admitter:a:")+len(in)+1]+"<sequence>")
 	}
-	return int64(seq), nil
+	return lease, nil
 }
 
 // LeaseReply is the answer to a done or renew message sent as a request:

@@ -271,6 +271,7 @@ var (
 	MetricJobsWaiting   = Metric{"admitter.jobs.waiting", "admitter_jobs_waiting", ""}
 	MetricOutputBlocked = Metric{"admitter.output.blocked", "admitter_output_blocked", ""}
 	MetricReplicas      = Metric{"admitter.replicas", "admitter_replicas", ""}
+	MetricPartitions    = Metric{"admitter.partitions", "admitter_partitions", ""}
 	MetricPlansReloads  = Metric{"admitter.plans.reloads", "admitter_plans_reloads_total", ""}
 	MetricRedisEvicting = Metric{"admitter.redis.evicting", "admitter_redis_evicting", ""}
 	MetricLeaseMessages = Metric{"admitter.lease.messages", "admitter_lease_messages_total", ""}
