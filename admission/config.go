@@ -44,9 +44,14 @@ type Config struct {
 	// StreamIn, StreamOut, StreamDead and StreamWait name the streams (defaults JOBS, ADMITTED,
 	// DEAD, WAITING; WAITING is only read, when an earlier version left it).
 	StreamIn, StreamOut, StreamDead, StreamWait string
-	// Consumer names the replicas' buckets (default "admitter": <Consumer>_replicas and
+	// Consumer names the replicas' buckets (default "admitter": <Consumer>_owners and
 	// <Consumer>_limiter); an input consumer of an earlier version by that name is deleted.
 	Consumer string
+	// Partitions is how many streams the input is spread over (default 1: StreamIn alone), by
+	// the NATS server's account mapping (subjects.Partitions.Mapping; an embedded server is given
+	// it by the caller): each is read by one replica, which runs its tenants' queues. Changing it
+	// leaves the jobs of the earlier streams where they are: forwarded first, in order.
+	Partitions int
 	// Workers is how many tenants' queues take a step at once (default 32). A step mostly waits
 	// for a read, the limiter and the PubAcks.
 	Workers int
@@ -62,8 +67,9 @@ type Config struct {
 	// InFlightBytes bounds the payload bytes held at once (default 32 MiB): a step reads at most
 	// InFlightBytes / Workers (at least 1 MiB).
 	InFlightBytes int
-	// Heartbeat is how often the replica announces itself (default 1s); one not heard from for
-	// three heartbeats is taken for dead and its tenants' queues are taken over.
+	// Heartbeat is how often the replica announces itself and renews the leases of the
+	// partitions it reads (default 1s); a lease not renewed for three heartbeats ends, and
+	// another replica takes its partition over.
 	Heartbeat time.Duration
 	// Replica names this replica among the others (default: a random id).
 	Replica string
@@ -163,6 +169,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 1
 	}
 	if c.LeaseWorkers <= 0 {
 		c.LeaseWorkers = 8

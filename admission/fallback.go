@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 
@@ -11,9 +12,8 @@ import (
 )
 
 // router is the bucket.Router of fail mode local over NATS (see Config.Fallback): a tenant's
-// questions go to the replica that runs its queue (members.owns), a pool's to the live replica
-// that ranks highest for the pool's key (the rendezvous hashing of tenants), each on its own
-// subject.
+// questions go to the replica that holds its partition (owners.owner), a pool's to the live
+// replica that ranks highest for the pool's key (rendezvous hashing), each on its own subject.
 type router struct {
 	s      *Service
 	prefix string // _ADMITTER.<consumer>.fallback.
@@ -25,16 +25,36 @@ func newRouter(s *Service) *router {
 	return &router{s: s, prefix: "_ADMITTER." + s.cfg.Consumer + ".fallback."}
 }
 
-// decider is the live replica that decides for key.
+// decider is the live replica that decides for key: this one for a tenant whose partition no
+// other replica is known to hold.
 func (r *router) decider(key string) string {
 	if t, ok := strings.CutPrefix(key, "tenant:"); ok {
-		return rank(r.s.members.liveNow(), t)
+		if o := r.s.owners.owner(r.s.in.partOf(t)); o != "" {
+			return o
+		}
+		return r.s.cfg.Replica
 	}
-	return rank(r.s.members.liveNow(), key)
+	return rank(r.s.owners.liveNow(), key)
+}
+
+// rank is the replica of live that ranks highest for key (rendezvous hashing).
+func rank(live []string, key string) string {
+	var best string
+	var bestScore uint64
+	for _, id := range live {
+		h := fnv.New64a()
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+		h.Write([]byte(key))
+		if s := mix(h.Sum64()); best == "" || s > bestScore {
+			best, bestScore = id, s
+		}
+	}
+	return best
 }
 
 // Decides reports whether this replica decides for key.
-func (r *router) Decides(key string) bool { return r.decider(key) == r.s.members.self }
+func (r *router) Decides(key string) bool { return r.decider(key) == r.s.cfg.Replica }
 
 // Ask sends req to the replica that decides for key.
 func (r *router) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {
@@ -57,7 +77,7 @@ const routeTimeout = time.Second
 // found it again, until the subscriptions end (unsubscribe).
 func (r *router) serve(ctx context.Context, f Fallback) (unsubscribe func(), err error) {
 	nc := r.s.cfg.JetStream.Conn()
-	asked, err := nc.Subscribe(r.prefix+r.s.members.self, func(m *nats.Msg) {
+	asked, err := nc.Subscribe(r.prefix+r.s.cfg.Replica, func(m *nats.Msg) {
 		qctx, cancel := context.WithTimeout(ctx, routeTimeout)
 		defer cancel()
 		_ = m.Respond(f.Serve(qctx, m.Data))

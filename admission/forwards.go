@@ -24,9 +24,9 @@ import (
 //
 // owed is what a queue's next limiter call must say: it is cleared when a call said it.
 type owed struct {
-	// stored is the highest input sequence of the tenant whose forward was stored and whose
-	// removal from the input is not confirmed (0: none).
-	stored uint64
+	// stored is the highest job id of the tenant whose forward was stored and whose removal
+	// from the input is not confirmed (0: none).
+	stored int64
 	// lateWeight and late: the weight of forwards stored late and the most late of them.
 	lateWeight int64
 	late       time.Duration

@@ -69,9 +69,9 @@ func forwardHeader(h nats.Header, id, tenant, plan string, attempts uint64, wait
 // is lease long (0: no concurrency limit), with the job's lease (its input sequence seq) and the
 // lease's length, or removes them: they are not the producer's to set, and a job forwarded
 // unchecked or in shadow mode holds no lease.
-func leaseHeader(h nats.Header, seq uint64, lease time.Duration, v policy.Verdict) nats.Header {
+func leaseHeader(h nats.Header, id int64, lease time.Duration, v policy.Verdict) nats.Header {
 	if lease > 0 && v.Fate == wire.FateAdmitted && !v.Shadow {
-		h.Set(wire.HeaderLease, strconv.FormatUint(seq, 10))
+		h.Set(wire.HeaderLease, strconv.FormatInt(id, 10))
 		h.Set(wire.HeaderLeaseLength, wire.LeaseLengthValue(lease))
 	} else {
 		h.Del(wire.HeaderLease)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/subjects"
+	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,12 +22,17 @@ type Layout struct {
 	// In holds jobs as producers publish them: each tenant's queue (limits retention, file
 	// storage, Direct Get allowed, no limit that drops a job; discard new, so that an input
 	// given a size limit refuses the producers' publishes when full). A job leaves it when it is
-	// forwarded or dead-lettered.
-	In jetstream.StreamConfig
+	// forwarded or dead-lettered. With partitions (Config.Partitions > 1) the jobs are stored in
+	// Partitions instead, the configuration being the same but for the name and subjects: the
+	// server's account mapping (subjects.Partitions.Mapping) sends each job to its tenant's;
+	// In then keeps what producers publish without the mapping, forwarded first.
+	In         jetstream.StreamConfig
+	Partitions []jetstream.StreamConfig
 	// Out holds admitted jobs, Dead rejected ones.
 	Out, Dead jetstream.StreamConfig
-	// Replicas is the bucket where each replica keeps a heartbeat (see members.go).
-	Replicas jetstream.KeyValueConfig
+	// Owners is the bucket where each replica keeps a heartbeat and the leases of the
+	// partitions it reads (see owners.go).
+	Owners jetstream.KeyValueConfig
 	// Limiter is the bucket where the deployment records that it has used a Redis (see
 	// LimiterRecord).
 	Limiter jetstream.KeyValueConfig
@@ -71,18 +77,31 @@ func NewLayout(cfg Config) Layout {
 			Storage: jetstream.FileStorage, MaxAge: max(DefaultDeadMaxAge, dup), Duplicates: dup,
 			Description: "admitter: rejected jobs with Admit-Error",
 		},
-		Replicas: jetstream.KeyValueConfig{
-			Bucket:      c.Consumer + "_replicas",
-			Description: "admitter: heartbeats of the replicas sharing consumer " + c.Consumer,
+		Owners: jetstream.KeyValueConfig{
+			Bucket:      c.Consumer + "_owners",
+			Description: "admitter: heartbeats of the replicas sharing consumer " + c.Consumer + ", and which reads each partition of the input",
 			History:     1,
-			TTL:         10 * c.Heartbeat,
-			Storage:     jetstream.MemoryStorage,
+			TTL:         time.Hour, // a replica that died leaves its heartbeat; a partition's key is renewed every heartbeat
+			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
 		},
 	}
 	l.Limiter = LimiterRecord(c.Consumer, c.Replicas)
+	if c.Partitions > 1 {
+		ps := Partitions(c.In, c.StreamIn, c.Partitions)
+		for p := range c.Partitions {
+			st := l.In
+			st.Name, st.Subjects = wire.InputStream(c.StreamIn, c.Partitions, p), []string{ps.Filter(p)}
+			st.Description = fmt.Sprintf("admitter: partition %d of %d of the jobs as published, each tenant's queue, until forwarded or dead-lettered", p, c.Partitions)
+			l.Partitions = append(l.Partitions, st)
+		}
+		l.In.Description = "admitter: jobs published without the partitions' mapping, forwarded before their tenants' newer ones"
+	}
 	for _, st := range []*jetstream.StreamConfig{&l.In, &l.Out, &l.Dead} {
 		st.Replicas = c.Replicas
+	}
+	for i := range l.Partitions {
+		l.Partitions[i].Replicas = c.Replicas
 	}
 	return l
 }
@@ -97,7 +116,7 @@ var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 // forwarded and be readable by Direct Get. A set-up that would lose jobs or forward one twice is
 // an error wrapping ErrSetup. It does not create the buckets (see Service.Setup).
 func (l Layout) Ensure(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
-	for _, want := range []jetstream.StreamConfig{l.In, l.Out, l.Dead} {
+	for _, want := range append([]jetstream.StreamConfig{l.In, l.Out, l.Dead}, l.Partitions...) {
 		if err := ensureStream(ctx, js, want, log); err != nil {
 			return err
 		}
@@ -169,6 +188,6 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	return nil
 }
 
-// DefaultHeartbeat is how often a replica announces itself when Config.Heartbeat is zero; a
-// replica not heard from for three heartbeats is taken for dead and its tenants are taken over.
+// DefaultHeartbeat is how often a replica announces itself and renews the leases of the
+// partitions it reads when Config.Heartbeat is zero; a lease lasts three heartbeats.
 const DefaultHeartbeat = time.Second

@@ -16,10 +16,11 @@ import (
 
 // A tenant's queue is its jobs in the input stream, in the order they were stored: a job waits
 // where it arrived, and nothing of it is copied while it waits. The queue of a tenant is run by
-// the replica that owns the tenant (members.go).
+// the replica that holds the tenant's partition of the input (owners.go).
 //
-// Every replica follows the input with one ordered consumer (the feed: the server streams each
-// job once, in order, at a few µs per job). A queue learns its jobs in one of two ways:
+// A replica follows each partition it holds with one ordered consumer (the feed: the server
+// streams each job once, in order, at a few µs per job). A queue learns its jobs in one of two
+// ways:
 //
 //   - following: the feed hands it every job of its tenant as it arrives, and it keeps them (buf)
 //     until they are settled: reading costs nothing more. A queue whose buffer is full (a head
@@ -29,13 +30,13 @@ import (
 //     the tenant's end, the queue follows again (rejoining: the feed's jobs that arrive during
 //     that read are kept, so none is missed between the read and the feed).
 //
-// Settled jobs are removed from the input in two ways (step.go): the lowest sequence any replica
-// still needs (its floor) is shared in the heartbeats, and the input is compacted below it (one
-// cheap purge for everybody: members.go); a tenant's settled jobs that a waiting tenant keeps
-// above that point are purged by subject once they are purgeAge old. The input's subject state,
-// listed every DiscoveryInterval, counts the jobs waiting, and finds the tenants a replica takes
-// over from another (adoption) - or, with no feed (a work-queue input of an earlier version),
-// every tenant with jobs.
+// Settled jobs are removed from the input in two ways (step.go): each partition is compacted
+// below the lowest sequence its holder still needs (its floor: one cheap purge for all its
+// tenants, input.go); a tenant's settled jobs that a waiting tenant keeps above that point are
+// purged by subject once they are purgeAge old. The partitions' subject state, listed every
+// DiscoveryInterval, counts the jobs waiting, and finds the tenants with jobs in older streams
+// (source), or, with no feed (a work-queue input of an earlier version, a feed that broke), every
+// tenant with jobs.
 //
 // Queues take steps (step.go). A queue is in one place at a time: idle (not here at all),
 // scheduled (in the due heap, for a time: its head does not fit yet), ready (in the ring: it may
@@ -57,29 +58,37 @@ type queues struct {
 	ring   []*queue // ready, in turn
 	closed bool
 	wake   chan struct{} // the timer loop's wake-up (capacity 1)
-	// waiting is how many jobs wait per tenant (every tenant's, whoever owns it), as the last
-	// poll of the input's subjects counted them; legacy the tenants with jobs in the lanes
-	// stream of an earlier version.
+	// waiting is how many jobs wait per tenant of the partitions held, as the last poll of
+	// their subjects counted them (older streams included); old the older streams' sources per
+	// tenant (see source).
 	waiting map[string]uint64
-	legacy  map[string]bool
+	old     map[string][]source
 	polled  time.Time
 
-	// The feed's: feedOn once it runs; pos the next input sequence it will deliver (every job
-	// below it was handed to its queue, or skipped for a queue behind or another replica's
-	// tenant); bufBytes the payload bytes of every buffer.
-	feedOn   bool
-	pos      uint64
+	// parts are the partitions this replica holds (input.go); bufBytes the payload bytes of
+	// every buffer.
+	parts map[int]*part
+	// leaving are the partitions being given up: closed once their queues are handed over
+	// (startPart waits for it: the limiter hears what the old queues owe before a new one asks).
+	leaving  map[int]chan struct{}
 	bufBytes int
-	// Adoption: the live replicas as of the last adoption (adoptFrom), whether one is due after
-	// a change of membership (adopting), and the changes seen (gen). A tenant this replica did
-	// not own under adoptFrom may have jobs below pos that the feed skipped: its queue reads
-	// them by subject.
-	adoptFrom []string
-	adopting  bool
-	gen       uint64
-	pollNow   chan struct{} // asks the discovery loop for a poll now (capacity 1)
-	// first is the input's first sequence as last seen: settled jobs below it are gone.
-	first uint64
+	pollNow  chan struct{} // asks the discovery loop for a poll now (capacity 1)
+}
+
+// source is a stream other than its partition's where a tenant has older jobs: the lanes
+// stream of an earlier version (lane), or an input stream of another partitioning (an earlier
+// Config.Partitions, or the configured stream while there are partitions: producers without the
+// mapping). A queue forwards its sources' jobs first, oldest source first, reading them by
+// subject from cursor; unpurged is the last one settled and not yet removed.
+type source struct {
+	stream   string
+	filter   string
+	n        int // the stream's partitioning (its jobs' ids: wire.JobID); lanes: 1
+	lane     bool
+	cursor   uint64
+	unpurged uint64
+	// published is the subject a job stored on stored was published on (inputs only).
+	published func(stored string) (subject, tenant string, ok bool)
 }
 
 // fed is a job the feed handed to a following queue.
@@ -104,9 +113,9 @@ const (
 // queue is one tenant's queue on this replica. Its scheduling fields are guarded by queues.mu;
 // the rest belongs to the step running it (one at a time).
 type queue struct {
-	tenant      string
-	filter      string // the tenant's input subjects
-	laneSubject string // its lane in the legacy lanes stream
+	tenant string
+	part   int    // its partition
+	filter string // the tenant's subjects in its partition's stream
 
 	// scheduling, under queues.mu
 	where    place
@@ -126,18 +135,16 @@ type queue struct {
 	bufBytes int
 
 	// the step's (cursor is also read by floor, under queues.mu)
-	cursor         uint64    // the next input sequence to read: every job of the tenant below it is settled
-	legacy         bool      // read the legacy lane first
-	legacyAt       uint64    // the next legacy lanes-stream sequence to read
-	unremoved      unremoved // settled input jobs not removed yet
-	legacyUnpurged uint64    // likewise in the legacy lane
-	storedSeq      uint64    // the highest input sequence settled (forwarded, dead, or stored before)
-	owe            owed
-	fresh          bool // no limiter call has answered for it yet (policy.Queue.Fresh)
-	errs           int
-	waited         uint64 // the highest input sequence told to wait (each counted once)
-	head           uint64 // the job the last step left waiting, and how many steps asked about it
-	asks           uint64
+	cursor    uint64    // the next input sequence to read: every job of the tenant below it is settled
+	old       []source  // older streams with jobs of the tenant, read first (see source)
+	unremoved unremoved // settled input jobs not removed yet
+	storedID  int64     // the highest job id settled (forwarded, dead, or stored before)
+	owe       owed
+	fresh     bool // no limiter call has answered for it yet (policy.Queue.Fresh)
+	errs      int
+	waited    int64 // the highest job id told to wait (each counted once)
+	head      int64 // the job the last step left waiting, and how many steps asked about it
+	asks      uint64
 }
 
 type place uint8
@@ -150,48 +157,45 @@ const (
 )
 
 func newQueues(s *Service) *queues {
-	qs := &queues{s: s, byName: map[string]*queue{}, wake: make(chan struct{}, 1), waiting: map[string]uint64{}, legacy: map[string]bool{},
-		pollNow: make(chan struct{}, 1)}
-	if s.members != nil {
-		qs.adoptFrom = []string{s.members.self}
-	}
+	qs := &queues{s: s, byName: map[string]*queue{}, wake: make(chan struct{}, 1), waiting: map[string]uint64{}, old: map[string][]source{},
+		parts: map[int]*part{}, leaving: map[int]chan struct{}{}, pollNow: make(chan struct{}, 1)}
 	qs.cond = sync.NewCond(&qs.mu)
 	return qs
 }
 
-// newQueue is tenant's queue, behind: it reads its jobs from the input from its first.
-func (qs *queues) newQueue(tenant string) (*queue, error) {
-	c := qs.s.cfg
-	filter, err := c.In.TenantFilter(tenant)
+// newQueueLocked is tenant's queue, behind: it reads its jobs from its partition's stream from
+// its first, after those of its older streams.
+func (qs *queues) newQueueLocked(tenant string) (*queue, error) {
+	p := qs.s.in.partOf(tenant)
+	filter, err := qs.s.in.ps.TenantFilter(p, tenant)
 	if err != nil {
 		return nil, err
 	}
-	lane, _ := c.Wait.Subject(tenant)
-	return &queue{tenant: tenant, filter: filter, laneSubject: lane, index: -1, legacy: qs.legacy[tenant], mode: behind, fresh: true}, nil
+	return &queue{tenant: tenant, part: p, filter: filter, index: -1, old: slices.Clone(qs.old[tenant]), mode: behind, fresh: true}, nil
 }
 
-// feed hands a job the feed delivered to its tenant's queue, if this replica owns the tenant:
-// a following queue keeps it (or, full, falls behind); a tenant without a queue gets one that
-// follows from this job, unless this replica took the tenant over since the last adoption (it
-// may have older jobs the feed skipped).
-func (qs *queues) feed(tenant string, f fed) {
+// feed hands a job partition pt's feed delivered to its tenant's queue, while this replica
+// holds the partition: a following queue keeps it (or, full, falls behind); a tenant without a
+// queue gets one that follows from this job (the feed started at the partition's first job),
+// unless it has jobs in older streams, read first.
+func (qs *queues) feed(pt *part, tenant string, f fed) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if f.seq < qs.pos {
+	if f.seq < pt.pos {
 		return // delivered again after the feed was reset
 	}
-	qs.pos = f.seq + 1
-	if qs.closed || !qs.s.members.owns(tenant) {
+	pt.pos = f.seq + 1
+	if qs.closed || qs.parts[pt.index] != pt {
 		return
 	}
 	q := qs.byName[tenant]
 	if q == nil {
 		var err error
-		if q, err = qs.newQueue(tenant); err != nil {
+		if q, err = qs.newQueueLocked(tenant); err != nil {
 			qs.s.log.Error("a tenant's queue", "tenant", tenant, "err", err)
 			return
 		}
-		if !q.legacy && rank(qs.adoptFrom, tenant) == qs.s.members.self {
+		if len(q.old) == 0 {
 			q.mode, q.cursor = following, f.seq
 		}
 		qs.byName[tenant] = q
@@ -233,10 +237,10 @@ func (qs *queues) buffered(q *queue, n int) ([]fed, mode) {
 	return q.buf[:min(n, len(q.buf)):min(n, len(q.buf))], q.mode
 }
 
-// endLegacy turns q from the lanes of an earlier version to its input: its lane is empty.
-func (qs *queues) endLegacy(q *queue) {
+// endSource drops q's first older stream: it has no more jobs of the tenant.
+func (qs *queues) endSource(q *queue) {
 	qs.mu.Lock()
-	q.legacy = false
+	q.old = q.old[1:]
 	qs.mu.Unlock()
 }
 
@@ -246,10 +250,10 @@ func (qs *queues) endLegacy(q *queue) {
 func (qs *queues) startRead(q *queue) bool {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	switch {
+	switch pt := qs.parts[q.part]; {
 	case q.mode == following:
 		return false
-	case qs.feedOn && !q.legacy:
+	case pt != nil && pt.feedOn && len(q.old) == 0:
 		q.mode = rejoining
 	}
 	return true
@@ -328,19 +332,18 @@ func (qs *queues) dropLocked(q *queue) {
 	delete(qs.byName, q.tenant)
 }
 
-// floor is the lowest input sequence this replica may still need: no job of a tenant it owns
-// below it is unsettled. 0 (nothing may be removed) before the feed runs, while an adoption is
-// due, and while a queue behind has not read its first job.
-func (qs *queues) floor() uint64 {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	if !qs.feedOn || qs.adopting || qs.pos == 0 {
+// floorLocked is the lowest sequence of partition pt this replica may still need: no job of
+// its tenants below it is unsettled. 0 (nothing may be removed) before its feed runs and while
+// a queue behind has not read its first job.
+func (qs *queues) floorLocked(pt *part) uint64 {
+	if !pt.feedOn || pt.pos == 0 {
 		return 0
 	}
-	f := qs.pos
+	f := pt.pos
 	for _, q := range qs.byName {
 		switch {
-		case q.mode != following || q.legacy:
+		case q.part != pt.index:
+		case q.mode != following || len(q.old) > 0:
 			f = min(f, q.cursor)
 		case len(q.buf) > 0:
 			f = min(f, q.buf[0].seq)
@@ -349,25 +352,29 @@ func (qs *queues) floor() uint64 {
 	return f
 }
 
-// firstSeq is the input's first sequence as last seen.
-func (qs *queues) firstSeq() uint64 {
+// firstSeq is partition p's first sequence as last seen (0: not held).
+func (qs *queues) firstSeq(p int) uint64 {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	return qs.first
+	if pt := qs.parts[p]; pt != nil {
+		return pt.first
+	}
+	return 0
 }
 
-// compacted records that the input holds nothing below seq.
-func (qs *queues) compacted(seq uint64) {
+// feedOn reports whether partition p's feed runs.
+func (qs *queues) feedOn(p int) bool {
 	qs.mu.Lock()
-	qs.first = max(qs.first, seq)
-	qs.mu.Unlock()
+	defer qs.mu.Unlock()
+	pt := qs.parts[p]
+	return pt != nil && pt.feedOn
 }
 
 // claim is what the queue's next limiter call says for owner (see policy.Queue).
 func (q *queue) claim(owner int64) policy.Queue {
 	pq := policy.Queue{Owner: owner, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh}
 	if q.owe.stored > 0 {
-		pq.Stored, pq.Keep = int64(q.owe.stored), storedKeep
+		pq.Stored, pq.Keep = q.owe.stored, storedKeep
 	}
 	return pq
 }
@@ -375,26 +382,26 @@ func (q *queue) claim(owner int64) policy.Queue {
 // said clears what a limiter call said.
 func (q *queue) said() { q.owe, q.fresh = owed{}, false }
 
-// tries is the Admit-Attempts of the job at seq in the step about to ask about it: the decisions
-// it took, this one included: 1, and 1 more for each step that left it waiting at the head (the
+// tries is the Admit-Attempts of the job id in the step about to ask about it: the decisions it
+// took, this one included: 1, and 1 more for each step that left it waiting at the head (the
 // job the last step left waiting remembers its count; every other is asked for the first time).
-func (q *queue) tries(seq uint64) uint64 {
-	if q.head == seq {
+func (q *queue) tries(id int64) uint64 {
+	if q.head == id {
 		return q.asks + 1
 	}
 	return 1
 }
 
 // waits remembers the job the step leaves waiting at the head, and how many steps asked about it.
-func (q *queue) waits(seq, asks uint64) { q.head, q.asks = seq, asks }
+func (q *queue) waits(id int64, asks uint64) { q.head, q.asks = id, asks }
 
-// adoptLocked gives tenant a queue behind, reading from its first job, if this replica owns it
-// and has none.
+// adoptLocked gives tenant a queue behind, reading from its first job (its older streams' first),
+// if this replica holds its partition and it has none.
 func (qs *queues) adoptLocked(tenant string) {
-	if qs.byName[tenant] != nil || qs.closed || !qs.s.members.owns(tenant) {
+	if qs.byName[tenant] != nil || qs.closed || qs.parts[qs.s.in.partOf(tenant)] == nil {
 		return
 	}
-	q, err := qs.newQueue(tenant)
+	q, err := qs.newQueueLocked(tenant)
 	if err != nil {
 		qs.s.log.Error("a tenant's queue", "tenant", tenant, "err", err)
 		return
@@ -571,10 +578,10 @@ func (qs *queues) done(q *queue, r stepResult) {
 	defer qs.mu.Unlock()
 	q.deficit -= r.spent
 	q.where, q.headless, q.waitsFor = idle, r.headless, r.waitsFor
-	if (q.gone || r.gone) && qs.byName[q.tenant] == q && !qs.closed && qs.s.members.owns(q.tenant) {
-		// The tenant went to another replica during the step and came back: the queue is this
-		// replica's again. The feed skipped the tenant's jobs meanwhile: it reads them from its
-		// cursor (behind) rather than follow from the feed's next.
+	if (q.gone || r.gone) && qs.byName[q.tenant] == q && !qs.closed && qs.parts[q.part] != nil {
+		// The partition went to another replica during the step and came back: the queue is
+		// this replica's again. The feed may have skipped the tenant's jobs meanwhile: it reads
+		// them from its cursor (behind) rather than follow from the feed's next.
 		q.gone, r.gone = false, false
 		qs.fallBehindLocked(q)
 		r.more = true
@@ -629,45 +636,6 @@ func (qs *queues) close() {
 	qs.mu.Unlock()
 }
 
-// rebalance drops the queues this replica no longer owns, after the membership changed, and
-// asks for an adoption: the next poll gives a queue to each tenant this replica took over.
-func (qs *queues) rebalance() {
-	qs.mu.Lock()
-	var moved []*queue
-	for tenant, q := range qs.byName {
-		if qs.s.members.owns(tenant) {
-			continue
-		}
-		q.gone = true
-		switch q.where {
-		case running:
-			// Its step's end drops it, or keeps it if the tenant is back (done). From now on
-			// the feed skips the tenant: the queue reads from its cursor, which holds the floor.
-			qs.fallBehindLocked(q)
-			continue
-		case scheduled:
-			heap.Remove(&qs.due, q.index)
-		case ready:
-			qs.ring = slices.DeleteFunc(qs.ring, func(r *queue) bool { return r == q })
-		}
-		q.where = idle
-		qs.dropLocked(q)
-		moved = append(moved, q)
-	}
-	qs.adopting = true
-	qs.gen++
-	qs.mu.Unlock()
-	select {
-	case qs.pollNow <- struct{}{}:
-	default:
-	}
-	// The hand-over's limiter calls run on their own: the membership's loop that reported the
-	// change must go on beating (its liveness window is 3 heartbeats).
-	if len(moved) > 0 {
-		qs.s.handOvers.Go(func() { qs.s.handOver(moved) })
-	}
-}
-
 // all returns every queue this replica runs.
 func (qs *queues) all() []*queue {
 	qs.mu.Lock()
@@ -697,67 +665,171 @@ func (qs *queues) waitingNow() (map[string]uint64, time.Time) {
 	return out, qs.polled
 }
 
-// poll lists the tenants with jobs in the input (and in the legacy lanes stream while it has
-// any): it counts them for operators, learns the input's first sequence, and gives a queue to
-// the tenants with jobs that no feed hands over: those in the lanes stream, those this replica
-// took over (adoption), every one without a feed.
+// poll lists the tenants with jobs in the partitions this replica holds and in the older
+// streams (the lanes stream of an earlier version, input streams of another partitioning): it
+// counts them for operators, learns each partition's first sequence and whether its feed keeps
+// up, and gives a queue to the tenants with jobs that no feed hands over: those with jobs in
+// an older stream, and every one of a partition without a working feed.
 func (qs *queues) poll(ctx context.Context) error {
-	c := qs.s.cfg
-	qs.mu.Lock()
-	gen, adopting := qs.gen, qs.adopting
-	qs.mu.Unlock()
-	live := qs.s.members.liveNow()
+	s := qs.s
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	in, err := qs.s.streams.get(pctx, c.StreamIn)
+	qs.mu.Lock()
+	parts := make([]*part, 0, len(qs.parts))
+	for _, pt := range qs.parts {
+		parts = append(parts, pt)
+	}
+	qs.mu.Unlock()
+	waiting := map[string]uint64{}
+	type listing struct {
+		pt          *part
+		first, last uint64
+	}
+	listings := make([]listing, 0, len(parts))
+	for _, pt := range parts {
+		st, err := s.streams.get(pctx, pt.stream)
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(pctx, jetstream.WithSubjectFilter(s.in.ps.Filter(pt.index)))
+		if err != nil {
+			return fmt.Errorf("list the tenants with jobs on stream %s: %w", pt.stream, err)
+		}
+		for subj, n := range info.State.Subjects {
+			if _, tenant, ok := s.in.published(pt.index, subj); ok && n > 0 {
+				waiting[tenant] += n
+			}
+		}
+		l := listing{pt, info.State.FirstSeq, info.State.LastSeq}
+		qs.mu.Lock()
+		pos, feedOn := pt.pos, pt.feedOn
+		qs.mu.Unlock()
+		if feedOn && l.last >= pos && !pt.health.deliveredSince(time.Now().Add(-feedGrace)) {
+			// Jobs after the feed's position, and no delivery lately: are any left to deliver?
+			// (A queue reading by subject meanwhile may have removed them.)
+			if msgs, _, err := s.reader.read(pctx, pt.stream, s.in.ps.Filter(pt.index), pos, 1, 1); err == nil && len(msgs) == 0 {
+				l.last = 0 // nothing left for the feed: it is not behind
+			}
+		}
+		listings = append(listings, l)
+	}
+	old, err := qs.pollOld(pctx, waiting)
 	if err != nil {
 		return err
 	}
-	info, err := in.Info(pctx, jetstream.WithSubjectFilter(c.In.Filter()))
-	if err != nil {
-		return fmt.Errorf("list the tenants with jobs on stream %s: %w", c.StreamIn, err)
+	now := time.Now()
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	qs.waiting, qs.old, qs.polled = waiting, old, now
+	noFeed := map[int]bool{}
+	for _, l := range listings {
+		l.pt.first = max(l.pt.first, l.first)
+		if l.pt.feedOn {
+			l.pt.health.listed(now, l.last, l.pt.pos)
+		}
+		noFeed[l.pt.index] = !l.pt.feedOn || l.pt.health.broken(now, l.pt.stream) != nil
 	}
-	waiting := make(map[string]uint64, len(info.State.Subjects))
-	for subj, n := range info.State.Subjects {
-		if tenant, ok := c.In.Match(subj); ok && n > 0 {
-			waiting[tenant] += n
+	for tenant := range waiting {
+		q := qs.byName[tenant]
+		switch {
+		case q == nil && (noFeed[s.in.partOf(tenant)] || len(old[tenant]) > 0):
+			qs.adoptLocked(tenant)
+		case q != nil:
+			qs.addSourcesLocked(q, old[tenant])
 		}
 	}
-	legacy := map[string]bool{}
-	if qs.s.legacyLanes.Load() {
-		if ws, err := qs.s.streams.get(pctx, c.StreamWait); err == nil {
-			if winfo, err := ws.Info(pctx, jetstream.WithSubjectFilter(c.Wait.Filter())); err == nil {
+	return nil
+}
+
+// refreshOld lists the older streams (see pollOld) and gives their sources to the queues.
+func (qs *queues) refreshOld(ctx context.Context) error {
+	old, err := qs.pollOld(ctx, map[string]uint64{})
+	if err != nil {
+		return err
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	for tenant, srcs := range old {
+		qs.old[tenant] = srcs
+		if q := qs.byName[tenant]; q != nil {
+			qs.addSourcesLocked(q, srcs)
+		}
+	}
+	return nil
+}
+
+// addSourcesLocked gives q the older streams of srcs it does not read yet (one may appear at any
+// time: a producer publishing without the mapping); a queue that follows its feed reads them
+// first: it falls behind, so that order is kept.
+func (qs *queues) addSourcesLocked(q *queue, srcs []source) {
+	added := false
+	for _, src := range srcs {
+		if !slices.ContainsFunc(q.old, func(o source) bool { return o.stream == src.stream }) {
+			q.old = append(q.old, src)
+			added = true
+		}
+	}
+	if added && q.mode != behind && q.where != running {
+		qs.fallBehindLocked(q)
+	}
+}
+
+// pollOld lists the older streams: the tenants with jobs there whose partition this replica
+// holds, and their sources, counted in waiting. The lanes stream is listed while it has jobs.
+func (qs *queues) pollOld(ctx context.Context, waiting map[string]uint64) (map[string][]source, error) {
+	s := qs.s
+	c := s.cfg
+	out := map[string][]source{}
+	mine := func(tenant string) bool {
+		qs.mu.Lock()
+		defer qs.mu.Unlock()
+		return qs.parts[s.in.partOf(tenant)] != nil
+	}
+	if s.legacyLanes.Load() {
+		if ws, err := s.streams.get(ctx, c.StreamWait); err == nil {
+			if winfo, err := ws.Info(ctx, jetstream.WithSubjectFilter(c.Wait.Filter())); err == nil {
 				for subj, n := range winfo.State.Subjects {
-					if tenant, ok := c.Wait.Match(subj); ok && n > 0 {
-						legacy[tenant] = true
+					if tenant, ok := c.Wait.Match(subj); ok && n > 0 && mine(tenant) {
+						out[tenant] = append(out[tenant], source{stream: c.StreamWait, filter: subj, n: 1, lane: true})
 						waiting[tenant] += n
 					}
 				}
-				if len(legacy) == 0 {
-					qs.s.legacyLanes.Store(false)
-					qs.s.log.Info("the lanes stream of an earlier admitter is empty: every job it held was forwarded; it can be deleted (nats stream rm " + c.StreamWait + ")")
+				if winfo.State.Msgs == 0 {
+					s.legacyLanes.Store(false)
+					s.log.Info("the lanes stream of an earlier admitter is empty: every job it held was forwarded; it can be deleted (nats stream rm " + c.StreamWait + ")")
 				}
 			}
 		}
 	}
-	self := qs.s.members.self
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	qs.waiting, qs.legacy, qs.polled = waiting, legacy, time.Now()
-	qs.first = max(qs.first, info.State.FirstSeq)
-	if qs.feedOn {
-		qs.s.feed.listed(time.Now(), info.State.LastSeq, qs.pos)
+	olds, err := s.oldStreamsNow(ctx)
+	if err != nil {
+		return nil, err
 	}
-	feedBroken := qs.s.feed.broken(time.Now()) != nil // no feed hands jobs over: every tenant is read by subject
-	for tenant := range waiting {
-		if !qs.feedOn || feedBroken || legacy[tenant] || (adopting && rank(qs.adoptFrom, tenant) != self) {
-			qs.adoptLocked(tenant)
+	for _, o := range olds {
+		st, err := s.streams.get(ctx, o.name)
+		if err != nil {
+			return nil, err
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			return nil, fmt.Errorf("list the tenants with jobs on stream %s: %w", o.name, err)
+		}
+		for subj, n := range info.State.Subjects {
+			_, tenant, ok := o.published(subj)
+			if !ok || n == 0 || !mine(tenant) {
+				continue
+			}
+			if srcs := out[tenant]; len(srcs) == 0 || srcs[len(srcs)-1].stream != o.name {
+				filter, err := o.tenantFilter(tenant)
+				if err != nil {
+					continue
+				}
+				out[tenant] = append(out[tenant], source{stream: o.name, filter: filter, n: o.ps.N, published: o.published})
+			}
+			waiting[tenant] += n
 		}
 	}
-	if adopting && qs.gen == gen {
-		qs.adoptFrom, qs.adopting = live, false
-	}
-	return nil
+	return out, nil
 }
 
 // discover polls every DiscoveryInterval, and at once when an adoption is due, until ctx ends.

@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"context"
 	"log/slog"
 	"slices"
 	"testing"
@@ -193,17 +192,36 @@ func TestPoolWakeWakesOnlyAQueueWaitingForThePool(t *testing.T) {
 	}
 }
 
-// feedRig is a scheduler with a feed and no servers: one replica ("a") that owns every tenant,
-// buffers of 2×batch jobs per queue and bytes in all.
+// feedRig is a scheduler with a feed and no servers: one replica ("a") that holds the one
+// partition, buffers of 2×batch jobs per queue and bytes in all.
 func feedRig(t *testing.T, batch, bytes int) *queues {
 	t.Helper()
-	s := &Service{cfg: Config{Batch: batch, Quantum: 10, InFlightBytes: bytes,
-		In: subjects.MustParse("jobs.submit.{tenant}.>"), Wait: subjects.MustParse("jobs.waiting.{tenant}")},
-		members: newMembers("a", time.Second, slog.New(slog.DiscardHandler)), log: slog.New(slog.DiscardHandler)}
+	in := subjects.MustParse("jobs.submit.{tenant}.>")
+	ps, err := subjects.NewPartitions(in, "admitter.JOBS", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{cfg: Config{Batch: batch, Quantum: 10, InFlightBytes: bytes, In: in, Wait: subjects.MustParse("jobs.waiting.{tenant}"), StreamIn: "JOBS"},
+		in: input{ps: ps, in: "JOBS"}, owners: newOwners("a", 1, time.Second, slog.New(slog.DiscardHandler)), log: slog.New(slog.DiscardHandler)}
 	qs := newQueues(s)
 	s.queues = qs
-	qs.feedOn = true
+	qs.parts[0] = &part{index: 0, stream: "JOBS", feedOn: true}
 	return qs
+}
+
+// feed hands f to tenant's queue as the feed of its partition would.
+func feed(qs *queues, tenant string, f fed) {
+	qs.mu.Lock()
+	pt := qs.parts[qs.s.in.partOf(tenant)]
+	qs.mu.Unlock()
+	qs.feed(pt, tenant, f)
+}
+
+// floor is partition 0's floor.
+func floor(qs *queues) uint64 {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return qs.floorLocked(qs.parts[0])
 }
 
 func fedJob(seq uint64) fed { return fed{seq: seq, subject: "jobs.submit.t.x", size: 10} }
@@ -222,21 +240,21 @@ func seqs(fs []fed) []uint64 {
 func TestFeedFollowsThenFallsBehind(t *testing.T) {
 	qs := feedRig(t, 2, 1000) // 4 jobs per buffer
 	for seq := uint64(10); seq < 16; seq++ {
-		qs.feed("t", fedJob(seq))
+		feed(qs, "t", fedJob(seq))
 	}
 	q := qs.byName["t"]
 	got, m := qs.buffered(q, 10)
 	if m != behind || !slices.Equal(seqs(got), []uint64{10, 11, 12, 13}) {
 		t.Fatalf("buffered %v in mode %d, want 10..13 behind (the buffer holds 4)", seqs(got), m)
 	}
-	if f := qs.floor(); f != 10 {
+	if f := floor(qs); f != 10 {
 		t.Errorf("floor %d, want 10: job 10 is not settled", f)
 	}
 	qs.settled(q, 13)
 	if got, _ := qs.buffered(q, 10); len(got) != 0 || q.cursor != 14 {
 		t.Fatalf("after settling through 13: buffered %v, cursor %d; want none, 14 (14 and 15 are read from the input)", seqs(got), q.cursor)
 	}
-	if f := qs.floor(); f != 14 {
+	if f := floor(qs); f != 14 {
 		t.Errorf("floor %d, want 14: jobs 14 and 15 wait in the input", f)
 	}
 	if qs.bufBytes != 0 {
@@ -256,8 +274,8 @@ func TestRejoiningKeepsWhatArrivesDuringTheRead(t *testing.T) {
 	if !qs.startRead(q) || q.mode != rejoining {
 		t.Fatalf("startRead: mode %d, want rejoining", q.mode)
 	}
-	qs.feed("t", fedJob(7)) // arrives while the read is under way; the read returns it too
-	qs.feed("t", fedJob(9))
+	feed(qs, "t", fedJob(7)) // arrives while the read is under way; the read returns it too
+	feed(qs, "t", fedJob(9))
 	_, follows := qs.endRead(q, []fed{fedJob(5), fedJob(7)}, 7, true)
 	got, m := qs.buffered(q, 10)
 	if !follows || m != following || !slices.Equal(seqs(got), []uint64{5, 7, 9}) {
@@ -267,7 +285,7 @@ func TestRejoiningKeepsWhatArrivesDuringTheRead(t *testing.T) {
 	qs.settled(q, 9)
 	q.mode = behind
 	qs.startRead(q)
-	qs.feed("t", fedJob(30))
+	feed(qs, "t", fedJob(30))
 	head, follows := qs.endRead(q, []fed{fedJob(20)}, 20, false) // more in the input: still behind
 	if follows || !slices.Equal(seqs(head), []uint64{20}) {
 		t.Fatalf("after a read that did not reach the end: follows %v, head %v; want behind with 20", follows, seqs(head))
@@ -290,10 +308,10 @@ func TestJobArrivingWhileOnlyARemovalWaitsGoesAtOnce(t *testing.T) {
 		defer qs.mu.Unlock()
 		return q.where
 	}
-	qs.feed("t", fedJob(10))
+	feed(qs, "t", fedJob(10))
 	q, _, _ := qs.take()
 	qs.settled(q, 10)
-	qs.feed("t", fedJob(11)) // during the step that found nothing more
+	feed(qs, "t", fedJob(11)) // during the step that found nothing more
 	qs.done(q, stepResult{next: 5 * time.Second, headless: true})
 	if w := where(q); w != ready {
 		t.Fatalf("following, a job arrived during a step that waits for a removal: %v, want ready", w)
@@ -304,7 +322,7 @@ func TestJobArrivingWhileOnlyARemovalWaitsGoesAtOnce(t *testing.T) {
 	qs.mu.Unlock()
 	for range 2 { // t (scheduled away), then u
 		if b, _, _ := qs.take(); b.tenant == "u" {
-			qs.feed("u", fedJob(20)) // after its read ended empty
+			feed(qs, "u", fedJob(20)) // after its read ended empty
 			qs.done(b, stepResult{idle: true})
 			break
 		} else {
@@ -320,75 +338,50 @@ func TestJobArrivingWhileOnlyARemovalWaitsGoesAtOnce(t *testing.T) {
 	if w := where(b); w != scheduled {
 		t.Fatalf("behind, waiting for a removal: %v, want scheduled", w)
 	}
-	qs.feed("u", fedJob(21))
+	feed(qs, "u", fedJob(21))
 	if w := where(b); w != ready {
 		t.Errorf("behind, a job arrived while it waited for a removal: %v, want ready", w)
 	}
 }
 
-// TestAdoptionHoldsTheFloor: after the membership changed, the replica's floor is 0 until the
-// tenants it took over have queues, and each such queue holds the floor at its cursor until it
-// has read its first job.
+// TestAdoptionHoldsTheFloor: a queue given to a tenant with jobs no feed hands over (a
+// partition without a working feed) holds its partition's floor at its cursor until it has read
+// its first job.
 func TestAdoptionHoldsTheFloor(t *testing.T) {
 	qs := feedRig(t, 10, 1000)
-	qs.feed("t", fedJob(100))
-	if f := qs.floor(); f != 100 {
+	feed(qs, "t", fedJob(100))
+	if f := floor(qs); f != 100 {
 		t.Fatalf("floor %d, want 100", f)
 	}
 	qs.mu.Lock()
-	qs.adopting = true
-	qs.mu.Unlock()
-	if f := qs.floor(); f != 0 {
-		t.Errorf("floor %d while an adoption is due, want 0", f)
-	}
-	qs.mu.Lock()
-	qs.adopting = false
 	qs.adoptLocked("u")
 	qs.mu.Unlock()
-	if f := qs.floor(); f != 0 {
+	if f := floor(qs); f != 0 {
 		t.Errorf("floor %d with an adopted queue that has read nothing, want 0", f)
-	}
-	// A tenant taken over since the last adoption, first seen by the feed: it may have older
-	// jobs the feed skipped, so its queue starts behind, from its first job.
-	qs.mu.Lock()
-	qs.adoptFrom = []string{"z"}
-	qs.mu.Unlock()
-	qs.feed("v", fedJob(101))
-	if q := qs.byName["v"]; q.mode != behind || q.cursor != 0 {
-		t.Errorf("a tenant taken over, first seen by the feed: mode %d cursor %d, want behind from 0", q.mode, q.cursor)
 	}
 }
 
-// TestCompactionWaitsForAgreement: the input is compacted below the lowest floor only by the
-// replica with the lowest name, and only when every live replica's last report saw the same
-// live replicas.
-func TestCompactionWaitsForAgreement(t *testing.T) {
-	var compactedBelow []uint64
-	m := newMembers("a", time.Second, slog.New(slog.DiscardHandler))
-	m.compact = func(_ context.Context, seq uint64) error { compactedBelow = append(compactedBelow, seq); return nil }
-	m.live = []string{"a", "b"}
-	m.reports["a"] = heartbeatValue{Floor: 500, View: []string{"a", "b"}}
-	m.reports["b"] = heartbeatValue{Floor: 300, View: []string{"a"}} // b has not seen a yet
-	m.compactBelow(context.Background())
-	if len(compactedBelow) != 0 {
-		t.Fatalf("compacted below %v while b's view differs", compactedBelow)
+// TestOlderStreamsGoFirst: a tenant with jobs in an older stream (the partitions changed, or a
+// producer published without the mapping) gets a queue that reads them first: behind, holding
+// its partition's floor; a queue following its feed that learns of such jobs falls behind.
+func TestOlderStreamsGoFirst(t *testing.T) {
+	qs := feedRig(t, 10, 1000)
+	src := source{stream: "JOBS_8_3", filter: "admitter.JOBS.8.3.jobs.submit.v.>", n: 8}
+	qs.mu.Lock()
+	qs.old["v"] = []source{src}
+	qs.mu.Unlock()
+	feed(qs, "v", fedJob(50))
+	if q := qs.byName["v"]; q.mode != behind || len(q.old) != 1 || q.cursor != 0 {
+		t.Fatalf("a tenant with older jobs, first seen by the feed: mode %d, sources %d, cursor %d; want behind, 1, 0", q.mode, len(q.old), q.cursor)
 	}
-	m.reports["b"] = heartbeatValue{Floor: 300, View: []string{"a", "b"}}
-	m.compactBelow(context.Background())
-	if !slices.Equal(compactedBelow, []uint64{300}) {
-		t.Fatalf("compacted below %v, want [300] (b's floor)", compactedBelow)
+	if f := floor(qs); f != 0 {
+		t.Errorf("floor %d while the queue has read nothing, want 0", f)
 	}
-	m.compactBelow(context.Background())
-	if len(compactedBelow) != 1 {
-		t.Errorf("compacted again below %v with no floor moved", compactedBelow)
-	}
-	other := newMembers("b", time.Second, slog.New(slog.DiscardHandler))
-	other.compact = m.compact
-	other.live, other.reports = m.live, m.reports
-	other.reports["b"] = heartbeatValue{Floor: 900, View: []string{"a", "b"}}
-	other.reports["a"] = heartbeatValue{Floor: 900, View: []string{"a", "b"}}
-	other.compactBelow(context.Background())
-	if len(compactedBelow) != 1 {
-		t.Errorf("replica b compacted (%v): only the lowest name does", compactedBelow)
+	feed(qs, "w", fedJob(51))
+	qs.mu.Lock()
+	qs.addSourcesLocked(qs.byName["w"], []source{src})
+	qs.mu.Unlock()
+	if q := qs.byName["w"]; q.mode != behind || len(q.old) != 1 {
+		t.Errorf("a following queue given an older stream: mode %d, sources %d; want behind, 1", q.mode, len(q.old))
 	}
 }

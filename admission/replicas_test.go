@@ -14,87 +14,70 @@ import (
 )
 
 // The findings of a review of the replica layer (issue 30), each a test that failed before its
-// fix.
+// fix, carried over to partitions held by leases.
 
-// tenantOwnedBy is a tenant name that replica owner ranks highest for among live.
-func tenantOwnedBy(live []string, owner string) string {
-	for i := 0; ; i++ {
-		if t := fmt.Sprintf("t%d", i); rank(live, t) == owner {
-			return t
-		}
-	}
+// flap takes partition 0 away from the rig's replica and gives it back, as a lease lost and
+// taken again would: the queues of the partition leave (those whose step runs, at its end), and
+// a new feed delivers the partition from its first job.
+func flap(t *testing.T, qs *queues) *part {
+	t.Helper()
+	qs.s.cfg.Policy = testPolicy(t)
+	qs.s.stopPart(0, nil)
+	qs.s.moves.Wait()
+	pt := &part{index: 0, stream: "JOBS", feedOn: true}
+	qs.mu.Lock()
+	qs.parts[0] = pt
+	qs.mu.Unlock()
+	return pt
 }
 
-// setLive makes m's live replicas live, as a change of membership would, and tells the queues.
-func setLive(qs *queues, live ...string) {
-	m := qs.s.members
-	m.mu.Lock()
-	m.live = live
-	m.mu.Unlock()
-	qs.rebalance()
-}
-
-// TestOwnershipFlapLosesNoJob: a queue whose tenant goes to another replica while its step runs,
-// and comes back before the step ends, keeps its tenant's jobs: the job the feed handed it
-// meanwhile, and the one the feed skipped while the tenant was away, are still this replica's
-// to forward, and the floor does not pass them. Before, the step's end dropped the queue and
-// its buffer (the tenant still had that queue, so the adoption gave it no other), and the
-// compaction purged both jobs.
+// TestOwnershipFlapLosesNoJob: a queue whose partition goes to another replica while its step
+// runs, and comes back before the step ends, keeps its tenant's jobs: those the new feed hands
+// it are still this replica's to forward, and the floor does not pass them. Before, the step's
+// end dropped the queue and its buffer, and the compaction purged the jobs.
 func TestOwnershipFlapLosesNoJob(t *testing.T) {
 	qs := feedRig(t, 10, 1000)
-	tn := tenantOwnedBy([]string{"a", "b"}, "b")
-	qs.feed(tn, fed{seq: 10, subject: "jobs.submit." + tn + ".x", size: 10})
-	q, _, _ := qs.take()    // its step runs
-	setLive(qs, "a", "b")   // b joins: the tenant is b's
-	qs.feed(tn, fedJob(11)) // skipped: not this replica's
-	setLive(qs, "a")        // b leaves: the tenant is this replica's again
-	qs.feed(tn, fedJob(12)) // handed to the queue
-	qs.mu.Lock()
-	qs.adoptLocked(tn)  // the adoption's listing found the tenant's jobs
-	qs.adopting = false // and completed
-	qs.mu.Unlock()
+	feed(qs, "t", fedJob(10))
+	q, _, _ := qs.take() // its step runs
+	pt := flap(t, qs)
+	for _, seq := range []uint64{10, 11, 12} { // the new feed, from the partition's first job
+		qs.feed(pt, "t", fedJob(seq))
+	}
 	qs.settled(q, 10) // the step forwarded job 10
 	qs.done(q, stepResult{more: true, spent: 1})
-	q2 := qs.byName[tn]
+	q2 := qs.byName["t"]
 	if q2 == nil {
 		t.Fatalf("the tenant has no queue after its step: jobs 11 and 12 are lost")
 	}
-	if f := qs.floor(); f > 11 {
+	if f := floor(qs); f > 11 {
 		t.Errorf("floor %d: jobs 11 and 12 may be compacted away before they are forwarded", f)
 	}
-	if q2.mode == following {
-		t.Errorf("the queue follows the feed again: job 11, skipped while the tenant was away, would never be read")
+	if got, _ := qs.buffered(q2, 10); q2.mode == following && len(got) == 0 {
+		t.Errorf("the queue follows the feed with nothing buffered: jobs 11 and 12 would never be read")
 	}
 }
 
-// TestDroppedQueueLeavesTheRing: a ready queue whose tenant goes to another replica leaves the
-// ring with its name; when the tenant comes back, one queue runs it, not two. Before, the
-// dropped queue stayed in the ring and stepped the tenant beside the new one.
+// TestDroppedQueueLeavesTheRing: a ready queue whose partition goes to another replica leaves
+// the ring with its name; when the partition comes back, one queue runs the tenant, not two.
 func TestDroppedQueueLeavesTheRing(t *testing.T) {
 	qs := feedRig(t, 10, 1000)
-	tn := tenantOwnedBy([]string{"a", "b"}, "b")
-	other := tenantOwnedBy([]string{"a", "b"}, "a")
-	qs.feed(tn, fedJob(10)) // ready
-	qs.feed(other, fedJob(11))
-	qs.s.cfg.Policy = testPolicy(t)
-	setLive(qs, "a", "b") // dropped: not running
-	setLive(qs, "a")
-	qs.mu.Lock()
-	qs.adoptLocked(tn) // the adoption gives it a new queue
-	qs.mu.Unlock()
+	feed(qs, "t", fedJob(10)) // ready
+	feed(qs, "u", fedJob(11))
+	pt := flap(t, qs)
+	qs.feed(pt, "t", fedJob(10))
 	seen := map[*queue]bool{}
 	for range 3 {
 		q, _, ok := qs.tryTake()
 		if !ok {
 			break
 		}
-		if q.tenant == tn {
+		if q.tenant == "t" {
 			seen[q] = true
 		}
 		qs.done(q, stepResult{next: time.Hour})
 	}
 	if len(seen) != 1 {
-		t.Fatalf("%d queues of tenant %s stepped, want 1", len(seen), tn)
+		t.Fatalf("%d queues of tenant t stepped, want 1", len(seen))
 	}
 }
 
@@ -112,57 +95,84 @@ func testPolicy(t *testing.T) *policy.Policy {
 	return p
 }
 
-// heartbeat is a replica's heartbeat as the watch delivers it.
-type heartbeat struct {
+// entry is a key of the owners bucket as the watch delivers it.
+type entry struct {
 	jetstream.KeyValueEntry
 	key     string
+	value   string
+	rev     uint64
 	created time.Time
 	op      jetstream.KeyValueOp
 }
 
-func (h heartbeat) Key() string                     { return h.key }
-func (h heartbeat) Value() []byte                   { return []byte(`{"floor":0}`) }
-func (h heartbeat) Created() time.Time              { return h.created }
-func (h heartbeat) Operation() jetstream.KeyValueOp { return h.op }
+func (e entry) Key() string                     { return e.key }
+func (e entry) Value() []byte                   { return []byte(e.value) }
+func (e entry) Revision() uint64                { return e.rev }
+func (e entry) Created() time.Time              { return e.created }
+func (e entry) Operation() jetstream.KeyValueOp { return e.op }
+
+func beat(id string, at time.Time) entry {
+	return entry{key: replicaKeyPrefix + id, created: at, op: jetstream.KeyValuePut}
+}
 
 // TestMembershipIgnoresTheServersClock: the NATS server's clock 3 s behind this host's changes
-// nothing: a replica heard from at its last heartbeat is live. Before, every peer's heartbeat
-// was dated by the server's clock and compared with this host's: each looked 3 s old, dead, and
-// every replica ran every tenant.
+// nothing: a replica heard from at its last heartbeat is live. (Before partitions: every peer's
+// heartbeat was compared with this host's clock, each looked dead, and every replica ran every
+// tenant.)
 func TestMembershipIgnoresTheServersClock(t *testing.T) {
-	m := newMembers("a", time.Second, slog.New(slog.DiscardHandler))
+	o := newOwners("a", 8, time.Second, slog.New(slog.DiscardHandler))
 	server := time.Now().Add(-3 * time.Second) // the server's clock
-	m.heard(heartbeat{key: "a", created: server, op: jetstream.KeyValuePut})
-	m.heard(heartbeat{key: "b", created: server.Add(10 * time.Millisecond), op: jetstream.KeyValuePut})
+	o.heard(beat("a", server))
+	o.heard(beat("b", server.Add(10*time.Millisecond)))
 	time.Sleep(20 * time.Millisecond) // time passes on this host; the server's clock is not read
-	m.update()
-	if live := m.liveNow(); len(live) != 2 {
+	if live := o.liveNow(); len(live) != 2 {
 		t.Fatalf("live %v, want a and b (b's heartbeat is as recent as a's own)", live)
 	}
 	// Three of this replica's heartbeats later, b has not been heard from: gone.
-	m.heard(heartbeat{key: "a", created: server.Add(3100 * time.Millisecond), op: jetstream.KeyValuePut})
-	m.update()
-	if live := m.liveNow(); len(live) != 1 {
+	o.heard(beat("a", server.Add(3100*time.Millisecond)))
+	if live := o.liveNow(); len(live) != 1 {
 		t.Fatalf("live %v, want a alone (b silent for three heartbeats)", live)
 	}
 }
 
-// TestReplicaMapsShrink: replicas that stopped being heard from (their keys expired without a
-// delete, every start has a new name) leave the maps. Before, the maps kept every replica ever
-// seen.
+// TestReplicaMapsShrink: replicas that stopped being heard from (their keys kept without a
+// delete; every start has a new name) leave the map.
 func TestReplicaMapsShrink(t *testing.T) {
-	m := newMembers("a", time.Second, slog.New(slog.DiscardHandler))
+	o := newOwners("a", 8, time.Second, slog.New(slog.DiscardHandler))
 	now := time.Now()
 	for i := range 100 {
-		m.heard(heartbeat{key: fmt.Sprintf("old%d", i), created: now, op: jetstream.KeyValuePut})
+		o.heard(beat(fmt.Sprintf("old%d", i), now))
 	}
-	m.heard(heartbeat{key: "a", created: now.Add(time.Minute), op: jetstream.KeyValuePut})
-	m.update()
-	m.mu.RLock()
-	n, r := len(m.seen), len(m.reports)
-	m.mu.RUnlock()
-	if n > 1 || r > 1 {
-		t.Fatalf("%d replicas seen and %d reports kept a minute after the others fell silent, want only this one", n, r)
+	o.heard(beat("a", now.Add(time.Minute)))
+	o.mu.Lock()
+	n := len(o.seen)
+	o.mu.Unlock()
+	if n > 1 {
+		t.Fatalf("%d replicas seen a minute after the others fell silent, want only this one", n)
+	}
+}
+
+// TestALeaseIsTakenOverOnlyOnceStale: a partition's key is taken over by another replica only
+// after its revision stayed the same for a whole lease on this replica's own clock, whatever
+// the server's clock says of it.
+func TestALeaseIsTakenOverOnlyOnceStale(t *testing.T) {
+	o := newOwners("a", 2, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	old := time.Now().Add(-time.Hour) // the server's clock, far behind
+	o.heard(entry{key: o.key(1), value: "b", rev: 7, created: old, op: jetstream.KeyValuePut})
+	if k := o.keyNow(1); k.owner != "b" || time.Since(k.since) >= o.lease {
+		t.Fatalf("key just seen: %+v, want b's, fresh on this replica's clock", k)
+	}
+	if o.owner(1) != "b" {
+		t.Fatalf("owner %q, want b while its lease lasts", o.owner(1))
+	}
+	time.Sleep(o.lease)
+	if o.owner(1) != "" {
+		t.Fatalf("owner %q a lease after its last renewal was seen, want none", o.owner(1))
+	}
+	// A renewal seen meanwhile starts the lease again.
+	o.heard(entry{key: o.key(1), value: "b", rev: 8, created: old, op: jetstream.KeyValuePut})
+	if o.owner(1) != "b" {
+		t.Fatalf("owner %q after a renewal, want b", o.owner(1))
 	}
 }
 
@@ -180,10 +190,10 @@ func (b blocking) Admit(ctx context.Context, batch bucket.Batch) (bucket.BatchRe
 	return bucket.BatchResult{}, ctx.Err()
 }
 
-// TestHandOverDoesNotHoldTheHeartbeat: a change of membership hands the queues it gives up over
-// without waiting for the limiter (the calls of the hand-over run on their own): the heartbeat
-// loop that reported the change goes on at once. Before, it waited up to 2 s, against a liveness
-// window of 3 s.
+// TestHandOverDoesNotHoldTheHeartbeat: giving a partition up hands its queues over without
+// waiting for the limiter (the calls of the hand-over run on their own): the owners' loop that
+// gave it up goes on at once. (Before partitions: the heartbeat loop waited up to 2 s, against a
+// liveness window of 3 s.)
 func TestHandOverDoesNotHoldTheHeartbeat(t *testing.T) {
 	qs := feedRig(t, 10, 1000)
 	ps, err := plans.Parse("plans.yaml", []byte("plans: {p: {limits: [{capacity: 5, rate: 5/s}]}}\ndefault_plan: p\n"))
@@ -197,14 +207,13 @@ func TestHandOverDoesNotHoldTheHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	qs.s.cfg.Policy = pol
-	tn := tenantOwnedBy([]string{"a", "b"}, "b")
-	qs.feed(tn, fedJob(10))
+	feed(qs, "t", fedJob(10))
 	done := make(chan struct{})
-	go func() { setLive(qs, "a", "b"); close(done) }()
+	go func() { qs.s.stopPart(0, nil); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(time.Second): // a hand-over's calls are bounded by 2 s
-		t.Fatal("the change of membership waited for the hand-over's limiter call")
+		t.Fatal("giving the partition up waited for the hand-over's limiter call")
 	}
-	qs.s.handOvers.Wait()
+	qs.s.moves.Wait()
 }

@@ -20,12 +20,14 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Service forwards each tenant's jobs from the input stream when its plan allows: the tenants'
-// queues (queues.go) are read in place and stepped by workers in turn (step.go), members
-// shares the tenants among replicas. Create it with New, prepare the streams with Setup, then
-// Run it. Any number of services (replicas) may share one input stream and one limiter.
+// Service forwards each tenant's jobs from the input stream when its plan allows: the input's
+// partitions (input.go) are shared among replicas (owners.go), the tenants' queues (queues.go)
+// of a partition are read in place by its holder and stepped by workers in turn (step.go).
+// Create it with New, prepare the streams with Setup, then Run it. Any number of services
+// (replicas) may share one input and one limiter.
 type Service struct {
 	cfg     Config
+	in      input
 	out     subjects.Mapping
 	dead    subjects.Mapping
 	log     *slog.Logger
@@ -33,16 +35,14 @@ type Service struct {
 	pub     *publisher
 	queues  *queues
 	leases  *leases
-	members *members
+	owners  *owners
 	reader  *reader
 	streams streams
-	owner   int64 // this replica's name in the limiter (bucket.OwnerID)
-	kv      jetstream.KeyValue
+	olds    olds
+	owner   int64   // this replica's name in the limiter (bucket.OwnerID)
 	router  *router // fail mode local's routes between replicas (nil: none)
-	// handOvers are the hand-overs under way (see handOver).
-	handOvers sync.WaitGroup
-	// feed is what the input's feed's deliveries and errors say of it (see feedHealth).
-	feed feedHealth
+	// moves are the partitions being taken or given up (see startPart, stopPart).
+	moves sync.WaitGroup
 	// legacyLanes: the lanes stream of an earlier version holds jobs, read first per tenant.
 	legacyLanes atomic.Bool
 	// noDeletes: the input denies deletes; settled jobs are purged by subject only.
@@ -73,14 +73,15 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: metrics: %w", err)
 	}
-	s := &Service{cfg: cfg, out: out, dead: dead, log: cfg.Logger, tel: tel, stopped: make(chan struct{}),
-		pub: newPublisher(cfg.JetStream, cfg.Logger), members: newMembers(cfg.Replica, cfg.Heartbeat, cfg.Logger),
+	ps := Partitions(cfg.In, cfg.StreamIn, cfg.Partitions)
+	if _, err := subjects.NewPartitions(ps.In, ps.Prefix, ps.N); err != nil {
+		return nil, fmt.Errorf("%w: partitions: %w", ErrConfig, err)
+	}
+	s := &Service{cfg: cfg, in: input{ps: ps, in: cfg.StreamIn}, out: out, dead: dead, log: cfg.Logger, tel: tel, stopped: make(chan struct{}),
+		pub: newPublisher(cfg.JetStream, cfg.Logger), owners: newOwners(cfg.Replica, cfg.Partitions, cfg.Heartbeat, cfg.Logger),
 		owner: ownerOf(cfg.Replica), streams: streams{js: cfg.JetStream}}
 	s.queues = newQueues(s)
 	s.leases = newLeases(s)
-	s.members.changed = s.queues.rebalance
-	s.members.floor = s.queues.floor
-	s.members.compact = s.compact
 	if cfg.Fallback != nil {
 		s.router = newRouter(s)
 		cfg.Fallback.Route(s.router, cfg.Policy.Plans)
@@ -122,6 +123,9 @@ func (s *Service) Setup(ctx context.Context) error {
 	l := NewLayout(s.cfg)
 	if mp := s.cfg.JetStream.Conn().MaxPayload(); mp > 2*InputHeadroom {
 		l.In.MaxMsgSize = int32(mp - InputHeadroom)
+		for i := range l.Partitions {
+			l.Partitions[i].MaxMsgSize = l.In.MaxMsgSize
+		}
 	}
 	if err := l.Ensure(ctx, s.cfg.JetStream, s.log); err != nil {
 		return err
@@ -145,8 +149,8 @@ func (s *Service) Setup(ctx context.Context) error {
 	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
 		return fmt.Errorf("%w: look up the lanes stream %s of an earlier version: %w", ErrSetup, s.cfg.StreamWait, err)
 	}
-	if s.kv, err = s.cfg.JetStream.CreateOrUpdateKeyValue(ctx, l.Replicas); err != nil {
-		return fmt.Errorf("%w: replicas bucket %s: %w", ErrSetup, l.Replicas.Bucket, err)
+	if s.owners.kv, err = s.cfg.JetStream.CreateOrUpdateKeyValue(ctx, l.Owners); err != nil {
+		return fmt.Errorf("%w: owners bucket %s: %w", ErrSetup, l.Owners.Bucket, err)
 	}
 	if s.reader == nil {
 		if s.reader, err = newReader(s.cfg.JetStream); err != nil {
@@ -188,16 +192,18 @@ func (s *Service) registerGauges() error {
 	waiting, err2 := m.Int64ObservableGauge(wire.MetricJobsWaiting.Name, metric.WithDescription("Jobs waiting in every tenant's queue (every replica's), as the last listing of the input counted them."))
 	blocked, err3 := m.Int64ObservableGauge(wire.MetricOutputBlocked.Name, metric.WithDescription("1 while jobs are held because a stream the admitter publishes to is full."))
 	replicas, err4 := m.Int64ObservableGauge(wire.MetricReplicas.Name, metric.WithDescription("Live replicas this one sees, itself included."))
+	partitions, err9 := m.Int64ObservableGauge(wire.MetricPartitions.Name, metric.WithDescription("Partitions of the input this replica reads (holds the lease of)."))
 	poolFlight, err5 := m.Int64ObservableGauge(wire.MetricPoolInFlight.Name, metric.WithDescription("Weight in flight in each pool (label pool), as this replica's last call to it found it."))
 	poolWaiting, err6 := m.Int64ObservableGauge(wire.MetricPoolWaiting.Name, metric.WithDescription("Tenants waiting for each pool (label pool), as this replica's last call to it found it."))
 	poolBreaker, err7 := m.Int64ObservableGauge(wire.MetricPoolBreaker.Name, metric.WithDescription("Each pool's breaker (label pool): 0 closed, 1 open, 2 half-open, as this replica's last call to it found it."))
 	poolLimit, err8 := m.Int64ObservableGauge(wire.MetricPoolLimit.Name, metric.WithDescription("Each pool's limit in force (label pool): an adaptive pool's, between its minimum and its concurrency; another's, its concurrency; as this replica's last call to it found it."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9); err != nil {
 		return err
 	}
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		o.ObserveInt64(queues, int64(s.queues.count()))
-		o.ObserveInt64(replicas, int64(s.members.count()))
+		o.ObserveInt64(replicas, int64(s.owners.count()))
+		o.ObserveInt64(partitions, int64(len(s.owners.heldNow())))
 		b := int64(0)
 		if held, _ := s.pub.blocked(); held {
 			b = 1
@@ -219,7 +225,7 @@ func (s *Service) registerGauges() error {
 			}
 		}
 		return nil
-	}, queues, waiting, blocked, replicas, poolFlight, poolWaiting, poolBreaker, poolLimit)
+	}, queues, waiting, blocked, replicas, partitions, poolFlight, poolWaiting, poolBreaker, poolLimit)
 	s.gauges = reg
 	return err
 }
@@ -242,7 +248,7 @@ func (s *Service) Ready(ctx context.Context) error {
 	if held, why := s.pub.blocked(); held {
 		return errors.New(why)
 	}
-	if err := s.feed.broken(time.Now()); err != nil {
+	if err := s.feedBroken(time.Now()); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -278,10 +284,6 @@ func (s *Service) Run(ctx context.Context) error {
 	// it is cancelled only if they take longer than ShutdownTimeout.
 	work, abort := context.WithCancel(context.WithoutCancel(ctx))
 	defer abort()
-	memberCtx, leave := context.WithCancel(work)
-	var members sync.WaitGroup
-	members.Go(func() { s.members.run(memberCtx, s.kv) })
-	defer func() { leave(); members.Wait() }()
 	if err := s.leases.start(work); err != nil {
 		return err
 	}
@@ -293,49 +295,29 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		defer unsubscribe()
 	}
-
-	// Which tenants have jobs: the feed, from the input's first job; then the input's listing
-	// (retried until it answers), for the jobs no feed hands over.
-	if s.legacyLanes.Load() {
-		// The tenants with jobs in the lanes stream are known before the feed hands any of
-		// their newer jobs over: their queues forward the lane's first.
-		for err := s.queues.poll(ctx); err != nil; err = s.queues.poll(ctx) {
-			s.log.Warn("listing the tenants with jobs failed: retrying", "err", err)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Second):
-			}
-		}
-	}
-	feed, err := s.startFeed(ctx)
-	if err != nil {
-		return err
-	}
-	for err := s.queues.poll(ctx); err != nil; err = s.queues.poll(ctx) {
-		s.log.Warn("listing the tenants with jobs failed: retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			feed()
-			return nil
-		case <-time.After(time.Second):
-		}
-	}
 	bg, stopBG := context.WithCancel(work)
 	var loops sync.WaitGroup
 	loops.Go(func() { s.queues.discover(bg) })
 	loops.Go(func() { s.queues.timers(bg) })
 	loops.Go(func() { s.wakeOnRecovery(bg) })
+	loops.Go(func() { s.compactor(bg) })
 	var workers sync.WaitGroup
 	for range s.cfg.Workers {
 		workers.Go(func() { s.queues.work(work) })
 	}
-	s.log.Info("admitting", "stream", s.cfg.StreamIn, "in", s.cfg.In.String(), "out", s.cfg.Out.String(), "dead", s.cfg.Dead.String(),
+	// The partitions: taken and given up by the owners' loop, which goes on renewing the leases
+	// until the queues have stopped (below).
+	s.owners.gain = func(p int) { s.moves.Go(func() { s.startPart(work, p) }) }
+	s.owners.drop = s.stopPart
+	ownersCtx, stopOwners := context.WithCancel(work)
+	var owning sync.WaitGroup
+	owning.Go(func() { s.owners.run(ownersCtx) })
+	defer func() { stopOwners(); owning.Wait() }()
+	s.log.Info("admitting", "stream", s.cfg.StreamIn, "partitions", s.in.n(), "in", s.cfg.In.String(), "out", s.cfg.Out.String(), "dead", s.cfg.Dead.String(),
 		"replica", s.cfg.Replica, "workers", s.cfg.Workers, "fail_mode", string(s.cfg.Policy.FailMode()))
 	<-ctx.Done()
 
 	s.log.Info("stopping: letting the steps under way end", "bound", s.cfg.ShutdownTimeout.String())
-	feed()
 	stopBG()
 	loops.Wait()
 	s.queues.close()
@@ -348,150 +330,17 @@ func (s *Service) Run(ctx context.Context) error {
 	case <-bound.C:
 		abort()
 		<-done // every step is bounded by the aborted context or its own timeouts
-		s.log.Warn("stopped after the shutdown bound; jobs not yet removed from the input are read again by their tenants' next owner")
-		return nil
+		s.log.Warn("stopped after the shutdown bound; jobs not yet removed from the input are read again by their partitions' next holder")
 	}
-	s.handOvers.Wait()
+	stopOwners()
+	owning.Wait()
+	s.moves.Wait()
+	s.queues.stopFeeds()
 	s.handOver(s.queues.all())
+	s.owners.leave()
 	s.log.Info("stopped")
 	return nil
 }
-
-// startFeed follows what the input stores, from its first job: the feed hands each job to its
-// tenant's queue (queues.feed). Its position tells how far this replica has seen the input;
-// jobs it skips (a queue behind, another replica's tenant) stay in the input, read by subject
-// by whoever needs them. On a work-queue input (an earlier version's) there is no feed: every
-// queue reads by subject.
-func (s *Service) startFeed(ctx context.Context) (stop func(), err error) {
-	in, err := s.streams.get(ctx, s.cfg.StreamIn)
-	if err != nil {
-		return nil, fmt.Errorf("admission: stream %s: %w", s.cfg.StreamIn, err)
-	}
-	if in.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy {
-		// A work queue (made by an earlier version) takes no consumer without acknowledgements.
-		s.log.Warn("the input stream is a work queue, made by an earlier admitter: tenants with new jobs are found only by listing it every ADMITTER_DISCOVERY_INTERVAL, and every job is read by subject; recreate it with limits retention once it is empty (see README, Upgrading)",
-			"stream", s.cfg.StreamIn, "interval", s.cfg.DiscoveryInterval.String())
-		return func() {}, nil
-	}
-	cons, err := s.cfg.JetStream.OrderedConsumer(ctx, s.cfg.StreamIn, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.cfg.In.Filter()},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("admission: the input's feed on %s: %w", s.cfg.StreamIn, err)
-	}
-	s.queues.mu.Lock()
-	s.queues.feedOn = true
-	s.queues.mu.Unlock()
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		tenant, ok := s.cfg.In.Match(m.Subject())
-		md, err := m.Metadata()
-		if !ok || err != nil {
-			return
-		}
-		data := m.Data()
-		s.feed.delivered()
-		s.queues.feed(tenant, fed{seq: md.Sequence.Stream, subject: m.Subject(), header: m.Headers(), data: data,
-			stored: md.Timestamp, size: len(data) + len(m.Subject()) + 64})
-	}, jetstream.PullMaxBytes(feedPullBytes), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if s.feed.failed(err) {
-				s.log.Warn("the input's feed failed: tenants with jobs are found by listing the input and read by subject until it recovers; /readyz says so", "stream", s.cfg.StreamIn, "err", err)
-			}
-		}))
-	if err != nil {
-		return nil, fmt.Errorf("admission: the input's feed on %s: %w", s.cfg.StreamIn, err)
-	}
-	return cc.Stop, nil
-}
-
-// feedHealth is what the feed's deliveries say of it. A feed that delivers nothing while the
-// input holds jobs it has not delivered, for feedGrace, is broken (a pull refused, a consumer
-// that cannot be made again, a node lost): the service is not ready while it lasts, and the
-// discovery gives a queue, behind, to every tenant with jobs meanwhile (see queues.poll), so that
-// nothing waits for the feed. Its errors are logged once per failure, at warn. (The ordered
-// consumer's own state is not asked: it is locked while it makes its consumer again.)
-type feedHealth struct {
-	last atomic.Int64 // unix ns of the latest delivery
-	mu   sync.Mutex
-	err  error // the latest error reported, for the message
-	// stuck: since when the input has held jobs the feed has not delivered, while it delivered
-	// nothing (zero: it has not)
-	stuck time.Time
-	// logged: the current failure was logged
-	logged bool
-}
-
-// feedGrace is how long a feed may deliver nothing while jobs wait for it before the service says
-// it is broken: a NATS node lost makes the feed miss two heartbeats (4 s) and start again.
-const feedGrace = 5 * time.Second
-
-func (f *feedHealth) delivered() { f.last.Store(time.Now().UnixNano()) }
-
-// failed records an error the feed reported; it reports whether to log it (once per failure).
-func (f *feedHealth) failed(err error) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.err = err
-	first := !f.logged
-	f.logged = true
-	return first
-}
-
-// listed records what a listing of the input found at now: last, its last sequence, and next,
-// the sequence the feed will deliver next.
-func (f *feedHealth) listed(now time.Time, last, next uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch {
-	case last < next || f.last.Load() > now.Add(-feedGrace).UnixNano():
-		f.stuck, f.logged, f.err = time.Time{}, false, nil // delivered everything, or lately
-	case f.stuck.IsZero():
-		f.stuck = now
-	}
-}
-
-// broken is the feed's failure when it has delivered nothing for feedGrace while jobs waited
-// for it.
-func (f *feedHealth) broken(now time.Time) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stuck.IsZero() || now.Sub(f.stuck) < feedGrace {
-		return nil
-	}
-	why := "it delivers nothing while the input holds jobs"
-	if f.err != nil {
-		why = f.err.Error()
-	}
-	return fmt.Errorf("the input's feed has delivered nothing since %s: %s", f.stuck.UTC().Format(time.RFC3339), why)
-}
-
-// feedPullBytes is how many bytes of jobs the feed asks the server for at a time: the jobs on
-// their way to this replica are bounded in bytes, whatever their size.
-const feedPullBytes = 4 << 20
-
-// compact removes the input's jobs below seq: every replica's floor is at or above it (see
-// members).
-func (s *Service) compact(ctx context.Context, seq uint64) error {
-	in, err := s.streams.get(ctx, s.cfg.StreamIn)
-	if err != nil {
-		return err
-	}
-	if err := in.Purge(ctx, jetstream.WithPurgeSequence(seq)); err != nil {
-		s.tel.settleError("compact")
-		return err
-	}
-	s.queues.compacted(seq)
-	return nil
-}
-
-// A pull of the feed lasts pullExpiry and asks the server for a heartbeat every pullHeartbeat
-// while it waits; two heartbeats missed and the client pulls again: a pull lost with a NATS
-// node (paused, killed) is replaced within 2 × pullHeartbeat.
-const (
-	pullExpiry    = 10 * time.Second
-	pullHeartbeat = 2 * time.Second
-)
 
 // recoveryWakeEvery bounds how often wakeOnRecovery wakes the queues: with one server of a
 // Redis Cluster down, the limiter recovers many times a second (see policy.Recovered).

@@ -398,20 +398,3 @@ func (s *syncBuffer) Bytes() []byte {
 	defer s.mu.Unlock()
 	return bytes.Clone(s.b.Bytes())
 }
-
-// TestTenantsSpreadOverReplicas: each of two or three replicas ranks highest for its share of
-// tenants named alike (t000 to t999), within a tenth.
-func TestTenantsSpreadOverReplicas(t *testing.T) {
-	for _, live := range [][]string{{"r0", "r1"}, {"Qw4KPOLddlh40nQ3FTuTKC", "MrTwJVKEDfZZCKJiP8NkIB"}, {"a", "b", "c"}} {
-		got := map[string]int{}
-		for i := range 1000 {
-			got[rank(live, fmt.Sprintf("t%03d", i))]++
-		}
-		for _, id := range live {
-			share := float64(got[id]) / 1000
-			if want := 1 / float64(len(live)); share < want-0.1 || share > want+0.1 {
-				t.Errorf("replicas %v: %s ranks highest for %.0f%% of the tenants, want %.0f%% (±10)", live, id, 100*share, 100*want)
-			}
-		}
-	}
-}

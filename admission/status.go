@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -42,7 +41,7 @@ type Replica struct {
 // Status reads the service's state (the NATS round trip bounded by the connection's own
 // timeout; the rest from memory).
 func (s *Service) Status(ctx context.Context) Status {
-	st := Status{Replica: s.cfg.Replica, Queues: s.queues.count(), Replicas: s.members.replicas()}
+	st := Status{Replica: s.cfg.Replica, Queues: s.queues.count(), Replicas: s.owners.replicas()}
 	nc := s.cfg.JetStream.Conn()
 	st.NATS, st.NATSURL = nc.Status().String(), nc.ConnectedUrlRedacted()
 	if rtt, err := nc.RTT(); err == nil {
@@ -74,27 +73,4 @@ func (s *Service) Waiting(ctx context.Context) (map[string]uint64, error) {
 func (s *Service) WaitingFor(ctx context.Context, tenant string) (uint64, error) {
 	w, err := s.Waiting(ctx)
 	return w[tenant], err
-}
-
-// replicas lists every replica seen, this one included, sorted by name.
-func (m *members) replicas() []Replica {
-	cut := time.Now().Add(-3 * m.heartbeat)
-	m.mu.RLock()
-	out := []Replica{{Name: m.self, Self: true, Live: true}}
-	for id, at := range m.seen {
-		if id != m.self {
-			out = append(out, Replica{Name: id, LastSeen: at, Live: at.After(cut)})
-		}
-	}
-	m.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Replica) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
-	return out
 }

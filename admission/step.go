@@ -18,19 +18,23 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// job is one job being decided: read from its tenant's queue in the input (or, after an
-// upgrade, from the lanes stream of an earlier version: legacy).
+// job is one job being decided: read from its tenant's queue in its partition's stream, or from
+// an older stream (source: the lanes stream of an earlier version, an input stream of another
+// partitioning).
 type job struct {
 	tenant  string
-	subject string // the input's subject
-	seq     uint64 // the input's stream sequence: the job's id
-	at      uint64 // the sequence it was read at (the input's, or the legacy lanes stream's)
+	subject string // the subject it was published on
+	stream  string // the input stream it was stored in (its Msg-Ids name it)
+	seq     uint64 // its sequence there
+	id      int64  // its id: its lease, its mark in the limiter (wire.JobID)
+	at      uint64 // the sequence it was read at (seq, or the lanes stream's)
 	stored  time.Time
 	header  nats.Header
 	data    []byte
 	weight  int64
 	wErr    error
-	legacy  bool
+	src     bool // read from the queue's first older stream (q.old[0])
+	lane    bool // from the lanes stream of an earlier version
 	tries   uint64
 	waited  bool            // it was told to wait before
 	ctx     context.Context // the job's trace
@@ -78,7 +82,7 @@ func stepRetry(errs int) time.Duration {
 // it), decides it in one limiter call, forwards and dead-letters what may go in order, waits
 // until each is stored, removes what is settled from the input, and says when to go on.
 func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
-	if !s.members.owns(q.tenant) {
+	if !s.owners.holds(q.part) {
 		return stepResult{gone: true}
 	}
 	if blocked, _ := s.pub.blocked(); blocked {
@@ -113,24 +117,31 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	return res
 }
 
-// readHead reads the head of q: up to budget jobs (and the read's byte bound), from the legacy
-// lanes stream while the tenant has jobs there, then what the feed handed it, or, behind, from
-// the input by subject (see queues).
+// readHead reads the head of q: up to budget jobs (and the read's byte bound), from its older
+// streams while the tenant has jobs there, then what the feed handed it, or, behind, from its
+// partition's stream by subject (see queues).
 func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, error) {
 	n := int(min(budget, int64(s.cfg.Batch)))
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	maxBytes := max(s.cfg.InFlightBytes/s.cfg.Workers, 1<<20)
-	if q.legacy {
-		msgs, _, err := s.reader.read(rctx, s.cfg.StreamWait, q.laneSubject, q.legacyAt, n, maxBytes)
+	for len(q.old) > 0 {
+		src := &q.old[0]
+		if src.unpurged > 0 {
+			break // removed first (removeSettled): a read from its cursor would find them gone or not
+		}
+		msgs, _, err := s.reader.read(rctx, src.stream, src.filter, src.cursor, n, maxBytes)
 		if err != nil {
-			return nil, fmt.Errorf("read the legacy lane of %s: %w", q.tenant, err)
+			return nil, fmt.Errorf("read the jobs of %s in stream %s: %w", q.tenant, src.stream, err)
 		}
 		if len(msgs) > 0 {
-			return s.legacyJobs(ctx, q, msgs), nil
+			if src.lane {
+				return s.laneJobs(ctx, q, msgs), nil
+			}
+			return s.sourceJobs(ctx, q, src, msgs), nil
 		}
-		s.queues.endLegacy(q)
-		s.log.Info("the tenant's jobs left in the lanes stream of an earlier admitter are forwarded: its queue is the input now", "tenant", q.tenant)
+		s.queues.endSource(q)
+		s.log.Info("the tenant's jobs left in an older stream are forwarded: its queue goes on in its partition", "tenant", q.tenant, "stream", src.stream)
 	}
 	qs := s.queues
 	if buf, _ := qs.buffered(q, n); len(buf) > 0 {
@@ -139,7 +150,7 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 	if !qs.startRead(q) {
 		return nil, nil // following, and nothing buffered
 	}
-	msgs, pending, err := s.reader.read(rctx, s.cfg.StreamIn, q.filter, q.cursor, n, maxBytes)
+	msgs, pending, err := s.reader.read(rctx, s.in.stream(q.part), q.filter, q.cursor, n, maxBytes)
 	read := make([]fed, 0, len(msgs))
 	for _, m := range msgs {
 		if err != nil {
@@ -147,6 +158,12 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 		}
 		var f fed
 		if f, err = fedOf(m); err == nil {
+			subject, _, ok := s.in.published(q.part, f.subject)
+			if !ok {
+				err = fmt.Errorf("stream %s: sequence %d has subject %q, not one of its partition's", s.in.stream(q.part), f.seq, f.subject)
+				break
+			}
+			f.subject = subject
 			read = append(read, f)
 		}
 	}
@@ -210,15 +227,43 @@ func fedOf(m *nats.Msg) (fed, error) {
 	return f, nil
 }
 
-// fedJobs are the jobs of fs, to be decided.
+// fedJobs are the jobs of fs (of q's partition), to be decided.
 func (s *Service) fedJobs(ctx context.Context, q *queue, fs []fed) []job {
 	jobs := make([]job, len(fs))
+	stream := s.in.stream(q.part)
 	for i, f := range fs {
-		j := job{tenant: q.tenant, subject: f.subject, seq: f.seq, at: f.seq, stored: f.stored, header: f.header, data: f.data}
-		j.tries = q.tries(f.seq)
-		j.weight, j.wErr = wire.ParseWeight(f.header)
-		j.ctx, j.span = s.tel.startProcess(ctx, s.tel.processIn, f.header, j.subject, f.seq, j.tries, s.cfg)
-		jobs[i] = j
+		j := job{tenant: q.tenant, subject: f.subject, stream: stream, seq: f.seq, id: s.in.jobID(f.seq), at: f.seq, stored: f.stored, header: f.header, data: f.data}
+		jobs[i] = s.startJob(ctx, q, j)
+	}
+	return jobs
+}
+
+// startJob reads j's weight and starts its trace.
+func (s *Service) startJob(ctx context.Context, q *queue, j job) job {
+	j.tries = q.tries(j.id)
+	j.weight, j.wErr = wire.ParseWeight(j.header)
+	if j.id == 0 && j.wErr == nil {
+		j.wErr = fmt.Errorf("stream %s: sequence %d is beyond the ids of jobs (2^40)", j.stream, j.seq)
+	}
+	j.ctx, j.span = s.tel.startProcess(ctx, s.tel.processIn, j.header, j.subject, j.stream, j.seq, j.tries, s.cfg)
+	return j
+}
+
+// sourceJobs are jobs read from src, an input stream of another partitioning, to be decided.
+func (s *Service) sourceJobs(ctx context.Context, q *queue, src *source, msgs []*nats.Msg) []job {
+	jobs := make([]job, 0, len(msgs))
+	for _, m := range msgs {
+		f, err := fedOf(m)
+		if err != nil {
+			break
+		}
+		subject, _, ok := src.published(f.subject)
+		j := job{tenant: q.tenant, subject: subject, stream: src.stream, seq: f.seq, id: wire.JobID(src.n, f.seq), at: f.seq, stored: f.stored,
+			header: f.header, data: f.data, src: true}
+		if !ok {
+			j.subject = f.subject
+		}
+		jobs = append(jobs, s.startJob(ctx, q, j))
 	}
 	return jobs
 }
@@ -230,7 +275,7 @@ func (s *Service) fedJobs(ctx context.Context, q *queue, fs []fed) []job {
 func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) stepResult {
 	pjobs := make([]policy.Job, len(jobs))
 	for i, j := range jobs {
-		pjobs[i] = policy.Job{ID: int64(j.seq), Weight: j.weight, WeightErr: j.wErr}
+		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr}
 	}
 	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
 	if d.Said {
@@ -315,7 +360,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		j := &jobs[i]
 		switch {
 		case i < settled:
-			j.waited = j.seq <= q.waited
+			j.waited = j.id <= q.waited
 			s.conclude(j, nil)
 		case j.verdict.Fate.Waits():
 			s.concludeWait(q, j, i == settled)
@@ -331,7 +376,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	}
 	q.errs = 0
 	if settled < len(jobs) {
-		q.waits(jobs[settled].seq, jobs[settled].tries)
+		q.waits(jobs[settled].id, jobs[settled].tries)
 		res.next = max(jobs[settled].verdict.Wait, time.Millisecond)
 		if jobs[settled].verdict.Fate == wire.FateDelayed {
 			res.waitsFor = jobs[settled].reason
@@ -361,7 +406,7 @@ func (s *Service) renewLate(ctx context.Context, q *queue, jobs []job, outs []*o
 			continue
 		}
 		j := &jobs[owner[k]]
-		res, _, err := s.cfg.Policy.Lease(ctx, policy.LeaseStart, q.tenant, int64(j.seq), max(j.weight, 1), bucket.NoCost, bucket.Report{})
+		res, _, err := s.cfg.Policy.Lease(ctx, policy.LeaseStart, q.tenant, j.id, max(j.weight, 1), bucket.NoCost, bucket.Report{})
 		switch {
 		case err != nil:
 			s.log.Warn("a forward stored after its lease's middle: its lease could not be started again", "tenant", q.tenant, "sequence", j.seq,
@@ -395,7 +440,7 @@ func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*out
 				dm = s.deadMsg(j, code, detail)
 			case len(o.msg.Data) > 0:
 				dm = s.deadMsg(j, j.verdict.Code, j.verdict.Detail+fmt.Sprintf("; the payload (%d bytes) is left out: the dead letter could not carry it (%v); it was sequence %d of stream %s",
-					len(j.data), o.err, j.seq, s.cfg.StreamIn))
+					len(j.data), o.err, j.seq, j.stream))
 				dm.Data = nil
 			default:
 				continue // even without its payload: see conclude
@@ -415,9 +460,10 @@ func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*out
 // advance moves q past its settled jobs (in order), which are to be removed.
 func (s *Service) advance(q *queue, settled []job) {
 	last := settled[len(settled)-1]
-	q.storedSeq = max(q.storedSeq, last.seq)
-	if last.legacy {
-		q.legacyAt, q.legacyUnpurged = last.at+1, last.at
+	q.storedID = max(q.storedID, last.id)
+	if last.src {
+		src := &q.old[0]
+		src.cursor, src.unpurged = last.at+1, last.at
 		return
 	}
 	for _, j := range settled {
@@ -471,31 +517,30 @@ func (s *Service) purgeAge() time.Duration { return min(5*time.Second, s.cfg.Dup
 // is due (0: nothing left to remove). A removal that fails leaves them owed to the limiter as
 // stored (see owed), and is tried again by the next step.
 func (s *Service) removeSettled(ctx context.Context, q *queue) (due time.Duration, err error) {
-	if q.legacyUnpurged > 0 {
-		if err := s.purgeOf(ctx, q, s.cfg.StreamWait, q.laneSubject, q.legacyUnpurged); err != nil {
+	if len(q.old) > 0 && q.old[0].unpurged > 0 {
+		src := &q.old[0]
+		if err := s.purgeOf(ctx, q, src.stream, src.filter, src.unpurged); err != nil {
 			return 0, err
 		}
-		q.legacyUnpurged = 0
+		src.unpurged = 0
 	}
 	u := &q.unremoved
 	if u.n == 0 {
 		return 0, nil
 	}
 	qs := s.queues
-	if qs.firstSeq() > u.last {
+	first := qs.firstSeq(q.part)
+	if first > u.last {
 		*u = unremoved{} // compacted
 		return 0, nil
 	}
-	qs.mu.Lock()
-	feedOn := qs.feedOn
-	qs.mu.Unlock()
-	if age := time.Since(u.since); feedOn && age < s.purgeAge() {
+	if age := time.Since(u.since); qs.feedOn(q.part) && age < s.purgeAge() {
 		return s.purgeAge() - age, nil
 	}
 	if u.sparse() && !s.noDeletes.Load() {
-		err = s.deleteEach(ctx, q, u.seqs, qs.firstSeq())
+		err = s.deleteEach(ctx, q, u.seqs, first)
 	} else {
-		err = s.purgeOf(ctx, q, s.cfg.StreamIn, q.filter, u.last)
+		err = s.purgeOf(ctx, q, s.in.stream(q.part), q.filter, u.last)
 	}
 	if err != nil {
 		return 0, err
@@ -507,7 +552,8 @@ func (s *Service) removeSettled(ctx context.Context, q *queue) (due time.Duratio
 // deleteEach removes the input's messages seqs (those at or above first: the others are gone),
 // a few at a time. A stream that denies deletes is purged by subject instead, from then on.
 func (s *Service) deleteEach(ctx context.Context, q *queue, seqs []uint64, first uint64) error {
-	in, err := s.streams.get(ctx, s.cfg.StreamIn)
+	stream := s.in.stream(q.part)
+	in, err := s.streams.get(ctx, stream)
 	if err != nil {
 		return err
 	}
@@ -538,15 +584,15 @@ func (s *Service) deleteEach(ctx context.Context, q *queue, seqs []uint64, first
 		return nil
 	case deleteDenied(err):
 		s.noDeletes.Store(true)
-		s.log.Warn("the input stream denies deletes: forwarded jobs are purged by subject instead (slower when tenants' jobs are interleaved)", "stream", s.cfg.StreamIn)
-		return s.purgeOf(ctx, q, s.cfg.StreamIn, q.filter, seqs[len(seqs)-1])
+		s.log.Warn("the input stream denies deletes: forwarded jobs are purged by subject instead (slower when tenants' jobs are interleaved)", "stream", stream)
+		return s.purgeOf(ctx, q, stream, q.filter, seqs[len(seqs)-1])
 	}
 	if ctx.Err() == nil {
 		s.tel.settleError("delete")
 		s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
-			"tenant", q.tenant, "stream", s.cfg.StreamIn, "jobs", len(seqs), "err", errs[0])
+			"tenant", q.tenant, "stream", stream, "jobs", len(seqs), "err", errs[0])
 	}
-	q.owe.stored = max(q.owe.stored, q.storedSeq)
+	q.owe.stored = max(q.owe.stored, q.storedID)
 	return err
 }
 
@@ -574,7 +620,7 @@ func (s *Service) purgeOf(ctx context.Context, q *queue, stream, subject string,
 			s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
 				"tenant", q.tenant, "stream", stream, "through", through, "err", err)
 		}
-		q.owe.stored = max(q.owe.stored, q.storedSeq)
+		q.owe.stored = max(q.owe.stored, q.storedID)
 	}
 	return err
 }
@@ -622,8 +668,9 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 // call could carry it (its tenant has no plan); a change of plans wakes it sooner.
 const unsaidRetry = 5 * time.Second
 
-// legacyJobs reads jobs from the tenant's lane in the lanes stream of an earlier version.
-func (s *Service) legacyJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []job {
+// laneJobs reads jobs from the tenant's lane in the lanes stream of an earlier version: each
+// carries the sequence it had in the input stream (its id, as then) and its subject.
+func (s *Service) laneJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []job {
 	jobs := make([]job, 0, len(msgs))
 	for _, m := range msgs {
 		at, err := seqOf(m)
@@ -631,7 +678,7 @@ func (s *Service) legacyJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []
 			break
 		}
 		h := m.Header
-		j := job{tenant: q.tenant, header: h, data: m.Data, subject: h.Get(wire.HeaderInputSubject), at: at, legacy: true}
+		j := job{tenant: q.tenant, header: h, data: m.Data, subject: h.Get(wire.HeaderInputSubject), stream: s.cfg.StreamIn, at: at, src: true, lane: true}
 		if j.seq, err = strconv.ParseUint(h.Get(wire.HeaderInputSeq), 10, 64); err != nil || j.subject == "" {
 			// Not a job an admitter moved (someone published to the lanes' subjects): dead-letter it.
 			j.seq, j.subject = at, m.Subject
@@ -639,11 +686,12 @@ func (s *Service) legacyJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []
 		} else {
 			j.weight, j.wErr = wire.ParseWeight(h)
 		}
+		j.id = wire.JobID(1, j.seq)
 		if t, err := time.Parse(time.RFC3339Nano, h.Get(wire.HeaderInputTime)); err == nil {
 			j.stored = t
 		}
-		j.tries = q.tries(j.seq)
-		j.ctx, j.span = s.tel.startProcess(ctx, s.tel.processWait, h, j.subject, j.seq, j.tries, s.cfg)
+		j.tries = q.tries(j.id)
+		j.ctx, j.span = s.tel.startProcess(ctx, s.tel.processWait, h, j.subject, j.stream, j.seq, j.tries, s.cfg)
 		jobs = append(jobs, j)
 	}
 	return jobs
@@ -680,9 +728,9 @@ func (s *Service) conclude(j *job, err error) {
 // as the tenant's latest wait every time.
 func (s *Service) concludeWait(q *queue, j *job, head bool) {
 	defer j.span.End()
-	again := j.seq <= q.waited
+	again := j.id <= q.waited
 	if !again {
-		q.waited = j.seq
+		q.waited = j.id
 		s.tel.conclude(j, j.verdict.Fate)
 	}
 	if head || !again {
@@ -713,8 +761,8 @@ func (s *Service) forwardMsg(j *job) *nats.Msg {
 		out = j.subject
 	}
 	h := s.baseHeader(j, 9)
-	forwardHeader(h, wire.MsgID(wire.KindForward, s.cfg.StreamIn, j.seq), j.tenant, j.plan, j.tries, s.cfg.Now().Sub(j.stored), j.verdict)
-	leaseHeader(h, j.seq, j.lease, j.verdict)
+	forwardHeader(h, wire.MsgID(wire.KindForward, j.stream, j.seq), j.tenant, j.plan, j.tries, s.cfg.Now().Sub(j.stored), j.verdict)
+	leaseHeader(h, j.id, j.lease, j.verdict)
 	m := &nats.Msg{Subject: out, Data: j.data, Header: h}
 	s.tel.injectSend(j, m, s.cfg.StreamOut)
 	return m
@@ -730,7 +778,7 @@ func (s *Service) deadMsg(j *job, code wire.Code, detail string) *nats.Msg {
 		}
 		dead, _ = s.cfg.Dead.Subject(j.tenant, fill...)
 	}
-	h := deadHeader(s.baseHeader(j, 3), wire.MsgID(wire.KindDead, s.cfg.StreamIn, j.seq), code, detail)
+	h := deadHeader(s.baseHeader(j, 3), wire.MsgID(wire.KindDead, j.stream, j.seq), code, detail)
 	m := &nats.Msg{Subject: dead, Data: j.data, Header: h}
 	s.tel.injectSend(j, m, s.cfg.StreamDead)
 	return m
@@ -740,7 +788,7 @@ func (s *Service) deadMsg(j *job, code wire.Code, detail string) *nats.Msg {
 // producer's, without the stream's read headers (Nats-Sequence, ...) and with its Nats-* kept
 // as Admit-Original-*.
 func (s *Service) baseHeader(j *job, extra int) nats.Header {
-	if j.legacy {
+	if j.lane {
 		return fromLane(j.header, extra)
 	}
 	return carried(j.header, extra)

@@ -131,11 +131,11 @@ func newTelemetry(c Config) (*telemetry, error) {
 
 // startProcess starts a job's consumer span, continuing the trace its headers carry (the
 // producer's, or for a job read from an earlier version's lane, the span that moved it there).
-func (t *telemetry) startProcess(ctx context.Context, name string, h nats.Header, subject string, seq, attempts uint64, c Config) (context.Context, trace.Span) {
+func (t *telemetry) startProcess(ctx context.Context, name string, h nats.Header, subject, stream string, seq, attempts uint64, c Config) (context.Context, trace.Span) {
 	ctx = t.propagator.Extract(ctx, wire.HeaderCarrier(h))
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() { // attributes cost allocations: only for spans that are kept
-		span.SetAttributes(messagingAttrs(semconv.MessagingOperationTypeProcess, subject, spanSeq(c.StreamIn, seq))...)
+		span.SetAttributes(messagingAttrs(semconv.MessagingOperationTypeProcess, subject, spanSeq(stream, seq))...)
 		span.SetAttributes(
 			semconv.MessagingDestinationTemplateKey.String(c.In.String()),
 			semconv.MessagingConsumerGroupNameKey.String(c.Consumer),

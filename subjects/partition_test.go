@@ -2,6 +2,7 @@ package subjects
 
 import (
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"strings"
 	"testing"
@@ -119,4 +120,18 @@ func FuzzPartitionsPublished(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTenantsSpreadOverPartitions: tenants named alike (t000 to t999) spread over 8 partitions,
+// each within a third of its share.
+func TestTenantsSpreadOverPartitions(t *testing.T) {
+	got := make([]int, 8)
+	for i := range 1000 {
+		got[Partition(fmt.Sprintf("t%03d", i), 8)]++
+	}
+	for p, n := range got {
+		if n < 1000/8*2/3 || n > 1000/8*4/3 {
+			t.Errorf("partition %d has %d of 1000 tenants, want about 125", p, n)
+		}
+	}
 }

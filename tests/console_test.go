@@ -371,7 +371,7 @@ func TestConsoleInBrowser(t *testing.T) {
 // replicas decided some, and both pages agree), and each overview says the other replica's share
 // came in. Before the console asked the other replicas, each page showed its own tenants only.
 func TestConsoleShowsEveryReplica(t *testing.T) {
-	w := newWorld(t, onePlan+"default_plan: free\n")
+	w := newPartitionedWorld(t, onePlan+"default_plan: free\n", 8)
 	names := []string{"alpha", "beta"}
 	base := map[string]string{}
 	var procs []*proc
@@ -391,6 +391,7 @@ func TestConsoleShowsEveryReplica(t *testing.T) {
 		}
 		return true
 	})
+	w.waitShared(base["alpha"]+"/metrics", base["beta"]+"/metrics")
 	const tenants, each = 12, 3
 	for k := range tenants {
 		for i := range each {

@@ -151,7 +151,7 @@ func TestCrashMidStreamForwardsEveryJobOnce(t *testing.T) {
 // TestTwoReplicasShareTheTenants runs two admitters on one input: each tenant's queue is decided
 // by one of them, both decide some, every job is forwarded once, and no tenant exceeds its plan.
 func TestTwoReplicasShareTheTenants(t *testing.T) {
-	w := newWorld(t, onePlan+"default_plan: free\n")
+	w := newPartitionedWorld(t, onePlan+"default_plan: free\n", 8)
 	var replicas []*proc
 	var metrics []string
 	for range 2 {
@@ -170,6 +170,7 @@ func TestTwoReplicasShareTheTenants(t *testing.T) {
 		}
 		return true
 	})
+	w.waitShared(metrics...)
 	const tenants, each, capacity, rate = 12, 25, 5, 20.0
 	start := time.Now()
 	for i := range each {

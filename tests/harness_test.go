@@ -16,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/admitter/admitter/admission"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/subjects"
+	"github.com/admitter/admitter/wire"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -75,6 +79,51 @@ type world struct {
 	nc                *nats.Conn
 	js                jetstream.JetStream
 	plans             string
+	// parts is how many partitions the input is spread over (ADMITTER_PARTITIONS; the server
+	// maps the jobs' subjects to them: newPartitionedWorld).
+	parts int
+}
+
+// newPartitionedWorld is newWorld on a server that spreads the input over n partitions with
+// the account mapping the README gives (admission.Partitions), and admitters told so.
+func newPartitionedWorld(t *testing.T, plans string, n int) *world {
+	t.Helper()
+	redis := testenv.StartPersistentRedis(t)
+	nsrv := testenv.StartNATSWith(t, partitionMapping(t, n))
+	w := newWorldOn(t, plans, nsrv.URL(), redis.URL())
+	w.nats, w.redis, w.parts = nsrv, redis, n
+	return w
+}
+
+// partitionMapping tunes a server's options with the mapping of the default input over n
+// partitions.
+func partitionMapping(t *testing.T, n int) func(*server.Options) {
+	src, dst := admission.Partitions(subjects.MustParse("jobs.submit.{tenant}.>"), "JOBS", n).Mapping()
+	return func(o *server.Options) {
+		global := server.NewAccount(server.DEFAULT_GLOBAL_ACCOUNT)
+		if err := global.AddMapping(src, dst); err != nil {
+			t.Fatal(err)
+		}
+		o.Accounts = []*server.Account{global}
+	}
+}
+
+// waitShared waits until the replicas whose /metrics are at urls hold every partition between
+// them, each at least one.
+func (w *world) waitShared(urls ...string) {
+	w.t.Helper()
+	waitFor(w.t, 20*time.Second, "the replicas to share the partitions", func() bool {
+		sum := 0.0
+		for _, url := range urls {
+			_, body := httpGet(w.t, url)
+			n := metricValue(body, wire.MetricPartitions.Prom)
+			if n < 1 {
+				return false
+			}
+			sum += n
+		}
+		return int(sum) == w.parts
+	})
 }
 
 // newWorld starts a world whose Redis persists, as the README recommends: buckets survive its
@@ -124,6 +173,9 @@ func (w *world) env(over ...string) []string {
 		"ADMITTER_LOG_FORMAT=text",
 		"ADMITTER_HTTP_ADDR=off", // tests that want it pick a free port
 		"ADMITTER_API_ADDR=off",  // likewise
+	}
+	if w.parts > 1 {
+		e = append(e, fmt.Sprintf("ADMITTER_PARTITIONS=%d", w.parts))
 	}
 	return append(e, over...)
 }

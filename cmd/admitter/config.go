@@ -35,6 +35,7 @@ type config struct {
 	StreamDead       string        `env:"ADMITTER_STREAM_DEAD" envDefault:"DEAD"`
 	StreamWait       string        `env:"ADMITTER_STREAM_WAIT" envDefault:"WAITING"`
 	StreamReplicas   int           `env:"ADMITTER_STREAM_REPLICAS" envDefault:"1"`
+	Partitions       int           `env:"ADMITTER_PARTITIONS" envDefault:"1"`
 	Consumer         string        `env:"ADMITTER_CONSUMER" envDefault:"admitter"`
 	Replica          string        `env:"ADMITTER_REPLICA"` // unset: a random id per process
 	FailMode         string        `env:"ADMITTER_FAIL_MODE" envDefault:"local"`
@@ -204,6 +205,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("ADMITTER_QUANTUM must be from 1 to 1000000 (weight per tenant per turn), got %d", c.Quantum)
 	case c.Discovery < 10*time.Millisecond || c.Discovery > time.Minute:
 		return fmt.Errorf("ADMITTER_DISCOVERY_INTERVAL must be from 10ms to 1m, got %v", c.Discovery)
+	case c.Partitions < 1 || c.Partitions > subjects.MaxPartitions:
+		return fmt.Errorf("ADMITTER_PARTITIONS must be from 1 to %d (streams the input is spread over), got %d", subjects.MaxPartitions, c.Partitions)
 	case c.StreamReplicas < 1 || c.StreamReplicas > 5:
 		return fmt.Errorf("ADMITTER_STREAM_REPLICAS must be from 1 to 5 (servers of the NATS cluster holding each stream), got %d", c.StreamReplicas)
 	case c.Replica != "" && !replicaName.MatchString(c.Replica):
@@ -254,6 +257,12 @@ func (c *config) validate() error {
 // validateAPI checks the synchronous faces: the API's address, and the NATS service's subject,
 // which must be one concrete subject that no stream of the admitter captures (a request stored
 // as a job would be forwarded, not answered).
+// partitions is how the input is spread (see admission.Config.Partitions): the embedded server's
+// mapping, and the one to configure on an external server.
+func (c *config) partitions() subjects.Partitions {
+	return admission.Partitions(c.in, c.StreamIn, c.Partitions)
+}
+
 func (c *config) validateAPI() error {
 	if c.APIAddr != "off" {
 		_, port, err := net.SplitHostPort(c.APIAddr)

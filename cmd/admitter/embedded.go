@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/admitter/admitter/subjects"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -28,8 +29,9 @@ func defaultDataDir() string {
 }
 
 // startEmbeddedNATS starts a JetStream server inside this process, on 127.0.0.1:port (0 = any
-// free port), storing under dataDir. The caller shuts it down.
-func startEmbeddedNATS(dataDir string, port int, log *slog.Logger) (*server.Server, error) {
+// free port), storing under dataDir, with the account mapping that spreads the input over its
+// partitions (none for one). The caller shuts it down.
+func startEmbeddedNATS(dataDir string, port int, ps subjects.Partitions, log *slog.Logger) (*server.Server, error) {
 	storeDir := filepath.Join(dataDir, "jetstream")
 	if err := os.MkdirAll(storeDir, 0o750); err != nil {
 		return nil, fmt.Errorf("%w: ADMITTER_DATA_DIR: %w", errConfig, err)
@@ -44,14 +46,22 @@ func startEmbeddedNATS(dataDir string, port int, log *slog.Logger) (*server.Serv
 	} else {
 		port = server.RANDOM_PORT
 	}
-	srv, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		ServerName: "admitter-embedded",
 		Host:       "127.0.0.1",
 		Port:       port,
 		JetStream:  true,
 		StoreDir:   storeDir,
 		NoSigs:     true,
-	})
+	}
+	if src, dst := ps.Mapping(); src != "" {
+		global := server.NewAccount(server.DEFAULT_GLOBAL_ACCOUNT)
+		if err := global.AddMapping(src, dst); err != nil {
+			return nil, fmt.Errorf("embedded NATS server: the partitions' mapping %q → %q: %w", src, dst, err)
+		}
+		opts.Accounts = []*server.Account{global}
+	}
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
 	}

@@ -166,7 +166,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 	}
 	st.natsURL = c.NATSURL
 	if st.natsURL == "" {
-		srv, err := startEmbeddedNATS(c.DataDir, c.EmbeddedNATSPort, log)
+		srv, err := startEmbeddedNATS(c.DataDir, c.EmbeddedNATSPort, c.partitions(), log)
 		if err != nil {
 			return nil, err
 		}
@@ -176,6 +176,10 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 			log.Info("embedded NATS server stopped")
 		})
 		st.natsURL = srv.ClientURL()
+	}
+	if src, dst := c.partitions().Mapping(); src != "" && c.NATSURL != "" {
+		log.Info("the input is spread over partitions by the NATS server's account mapping: configure it on every server (jobs published without it are forwarded too, after a detour)",
+			"partitions", c.Partitions, "mapping", fmt.Sprintf("mappings { %q: %q }", src, dst))
 	}
 	auth, err := c.natsOptions()
 	if err != nil {
@@ -228,7 +232,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		JetStream: st.js, Policy: st.policy,
 		In: c.in, Out: c.out, Dead: c.dead, Wait: c.wait, Done: c.done, Renew: c.renew, LeaseAcks: c.LeaseAcks,
 		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, StreamWait: c.StreamWait,
-		Consumer: c.Consumer, Replica: st.replica, Replicas: c.StreamReplicas,
+		Consumer: c.Consumer, Replica: st.replica, Replicas: c.StreamReplicas, Partitions: c.Partitions,
 		DuplicateWindow: c.DuplicateWindow, Workers: c.Workers, Batch: c.Batch, Quantum: c.Quantum, DiscoveryInterval: c.Discovery,
 		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,

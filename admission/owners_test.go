@@ -1,0 +1,142 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/internal/testenv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ownersKV is a key-value bucket of a real JetStream server for the owners' leases, its keys
+// expiring after ttl.
+func ownersKV(t *testing.T, ttl time.Duration) jetstream.KeyValue {
+	t.Helper()
+	srv := testenv.StartNATS(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "test_owners", TTL: ttl, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// tally records the partitions an owners gains and drops.
+type tally struct {
+	mu   sync.Mutex
+	held map[int]bool
+}
+
+func (tl *tally) wire(o *owners) {
+	tl.held = map[int]bool{}
+	o.gain = func(p int) { tl.mu.Lock(); tl.held[p] = true; tl.mu.Unlock() }
+	o.drop = func(p int, done func()) {
+		tl.mu.Lock()
+		delete(tl.held, p)
+		tl.mu.Unlock()
+		if done != nil {
+			done()
+		}
+	}
+}
+
+func (tl *tally) parts() []int {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var out []int
+	for p := range tl.held {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestReplicasSplitThePartitions: two replicas on one bucket each hold half of the partitions,
+// none held by both; when one leaves, the other holds them all.
+func TestReplicasSplitThePartitions(t *testing.T) {
+	kv := ownersKV(t, time.Hour)
+	const n = 8
+	var tallies [2]tally
+	var os [2]*owners
+	ctxs := [2]context.Context{}
+	cancels := [2]context.CancelFunc{}
+	var wg sync.WaitGroup
+	for i, name := range []string{"a", "b"} {
+		os[i] = newOwners(name, n, 100*time.Millisecond, slog.New(slog.DiscardHandler))
+		os[i].kv = kv
+		tallies[i].wire(os[i])
+		ctxs[i], cancels[i] = context.WithCancel(context.Background())
+		wg.Add(1)
+		go func() { defer wg.Done(); os[i].run(ctxs[i]) }()
+	}
+	defer func() { cancels[0](); cancels[1](); wg.Wait() }()
+	split := func() bool {
+		a, b := tallies[0].parts(), tallies[1].parts()
+		return len(a) == n/2 && len(b) == n/2 && !slices.ContainsFunc(a, func(p int) bool { return slices.Contains(b, p) })
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !split() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !split() {
+		t.Fatalf("a holds %v, b holds %v: want %d each, disjoint", tallies[0].parts(), tallies[1].parts(), n/2)
+	}
+	cancels[0]()
+	os[0].leave()
+	deadline = time.Now().Add(10 * time.Second)
+	for len(tallies[1].parts()) < n && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := tallies[1].parts(); len(got) != n {
+		t.Fatalf("b holds %v after a left, want all %d", got, n)
+	}
+}
+
+// TestAnExpiredKeyIsTakenOver: a partition's key that the bucket's TTL removed (its owner died
+// long ago: no delete marker is written) is taken with a create once its lease has passed.
+// Before, the take-over was an update on the revision last seen, refused forever.
+func TestAnExpiredKeyIsTakenOver(t *testing.T) {
+	kv := ownersKV(t, 200*time.Millisecond)
+	ctx := context.Background()
+	o := newOwners("a", 1, 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	o.kv = kv
+	var tl tally
+	tl.wire(o)
+	rev, err := kv.Put(ctx, o.key(0), []byte("ghost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.heard(entry{key: o.key(0), value: "ghost", rev: rev, created: time.Now(), op: jetstream.KeyValuePut})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := kv.Get(ctx, o.key(0)); errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key did not expire")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(o.lease)
+	o.mu.Lock()
+	o.ready, o.selfAt = true, time.Now()
+	o.mu.Unlock()
+	o.balance(ctx)
+	if !o.holds(0) || !slices.Equal(tl.parts(), []int{0}) {
+		t.Fatalf("partition 0 not taken after its key expired: holds %v", tl.parts())
+	}
+}
