@@ -109,13 +109,22 @@ type DownstreamPhase struct {
 	// refused that started in it.
 	TimePerJob Latency `json:"time_per_job"`
 	Refused    int64   `json:"refused"`
-	// Limit is the median limit in force sampled over the phase's second half.
-	Limit int64 `json:"steady_limit"`
+	// Limit is the median limit in force sampled over the phase's second half; InFlight,
+	// Running, AckPending and Undelivered the medians of the samples' (see LimitSample).
+	Limit       int64  `json:"steady_limit"`
+	InFlight    int64  `json:"steady_in_flight"`
+	Running     int    `json:"steady_running"`
+	AckPending  int    `json:"steady_ack_pending"`
+	Undelivered uint64 `json:"steady_undelivered"`
 }
 
 // LimitSample is the pool's limit in force at AtS seconds after the first job, what it held
 // (InFlight), and for an adaptive pool its floor, the last window's time per job (from a job's
-// forward to its done message) and why the limit last moved.
+// forward to its done message) and why the limit last moved; beside it, where the jobs holding
+// its slots were: running at the downstream (Running), delivered to the workers and not yet
+// acknowledged (AckPending: running, or put back after a refusal, or after a start that found the
+// pool full, to be delivered again), and forwarded but not yet delivered (Undelivered: the
+// consumer delivers no more while MaxAckPending are pending).
 type LimitSample struct {
 	AtS          float64 `json:"t_s"`
 	Limit        int64   `json:"limit"`
@@ -123,6 +132,9 @@ type LimitSample struct {
 	FloorMs      float64 `json:"floor_ms,omitempty"`
 	TimePerJobMs float64 `json:"time_per_job_ms,omitempty"`
 	Reason       string  `json:"reason,omitempty"`
+	Running      int     `json:"downstream_running"`
+	AckPending   int     `json:"ack_pending"`
+	Undelivered  uint64  `json:"undelivered"`
 }
 
 // The downstream scenario's fixed settings: issue 31's downstream and pool.
@@ -250,16 +262,17 @@ func DownstreamFigures(r downstreamRun) DownstreamRun {
 		}
 		ph.TimePerJob = Summarize(pt)
 		f.WorstP99Ms = max(f.WorstP99Ms, ph.TimePerJob.P99Ms)
-		var lims []int64
+		var steady []LimitSample
 		for _, l := range r.limits {
 			if at := time.Duration(l.AtS * float64(time.Second)); at >= half && at < to {
-				lims = append(lims, l.Limit)
+				steady = append(steady, l)
 			}
 		}
-		if len(lims) > 0 {
-			slices.Sort(lims)
-			ph.Limit = lims[len(lims)/2]
-		}
+		ph.Limit = median(steady, func(l LimitSample) int64 { return l.Limit })
+		ph.InFlight = median(steady, func(l LimitSample) int64 { return l.InFlight })
+		ph.Running = median(steady, func(l LimitSample) int { return l.Running })
+		ph.AckPending = median(steady, func(l LimitSample) int { return l.AckPending })
+		ph.Undelivered = median(steady, func(l LimitSample) uint64 { return l.Undelivered })
 		f.Phases = append(f.Phases, ph)
 		back := backWithin(bins, dsBin, p.from, to, span, p.capacity(), dsBand)
 		f.BackS = append(f.BackS, round(back.Seconds(), 3))
@@ -304,6 +317,19 @@ func DownstreamFigures(r downstreamRun) DownstreamRun {
 	}
 	f.Limits = r.limits
 	return f
+}
+
+// median is the median (the upper one of an even count) of what of xs; 0 for none.
+func median[T any, V int | int64 | uint64](xs []T, of func(T) V) V {
+	vs := make([]V, len(xs))
+	for i, x := range xs {
+		vs[i] = of(x)
+	}
+	if len(vs) == 0 {
+		return 0
+	}
+	slices.Sort(vs)
+	return vs[len(vs)/2]
 }
 
 // binCounts counts the times in [0, end) in bins of bin (the last may be partial).
@@ -468,6 +494,13 @@ func (d *simDownstream) handle(ctx context.Context, j *worker.Job) error {
 	return nil
 }
 
+// runningNow is how many jobs the downstream runs now.
+func (d *simDownstream) runningNow() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.running
+}
+
 // result is the calls so far and the first call's time.
 func (d *simDownstream) result() ([]dsCall, time.Time) {
 	d.mu.Lock()
@@ -568,6 +601,10 @@ func (e *env) downstreamRun(ctx context.Context, p *progress, variant, pool stri
 		_ = wk.Stop(sctx)
 	}
 	defer stopWorkers() // a second Stop does nothing
+	cons, err := js.Consumer(ctx, streamOut, "bench-downstream")
+	if err != nil {
+		return f, fmt.Errorf("the workers' consumer: %w", err)
+	}
 
 	port, err := freeLoopback()
 	if err != nil {
@@ -599,7 +636,14 @@ func (e *env) downstreamRun(ctx context.Context, p *progress, variant, pool stri
 		// The pool's limit in force, sampled from the decision API until the end.
 		side, stopSide := context.WithCancel(ctx)
 		var sampler sync.WaitGroup
-		sampler.Go(func() { limits = sampleLimits(side, "http://"+port, names[0], t0) })
+		sampler.Go(func() {
+			limits = sampleLimits(side, "http://"+port, names[0], t0, func(s *LimitSample) {
+				s.Running = sim.runningNow()
+				if info, err := cons.Info(side); err == nil {
+					s.AckPending, s.Undelivered = info.NumAckPending, info.NumPending
+				}
+			})
+		})
 		defer func() { stopSide(); sampler.Wait() }()
 		if o.DownstreamProfile != "" && variant == "adaptive" {
 			sampler.Go(func() { profileAdmitter(side, adm, o.DownstreamProfile, 15*time.Second) })
@@ -627,9 +671,9 @@ func (e *env) downstreamRun(ctx context.Context, p *progress, variant, pool stri
 	fig.AdmitterCPUS, fig.NATSCPUS, fig.BenchCPUS = f.AdmitterCPUS, f.NATSCPUS, f.BenchCPUS
 	f = fig
 	for _, ph := range f.Phases {
-		p.say(fmt.Sprintf("downstream (%s): %s (%s s to %s s): %s jobs/s of %s (%.0f%%) in its second half, limit %d; time per job p50 %.1fms p99 %.1fms; %s refused",
+		p.say(fmt.Sprintf("downstream (%s): %s (%s s to %s s): %s jobs/s of %s (%.0f%%) in its second half, limit %d (in flight %d: %d running, %d delivered and not acked, %d not delivered); time per job p50 %.1fms p99 %.1fms; %s refused",
 			variant, ph.Name, trimFloat(ph.FromS), trimFloat(ph.ToS), count(ph.PerSecond), count(ph.CapacityPerSecond), 100*ph.VsCapacity, ph.Limit,
-			ph.TimePerJob.P50Ms, ph.TimePerJob.P99Ms, count(float64(ph.Refused))))
+			ph.InFlight, ph.Running, ph.AckPending, ph.Undelivered, ph.TimePerJob.P50Ms, ph.TimePerJob.P99Ms, count(float64(ph.Refused))))
 	}
 	p.say(fmt.Sprintf("downstream (%s): within 30%% of capacity %s after the start, %s after the halving, %s after the recovery; Jain %.4f of done/share from %.1fs (min %.2f×, max %.2f× the mean)",
 		variant, backText(f.BackS, 0), backText(f.BackS, 1), backText(f.BackS, 2), f.Jain, f.JainFromS, f.MinRatio, f.MaxRatio))
@@ -656,7 +700,7 @@ func (d *simDownstream) counts() (refused, done int) {
 
 // sampleLimits reads the pool section of tenant's state from the decision API at base every
 // dsSampleEvery until ctx ends; a sample that fails is skipped.
-func sampleLimits(ctx context.Context, base, tenant string, t0 time.Time) []LimitSample {
+func sampleLimits(ctx context.Context, base, tenant string, t0 time.Time, also func(*LimitSample)) []LimitSample {
 	c := http.Client{Timeout: time.Second}
 	t := time.NewTicker(dsSampleEvery)
 	defer t.Stop()
@@ -664,6 +708,7 @@ func sampleLimits(ctx context.Context, base, tenant string, t0 time.Time) []Limi
 	for {
 		if s, ok := sampleLimit(ctx, &c, base, tenant); ok {
 			s.AtS = round(time.Since(t0).Seconds(), 3)
+			also(&s)
 			out = append(out, s)
 		}
 		select {

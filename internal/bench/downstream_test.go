@@ -105,7 +105,8 @@ func TestDownstreamFigures(t *testing.T) {
 	add(1, 5*time.Second, dsRefusal, true)
 	add(1, 5*time.Second, dsRefusal, true)
 	add(0, 12*time.Second-time.Millisecond, 20*time.Millisecond, false) // ends after the run: not counted
-	r.limits = []LimitSample{{AtS: 0.5, Limit: 2}, {AtS: 2.5, Limit: 9}, {AtS: 3, Limit: 10}, {AtS: 3.5, Limit: 9}, {AtS: 7, Limit: 5}, {AtS: 11, Limit: 9}}
+	r.limits = []LimitSample{{AtS: 0.5, Limit: 2}, {AtS: 2.5, Limit: 9, InFlight: 9, Running: 7, AckPending: 8}, {AtS: 3, Limit: 10, InFlight: 8, Running: 8, AckPending: 9},
+		{AtS: 3.5, Limit: 9, InFlight: 9, Running: 6, AckPending: 7, Undelivered: 1}, {AtS: 7, Limit: 5, InFlight: 5, Running: 4}, {AtS: 11, Limit: 9}}
 
 	f := DownstreamFigures(r)
 	if f.Done != int64(k) || f.Refused != 3 || len(f.DonePerBin) != 24 || f.DonePerBin[4] != 190 {
@@ -125,6 +126,9 @@ func TestDownstreamFigures(t *testing.T) {
 		if ph.Name != want.name || ph.CapacityPerSecond != want.capacity || ph.PerSecond != want.per || ph.VsCapacity != want.vs ||
 			ph.Refused != want.refused || ph.Limit != want.limit || ph.FromS != float64(4*i) || ph.ToS != float64(4*i+4) {
 			t.Errorf("phase %d: %+v, want %+v", i, ph, want)
+		}
+		if l := f.Phases[0]; i == 0 && (l.InFlight != 9 || l.Running != 7 || l.AckPending != 8 || l.Undelivered != 0) {
+			t.Errorf("phase 0: medians of in flight %d, running %d, ack pending %d, undelivered %d; want 9, 7, 8, 0", l.InFlight, l.Running, l.AckPending, l.Undelivered)
 		}
 		if ph.TimePerJob.P50Ms != 20 || ph.TimePerJob.P99Ms != 20 || ph.TimePerJob.MaxMs != 70 {
 			t.Errorf("phase %d: time per job %+v", i, ph.TimePerJob)

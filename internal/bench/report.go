@@ -568,6 +568,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 			return strings.Join(parts, "/")
 		}
 		row("downstream limit in force by phase (median)", limits(a), fixed64+limits(x), "", "", "")
+		byPhase := func(r DownstreamRun, of func(DownstreamPhase) uint64) string {
+			parts := make([]string, len(r.Phases))
+			for i, ph := range r.Phases {
+				parts[i] = strconv.FormatUint(of(ph), 10)
+			}
+			return strings.Join(parts, "/")
+		}
+		running := func(ph DownstreamPhase) uint64 { return uint64(ph.Running) }
+		waiting := func(ph DownstreamPhase) uint64 { return ph.Undelivered }
+		row("downstream running at once by phase (median)", byPhase(a, running), fixed64+byPhase(x, running), "", "", "")
+		row("downstream forwards not yet delivered (median)", byPhase(a, waiting), fixed64+byPhase(x, waiting), "", "", "")
 		row("downstream refusals (the job retried)", count(float64(a.Refused)), fixed64+count(float64(x.Refused)), "", "", "")
 	}
 	if err := tw.Flush(); err != nil {

@@ -54,7 +54,7 @@ func sample() *Report {
 			JobMs: 20, Knee: 8, RefusesAbove: 16, RefusalMs: 10, CapacityPerSecond: 400, PhaseS: 20, BinS: 0.5, SpanS: 5,
 			Adaptive: DownstreamRun{Pool: "{concurrency: 64, lease: 30s, adaptive: {min: 2}}", PublishS: 1.2,
 				Phases: []DownstreamPhase{
-					{Name: "full", FromS: 0, ToS: 20, CapacityPerSecond: 400, PerSecond: 376, VsCapacity: 0.94, TimePerJob: Latency{Samples: 7000, P50Ms: 21, P99Ms: 38.5, MaxMs: 60}, Refused: 10, Limit: 9},
+					{Name: "full", FromS: 0, ToS: 20, CapacityPerSecond: 400, PerSecond: 376, VsCapacity: 0.94, TimePerJob: Latency{Samples: 7000, P50Ms: 21, P99Ms: 38.5, MaxMs: 60}, Refused: 10, Limit: 9, InFlight: 9, Running: 8},
 					{Name: "halved", FromS: 20, ToS: 40, CapacityPerSecond: 200, PerSecond: 130, VsCapacity: 0.65, TimePerJob: Latency{Samples: 3000, P50Ms: 21, P99Ms: 61, MaxMs: 80}, Refused: 40, Limit: 5},
 					{Name: "full again", FromS: 40, ToS: 60, CapacityPerSecond: 400, PerSecond: 380, VsCapacity: 0.95, TimePerJob: Latency{Samples: 7000, P50Ms: 21, P99Ms: 30, MaxMs: 50}, Refused: 0, Limit: 9}},
 				BackS: []float64{3.5, -1, 4}, Jain: 0.9812, JainFromS: 5.5, MinRatio: 0.71, MaxRatio: 1.3, Done: 17000, Refused: 50,
@@ -198,6 +198,8 @@ func TestWriteTable(t *testing.T) {
 		{"downstream Jain index of done/share", "0.9812", "fixed 64: 0.9700", ">=0.95", "yes"},
 		{"downstream limit in force by phase (median)", "9/5/9", "fixed 64: 64/64/64"},
 		{"downstream refusals (the job retried)", "50", "fixed 64: 27,000"},
+		{"downstream running at once by phase (median)", "8/0/0", "fixed 64: 0/0/0"},
+		{"downstream forwards not yet delivered (median)", "0/0/0"},
 	} {
 		found := false
 		for _, l := range lines {
