@@ -76,8 +76,11 @@ type DownstreamRun struct {
 	// Done and Refused are the downstream's calls that did the job and that it refused as
 	// overloaded, over the run; TimePerJob is the time of the jobs done (the downstream's own,
 	// the handler's call), and WorstP99Ms the highest of the phases' p99.
-	Done       int64   `json:"done"`
-	Refused    int64   `json:"refused"`
+	Done    int64 `json:"done"`
+	Refused int64 `json:"refused"`
+	// DoneAgain is how many of the jobs done had been delivered before (refused, or put back by
+	// a start that found the pool full): a refused job that is never done again starves.
+	DoneAgain  int64   `json:"done_again"`
 	TimePerJob Latency `json:"time_per_job"`
 	WorstP99Ms float64 `json:"worst_phase_p99_ms"`
 	// RanOut is how many tenants had their whole backlog done before the end (their share then
@@ -191,6 +194,7 @@ type dsCall struct {
 	tenant     int32
 	start, end time.Duration
 	refused    bool
+	again      bool // the job's delivery was not its first
 }
 
 // downstreamRun is what a run of the downstream scenario saw, for DownstreamFigures.
@@ -226,6 +230,9 @@ func DownstreamFigures(r downstreamRun) DownstreamRun {
 			continue
 		}
 		f.Done++
+		if c.again {
+			f.DoneAgain++
+		}
 		ends = append(ends, c.end)
 		times = append(times, c.end-c.start)
 		if c.tenant >= 0 && int(c.tenant) < len(done) {
@@ -482,7 +489,7 @@ func (d *simDownstream) handle(ctx context.Context, j *worker.Job) error {
 		d.running--
 	}
 	if err == nil {
-		d.calls = append(d.calls, dsCall{tenant: tenant, start: now.Sub(t0), end: end.Sub(t0), refused: refused})
+		d.calls = append(d.calls, dsCall{tenant: tenant, start: now.Sub(t0), end: end.Sub(t0), refused: refused, again: j.Attempt > 1})
 	}
 	d.mu.Unlock()
 	switch {
@@ -679,8 +686,8 @@ func (e *env) downstreamRun(ctx context.Context, p *progress, variant, pool stri
 		variant, backText(f.BackS, 0), backText(f.BackS, 1), backText(f.BackS, 2), f.Jain, f.JainFromS, f.MinRatio, f.MaxRatio))
 	p.say(fmt.Sprintf("downstream (%s): limit in force by second: %s", variant, limitTrace(f.Limits)))
 	p.say(fmt.Sprintf("downstream (%s): jobs done by second: %s", variant, perSecondTrace(f.DonePerBin, dsBin)))
-	p.say(fmt.Sprintf("downstream (%s): %s done, %s refused; CPU admitter %.1fs, nats-server %.1fs, bench (workers, downstream) %.1fs",
-		variant, count(float64(f.Done)), count(float64(f.Refused)), f.AdmitterCPUS, f.NATSCPUS, f.BenchCPUS))
+	p.say(fmt.Sprintf("downstream (%s): %s done (%s of them delivered before), %s refused; CPU admitter %.1fs, nats-server %.1fs, bench (workers, downstream) %.1fs",
+		variant, count(float64(f.Done)), count(float64(f.DoneAgain)), count(float64(f.Refused)), f.AdmitterCPUS, f.NATSCPUS, f.BenchCPUS))
 	return f, nil
 }
 

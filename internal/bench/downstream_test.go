@@ -101,6 +101,7 @@ func TestDownstreamFigures(t *testing.T) {
 			k++
 		}
 	}
+	r.calls[5].again = true
 	add(0, time.Second, dsRefusal, true)
 	add(1, 5*time.Second, dsRefusal, true)
 	add(1, 5*time.Second, dsRefusal, true)
@@ -109,7 +110,7 @@ func TestDownstreamFigures(t *testing.T) {
 		{AtS: 3.5, Limit: 9, InFlight: 9, Running: 6, AckPending: 7, Undelivered: 1}, {AtS: 7, Limit: 5, InFlight: 5, Running: 4}, {AtS: 11, Limit: 9}}
 
 	f := DownstreamFigures(r)
-	if f.Done != int64(k) || f.Refused != 3 || len(f.DonePerBin) != 24 || f.DonePerBin[4] != 190 {
+	if f.Done != int64(k) || f.Refused != 3 || f.DoneAgain != 1 || len(f.DonePerBin) != 24 || f.DonePerBin[4] != 190 {
 		t.Fatalf("counts: done %d of %d, refused %d, bins %v", f.Done, k, f.Refused, f.DonePerBin)
 	}
 	if len(f.Phases) != 3 {

@@ -579,7 +579,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		waiting := func(ph DownstreamPhase) uint64 { return ph.Undelivered }
 		row("downstream running at once by phase (median)", byPhase(a, running), fixed64+byPhase(x, running), "", "", "")
 		row("downstream forwards not yet delivered (median)", byPhase(a, waiting), fixed64+byPhase(x, waiting), "", "", "")
-		row("downstream refusals (the job retried)", count(float64(a.Refused)), fixed64+count(float64(x.Refused)), "", "", "")
+		again := func(r DownstreamRun) string {
+			return count(float64(r.Refused)) + ", " + count(float64(r.DoneAgain))
+		}
+		row("downstream refusals, jobs done on a later delivery", again(a), fixed64+again(x), "", "", "")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
