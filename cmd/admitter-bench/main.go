@@ -2,10 +2,12 @@
 // compared to: limiter decisions per second against github.com/go-redis/redis_rate and a
 // minimal Redis script, the decision API over HTTP and NATS against redis_rate behind net/http,
 // end-to-end JetStream throughput and added latency against a plain relay, pacing under
-// overload, a deep flood, tenants' shares when the admitter is the bottleneck (fair), and a
-// crowd of tenants bursting at once against their plans' pace (crowd). It starts its own redis-server and in-process nats-servers on
-// 127.0.0.1, prints one progress line per phase, then a table of ratios against the goals, and
-// writes the same figures as JSON. Goals not met are a result, not an error: it exits 0 unless
+// overload, a deep flood, tenants' shares when the admitter is the bottleneck (fair), a crowd
+// of tenants bursting at once against their plans' pace (crowd), a pool's shares of the workers
+// (pool), and an adaptive pool in front of a downstream that does not say its capacity, which
+// halves for a while, beside the same pool fixed (downstream). It starts its own redis-server
+// and in-process nats-servers on 127.0.0.1, prints one progress line per phase, then a table of
+// ratios against the goals, and writes the same figures as JSON. Goals not met are a result, not an error: it exits 0 unless
 // something failed (1), the flags are wrong (2) or it was interrupted (130).
 //
 //	go run ./cmd/admitter-bench              # the full run, about two minutes

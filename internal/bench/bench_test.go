@@ -29,7 +29,8 @@ func TestQuickRun(t *testing.T) {
 		"-duration", "300ms", "-warmup", "100ms", "-jobs", "1000", "-latency-duration", "1s", "-latency-rate", "300",
 		"-overload-duration", "1500ms", "-overload-tail", "500ms", "-flood-jobs", "3000", "-flood-quiet", "5", "-flood-duration", "1s",
 		"-large-jobs", "20", "-large-kib", "256", "-fair-tenants", "20", "-fair-jobs", "50", "-crowd-tenants", "50", "-crowd-jobs", "10",
-		"-pool-tenants", "12", "-pool-jobs", "10", "-pool-concurrency", "4", "-pool-quiet", "2"}, &out, &errOut, t)
+		"-pool-tenants", "12", "-pool-jobs", "10", "-pool-concurrency", "4", "-pool-quiet", "2",
+		"-downstream-tenants", "6", "-downstream-phase", "2s"}, &out, &errOut, t)
 	t.Logf("exit %d after %v\n%s%s", code, time.Since(begin).Round(time.Millisecond), out.String(), errOut.String())
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
@@ -40,6 +41,7 @@ func TestQuickRun(t *testing.T) {
 		"relay drains", "admitter drains", "latency through relay", "latency through admitter", "large: relay drains", "large: admitter drains", "overload:", "deep flood:",
 		"fair: publish 1,000 jobs tenant by tenant", "fair: the admitter drains them, with ADMITTER_QUANTUM=5", "fair: start-up", "crowd: 50 tenants fire 10 jobs each",
 		"pool: publish 280 jobs tenant by tenant", "pool: 12 tenants share a pool of 4", "pool: Jain",
+		"downstream (adaptive): publish", "downstream (fixed 64): 6 tenants on a pool", "downstream (adaptive): limit in force by second",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
@@ -194,14 +196,35 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("pool: %+v", pl)
 	}
 
-	if len(r.Goals) != 21 {
-		t.Errorf("%d goals, want 21: %+v", len(r.Goals), r.Goals)
+	ds := r.Downstream
+	if ds == nil {
+		t.Fatal("no downstream section")
+	}
+	if ds.Tenants != 6 || ds.PhaseS != 2 || ds.CapacityPerSecond != 400 || ds.Backlog < 6 {
+		t.Errorf("downstream: %+v", ds)
+	}
+	for _, run := range []bench.DownstreamRun{ds.Adaptive, ds.Fixed} {
+		// The fixed pool is never below its concurrency; the adaptive one never above its ceiling.
+		if len(run.Phases) != 3 || len(run.BackS) != 3 || run.Done < 1 || run.Jain <= 0 || run.Jain > 1 || len(run.Limits) < 2 ||
+			len(run.DonePerBin) != 12 || run.TimePerJob.P50Ms < 20 || run.AdmitterCPUS <= 0 || run.PublishS <= 0 {
+			t.Errorf("downstream %s: %+v", run.Pool, run)
+		}
+		for _, l := range run.Limits {
+			if l.Limit < 2 || l.Limit > 64 || (run.Pool == ds.Fixed.Pool && l.Limit != 64) {
+				t.Errorf("downstream %s: limit sample %+v", run.Pool, l)
+			}
+		}
+	}
+
+	if len(r.Goals) != 28 {
+		t.Errorf("%d goals, want 28: %+v", len(r.Goals), r.Goals)
 	}
 	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalBatched, bench.GoalSyncHTTP, bench.GoalEndToEnd, bench.GoalAddedP99,
 		bench.GoalLargeRelay, bench.GoalLargeSlow, bench.GoalOverloadErr, bench.GoalAttempts,
 		bench.GoalFloodQuiet, bench.GoalFloodNoisy, bench.GoalFloodRSS, bench.GoalFloodRedis,
 		bench.GoalFairDev, bench.GoalFairJain, bench.GoalCrowdDone, bench.GoalCrowdPacing,
-		bench.GoalPoolJain, bench.GoalPoolQuiet, bench.GoalPoolHolds} {
+		bench.GoalPoolJain, bench.GoalPoolQuiet, bench.GoalPoolHolds,
+		bench.GoalDownFull, bench.GoalDownHalved, bench.GoalDownAgain, bench.GoalDownBackHalved, bench.GoalDownBackAgain, bench.GoalDownP99, bench.GoalDownJain} {
 		if _, ok := r.Goal(name); !ok {
 			t.Errorf("no goal %q", name)
 		}

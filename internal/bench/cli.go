@@ -20,7 +20,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs := flag.NewFlagSet("admitter-bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported by run, the usage only on -h
 	o := def
-	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, large, overload, flood, fair, crowd, pool (or all)")
+	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, large, overload, flood, fair, crowd, pool, downstream (or all)")
 	quick := fs.Bool("quick", false, "shorten every phase for a smoke run of seconds (flags given explicitly still apply)")
 	jsonPath := fs.String("json", "bench-results.json", "write the figures as JSON to this `path` (empty: don't)")
 	fs.DurationVar(&o.Duration, "duration", def.Duration, "decisions and sync: measured time per contender")
@@ -60,6 +60,9 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.DurationVar(&o.PoolJobTime, "pool-job-time", def.PoolJobTime, "pool: how long each job takes a worker")
 	fs.IntVar(&o.PoolQuietTenants, "pool-quiet", def.PoolQuietTenants, "pool: quiet tenants publishing a job every 4 s each, share 1: well under their share (-quick: 5)")
 	fs.StringVar(&o.PoolProfile, "pool-cpuprofile", "", "pool: write a 15s CPU profile of the admitter process from its start to this `path`")
+	fs.IntVar(&o.DownstreamTenants, "downstream-tenants", def.DownstreamTenants, "downstream: tenants with backlogs, spread over shares 1, 2 and 4 (-quick: 30)")
+	fs.DurationVar(&o.DownstreamPhase, "downstream-phase", def.DownstreamPhase, "downstream: each phase's length (full, halved, full again), per run (adaptive, fixed) (-quick: 6s)")
+	fs.StringVar(&o.DownstreamProfile, "downstream-cpuprofile", "", "downstream: write a 15s CPU profile of the admitter process from the adaptive run's first job to this `path`")
 	usage := func() {
 		fs.SetOutput(stderr)
 		fmt.Fprintf(stderr, "usage: admitter-bench [flags]\n\n"+
@@ -87,24 +90,26 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		q := o.Shortened()
 		for name, field := range map[string]func(){
-			"latency-rate":      func() { q.LatencyRate = o.LatencyRate },
-			"duration":          func() { q.Duration = o.Duration },
-			"warmup":            func() { q.Warmup = o.Warmup },
-			"jobs":              func() { q.Jobs = o.Jobs },
-			"latency-duration":  func() { q.LatencyDuration = o.LatencyDuration },
-			"overload-duration": func() { q.OverloadDuration = o.OverloadDuration },
-			"overload-tail":     func() { q.OverloadTail = o.OverloadTail },
-			"flood-jobs":        func() { q.FloodJobs = o.FloodJobs },
-			"large-jobs":        func() { q.LargeJobs = o.LargeJobs },
-			"flood-quiet":       func() { q.FloodQuietTenants = o.FloodQuietTenants },
-			"flood-duration":    func() { q.FloodDuration = o.FloodDuration },
-			"fair-tenants":      func() { q.FairTenants = o.FairTenants },
-			"fair-jobs":         func() { q.FairJobs = o.FairJobs },
-			"crowd-tenants":     func() { q.CrowdTenants = o.CrowdTenants },
-			"pool-tenants":      func() { q.PoolTenants = o.PoolTenants },
-			"pool-jobs":         func() { q.PoolJobs = o.PoolJobs },
-			"pool-concurrency":  func() { q.PoolConcurrency = o.PoolConcurrency },
-			"pool-quiet":        func() { q.PoolQuietTenants = o.PoolQuietTenants },
+			"latency-rate":       func() { q.LatencyRate = o.LatencyRate },
+			"duration":           func() { q.Duration = o.Duration },
+			"warmup":             func() { q.Warmup = o.Warmup },
+			"jobs":               func() { q.Jobs = o.Jobs },
+			"latency-duration":   func() { q.LatencyDuration = o.LatencyDuration },
+			"overload-duration":  func() { q.OverloadDuration = o.OverloadDuration },
+			"overload-tail":      func() { q.OverloadTail = o.OverloadTail },
+			"flood-jobs":         func() { q.FloodJobs = o.FloodJobs },
+			"large-jobs":         func() { q.LargeJobs = o.LargeJobs },
+			"flood-quiet":        func() { q.FloodQuietTenants = o.FloodQuietTenants },
+			"flood-duration":     func() { q.FloodDuration = o.FloodDuration },
+			"fair-tenants":       func() { q.FairTenants = o.FairTenants },
+			"fair-jobs":          func() { q.FairJobs = o.FairJobs },
+			"crowd-tenants":      func() { q.CrowdTenants = o.CrowdTenants },
+			"pool-tenants":       func() { q.PoolTenants = o.PoolTenants },
+			"pool-jobs":          func() { q.PoolJobs = o.PoolJobs },
+			"pool-concurrency":   func() { q.PoolConcurrency = o.PoolConcurrency },
+			"pool-quiet":         func() { q.PoolQuietTenants = o.PoolQuietTenants },
+			"downstream-tenants": func() { q.DownstreamTenants = o.DownstreamTenants },
+			"downstream-phase":   func() { q.DownstreamPhase = o.DownstreamPhase },
 		} {
 			if set[name] {
 				field()

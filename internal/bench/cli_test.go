@@ -17,11 +17,12 @@ func TestParseArgsDefaults(t *testing.T) {
 	}
 	if path != "bench-results.json" || o.Quick || o.Duration != 5*time.Second || o.Warmup != time.Second ||
 		o.Concurrency != 64 || o.Tenants != 1000 || o.Jobs != 50_000 || o.OverloadDuration != 30*time.Second ||
-		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 9 || o.LatencyRate != 5000 || o.LargeJobs != 1000 || o.LargeSize != 1<<20 ||
+		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 10 || o.LatencyRate != 5000 || o.LargeJobs != 1000 || o.LargeSize != 1<<20 ||
 		o.FloodJobs != 1_000_000 || o.FloodQuietTenants != 100 || o.FloodDuration != 30*time.Second ||
 		o.FairTenants != 1000 || o.FairJobs != 200 || o.FairQuantum != 5 ||
 		o.CrowdTenants != 2000 || o.CrowdJobs != 20 || o.CrowdCapacity != 5 || o.CrowdRate != 5 ||
-		o.PoolTenants != 1000 || o.PoolJobs != 50 || o.PoolConcurrency != 64 || o.PoolJobTime != 20*time.Millisecond || o.PoolQuietTenants != 40 {
+		o.PoolTenants != 1000 || o.PoolJobs != 50 || o.PoolConcurrency != 64 || o.PoolJobTime != 20*time.Millisecond || o.PoolQuietTenants != 40 ||
+		o.DownstreamTenants != 200 || o.DownstreamPhase != 20*time.Second {
 		t.Errorf("defaults: %+v, json %q", o, path)
 	}
 }
@@ -43,6 +44,12 @@ func TestParseArgsQuick(t *testing.T) {
 	}
 	if o, _, _ := ParseArgs([]string{"-quick", "-fair-tenants", "300", "-crowd-tenants", "50"}, io.Discard); o.FairTenants != 300 || o.CrowdTenants != 50 {
 		t.Errorf("-fair-tenants and -crowd-tenants given with -quick: %d, %d", o.FairTenants, o.CrowdTenants)
+	}
+	if o.DownstreamTenants != 30 || o.DownstreamPhase != 6*time.Second {
+		t.Errorf("-quick downstream: %d tenants, phases of %v", o.DownstreamTenants, o.DownstreamPhase)
+	}
+	if o, _, _ := ParseArgs([]string{"-quick", "-downstream-phase", "3s"}, io.Discard); o.DownstreamPhase != 3*time.Second || o.DownstreamTenants != 30 {
+		t.Errorf("-downstream-phase given with -quick: %v, %d tenants", o.DownstreamPhase, o.DownstreamTenants)
 	}
 	if !o.Has(ScenarioOverload) || !o.Has(ScenarioDecisions) || o.Has(ScenarioEndToEnd) {
 		t.Errorf("scenarios %v", o.Scenarios)
@@ -69,6 +76,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-crowd-tenants", "0"}, "-crowd-tenants must be from 1"},
 		{[]string{"-crowd-jobs", "20000"}, "-crowd-jobs must be from 1 to 10000"},
 		{[]string{"-crowd-rate", "0"}, "-crowd-rate must be from 1"},
+		{[]string{"-downstream-tenants", "2"}, "-downstream-tenants must be from 3"},
+		{[]string{"-downstream-phase", "1s"}, "-downstream-phase must be from 2s to 10m"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		_, _, err := ParseArgs(c.args, io.Discard)

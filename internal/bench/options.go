@@ -19,10 +19,13 @@ const (
 	ScenarioFair      = "fair"
 	ScenarioCrowd     = "crowd"
 	ScenarioPool      = "pool"
+	// ScenarioDownstream is issue 31's: an adaptive pool in front of a downstream that does not
+	// say its capacity, beside the same pool fixed.
+	ScenarioDownstream = "downstream"
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioLarge, ScenarioOverload, ScenarioFlood, ScenarioFair, ScenarioCrowd, ScenarioPool}
+var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioLarge, ScenarioOverload, ScenarioFlood, ScenarioFair, ScenarioCrowd, ScenarioPool, ScenarioDownstream}
 
 // Options say what to run and for how long. Start from Defaults or Quick.
 type Options struct {
@@ -105,6 +108,16 @@ type Options struct {
 	// PoolProfile, when set, receives a 15 s CPU profile of the admitter process from its start.
 	PoolProfile string
 
+	// Downstream: DownstreamTenants tenants, spread over plans of shares 1, 2 and 4 of a pool of
+	// ceiling 64 (adaptive, min 2; then fixed at 64), with backlogs, in front of a simulated
+	// downstream of 400 jobs/s whose capacity halves after DownstreamPhase, for DownstreamPhase,
+	// then comes back for DownstreamPhase more.
+	DownstreamTenants int
+	DownstreamPhase   time.Duration
+	// DownstreamProfile, when set, receives a 15 s CPU profile of the admitter process from the
+	// adaptive run's first job.
+	DownstreamProfile string
+
 	// Logger receives admitter's own log (warnings and errors are enough); nil discards it.
 	Logger *slog.Logger
 }
@@ -145,6 +158,8 @@ func Defaults() Options {
 		PoolConcurrency:   64,
 		PoolJobTime:       20 * time.Millisecond,
 		PoolQuietTenants:  40,
+		DownstreamTenants: 200,
+		DownstreamPhase:   20 * time.Second,
 	}
 }
 
@@ -169,6 +184,8 @@ func (o Options) Shortened() Options {
 	o.PoolJobs = 20
 	o.PoolConcurrency = 16
 	o.PoolQuietTenants = 5
+	o.DownstreamTenants = 30
+	o.DownstreamPhase = 6 * time.Second
 	return o
 }
 
@@ -308,6 +325,12 @@ func (o Options) Validate() error {
 	}
 	if o.PoolQuietTenants < 1 || o.PoolQuietTenants > 1000 {
 		errs = append(errs, fmt.Errorf("-pool-quiet must be from 1 to 1000, got %d", o.PoolQuietTenants))
+	}
+	if o.DownstreamTenants < 3 || o.DownstreamTenants > 10_000 {
+		errs = append(errs, fmt.Errorf("-downstream-tenants must be from 3 (one a share) to 10000, got %d", o.DownstreamTenants))
+	}
+	if o.DownstreamPhase < 2*time.Second || o.DownstreamPhase > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("-downstream-phase must be from 2s to 10m, got %v", o.DownstreamPhase))
 	}
 	if len(o.Scenarios) == 0 {
 		errs = append(errs, errors.New("no scenario selected"))

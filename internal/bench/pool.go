@@ -659,18 +659,23 @@ func (w *poolWork) result() ([][2]time.Time, int, int64) {
 // startPoolWorkers starts the worker library on a durable consumer of ADMITTED with room for
 // concurrency handlers, each taking took.
 func (e *env) startPoolWorkers(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, work *poolWork, concurrency int, took time.Duration) (*worker.Worker, error) {
+	return e.startWorkers(ctx, js, nc, "bench-workers", concurrency, func(ctx context.Context, j *worker.Job) error {
+		work.handle(ctx, took)
+		return nil
+	})
+}
+
+// startWorkers starts the worker library on a durable consumer of ADMITTED named durable, with
+// room for concurrency handlers running handler (and four times as many deliveries pending).
+func (e *env) startWorkers(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, durable string, concurrency int, handler worker.Handler) (*worker.Worker, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cons, err := js.CreateOrUpdateConsumer(cctx, streamOut, jetstream.ConsumerConfig{Durable: "bench-workers",
+	cons, err := js.CreateOrUpdateConsumer(cctx, streamOut, jetstream.ConsumerConfig{Durable: durable,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 4 * concurrency})
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", streamOut, err)
 	}
-	wk, err := worker.New(worker.Config{Consumer: cons, Conn: nc, Concurrency: concurrency, Logger: e.o.logger(),
-		Handler: func(ctx context.Context, j *worker.Job) error {
-			work.handle(ctx, took)
-			return nil
-		}})
+	wk, err := worker.New(worker.Config{Consumer: cons, Conn: nc, Concurrency: concurrency, Logger: e.o.logger(), Handler: handler})
 	if err != nil {
 		return nil, err
 	}

@@ -15,19 +15,20 @@ import (
 // Report is everything one run measured. It is written as JSON so runs can be compared over
 // time; sections of scenarios that did not run are absent.
 type Report struct {
-	Meta      Meta        `json:"meta"`
-	Decisions *Decisions  `json:"decisions,omitempty"`
-	Sync      *Sync       `json:"sync,omitempty"`
-	EndToEnd  *EndToEnd   `json:"end_to_end,omitempty"`
-	Large     *Large      `json:"large,omitempty"`
-	Overload  *Overload   `json:"overload,omitempty"`
-	Flood     *Flood      `json:"deep_flood,omitempty"`
-	Fair      *Fair       `json:"fair,omitempty"`
-	Crowd     *Crowd      `json:"crowd,omitempty"`
-	Pool      *Pool       `json:"pool,omitempty"`
-	Goals     []Goal      `json:"goals"`
-	Notes     []string    `json:"notes,omitempty"`
-	Options   OptionsJSON `json:"options"`
+	Meta       Meta        `json:"meta"`
+	Decisions  *Decisions  `json:"decisions,omitempty"`
+	Sync       *Sync       `json:"sync,omitempty"`
+	EndToEnd   *EndToEnd   `json:"end_to_end,omitempty"`
+	Large      *Large      `json:"large,omitempty"`
+	Overload   *Overload   `json:"overload,omitempty"`
+	Flood      *Flood      `json:"deep_flood,omitempty"`
+	Fair       *Fair       `json:"fair,omitempty"`
+	Crowd      *Crowd      `json:"crowd,omitempty"`
+	Pool       *Pool       `json:"pool,omitempty"`
+	Downstream *Downstream `json:"downstream,omitempty"`
+	Goals      []Goal      `json:"goals"`
+	Notes      []string    `json:"notes,omitempty"`
+	Options    OptionsJSON `json:"options"`
 }
 
 // Meta says when, where and on what the run happened.
@@ -72,6 +73,8 @@ type OptionsJSON struct {
 	PoolConcurrency   int      `json:"pool_concurrency"`
 	PoolJobMs         float64  `json:"pool_job_ms"`
 	PoolQuietTenants  int      `json:"pool_quiet_tenants"`
+	DownstreamTenants int      `json:"downstream_tenants"`
+	DownstreamPhaseS  float64  `json:"downstream_phase_s"`
 }
 
 func optionsJSON(o Options) OptionsJSON {
@@ -86,6 +89,7 @@ func optionsJSON(o Options) OptionsJSON {
 		CrowdTenants: o.CrowdTenants, CrowdJobs: o.CrowdJobs,
 		PoolTenants: o.PoolTenants, PoolJobs: o.PoolJobs, PoolConcurrency: o.PoolConcurrency,
 		PoolJobMs: ms(o.PoolJobTime), PoolQuietTenants: o.PoolQuietTenants,
+		DownstreamTenants: o.DownstreamTenants, DownstreamPhaseS: o.DownstreamPhase.Seconds(),
 	}
 }
 
@@ -257,6 +261,26 @@ const (
 	GoalPoolJain    = "pool Jain index of received/share"
 	GoalPoolQuiet   = "pool quiet p99 ms"
 	GoalPoolHolds   = "pool most in flight"
+	// The downstream scenario's, of its adaptive run.
+	GoalDownFull       = "downstream full: jobs/s over capacity"
+	GoalDownHalved     = "downstream halved: jobs/s over capacity"
+	GoalDownAgain      = "downstream full again: jobs/s over capacity"
+	GoalDownBackHalved = "downstream back within 30% after the halving s"
+	GoalDownBackAgain  = "downstream back within 30% after the recovery s"
+	GoalDownP99        = "downstream p99 time per job ms"
+	GoalDownJain       = "downstream Jain index of done/share"
+)
+
+// Downstream goals (issue 31's), for the adaptive pool: in each phase's steady state at least
+// 70 % of the downstream's capacity (it cannot do more: within 30 %), back there within 10 s
+// after the capacity halves and after it comes back, the p99 time per job of every phase at most
+// three times the floor (the downstream's 20 ms), and Jain's index of jobs done over shares at
+// least 0.95.
+const (
+	downShareGoal = 1 - dsBand
+	downBackGoalS = 10
+	downFloors    = 3
+	downJainGoal  = 0.95
 )
 
 // Pool goals (the issue's): Jain's index of received/share over the contending tenants at least
@@ -329,6 +353,19 @@ func (r *Report) EvaluateGoals() {
 		r.Goals = append(r.Goals, goal(GoalCrowdDone, c.DoneMaxS, "<=", c.PlanS+crowdSlack.Seconds()),
 			goal(GoalCrowdPacing, float64(c.PacingViolations), "<=", 0))
 	}
+	if d := r.Downstream; d != nil && len(d.Adaptive.Phases) == 3 && len(d.Adaptive.BackS) == 3 {
+		a := d.Adaptive
+		// A throughput that never came back (−1) misses its goal.
+		back := func(name string, v float64) Goal {
+			g := goal(name, v, "<=", downBackGoalS)
+			g.Met = g.Met && v >= 0
+			return g
+		}
+		r.Goals = append(r.Goals, goal(GoalDownFull, a.Phases[0].VsCapacity, ">=", downShareGoal),
+			goal(GoalDownHalved, a.Phases[1].VsCapacity, ">=", downShareGoal), goal(GoalDownAgain, a.Phases[2].VsCapacity, ">=", downShareGoal),
+			back(GoalDownBackHalved, a.BackS[1]), back(GoalDownBackAgain, a.BackS[2]),
+			goal(GoalDownP99, a.WorstP99Ms, "<=", downFloors*d.JobMs), goal(GoalDownJain, a.Jain, ">=", downJainGoal))
+	}
 	if p := r.Pool; p != nil {
 		r.Goals = append(r.Goals, goal(GoalPoolJain, p.Jain, ">=", poolJainGoal), goal(GoalPoolQuiet, p.Quiet.P99Ms, "<=", poolQuietGoalMs),
 			goal(GoalPoolHolds, float64(p.MostInFlight), "<=", float64(p.Concurrency)))
@@ -361,13 +398,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 			t = "±" + t + "%"
 		case "<=":
 			switch name {
-			case GoalAddedP99, GoalFloodQuiet, GoalPoolQuiet:
+			case GoalAddedP99, GoalFloodQuiet, GoalPoolQuiet, GoalDownP99:
 				t += "ms"
 			case GoalFloodRSS:
 				t += " MiB"
 			case GoalFairDev:
 				t += "%"
-			case GoalCrowdDone:
+			case GoalCrowdDone, GoalDownBackHalved, GoalDownBackAgain:
 				t += "s"
 			}
 			t = "<=" + t
@@ -493,6 +530,60 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("pool utilisation", fixed(100*p.Utilisation, 1)+"%", fmt.Sprintf("window %.1fs from %.1fs", p.WindowS, p.AllServedS), "", "", "")
 		row("pool redis calls/forwarded job", fixed(p.RedisCallsPerJob, 3), "", "", "", "")
 	}
+	if d := r.Downstream; d != nil && len(d.Adaptive.Phases) == 3 && len(d.Fixed.Phases) == 3 {
+		a, x := d.Adaptive, d.Fixed
+		fixed64 := fmt.Sprintf("fixed %d: ", d.Ceiling)
+		for i, name := range []string{GoalDownFull, GoalDownHalved, GoalDownAgain} {
+			pa, px := a.Phases[i], x.Phases[i]
+			t, m := met(name)
+			what := fmt.Sprintf("downstream %s: jobs/s of %s", pa.Name, count(pa.CapacityPerSecond))
+			if i == 0 {
+				what += fmt.Sprintf(" (%s tenants, adaptive %d to %d)", count(float64(d.Tenants)), d.Min, d.Ceiling)
+			}
+			row(what, count(pa.PerSecond), fixed64+count(px.PerSecond)+" ("+fixed(px.VsCapacity, 2)+")", fixed(pa.VsCapacity, 2), t, m)
+		}
+		for i, name := range []string{GoalDownBackHalved, GoalDownBackAgain} {
+			t, m := met(name)
+			row(fmt.Sprintf("downstream back within 30%% after the %s s", []string{"halving", "recovery"}[i]), backText(a.BackS, i+1), fixed64+backText(x.BackS, i+1), "", t, m)
+		}
+		row("downstream within 30% after the start s", backText(a.BackS, 0), fixed64+backText(x.BackS, 0), "", "", "")
+		t, m := met(GoalDownP99)
+		row(fmt.Sprintf("downstream p99 time per job ms (worst phase, floor %gms)", d.JobMs), fixed(a.WorstP99Ms, 1), fixed64+fixed(x.WorstP99Ms, 1),
+			fixed(Ratio(a.WorstP99Ms, d.JobMs), 2)+"× floor", t, m)
+		p99s := func(r DownstreamRun) string {
+			parts := make([]string, len(r.Phases))
+			for i, ph := range r.Phases {
+				parts[i] = fixed(ph.TimePerJob.P99Ms, 1)
+			}
+			return strings.Join(parts, "/")
+		}
+		row("downstream p99 ms by phase", p99s(a), fixed64+p99s(x), "", "", "")
+		t, m = met(GoalDownJain)
+		row("downstream Jain index of done/share", fixed(a.Jain, 4), fixed64+fixed(x.Jain, 4), "", t, m)
+		limits := func(r DownstreamRun) string {
+			parts := make([]string, len(r.Phases))
+			for i, ph := range r.Phases {
+				parts[i] = strconv.FormatInt(ph.Limit, 10)
+			}
+			return strings.Join(parts, "/")
+		}
+		row("downstream limit in force by phase (median)", limits(a), fixed64+limits(x), "", "", "")
+		byPhase := func(r DownstreamRun, of func(DownstreamPhase) uint64) string {
+			parts := make([]string, len(r.Phases))
+			for i, ph := range r.Phases {
+				parts[i] = strconv.FormatUint(of(ph), 10)
+			}
+			return strings.Join(parts, "/")
+		}
+		running := func(ph DownstreamPhase) uint64 { return uint64(ph.Running) }
+		waiting := func(ph DownstreamPhase) uint64 { return ph.Undelivered }
+		row("downstream running at once by phase (median)", byPhase(a, running), fixed64+byPhase(x, running), "", "", "")
+		row("downstream forwards not yet delivered (median)", byPhase(a, waiting), fixed64+byPhase(x, waiting), "", "", "")
+		again := func(r DownstreamRun) string {
+			return count(float64(r.Refused)) + ", " + count(float64(r.DoneAgain))
+		}
+		row("downstream refusals, jobs done on a later delivery", again(a), fixed64+again(x), "", "", "")
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -520,6 +611,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "\npool: each contending tenant's forwards from when every one had had one until the first had had its last\n"+
 			"(its backlog: jobs per share × its share), over its share; quiet: publish → forward of their jobs published then;\n"+
 			"in flight: handlers running at once (a job holds its slot from before its handler starts until after it returns).\n")
+	}
+	if d := r.Downstream; d != nil {
+		fmt.Fprintf(&b, "\ndownstream: jobs done a second over each phase's second half (phases of %gs: full, halved, full again), against\n"+
+			"what the downstream can do; back: the first %gs bin from which every one for %gs is within 30%% of capacity;\n"+
+			"time per job: the downstream's own, jobs done; Jain: each tenant's jobs done over its share, once every one had one.\n", d.PhaseS, d.BinS, d.SpanS)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)

@@ -50,6 +50,24 @@ func sample() *Report {
 		Crowd: &Crowd{Tenants: 2000, JobsPerTenant: 20, Capacity: 5, RatePerSecond: 5, PlanS: 3, PublishS: 0.5, Forwarded: 40000,
 			DoneP50S: 3.2, DoneP99S: 3.9, DoneMaxS: 4, SlowestTenant: "t1999", DonePerSecond: []int{0, 0, 0, 2000},
 			FirstP50S: 0.2, FirstMaxS: 0.4, OverallS: 4.4, PacingViolations: 2, EarliestMs: 12.5, AdmitterCPUS: 3, NATSCPUS: 2},
+		Downstream: &Downstream{Tenants: 200, Shares: []int64{1, 2, 4}, JobsPerShare: 109, Backlog: 50685, Ceiling: 64, Min: 2, Handlers: 128,
+			JobMs: 20, Knee: 8, RefusesAbove: 16, RefusalMs: 10, CapacityPerSecond: 400, PhaseS: 20, BinS: 0.5, SpanS: 5,
+			Adaptive: DownstreamRun{Pool: "{concurrency: 64, lease: 30s, adaptive: {min: 2}}", PublishS: 1.2,
+				Phases: []DownstreamPhase{
+					{Name: "full", FromS: 0, ToS: 20, CapacityPerSecond: 400, PerSecond: 376, VsCapacity: 0.94, TimePerJob: Latency{Samples: 7000, P50Ms: 21, P99Ms: 38.5, MaxMs: 60}, Refused: 10, Limit: 9, InFlight: 9, Running: 8},
+					{Name: "halved", FromS: 20, ToS: 40, CapacityPerSecond: 200, PerSecond: 130, VsCapacity: 0.65, TimePerJob: Latency{Samples: 3000, P50Ms: 21, P99Ms: 61, MaxMs: 80}, Refused: 40, Limit: 5},
+					{Name: "full again", FromS: 40, ToS: 60, CapacityPerSecond: 400, PerSecond: 380, VsCapacity: 0.95, TimePerJob: Latency{Samples: 7000, P50Ms: 21, P99Ms: 30, MaxMs: 50}, Refused: 0, Limit: 9}},
+				BackS: []float64{3.5, -1, 4}, Jain: 0.9812, JainFromS: 5.5, MinRatio: 0.71, MaxRatio: 1.3, Done: 17000, Refused: 50, DoneAgain: 48,
+				TimePerJob: Latency{Samples: 17000, P50Ms: 21, P99Ms: 40, MaxMs: 80}, WorstP99Ms: 61, DonePerBin: []int{10, 150, 190},
+				Limits:       []LimitSample{{AtS: 0.5, Limit: 2, InFlight: 2, Reason: "starting"}, {AtS: 1, Limit: 9, InFlight: 8, FloorMs: 21.5, TimePerJobMs: 22, Reason: "growing"}},
+				AdmitterCPUS: 20, NATSCPUS: 10, BenchCPUS: 8},
+			Fixed: DownstreamRun{Pool: "{concurrency: 64, lease: 30s}", PublishS: 1.1,
+				Phases: []DownstreamPhase{
+					{Name: "full", FromS: 0, ToS: 20, CapacityPerSecond: 400, PerSecond: 88, VsCapacity: 0.22, TimePerJob: Latency{Samples: 1700, P50Ms: 180, P99Ms: 180.5, MaxMs: 181}, Refused: 9000, Limit: 64},
+					{Name: "halved", FromS: 20, ToS: 40, CapacityPerSecond: 200, PerSecond: 80, VsCapacity: 0.4, TimePerJob: Latency{Samples: 1600, P50Ms: 100, P99Ms: 100.5, MaxMs: 101}, Refused: 9000, Limit: 64},
+					{Name: "full again", FromS: 40, ToS: 60, CapacityPerSecond: 400, PerSecond: 88, VsCapacity: 0.22, TimePerJob: Latency{Samples: 1700, P50Ms: 180, P99Ms: 180.5, MaxMs: 181}, Refused: 9000, Limit: 64}},
+				BackS: []float64{-1, 1, -1}, Jain: 0.97, Done: 5000, Refused: 27000, DoneAgain: 12, WorstP99Ms: 180.5, DonePerBin: []int{40, 44},
+				Limits: []LimitSample{{AtS: 0.5, Limit: 64, InFlight: 64}}}},
 		Notes:   []string{"a note"},
 		Options: optionsJSON(Defaults()),
 	}
@@ -60,18 +78,25 @@ func sample() *Report {
 func TestEvaluateGoals(t *testing.T) {
 	r := sample()
 	want := map[string]bool{
-		GoalVsRedisRate: false, // 1.33 < 2
-		GoalVsCeiling:   false, // 0.50 < 0.8
-		GoalBatched:     true,  // 4 ≥ 3
-		GoalSyncHTTP:    true,  // 1.09 ≥ 1
-		GoalEndToEnd:    false, // 0.27 < 0.85
-		GoalAddedP99:    true,  // 1ms ≤ 1ms
-		GoalOverloadErr: true,  // |−0.13%| ≤ 2%
-		GoalAttempts:    true,  // 1.98 ≤ 2: one decision at its turn, at most one before
-		GoalFairDev:     false, // 12.5% > 10%
-		GoalFairJain:    true,  // 0.9951 ≥ 0.99
-		GoalCrowdDone:   true,  // 4s ≤ 3s plan + 1s
-		GoalCrowdPacing: false, // 2 jobs ahead of their plan > 0
+		GoalVsRedisRate:    false, // 1.33 < 2
+		GoalVsCeiling:      false, // 0.50 < 0.8
+		GoalBatched:        true,  // 4 ≥ 3
+		GoalSyncHTTP:       true,  // 1.09 ≥ 1
+		GoalEndToEnd:       false, // 0.27 < 0.85
+		GoalAddedP99:       true,  // 1ms ≤ 1ms
+		GoalOverloadErr:    true,  // |−0.13%| ≤ 2%
+		GoalAttempts:       true,  // 1.98 ≤ 2: one decision at its turn, at most one before
+		GoalFairDev:        false, // 12.5% > 10%
+		GoalFairJain:       true,  // 0.9951 ≥ 0.99
+		GoalCrowdDone:      true,  // 4s ≤ 3s plan + 1s
+		GoalCrowdPacing:    false, // 2 jobs ahead of their plan > 0
+		GoalDownFull:       true,  // 0.94 ≥ 0.7
+		GoalDownHalved:     false, // 0.65 < 0.7
+		GoalDownAgain:      true,  // 0.95 ≥ 0.7
+		GoalDownBackHalved: false, // never (−1), although −1 ≤ 10
+		GoalDownBackAgain:  true,  // 4s ≤ 10s
+		GoalDownP99:        false, // 61ms > 3 × 20ms
+		GoalDownJain:       true,  // 0.9812 ≥ 0.95
 	}
 	if len(r.Goals) != len(want) {
 		t.Fatalf("%d goals, want %d: %+v", len(r.Goals), len(want), r.Goals)
@@ -110,7 +135,15 @@ func TestEvaluateGoals(t *testing.T) {
 	if g, _ := r.Goal(GoalFairJain); g.Met {
 		t.Errorf("fair Jain 0.9899: %+v", g)
 	}
-	r.Decisions, r.Sync, r.EndToEnd, r.Fair, r.Crowd = nil, nil, nil, nil, nil
+	r.Downstream.Adaptive.BackS[1], r.Downstream.Adaptive.WorstP99Ms = 10, 60
+	r.EvaluateGoals()
+	if g, _ := r.Goal(GoalDownBackHalved); !g.Met {
+		t.Errorf("downstream back 10s after the halving: %+v", g)
+	}
+	if g, _ := r.Goal(GoalDownP99); !g.Met || g.Target != 60 {
+		t.Errorf("downstream p99 of 60ms, three floors of 20ms: %+v", g)
+	}
+	r.Decisions, r.Sync, r.EndToEnd, r.Fair, r.Crowd, r.Downstream = nil, nil, nil, nil, nil, nil
 	r.EvaluateGoals()
 	if len(r.Goals) != 2 {
 		t.Errorf("only overload: %d goals, want 2", len(r.Goals))
@@ -154,6 +187,19 @@ func TestWriteTable(t *testing.T) {
 		{"crowd slowest tenant done s (2,000 × 20 at {5, 5/s})", "4.00", "plan 3.0s", "<=4.0s", "yes"},
 		{"crowd tenants done p50/p99 s", "3.20/3.90", "0 late"},
 		{"crowd jobs ahead of their plan", "2", "<=0.0", "no"},
+		{"downstream full: jobs/s of 400 (200 tenants, adaptive 2 to 64)", "376", "fixed 64: 88 (0.22)", "0.94", ">=0.7", "yes"},
+		{"downstream halved: jobs/s of 200", "130", "fixed 64: 80 (0.40)", "0.65", ">=0.7", "no"},
+		{"downstream full again: jobs/s of 400", "380", "fixed 64: 88 (0.22)", "0.95", ">=0.7", "yes"},
+		{"downstream back within 30% after the halving s", "never", "fixed 64: 1.0s", "<=10.0s", "no"},
+		{"downstream back within 30% after the recovery s", "4.0s", "fixed 64: never", "<=10.0s", "yes"},
+		{"downstream within 30% after the start s", "3.5s", "fixed 64: never"},
+		{"downstream p99 time per job ms (worst phase, floor 20ms)", "61.0", "fixed 64: 180.5", "3.05× floor", "<=60.0ms", "no"},
+		{"downstream p99 ms by phase", "38.5/61.0/30.0", "fixed 64: 180.5/100.5/180.5"},
+		{"downstream Jain index of done/share", "0.9812", "fixed 64: 0.9700", ">=0.95", "yes"},
+		{"downstream limit in force by phase (median)", "9/5/9", "fixed 64: 64/64/64"},
+		{"downstream refusals, jobs done on a later delivery", "50, 48", "fixed 64: 27,000, 12"},
+		{"downstream running at once by phase (median)", "8/0/0", "fixed 64: 0/0/0"},
+		{"downstream forwards not yet delivered (median)", "0/0/0"},
 	} {
 		found := false
 		for _, l := range lines {
@@ -173,7 +219,7 @@ func TestWriteTable(t *testing.T) {
 			t.Errorf("no line with %q", want)
 		}
 	}
-	if !strings.Contains(out, "admitter's p99 − relay's p99") || !strings.Contains(out, "note: a note") {
+	if !strings.Contains(out, "admitter's p99 − relay's p99") || !strings.Contains(out, "note: a note") || !strings.Contains(out, "every one for 5s is within 30% of capacity") {
 		t.Errorf("the latency definition or the notes are missing")
 	}
 	// columns line up: every "ratio" cell starts where the header's does
@@ -214,7 +260,7 @@ func TestJSONRoundTrip(t *testing.T) {
 		t.Errorf("round trip differs:\n%s\n%s", a, b)
 	}
 	raw, _ := os.ReadFile(path)
-	for _, key := range []string{`"jain_index"`, `"max_deviation_pct"`, `"done_max_s"`, `"pacing_violations"`, `"timestamp"`, `"go_version"`, `"num_cpu"`, `"git_commit"`, `"ours_vs_redis_rate"`, `"http_vs_redis_rate_net_http"`, `"redis_rate_net_http"`, `"admitter_vs_relay"`, `"added_p99_ms"`, `"error_pct"`, `"attempts_mean"`, `"p99_ms"`, `"goals"`} {
+	for _, key := range []string{`"jain_index"`, `"max_deviation_pct"`, `"done_max_s"`, `"pacing_violations"`, `"timestamp"`, `"go_version"`, `"num_cpu"`, `"git_commit"`, `"ours_vs_redis_rate"`, `"http_vs_redis_rate_net_http"`, `"redis_rate_net_http"`, `"admitter_vs_relay"`, `"added_p99_ms"`, `"error_pct"`, `"attempts_mean"`, `"p99_ms"`, `"goals"`, `"limit_trace"`, `"back_within_30pct_s"`, `"steady_vs_capacity"`} {
 		if !bytes.Contains(raw, []byte(key)) {
 			t.Errorf("JSON has no %s", key)
 		}

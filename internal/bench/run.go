@@ -229,6 +229,16 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 			rep.Notes = append(rep.Notes, fmt.Sprintf("pool: %d tenants received their whole backlog before every tenant had been served (the first queues found had the pool to themselves): left out of the figures", f.RanOutEarly))
 		}
 	}
+	if o.Has(ScenarioDownstream) {
+		if rep.Downstream, err = e.downstream(ctx, p); err != nil {
+			return nil, fmt.Errorf("downstream: %w", err)
+		}
+		for _, r := range []*DownstreamRun{&rep.Downstream.Adaptive, &rep.Downstream.Fixed} {
+			if r.RanOut > 0 {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("downstream (pool %s): %d tenants had their whole backlog done before the end (their share no longer held)", r.Pool, r.RanOut))
+			}
+		}
+	}
 	rep.Meta.ElapsedS = round(time.Since(p.start).Seconds(), 1)
 	rep.EvaluateGoals()
 	return rep, nil
