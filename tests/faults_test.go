@@ -179,6 +179,7 @@ func TestRedisOutageKeepsThePlans(t *testing.T) {
 	uniquePayloads(t, got)
 
 	most, all, _ := run.snapshot()
+	t.Logf("most running at once: startup %d (limit 4), hobby %d (1), crew %d (3), all %d (pool 6)", most["startup"], most["hobby"], most["crew"], all)
 	if most["startup"] > 4 || most["hobby"] > 1 || most["crew"] > 3 || all > 6 {
 		t.Errorf("the workers ran %d of startup (limit 4), %d of hobby (limit 1), %d of crew (limit 3), %d in all (pool 6)", most["startup"], most["hobby"], most["crew"], all)
 	}
@@ -205,7 +206,10 @@ func TestRedisOutageKeepsThePlans(t *testing.T) {
 		rate     float64
 	}{{"startup", 8, 20}, {"hobby", 3, 2}, {"crew", 6, 30}} {
 		// One capacity more than C + r·t: the switch to the local copy (README, Faults).
-		if e, from, to := worstWindow(byTenant[l.tenant], 2*l.capacity, l.rate); e > 1 {
+		e, from, to := worstWindow(byTenant[l.tenant], 2*l.capacity, l.rate)
+		ec, _, _ := worstWindow(byTenant[l.tenant], l.capacity, l.rate)
+		t.Logf("tenant %s: worst interval %+.1f over 2C + r·t (%+.1f over C + r·t); %d forwards marked local of %d in all", l.tenant, e, ec, degraded, len(got))
+		if e > 1 {
 			t.Errorf("tenant %s: %.1f forwards over 2C + r·t in [%v, %v] after Redis was killed", l.tenant, e,
 				from.Sub(killed).Round(time.Millisecond), to.Sub(killed).Round(time.Millisecond))
 		}
@@ -274,6 +278,8 @@ tenants: {acme: slots}
 			first = s
 		}
 	}
+	t.Logf("most running %d (limit 2); first short job %v after the long jobs' done messages; Redis restarted %v before they ended (lease 8 s)",
+		most["acme"], first.Sub(longEnd[0]).Round(time.Millisecond), longEnd[0].Sub(restarted).Round(time.Millisecond))
 	// The long jobs end 12 s after they started; the first short job follows their done messages,
 	// not a whole lease after Redis came back.
 	if first.Before(longEnd[0].Add(-time.Second)) {
@@ -318,6 +324,7 @@ tenants: {a: one, b: five, c: four}
 	w.startPoolWorker("away", 32, run.handle)
 	waitFor(t, 60*time.Second, "every job to run", func() bool { _, _, n := run.snapshot(); return n >= 60 })
 	most, all, _ := run.snapshot()
+	t.Logf("after three leases without workers: most running a %d (limit 1), b %d (5), c %d (4), all %d (pool 6)", most["a"], most["b"], most["c"], all)
 	if most["a"] > 1 || most["b"] > 5 || most["c"] > 4 || all > 6 {
 		t.Errorf("the worker ran at once %d of a (limit 1), %d of b (limit 5), %d of c (limit 4), %d in all (pool 6)", most["a"], most["b"], most["c"], all)
 	}
@@ -370,6 +377,7 @@ tenants: {acme: api}
 	}
 	// The plan lets 3 through at once and 1 a second: 2 are left after the one before the outage,
 	// and at most one more refills while the ten are asked.
+	t.Logf("while Redis was away: %d of 10 allowed, %d refused with Retry-After", allowed, refused)
 	if bound := 2 + int(time.Since(begin).Seconds()) + 1; allowed > bound || refused == 0 {
 		t.Errorf("%d of 10 allowed while Redis was away (%d refused); the plan allows at most %d", allowed, refused, bound)
 	}

@@ -15,7 +15,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/admitter/admitter/admission"
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/subjects"
 	"github.com/admitter/admitter/wire"
 	"github.com/admitter/admitter/worker"
 )
@@ -39,6 +41,7 @@ import (
 //	ADMITTER_SOAK_REDIS=aof           aof (appendonly yes, appendfsync always), everysec
 //	                                  (appendfsync everysec: a crash may lose the last second)
 //	                                  or forget (no append-only file: a restart forgets)
+//	ADMITTER_SOAK_PARTITIONS=6        the input's partitions (the servers map it; 1: one stream)
 
 // soakTenant is a tenant of the soak: its plan's limits and its load.
 type soakTenant struct {
@@ -160,7 +163,17 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster := testenv.StartNATSProcessCluster(t, natsBin, 3)
+	parts := 6
+	if s := os.Getenv("ADMITTER_SOAK_PARTITIONS"); s != "" {
+		if parts, err = strconv.Atoi(s); err != nil || parts < 1 {
+			t.Fatalf("ADMITTER_SOAK_PARTITIONS=%q: want a count of partitions, 1 or more", s)
+		}
+	}
+	var mapping string
+	if src, dst := admission.Partitions(subjects.MustParse("jobs.submit.{tenant}.>"), "JOBS", parts).Mapping(); src != "" {
+		mapping = fmt.Sprintf("mappings {\n  %q: %q\n}\n", src, dst)
+	}
+	cluster := testenv.StartNATSProcessCluster(t, natsBin, 3, mapping)
 	tenants := soakTenants(rng)
 	plans := soakPlans + "tenants:\n"
 	for _, tn := range tenants {
@@ -169,7 +182,7 @@ func TestSoak(t *testing.T) {
 	w := newWorldOn(t, plans, cluster.URLs(), redis.URL())
 	w.redis = redis
 	bin := plainBinary(t)
-	env := []string{"ADMITTER_STREAM_REPLICAS=3", "ADMITTER_FAIL_MODE=" + failMode, "ADMITTER_ACK_WAIT=30s"}
+	env := []string{"ADMITTER_STREAM_REPLICAS=3", "ADMITTER_FAIL_MODE=" + failMode, "ADMITTER_ACK_WAIT=30s", "ADMITTER_PARTITIONS=" + strconv.Itoa(parts)}
 	if os.Getenv("ADMITTER_SOAK_LOGS") != "" {
 		env = append(env, "ADMITTER_LOG_LEVEL=debug")
 	}
@@ -334,7 +347,7 @@ func TestSoak(t *testing.T) {
 	c := checkInvariants(published, got, w.readAll("DEAD"), soakChecked(tenants))
 	most, mostAll, _ := run.snapshot()
 	report := soakReport(start, duration, loadEnd, drained, faults, got, tenants, c, unexpected, most, mostAll)
-	t.Logf("soak: seed %d, fail mode %s, redis %s\n%s", seed, failMode, redisMode, report)
+	t.Logf("soak: seed %d, fail mode %s, redis %s, %d partitions\n%s", seed, failMode, redisMode, parts, report)
 	if out := os.Getenv("ADMITTER_SOAK_REPORT"); out != "" {
 		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
 			t.Error(err)

@@ -40,8 +40,8 @@ type NATSNode struct {
 
 // StartNATSProcessCluster starts n nats-server processes (bin, see BuildNATSServer) named
 // n1…nN forming one JetStream cluster, and waits until every node is healthy. They are killed
-// when the test ends.
-func StartNATSProcessCluster(t TB, bin string, n int) *NATSProcessCluster {
+// when the test ends. extra is appended to each node's configuration file (a `mappings` block).
+func StartNATSProcessCluster(t TB, bin string, n int, extra string) *NATSProcessCluster {
 	t.Helper()
 	c := &NATSProcessCluster{}
 	var routes []string
@@ -62,6 +62,7 @@ func StartNATSProcessCluster(t TB, bin string, n int) *NATSProcessCluster {
 		conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n}\n"+
 			"cluster {\n  name: testenv\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n",
 			node.Name, node.Port, node.HTTPPort, filepath.Join(node.dir, "store"), node.ClusterPort, strings.Join(routes, ", "))
+		conf += extra
 		if err := os.WriteFile(filepath.Join(node.dir, "nats.conf"), []byte(conf), 0o644); err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
