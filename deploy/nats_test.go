@@ -7,6 +7,8 @@ package deploy
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,11 +39,17 @@ func partitioning(env map[string]string) (subjects.Partitions, error) {
 	if err != nil || n < 1 || n > subjects.MaxPartitions {
 		return subjects.Partitions{}, fmt.Errorf("ADMITTER_PARTITIONS %q: want an integer from 1 to %d (admitter refuses to start)", raw, subjects.MaxPartitions)
 	}
-	in, err := subjects.Parse(get("ADMITTER_SUBJECT_IN"))
-	if err != nil {
-		return subjects.Partitions{}, fmt.Errorf("ADMITTER_SUBJECT_IN: %w", err)
+	var ts [4]subjects.Template
+	for i, name := range []string{"ADMITTER_SUBJECT_IN", "ADMITTER_SUBJECT_OUT", "ADMITTER_SUBJECT_DEAD", "ADMITTER_SUBJECT_WAIT"} {
+		if ts[i], err = subjects.Parse(get(name)); err != nil {
+			return subjects.Partitions{}, fmt.Errorf("%s: %w", name, err)
+		}
 	}
-	return admission.Partitions(in, get("ADMITTER_STREAM_IN"), n), nil
+	// The subjects together, as admitter checks them at start.
+	if _, _, err := admission.Mappings(ts[0], ts[1], ts[2], ts[3]); err != nil {
+		return subjects.Partitions{}, fmt.Errorf("ADMITTER_SUBJECT_IN/OUT/DEAD/WAIT: %w", err)
+	}
+	return admission.Partitions(ts[0], get("ADMITTER_STREAM_IN"), n), nil
 }
 
 // mappingLine is the NATS server configuration admitter logs at start for ps (cmd/admitter,
@@ -170,6 +178,24 @@ func TestNATSMappingIsAdmitters(t *testing.T) {
 	if got := mappingLine(ps); got != want {
 		t.Errorf("mappingLine = %s, want %s", got, want)
 	}
+	// The example in the chart's values.yaml (its default, 4, and the default input).
+	if values, err := os.ReadFile(filepath.Join(repo, chartDir, "values.yaml")); err != nil {
+		t.Error(err)
+	} else if !strings.Contains(string(values), "#   "+want+"\n") {
+		t.Errorf("%s/values.yaml: partitions' comment does not give admitter's mapping for 4 partitions, %s", chartDir, want)
+	}
+	// Another input and stream, the tenant its second wildcard: the line admitter logged with
+	// ADMITTER_PARTITIONS=8 ADMITTER_SUBJECT_IN='work.*.{tenant}.>' ADMITTER_STREAM_IN=WORK
+	// (ci/existing-secret-values.yaml of the chart).
+	ps, err = partitioning(map[string]string{"ADMITTER_PARTITIONS": "8", "ADMITTER_SUBJECT_IN": "work.*.{tenant}.>",
+		"ADMITTER_SUBJECT_OUT": "admitted.*.{tenant}.>", "ADMITTER_SUBJECT_DEAD": "dead.*.{tenant}.>", "ADMITTER_STREAM_IN": "WORK"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want8 = `mappings { "work.*.*.>": "admitter.WORK.8.{{partition(8,2)}}.work.{{wildcard(1)}}.{{wildcard(2)}}.>" }`
+	if got := mappingLine(ps); got != want8 {
+		t.Errorf("mappingLine = %s, want %s", got, want8)
+	}
 	if ps, _ := partitioning(map[string]string{}); mappingLine(ps) != "" {
 		t.Errorf("admitter's default, one partition, needs no mapping: got %s", mappingLine(ps))
 	}
@@ -197,8 +223,10 @@ func TestNATSChecksCatch(t *testing.T) {
 		{`ADMITTER_PARTITIONS: "4"`, `ADMITTER_PARTITIONS: "0"`, `environment.ADMITTER_PARTITIONS "0": want an integer from 1 to 4096`},
 		{`      ADMITTER_PARTITIONS: "4"` + "\n", "", "where services.admitter's ADMITTER_PARTITIONS=1 does not read them"},
 		{"      ADMITTER_LOG_FORMAT: text\n", "      ADMITTER_LOG_FORMAT: text\n      ADMITTER_STREAM_IN: INPUT\n", `needs, mappings { "jobs.submit.*.>": "admitter.INPUT.4.{{partition(4,1)}}`},
-		{"      ADMITTER_LOG_FORMAT: text\n", "      ADMITTER_LOG_FORMAT: text\n      ADMITTER_SUBJECT_IN: work.*.{tenant}.>\n",
+		{"      ADMITTER_LOG_FORMAT: text\n", "      ADMITTER_LOG_FORMAT: text\n      ADMITTER_SUBJECT_IN: work.*.{tenant}.>\n      ADMITTER_SUBJECT_OUT: admitted.*.{tenant}.>\n      ADMITTER_SUBJECT_DEAD: dead.*.{tenant}.>\n",
 			`no mapping of "work.*.*.>", which services.admitter's ADMITTER_PARTITIONS=4 needs (the line admitter logs at start): mappings { "work.*.*.>": "admitter.JOBS.4.{{partition(4,2)}}.work.{{wildcard(1)}}.{{wildcard(2)}}.>" }`},
+		{"      ADMITTER_LOG_FORMAT: text\n", "      ADMITTER_LOG_FORMAT: text\n      ADMITTER_SUBJECT_IN: work.*.{tenant}.>\n",
+			`environment.ADMITTER_SUBJECT_IN/OUT/DEAD/WAIT: admission: bad configuration: output subject: subjects: incompatible templates`},
 		{`"-c", "/etc/nats/admitter.conf", `, "", `names no configuration file (-c): the server lacks the mapping services.admitter's ADMITTER_PARTITIONS=4 needs`},
 		{"      - ./deploy/nats/nats.conf:/etc/nats/admitter.conf:ro\n", "", "services.nats: its configuration /etc/nats/admitter.conf is not bind-mounted"},
 	})
