@@ -277,7 +277,7 @@ func TestComposeChecksCatch(t *testing.T) {
 			{"\"127.0.0.1:9091:9090\"", "\"127.0.0.1:9090:9090\"", "services.prometheus.ports[0]: host port 127.0.0.1:9090/tcp is published by service admitter too"},
 			{"grafana/grafana:12.3.1", "grafana/grafana", `services.grafana.image "grafana/grafana": pin a version tag`},
 			{"prom/prometheus:v3.7.3", "prom/prometheus:latest", `services.prometheus.image "prom/prometheus:latest": pin a version tag`},
-			{`["-js", "-sd", "/data", "-m", "8222"]`, `["-sd", "/data", "-m", "8222"]`, "services.nats.command [\"-sd\" \"/data\" \"-m\" \"8222\"] does not enable JetStream"},
+			{`"-js", "-sd", "/data", "-m", "8222"]`, `"-sd", "/data", "-m", "8222"]`, `services.nats.command ["-c" "/etc/nats/admitter.conf" "-sd" "/data" "-m" "8222"] does not enable JetStream`},
 			{"  grafana:\n    image:", "  dashboards:\n    image:", `compose.yaml: no service "grafana"`},
 			{"    restart: unless-stopped\n\n  redis:", "    restart: unless-stopped\n    network_mode: host\n\n  redis:", "services.nats.network_mode: host"},
 		})

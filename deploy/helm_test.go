@@ -371,6 +371,10 @@ func checkRelease(s *stack, r *release) []string {
 			add("%s.env[%d]: admitter does not read %s (see the env tags in cmd/admitter/config.go and README, Configuration)", cf, i, e.Name)
 		}
 	}
+	if !set["ADMITTER_PARTITIONS"] {
+		add("ADMITTER_PARTITIONS is unset: the replicas' count of partitions would be admitter's default, not the value partitions NOTES.txt gives the mapping for")
+	}
+	problems = append(problems, checkNotesMapping(r, env)...)
 	if !set["ADMITTER_NATS_URL"] && !set["ADMITTER_NATS_URL_FILE"] {
 		add("ADMITTER_NATS_URL is unset: each pod would start an embedded NATS server of its own (and write to its read-only root filesystem)")
 	}
@@ -591,6 +595,34 @@ func checkRelease(s *stack, r *release) []string {
 		case max != nil && max.Type == intstr.Int && max.IntVal < 1:
 			padd("spec.maxUnavailable %d: no pod could ever be evicted, and a node drain would wait for ever", max.IntVal)
 		}
+	}
+	return problems
+}
+
+// checkNotesMapping: NOTES.txt gives the NATS server's account mapping that admitter needs with
+// the pods' environment (ADMITTER_PARTITIONS, ADMITTER_SUBJECT_IN, ADMITTER_STREAM_IN), exactly
+// the line admitter logs at start, and no other; none with one partition.
+func checkNotesMapping(r *release, env map[string]string) []string {
+	where := fmt.Sprintf("%s/templates/NOTES.txt (%s)", chartDir, r.valuesName())
+	ps, err := partitioning(env)
+	if err != nil {
+		return []string{fmt.Sprintf("%s (%s): the pods' %v", chartDir, r.valuesName(), err)}
+	}
+	want := mappingLine(ps)
+	var given []string
+	for l := range strings.Lines(r.notes) {
+		if strings.Contains(l, "mappings {") {
+			given = append(given, strings.TrimSpace(l))
+		}
+	}
+	var problems []string
+	for _, g := range given {
+		if g != want {
+			problems = append(problems, fmt.Sprintf("%s: gives the NATS server %q, but the pods (ADMITTER_PARTITIONS=%d) need %s", where, g, ps.N, cmp.Or(want, "no mapping")))
+		}
+	}
+	if want != "" && !slices.Contains(given, want) {
+		problems = append(problems, fmt.Sprintf("%s: does not give the NATS server's mapping the pods (ADMITTER_PARTITIONS=%d) need: %s", where, ps.N, want))
 	}
 	return problems
 }
@@ -817,6 +849,9 @@ func TestHelmChecksCatch(t *testing.T) {
 			{"  url: nats://nats:4222", `  url: ""`, "at '/nats/url': minLength: got 0, want 1"},
 			{"  minAvailable: \"\"", "  minAvailable: most", "at '/podDisruptionBudget/minAvailable'"},
 			{"env: {}", "env: {ADMITTER_HTTP_ADDR: 0.0.0.0:9090}", "env.ADMITTER_HTTP_ADDR: the chart sets it"},
+			{"env: {}", `env: {ADMITTER_PARTITIONS: "8"}`, "env.ADMITTER_PARTITIONS: the chart sets it"},
+			{"partitions: 4", "partitions: 0", "at '/partitions': minimum: got 0, want 1"},
+			{"partitions: 4", "partitions: 5000", "at '/partitions': maximum: got 5,000, want 4,096"},
 		})
 		catches(t, existing, checkChart, []breakage{
 			{"[nats.creds, redis-password,", "[nats.creds, nats-token, redis-password,", "the Secret's nats.creds and nats-token are ways to authenticate to NATS: admitter takes one"},
@@ -865,6 +900,19 @@ func TestHelmChecksCatch(t *testing.T) {
 			{"      automountServiceAccountToken: false\n", "", "automountServiceAccountToken is not false"},
 			{"      serviceAccountName: {{", "      serviceAccountName: x{{", `serviceAccountName "xrate-admitter" is not the chart's ServiceAccount rate-admitter`},
 			{"          env:\n", "          env:\n            - name: ADMITTER_NATS_URL\n              value: nats://other:4222\n", "ADMITTER_NATS_URL is set twice"},
+		})
+		// The NATS server's mapping NOTES.txt gives, against admitter's for the pods' environment.
+		catches(t, deployment, checkChart, []breakage{
+			{"value: {{ .Values.partitions | int | quote }}", `value: "4"`, `gives the NATS server "mappings { \"work.*.*.>\": \"admitter.WORK.8.{{partition(8,2)}}`},
+			{"            - name: ADMITTER_PARTITIONS\n              value: {{ .Values.partitions | int | quote }}\n", "", "ADMITTER_PARTITIONS is unset"},
+		})
+		catches(t, chartDir+"/templates/_helpers.tpl", checkChart, []breakage{
+			{"$n $n $tenantAt", "$n $n 1", `but the pods (ADMITTER_PARTITIONS=8) need mappings { "work.*.*.>": "admitter.WORK.8.{{partition(8,2)}}.work.{{wildcard(1)}}.{{wildcard(2)}}.>" }`},
+			{`(eq . "{tenant}") (eq . "*")`, `(eq . "{tenant}")`, `need mappings { "work.*.*.>"`},
+			{`default "JOBS"`, `default "INPUT"`, `(default values): gives the NATS server "mappings { \"jobs.submit.*.>\": \"admitter.INPUT.4.`},
+		})
+		catches(t, chartDir+"/templates/NOTES.txt", checkChart, []breakage{
+			{"  {{ . }}\n", "", `(default values): does not give the NATS server's mapping the pods (ADMITTER_PARTITIONS=4) need: mappings { "jobs.submit.*.>": "admitter.JOBS.4.{{partition(4,1)}}.jobs.submit.{{wildcard(1)}}.>" }`},
 		})
 		catches(t, chartDir+"/ci/chart-secret-values.yaml", checkChart, []breakage{
 			{"minAvailable: 50%", "minAvailable: 4", "PodDisruptionBudget admitter: spec.minAvailable 4 with 4 replicas: no pod could ever be evicted"},

@@ -80,9 +80,43 @@ or those whose value is set. A YAML list, read with fromYamlArray; empty: no Sec
 - ADMITTER_REDIS_URL
 - ADMITTER_REDIS_USERNAME
 - ADMITTER_PLANS_FILE
+- ADMITTER_PARTITIONS
 - ADMITTER_HTTP_ADDR
 - ADMITTER_API_ADDR
 {{- range fromYamlArray (include "admitter.secretFiles" .) }}
 - {{ .env }}
+{{- end }}
+{{- end }}
+
+{{/* The input stream: ADMITTER_STREAM_IN in env, else admitter's default. */}}
+{{- define "admitter.streamIn" -}}
+{{- default "JOBS" (index .Values.env "ADMITTER_STREAM_IN") }}
+{{- end }}
+
+{{/* The account mapping the NATS server needs with partitions above 1, the line admitter logs
+at start (subjects.Partitions.Mapping): the input's subjects (ADMITTER_SUBJECT_IN, {tenant} as
+*) to admitter.<stream>.<N>.{{partition(N,k)}}.<the subject>, each wildcard carried and k the
+tenant's. Empty for one partition. */}}
+{{- define "admitter.partitionsMapping" -}}
+{{- $n := int .Values.partitions }}
+{{- if gt $n 1 }}
+{{- $in := default "jobs.submit.{tenant}.>" (index .Values.env "ADMITTER_SUBJECT_IN") }}
+{{- $src := list }}
+{{- $dst := list }}
+{{- $k := 0 }}
+{{- $tenantAt := 0 }}
+{{- range splitList "." $in }}
+{{- if or (eq . "{tenant}") (eq . "*") }}
+{{- $k = add1 $k }}
+{{- if eq . "{tenant}" }}{{ $tenantAt = $k }}{{ end }}
+{{- $src = append $src "*" }}
+{{- $dst = append $dst (printf "{{wildcard(%d)}}" $k) }}
+{{- else }}
+{{- $src = append $src . }}
+{{- $dst = append $dst . }}
+{{- end }}
+{{- end }}
+{{- $to := printf "admitter.%s.%d.{{partition(%d,%d)}}.%s" (include "admitter.streamIn" .) $n $n $tenantAt (join "." $dst) }}
+{{- printf "mappings { %q: %q }" (join "." $src) $to }}
 {{- end }}
 {{- end }}
