@@ -850,8 +850,8 @@ func TestHelmChecksCatch(t *testing.T) {
 			{"  minAvailable: \"\"", "  minAvailable: most", "at '/podDisruptionBudget/minAvailable'"},
 			{"env: {}", "env: {ADMITTER_HTTP_ADDR: 0.0.0.0:9090}", "env.ADMITTER_HTTP_ADDR: the chart sets it"},
 			{"env: {}", `env: {ADMITTER_PARTITIONS: "8"}`, "env.ADMITTER_PARTITIONS: the chart sets it"},
-			{"partitions: 4", "partitions: 0", "at '/partitions': minimum: got 0, want 1"},
-			{"partitions: 4", "partitions: 5000", "at '/partitions': maximum: got 5,000, want 4,096"},
+			{"partitions: 1", "partitions: 0", "at '/partitions': minimum: got 0, want 1"},
+			{"partitions: 1", "partitions: 5000", "at '/partitions': maximum: got 5,000, want 4,096"},
 		})
 		catches(t, existing, checkChart, []breakage{
 			{"[nats.creds, redis-password,", "[nats.creds, nats-token, redis-password,", "the Secret's nats.creds and nats-token are ways to authenticate to NATS: admitter takes one"},
@@ -909,10 +909,10 @@ func TestHelmChecksCatch(t *testing.T) {
 		catches(t, chartDir+"/templates/_helpers.tpl", checkChart, []breakage{
 			{"$n $n $tenantAt", "$n $n 1", `but the pods (ADMITTER_PARTITIONS=8) need mappings { "work.*.*.>": "admitter.WORK.8.{{partition(8,2)}}.work.{{wildcard(1)}}.{{wildcard(2)}}.>" }`},
 			{`(eq . "{tenant}") (eq . "*")`, `(eq . "{tenant}")`, `need mappings { "work.*.*.>"`},
-			{`default "JOBS"`, `default "INPUT"`, `(default values): gives the NATS server "mappings { \"jobs.submit.*.>\": \"admitter.INPUT.4.`},
+			{`default "JOBS"`, `default "INPUT"`, `(values ci/chart-secret-values.yaml): gives the NATS server "mappings { \"jobs.submit.*.>\": \"admitter.INPUT.4.`},
 		})
 		catches(t, chartDir+"/templates/NOTES.txt", checkChart, []breakage{
-			{"  {{ . }}\n", "", `(default values): does not give the NATS server's mapping the pods (ADMITTER_PARTITIONS=4) need: mappings { "jobs.submit.*.>": "admitter.JOBS.4.{{partition(4,1)}}.jobs.submit.{{wildcard(1)}}.>" }`},
+			{"  {{ . }}\n", "", `(values ci/chart-secret-values.yaml): does not give the NATS server's mapping the pods (ADMITTER_PARTITIONS=4) need: mappings { "jobs.submit.*.>": "admitter.JOBS.4.{{partition(4,1)}}.jobs.submit.{{wildcard(1)}}.>" }`},
 		})
 		catches(t, chartDir+"/ci/chart-secret-values.yaml", checkChart, []breakage{
 			{"minAvailable: 50%", "minAvailable: 4", "PodDisruptionBudget admitter: spec.minAvailable 4 with 4 replicas: no pod could ever be evicted"},
