@@ -49,9 +49,11 @@ type owners struct {
 	mu     sync.Mutex
 	keys   map[int]seenKey      // the partitions' keys as last seen
 	seen   map[string]time.Time // each replica's last heartbeat, as the server stored it
+	counts map[string]int       // each replica's count of partitions (its heartbeat's value)
 	selfAt time.Time            // this replica's own last heartbeat, as the server stored it
 	mine   map[int]*held        // the partitions this replica holds
 	ready  bool                 // the watch's initial values are in
+	other  string               // a live replica of another count, as logged ("" when none)
 }
 
 // seenKey is a partition's key as the watch delivered it: its owner ("" when deleted), its
@@ -72,7 +74,7 @@ type held struct {
 
 func newOwners(self string, n int, beat time.Duration, log *slog.Logger) *owners {
 	return &owners{self: self, n: max(n, 1), beat: beat, lease: 3 * beat, log: log, released: make(chan int, max(n, 1)),
-		keys: map[int]seenKey{}, seen: map[string]time.Time{}, mine: map[int]*held{}}
+		keys: map[int]seenKey{}, seen: map[string]time.Time{}, counts: map[string]int{}, mine: map[int]*held{}}
 }
 
 const (
@@ -235,14 +237,19 @@ func (o *owners) heard(e jetstream.KeyValueEntry) {
 	if id, ok := strings.CutPrefix(e.Key(), replicaKeyPrefix); ok {
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(o.seen, id)
+			delete(o.counts, id)
 			return
 		}
 		o.seen[id] = e.Created()
+		if n, err := strconv.Atoi(string(e.Value())); err == nil {
+			o.counts[id] = n
+		}
 		if id == o.self && e.Created().After(o.selfAt) {
 			o.selfAt = e.Created()
 			for other, at := range o.seen { // a replica silent for forgetAfter heartbeats is forgotten
 				if at.Before(o.selfAt.Add(-forgetAfter * o.beat)) {
 					delete(o.seen, other)
+					delete(o.counts, other)
 				}
 			}
 		}
@@ -341,6 +348,19 @@ func (o *owners) balance(ctx context.Context) {
 		return
 	}
 	live := o.liveLocked()
+	if other := o.otherCountLocked(live); other != "" {
+		// Replicas of two counts would both read the streams of the other count's tenants: this
+		// one takes nothing until the others have stopped (it keeps what it holds).
+		logIt := o.other != other
+		o.other = other
+		o.mu.Unlock()
+		if logIt {
+			o.log.Error("another live replica runs with another ADMITTER_PARTITIONS: no partition is taken until every replica runs the same count (stop the others, docs/upgrading.md)",
+				"replica", other, "its_partitions", o.countOf(other), "partitions", o.n)
+		}
+		return
+	}
+	o.other = ""
 	share := int(math.Ceil(float64(o.n) / float64(len(live))))
 	var holding []int
 	for p, h := range o.mine {
@@ -428,6 +448,24 @@ func (o *owners) balance(ctx context.Context) {
 		o.log.Info("partition taken", "partition", c.p)
 		o.gain(c.p)
 	}
+}
+
+// otherCountLocked is a live replica whose heartbeat says it runs with another count of
+// partitions than this one ("" when none).
+func (o *owners) otherCountLocked(live []string) string {
+	for _, id := range live {
+		if n, ok := o.counts[id]; ok && id != o.self && n != o.n {
+			return id
+		}
+	}
+	return ""
+}
+
+// countOf is replica id's count of partitions, as its heartbeat said.
+func (o *owners) countOf(id string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.counts[id]
 }
 
 // keyNow is partition p's key as last seen.

@@ -140,3 +140,43 @@ func TestAnExpiredKeyIsTakenOver(t *testing.T) {
 		t.Fatalf("partition 0 not taken after its key expired: holds %v", tl.parts())
 	}
 }
+
+// TestReplicasOfAnotherCountTakeNothing: a replica started with another count of partitions
+// than a live one (a rolling update that changes ADMITTER_PARTITIONS) takes no partition while
+// the other runs: both would read the older streams' tenants. Once it has left, the new one
+// takes them all.
+func TestReplicasOfAnotherCountTakeNothing(t *testing.T) {
+	kv := ownersKV(t, time.Hour)
+	var ta, tb tally
+	a := newOwners("a", 8, 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	b := newOwners("b", 4, 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	a.kv, b.kv = kv, kv
+	ta.wire(a)
+	tb.wire(b)
+	actx, acancel := context.WithCancel(context.Background())
+	bctx, bcancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.run(actx) })
+	defer func() { acancel(); bcancel(); wg.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(ta.parts()) < 8 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(ta.parts()) != 8 {
+		t.Fatalf("a holds %v, want all 8", ta.parts())
+	}
+	wg.Go(func() { b.run(bctx) })
+	time.Sleep(20 * b.beat) // long enough to see a, and for a's leases to look stale were they not renewed
+	if got := tb.parts(); len(got) != 0 {
+		t.Fatalf("b (4 partitions) took %v while a (8) runs", got)
+	}
+	acancel()
+	a.leave()
+	deadline = time.Now().Add(10 * time.Second)
+	for len(tb.parts()) < 4 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := tb.parts(); len(got) != 4 {
+		t.Fatalf("b holds %v after a left, want all 4", got)
+	}
+}
