@@ -39,7 +39,7 @@ func (in input) published(p int, stored string) (subject, tenant string, ok bool
 }
 
 // jobID is the id of the job at seq of partition p's stream (see wire.JobID).
-func (in input) jobID(seq uint64) int64 { return wire.JobID(in.n(), seq) }
+func (in input) jobID(p int, seq uint64) int64 { return wire.JobID(in.n(), p, seq) }
 
 // part is a partition this replica holds: its feed (an ordered consumer from the stream's
 // first job: the server streams each job once, at a few µs per job), how far it has delivered,

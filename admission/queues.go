@@ -83,7 +83,7 @@ type queues struct {
 type source struct {
 	stream   string
 	filter   string
-	n        int // the stream's partitioning (its jobs' ids: wire.JobID); lanes: 1
+	n, p     int // the stream's partitioning and partition (its jobs' ids: wire.JobID); lanes: 1, 0
 	lane     bool
 	cursor   uint64
 	unpurged uint64
@@ -824,7 +824,7 @@ func (qs *queues) pollOld(ctx context.Context, waiting map[string]uint64) (map[s
 				if err != nil {
 					continue
 				}
-				out[tenant] = append(out[tenant], source{stream: o.name, filter: filter, n: o.ps.N, published: o.published})
+				out[tenant] = append(out[tenant], source{stream: o.name, filter: filter, n: o.ps.N, p: o.p, published: o.published})
 			}
 			waiting[tenant] += n
 		}

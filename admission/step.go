@@ -232,7 +232,7 @@ func (s *Service) fedJobs(ctx context.Context, q *queue, fs []fed) []job {
 	jobs := make([]job, len(fs))
 	stream := s.in.stream(q.part)
 	for i, f := range fs {
-		j := job{tenant: q.tenant, subject: f.subject, stream: stream, seq: f.seq, id: s.in.jobID(f.seq), at: f.seq, stored: f.stored, header: f.header, data: f.data}
+		j := job{tenant: q.tenant, subject: f.subject, stream: stream, seq: f.seq, id: s.in.jobID(q.part, f.seq), at: f.seq, stored: f.stored, header: f.header, data: f.data}
 		jobs[i] = s.startJob(ctx, q, j)
 	}
 	return jobs
@@ -258,7 +258,7 @@ func (s *Service) sourceJobs(ctx context.Context, q *queue, src *source, msgs []
 			break
 		}
 		subject, _, ok := src.published(f.subject)
-		j := job{tenant: q.tenant, subject: subject, stream: src.stream, seq: f.seq, id: wire.JobID(src.n, f.seq), at: f.seq, stored: f.stored,
+		j := job{tenant: q.tenant, subject: subject, stream: src.stream, seq: f.seq, id: wire.JobID(src.n, src.p, f.seq), at: f.seq, stored: f.stored,
 			header: f.header, data: f.data, src: true}
 		if !ok {
 			j.subject = f.subject
@@ -686,7 +686,7 @@ func (s *Service) laneJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []jo
 		} else {
 			j.weight, j.wErr = wire.ParseWeight(h)
 		}
-		j.id = wire.JobID(1, j.seq)
+		j.id = wire.JobID(1, 0, j.seq)
 		if t, err := time.Parse(time.RFC3339Nano, h.Get(wire.HeaderInputTime)); err == nil {
 			j.stored = t
 		}

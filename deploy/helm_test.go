@@ -851,7 +851,7 @@ func TestHelmChecksCatch(t *testing.T) {
 			{"env: {}", "env: {ADMITTER_HTTP_ADDR: 0.0.0.0:9090}", "env.ADMITTER_HTTP_ADDR: the chart sets it"},
 			{"env: {}", `env: {ADMITTER_PARTITIONS: "8"}`, "env.ADMITTER_PARTITIONS: the chart sets it"},
 			{"partitions: 1", "partitions: 0", "at '/partitions': minimum: got 0, want 1"},
-			{"partitions: 1", "partitions: 5000", "at '/partitions': maximum: got 5,000, want 4,096"},
+			{"partitions: 1", "partitions: 65", "at '/partitions': maximum: got 65, want 64"},
 		})
 		catches(t, existing, checkChart, []breakage{
 			{"[nats.creds, redis-password,", "[nats.creds, nats-token, redis-password,", "the Secret's nats.creds and nats-token are ways to authenticate to NATS: admitter takes one"},

@@ -220,7 +220,7 @@ func TestNATSChecksCatch(t *testing.T) {
 		{`ADMITTER_PARTITIONS: "4"`, `ADMITTER_PARTITIONS: "8"`,
 			`mappings "jobs.submit.*.>": "admitter.JOBS.4.{{partition(4,1)}}.jobs.submit.{{wildcard(1)}}.>" is not the mapping services.admitter's ADMITTER_PARTITIONS=8 needs, mappings { "jobs.submit.*.>": "admitter.JOBS.8.{{partition(8,1)}}.jobs.submit.{{wildcard(1)}}.>" }`},
 		{`ADMITTER_PARTITIONS: "4"`, `ADMITTER_PARTITIONS: "1"`, `where services.admitter's ADMITTER_PARTITIONS=1 does not read them: remove it`},
-		{`ADMITTER_PARTITIONS: "4"`, `ADMITTER_PARTITIONS: "0"`, `environment.ADMITTER_PARTITIONS "0": want an integer from 1 to 4096`},
+		{`ADMITTER_PARTITIONS: "4"`, `ADMITTER_PARTITIONS: "0"`, `environment.ADMITTER_PARTITIONS "0": want an integer from 1 to 64`},
 		{`      ADMITTER_PARTITIONS: "4"` + "\n", "", "where services.admitter's ADMITTER_PARTITIONS=1 does not read them"},
 		{"      ADMITTER_LOG_FORMAT: text\n", "      ADMITTER_LOG_FORMAT: text\n      ADMITTER_STREAM_IN: INPUT\n", `needs, mappings { "jobs.submit.*.>": "admitter.INPUT.4.{{partition(4,1)}}`},
 		{"      ADMITTER_LOG_FORMAT: text\n", "      ADMITTER_LOG_FORMAT: text\n      ADMITTER_SUBJECT_IN: work.*.{tenant}.>\n      ADMITTER_SUBJECT_OUT: admitted.*.{tenant}.>\n      ADMITTER_SUBJECT_DEAD: dead.*.{tenant}.>\n",

@@ -45,8 +45,9 @@ func NewPartitions(in Template, prefix string, n int) (Partitions, error) {
 	return Partitions{In: in, Prefix: prefix, N: n}, nil
 }
 
-// MaxPartitions bounds N: a job's id keeps its partitioning's N in 12 bits (see admission).
-const MaxPartitions = 4096
+// MaxPartitions bounds N: every job of every partition has an id of its own below 2^53 (see
+// wire.MaxPartitions, which it equals).
+const MaxPartitions = 64
 
 // One reports whether there is a single partition: jobs are stored as published.
 func (ps Partitions) One() bool { return ps.N < 2 }

@@ -41,11 +41,11 @@ func ParseLease(h nats.Header, in string) (int64, error) {
 		return 0, fmt.Errorf("neither %s nor %s names the forwarded job", HeaderLease, nats.MsgIdHdr)
 	}
 	kind, stream, seq, ok := ParseMsgID(id)
-	var n int
+	var n, p int
 	if ok && kind == KindForward {
-		n, _, ok = ParseInputStream(in, stream)
+		n, p, ok = ParseInputStream(in, stream)
 	}
-	lease := JobID(n, seq)
+	lease := JobID(n, p, seq)
 	if !ok || kind != KindForward || lease < 1 || lease > MaxLease {
 		return 0, fmt.Errorf("header %s is %q, want the forwarded job's (%s)", nats.MsgIdHdr, id, MsgID(KindForward, in, 1)[:len("admitter:a:")+len(in)+1]+"<sequence>")
 	}
