@@ -52,8 +52,12 @@ type owners struct {
 	counts map[string]int       // each replica's count of partitions (its heartbeat's value)
 	selfAt time.Time            // this replica's own last heartbeat, as the server stored it
 	mine   map[int]*held        // the partitions this replica holds
-	ready  bool                 // the watch's initial values are in
-	other  string               // a live replica of another count, as logged ("" when none)
+	// unsure are the partitions whose claim failed without a refusal (cut short by the stop, or
+	// unanswered): it may have been applied, the key this replica's with a revision it did not
+	// learn (see leave).
+	unsure map[int]bool
+	ready  bool   // the watch's initial values are in
+	other  string // a live replica of another count, as logged ("" when none)
 }
 
 // seenKey is a partition's key as the watch delivered it: its owner ("" when deleted), its
@@ -74,7 +78,7 @@ type held struct {
 
 func newOwners(self string, n int, beat time.Duration, log *slog.Logger) *owners {
 	return &owners{self: self, n: max(n, 1), beat: beat, lease: 3 * beat, log: log, released: make(chan int, max(n, 1)),
-		keys: map[int]seenKey{}, seen: map[string]time.Time{}, counts: map[string]int{}, mine: map[int]*held{}}
+		keys: map[int]seenKey{}, seen: map[string]time.Time{}, counts: map[string]int{}, mine: map[int]*held{}, unsure: map[int]bool{}}
 }
 
 const (
@@ -439,9 +443,15 @@ func (o *owners) balance(ctx context.Context) {
 			}
 		}
 		if err != nil {
+			if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLast(err) {
+				o.mu.Lock()
+				o.unsure[c.p] = true
+				o.mu.Unlock()
+			}
 			continue // another replica was first, or the server did not answer: next tick
 		}
 		o.mu.Lock()
+		delete(o.unsure, c.p)
 		o.mine[c.p] = &held{rev: rev, until: sent.Add(o.lease - o.beat/2)}
 		o.keys[c.p] = seenKey{owner: o.self, rev: rev, since: sent}
 		o.mu.Unlock()
@@ -492,16 +502,26 @@ func (o *owners) deleteKey(ctx context.Context, p int) {
 }
 
 // leave gives every partition up at the end (their queues stopped: see Service.Run): their keys
-// are deleted, and the heartbeat, so that other replicas take them at once.
+// are deleted, and the heartbeat, so that other replicas take them at once. A claim or a renewal
+// cut short by the stop (Service.Run cancels them) may have been applied: a key this replica
+// holds at a revision it did not learn is deleted too, else the next replica would wait a whole
+// lease for it.
 func (o *owners) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	o.mu.Lock()
-	mine := o.mine
-	o.mine = map[int]*held{}
+	mine, unsure := o.mine, o.unsure
+	o.mine, o.unsure = map[int]*held{}, map[int]bool{}
 	o.mu.Unlock()
 	for p, h := range mine {
-		_ = o.kv.Delete(ctx, o.key(p), jetstream.LastRevision(h.rev))
+		if err := o.kv.Delete(ctx, o.key(p), jetstream.LastRevision(h.rev)); err != nil {
+			unsure[p] = true // renewed meanwhile, the answer lost
+		}
+	}
+	for p := range unsure {
+		if e, err := o.kv.Get(ctx, o.key(p)); err == nil && string(e.Value()) == o.self {
+			_ = o.kv.Delete(ctx, o.key(p), jetstream.LastRevision(e.Revision()))
+		}
 	}
 	_ = o.kv.Delete(ctx, replicaKeyPrefix+o.self)
 }
