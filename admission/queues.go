@@ -676,8 +676,10 @@ func (qs *queues) poll(ctx context.Context) error {
 	defer cancel()
 	qs.mu.Lock()
 	parts := make([]*part, 0, len(qs.parts))
+	held := make(map[int]bool, len(qs.parts))
 	for _, pt := range qs.parts {
 		parts = append(parts, pt)
+		held[pt.index] = true
 	}
 	qs.mu.Unlock()
 	waiting := map[string]uint64{}
@@ -713,13 +715,20 @@ func (qs *queues) poll(ctx context.Context) error {
 		}
 		listings = append(listings, l)
 	}
-	old, err := qs.pollOld(pctx, waiting)
+	old, err := qs.pollOld(pctx, held, waiting)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	// A partition taken during this listing was listed whole by its start (refreshOld), and not
+	// by this one: its tenants' sources stand.
+	for tenant, srcs := range qs.old {
+		if p := s.in.partOf(tenant); !held[p] && qs.parts[p] != nil {
+			old[tenant] = srcs
+		}
+	}
 	qs.waiting, qs.old, qs.polled = waiting, old, now
 	noFeed := map[int]bool{}
 	for _, l := range listings {
@@ -743,7 +752,13 @@ func (qs *queues) poll(ctx context.Context) error {
 
 // refreshOld lists the older streams (see pollOld) and gives their sources to the queues.
 func (qs *queues) refreshOld(ctx context.Context) error {
-	old, err := qs.pollOld(ctx, map[string]uint64{})
+	qs.mu.Lock()
+	held := make(map[int]bool, len(qs.parts))
+	for p := range qs.parts {
+		held[p] = true
+	}
+	qs.mu.Unlock()
+	old, err := qs.pollOld(ctx, held, map[string]uint64{})
 	if err != nil {
 		return err
 	}
@@ -774,17 +789,16 @@ func (qs *queues) addSourcesLocked(q *queue, srcs []source) {
 	}
 }
 
-// pollOld lists the older streams: the tenants with jobs there whose partition this replica
-// holds, and their sources, counted in waiting. The lanes stream is listed while it has jobs.
-func (qs *queues) pollOld(ctx context.Context, waiting map[string]uint64) (map[string][]source, error) {
+// pollOld lists the older streams: the tenants with jobs there whose partition is held (this
+// replica's partitions when the listing started: every stream is listed for the same ones, or
+// a tenant of a partition taken meanwhile would be given only the streams listed after, and read
+// them first), and their sources, counted in waiting. The lanes stream is listed while it has
+// jobs.
+func (qs *queues) pollOld(ctx context.Context, held map[int]bool, waiting map[string]uint64) (map[string][]source, error) {
 	s := qs.s
 	c := s.cfg
 	out := map[string][]source{}
-	mine := func(tenant string) bool {
-		qs.mu.Lock()
-		defer qs.mu.Unlock()
-		return qs.parts[s.in.partOf(tenant)] != nil
-	}
+	mine := func(tenant string) bool { return held[s.in.partOf(tenant)] }
 	if s.legacyLanes.Load() {
 		if ws, err := s.streams.get(ctx, c.StreamWait); err == nil {
 			if winfo, err := ws.Info(ctx, jetstream.WithSubjectFilter(c.Wait.Filter())); err == nil {
