@@ -128,6 +128,7 @@ type queue struct {
 	waitsFor string    // scheduled: why its head waits, as its last step's decision said (stepResult.waitsFor)
 	poolWoke bool      // running: woken for its pool meanwhile (it asks again at once if its head waits for the pool)
 	gone     bool      // no longer this replica's: dropped when its step ends
+	more     []source  // running: older streams found meanwhile, for its next step (takeSources)
 
 	// the feed's, under queues.mu
 	mode     mode
@@ -595,7 +596,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 			q.buf, q.bufBytes = nil, 0
 		}
 		q.gone = true
-	case r.more || ((r.idle || r.headless) && (q.hinted || len(q.buf) > 0)):
+	case r.more || ((r.idle || r.headless) && (q.hinted || len(q.buf) > 0 || len(q.more) > 0)):
 		if !r.more || !r.cut {
 			// It did not use its whole turn: the rest is not banked. Only a step cut at its
 			// budget keeps what is left (less than its next job's weight), as deficit round
@@ -775,8 +776,27 @@ func (qs *queues) refreshOld(ctx context.Context) error {
 
 // addSourcesLocked gives q the older streams of srcs it does not read yet (one may appear at any
 // time: a producer publishing without the mapping); a queue that follows its feed reads them
-// first: it falls behind, so that order is kept.
+// first: it falls behind, so that order is kept. A queue whose step runs gets them when its
+// next step starts (takeSources): the step reads and moves its older streams without the lock.
 func (qs *queues) addSourcesLocked(q *queue, srcs []source) {
+	if q.where == running {
+		q.more = append(q.more, srcs...)
+		return
+	}
+	qs.mergeSourcesLocked(q, srcs)
+}
+
+// takeSources gives q, whose step starts, the older streams found while a step of it ran.
+func (qs *queues) takeSources(q *queue) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	qs.mergeSourcesLocked(q, nil)
+}
+
+// mergeSourcesLocked adds srcs, and those found while a step ran, to q's older streams (see
+// addSourcesLocked); no step of q runs, or it is q's own, before it reads them.
+func (qs *queues) mergeSourcesLocked(q *queue, srcs []source) {
+	srcs, q.more = append(q.more, srcs...), nil
 	added := false
 	for _, src := range srcs {
 		if !slices.ContainsFunc(q.old, func(o source) bool { return o.stream == src.stream }) {
@@ -784,7 +804,7 @@ func (qs *queues) addSourcesLocked(q *queue, srcs []source) {
 			added = true
 		}
 	}
-	if added && q.mode != behind && q.where != running {
+	if added && q.mode != behind {
 		qs.fallBehindLocked(q)
 	}
 }
