@@ -128,6 +128,7 @@ type queue struct {
 	waitsFor string    // scheduled: why its head waits, as its last step's decision said (stepResult.waitsFor)
 	poolWoke bool      // running: woken for its pool meanwhile (it asks again at once if its head waits for the pool)
 	gone     bool      // no longer this replica's: dropped when its step ends
+	more     []source  // running: older streams found meanwhile, for its next step (takeSources)
 
 	// the feed's, under queues.mu
 	mode     mode
@@ -595,7 +596,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 			q.buf, q.bufBytes = nil, 0
 		}
 		q.gone = true
-	case r.more || ((r.idle || r.headless) && (q.hinted || len(q.buf) > 0)):
+	case r.more || ((r.idle || r.headless) && (q.hinted || len(q.buf) > 0 || len(q.more) > 0)):
 		if !r.more || !r.cut {
 			// It did not use its whole turn: the rest is not banked. Only a step cut at its
 			// budget keeps what is left (less than its next job's weight), as deficit round
@@ -676,8 +677,10 @@ func (qs *queues) poll(ctx context.Context) error {
 	defer cancel()
 	qs.mu.Lock()
 	parts := make([]*part, 0, len(qs.parts))
+	held := make(map[int]bool, len(qs.parts))
 	for _, pt := range qs.parts {
 		parts = append(parts, pt)
+		held[pt.index] = true
 	}
 	qs.mu.Unlock()
 	waiting := map[string]uint64{}
@@ -713,13 +716,20 @@ func (qs *queues) poll(ctx context.Context) error {
 		}
 		listings = append(listings, l)
 	}
-	old, err := qs.pollOld(pctx, waiting)
+	old, err := qs.pollOld(pctx, held, waiting)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	// A partition taken during this listing was listed whole by its start (refreshOld), and not
+	// by this one: its tenants' sources stand.
+	for tenant, srcs := range qs.old {
+		if p := s.in.partOf(tenant); !held[p] && qs.parts[p] != nil {
+			old[tenant] = srcs
+		}
+	}
 	qs.waiting, qs.old, qs.polled = waiting, old, now
 	noFeed := map[int]bool{}
 	for _, l := range listings {
@@ -743,7 +753,13 @@ func (qs *queues) poll(ctx context.Context) error {
 
 // refreshOld lists the older streams (see pollOld) and gives their sources to the queues.
 func (qs *queues) refreshOld(ctx context.Context) error {
-	old, err := qs.pollOld(ctx, map[string]uint64{})
+	qs.mu.Lock()
+	held := make(map[int]bool, len(qs.parts))
+	for p := range qs.parts {
+		held[p] = true
+	}
+	qs.mu.Unlock()
+	old, err := qs.pollOld(ctx, held, map[string]uint64{})
 	if err != nil {
 		return err
 	}
@@ -760,8 +776,27 @@ func (qs *queues) refreshOld(ctx context.Context) error {
 
 // addSourcesLocked gives q the older streams of srcs it does not read yet (one may appear at any
 // time: a producer publishing without the mapping); a queue that follows its feed reads them
-// first: it falls behind, so that order is kept.
+// first: it falls behind, so that order is kept. A queue whose step runs gets them when its
+// next step starts (takeSources): the step reads and moves its older streams without the lock.
 func (qs *queues) addSourcesLocked(q *queue, srcs []source) {
+	if q.where == running {
+		q.more = append(q.more, srcs...)
+		return
+	}
+	qs.mergeSourcesLocked(q, srcs)
+}
+
+// takeSources gives q, whose step starts, the older streams found while a step of it ran.
+func (qs *queues) takeSources(q *queue) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	qs.mergeSourcesLocked(q, nil)
+}
+
+// mergeSourcesLocked adds srcs, and those found while a step ran, to q's older streams (see
+// addSourcesLocked); no step of q runs, or it is q's own, before it reads them.
+func (qs *queues) mergeSourcesLocked(q *queue, srcs []source) {
+	srcs, q.more = append(q.more, srcs...), nil
 	added := false
 	for _, src := range srcs {
 		if !slices.ContainsFunc(q.old, func(o source) bool { return o.stream == src.stream }) {
@@ -769,22 +804,21 @@ func (qs *queues) addSourcesLocked(q *queue, srcs []source) {
 			added = true
 		}
 	}
-	if added && q.mode != behind && q.where != running {
+	if added && q.mode != behind {
 		qs.fallBehindLocked(q)
 	}
 }
 
-// pollOld lists the older streams: the tenants with jobs there whose partition this replica
-// holds, and their sources, counted in waiting. The lanes stream is listed while it has jobs.
-func (qs *queues) pollOld(ctx context.Context, waiting map[string]uint64) (map[string][]source, error) {
+// pollOld lists the older streams: the tenants with jobs there whose partition is held (this
+// replica's partitions when the listing started: every stream is listed for the same ones, or
+// a tenant of a partition taken meanwhile would be given only the streams listed after, and read
+// them first), and their sources, counted in waiting. The lanes stream is listed while it has
+// jobs.
+func (qs *queues) pollOld(ctx context.Context, held map[int]bool, waiting map[string]uint64) (map[string][]source, error) {
 	s := qs.s
 	c := s.cfg
 	out := map[string][]source{}
-	mine := func(tenant string) bool {
-		qs.mu.Lock()
-		defer qs.mu.Unlock()
-		return qs.parts[s.in.partOf(tenant)] != nil
-	}
+	mine := func(tenant string) bool { return held[s.in.partOf(tenant)] }
 	if s.legacyLanes.Load() {
 		if ws, err := s.streams.get(ctx, c.StreamWait); err == nil {
 			if winfo, err := ws.Info(ctx, jetstream.WithSubjectFilter(c.Wait.Filter())); err == nil {

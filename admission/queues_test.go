@@ -385,3 +385,28 @@ func TestOlderStreamsGoFirst(t *testing.T) {
 		t.Errorf("a following queue given an older stream: mode %d, sources %d; want behind, 1", q.mode, len(q.old))
 	}
 }
+
+// TestSourcesFoundDuringAStepWaitForIt: an older stream found while a step of the queue runs
+// is not added under the step (it reads and moves its older streams without the lock: a data
+// race, and a cursor the step moved lost to a copy, when the listing appended to them); the
+// queue's next step adds it, and falls behind to read it first.
+func TestSourcesFoundDuringAStepWaitForIt(t *testing.T) {
+	qs := feedRig(t, 10, 1000)
+	src := source{stream: "JOBS_8_3", filter: "admitter.JOBS.8.3.jobs.submit.w.>", n: 8}
+	feed(qs, "w", fedJob(51))
+	q, _, ok := qs.tryTake()
+	if !ok || q.tenant != "w" || q.mode != following {
+		t.Fatalf("took %v (%v), want w's queue, following", q, ok)
+	}
+	qs.mu.Lock()
+	qs.addSourcesLocked(q, []source{src})
+	qs.mu.Unlock()
+	if len(q.old) != 0 || q.mode != following {
+		t.Fatalf("a running queue given an older stream: sources %d, mode %d; want 0 until its next step, following", len(q.old), q.mode)
+	}
+	qs.done(q, stepResult{more: true})
+	qs.takeSources(q)
+	if len(q.old) != 1 || q.old[0].stream != src.stream || q.mode != behind || len(q.more) != 0 {
+		t.Errorf("its next step: sources %v, mode %d, pending %d; want JOBS_8_3, behind, none", q.old, q.mode, len(q.more))
+	}
+}

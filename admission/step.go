@@ -125,6 +125,7 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	maxBytes := max(s.cfg.InFlightBytes/s.cfg.Workers, 1<<20)
+	s.queues.takeSources(q)
 	for len(q.old) > 0 {
 		src := &q.old[0]
 		if src.unpurged > 0 {
