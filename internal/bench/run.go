@@ -177,6 +177,16 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		}
 		rep.Notes = append(rep.Notes, rep.EndToEnd.Notes...)
 	}
+	if o.Has(ScenarioReplicas) {
+		if rep.Replicas, err = e.replicas(ctx, p); err != nil {
+			return nil, fmt.Errorf("replicas: %w", err)
+		}
+	}
+	if o.Has(ScenarioBacklog) {
+		if rep.Backlog, err = e.backlog(ctx, p); err != nil {
+			return nil, fmt.Errorf("backlog: %w", err)
+		}
+	}
 	if o.Has(ScenarioLarge) {
 		if rep.Large, err = e.large(ctx, p); err != nil {
 			return nil, fmt.Errorf("large: %w", err)
