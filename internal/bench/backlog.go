@@ -42,16 +42,21 @@ type BacklogRun struct {
 	PublishS float64 `json:"publish_s"`
 	// From the start: the first job of the backlog received, and the last (DrainS); PerSecond is
 	// the backlog over DrainS, VsRelay over the relay's.
-	FirstS    float64 `json:"first_s"`
-	DrainS    float64 `json:"drain_s"`
-	Received  int     `json:"received"`
-	PerSecond float64 `json:"per_second"`
-	VsRelay   float64 `json:"vs_relay"`
+	FirstS   float64 `json:"first_s"`
+	DrainS   float64 `json:"drain_s"`
+	Received int     `json:"received"`
+	// Duplicates counts the backlog's forwards received again (the same Nats-Msg-Id; the relay
+	// sets none): not counted in Received. Expect 0.
+	Duplicates int     `json:"duplicates"`
+	PerSecond  float64 `json:"per_second"`
+	VsRelay    float64 `json:"vs_relay"`
 	// New is the new tenant's jobs' publish → received, of those published from the start until
 	// the backlog was drained; NewMissing counts those not received within backlogNewGrace after
 	// the drain (not in New).
 	New        Latency `json:"new_tenant"`
 	NewMissing int     `json:"new_tenant_missing"`
+	// NewWaitsMs is each of those jobs' wait in the order published (−1: never received).
+	NewWaitsMs []float64 `json:"new_tenant_waits_ms"`
 	// CPU seconds from the start to the drain's end: the admitters' processes (summed) and
 	// nats-server's.
 	AdmitterCPUS float64 `json:"admitter_cpu_s,omitempty"`
@@ -88,8 +93,10 @@ func BacklogFigures(start time.Time, got []time.Time, news []newJob, jobs int) B
 		case j.sent.After(last):
 		case j.got.IsZero():
 			r.NewMissing++
+			r.NewWaitsMs = append(r.NewWaitsMs, -1)
 		default:
 			waits = append(waits, j.got.Sub(j.sent))
+			r.NewWaitsMs = append(r.NewWaitsMs, round(ms(j.got.Sub(j.sent)), 1))
 		}
 	}
 	r.New = Summarize(waits)
@@ -134,8 +141,16 @@ func (e *env) backlog(ctx context.Context, p *progress) (*Backlog, error) {
 }
 
 func backlogSummary(r BacklogRun) string {
-	return fmt.Sprintf("drained in %.2fs (first after %.2fs), %s jobs/s; new tenant p50 %.0fms p99 %.0fms over %d jobs, %d missing",
-		r.DrainS, r.FirstS, count(r.PerSecond), r.New.P50Ms, r.New.P99Ms, r.New.Samples, r.NewMissing)
+	waits := make([]string, len(r.NewWaitsMs))
+	for i, w := range r.NewWaitsMs {
+		waits[i] = fixed(w, 0)
+	}
+	s := fmt.Sprintf("drained in %.2fs (first after %.2fs), %s jobs/s, %d duplicates; new tenant p50 %.0fms p99 %.0fms over %d jobs, %d missing (waits ms in order: %s)",
+		r.DrainS, r.FirstS, count(r.PerSecond), r.Duplicates, r.New.P50Ms, r.New.P99Ms, r.New.Samples, r.NewMissing, strings.Join(waits, " "))
+	if r.Replicas > 0 {
+		s += fmt.Sprintf("; CPU admitters %.2fs, nats-server %.2fs", r.AdmitterCPUS, r.NATSCPUS)
+	}
+	return s
 }
 
 // backlogRun starts n admitter replicas on parts partitions (n = 0: the relay) on the backlog.
@@ -170,12 +185,21 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	var (
 		mu   sync.Mutex
 		got  = make([]time.Time, 0, o.BacklogJobs)
+		seen = make(map[string]struct{}, o.BacklogJobs)
+		dups int
 		news []newJob
 	)
 	col, err := collect(nc, prefixOut+">", func(m *nats.Msg, now time.Time) (struct{}, bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !strings.HasPrefix(m.Subject, newPrefix) {
+			if id := m.Header.Get(nats.MsgIdHdr); id != "" {
+				if _, again := seen[id]; again {
+					dups++
+					return struct{}{}, false
+				}
+				seen[id] = struct{}{}
+			}
 			got = append(got, now)
 			return struct{}{}, false
 		}
@@ -206,7 +230,7 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	var pids []int
 	var failed <-chan error
 	start := time.Now()
-	natsCPU0 := cpuSeconds(srv.proc.cmd.Process.Pid)
+	natsCPU0 := cpuTime(srv.proc.cmd.Process.Pid)
 	newWG.Go(func() {
 		// Its first job at the start, then one every 1/rate.
 		tick := time.NewTicker(time.Duration(float64(time.Second) / o.BacklogNewRate))
@@ -258,7 +282,7 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	if err := waitUntil(ctx, bound, failed, func() bool { return received() >= o.BacklogJobs }); err != nil {
 		return fail(fmt.Errorf("%d of %d jobs of the backlog received: %w", received(), o.BacklogJobs, err))
 	}
-	admCPU, natsCPU := sumCPU(pids), cpuSeconds(srv.proc.cmd.Process.Pid)-natsCPU0
+	admCPU, natsCPU := sumCPU(pids), cpuTime(srv.proc.cmd.Process.Pid)-natsCPU0
 	stopNew()
 	newWG.Wait()
 	allIn := func() bool {
@@ -274,6 +298,7 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	_ = waitUntil(ctx, backlogNewGrace, failed, allIn) // those still missing are counted
 	mu.Lock()
 	r := BacklogFigures(start, slices.Clone(got), slices.Clone(news), o.BacklogJobs)
+	r.Duplicates = dups
 	mu.Unlock()
 	r.Name, r.Replicas, r.Partitions = name, n, parts
 	r.PublishS = round(publishS, 2)

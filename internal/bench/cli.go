@@ -37,6 +37,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.IntVar(&o.ReplicasJobs, "replicas-jobs", def.ReplicasJobs, "replicas: jobs published at once, drained by the relay and by 1, 2 and 4 admitter replicas (-quick: 5000)")
 	fs.IntVar(&o.ReplicasTenants, "replicas-tenants", def.ReplicasTenants, "replicas: tenants the jobs are spread over")
 	fs.IntVar(&o.Partitions, "partitions", def.Partitions, "replicas and backlog: the admitters' ADMITTER_PARTITIONS")
+	fs.StringVar(&o.ReplicasProfile, "replicas-cpuprofile", "", "replicas: write CPU profiles of every admitter process from the burst's start to `prefix`-<n>x<p>-<i>.pprof")
 	fs.IntVar(&o.BacklogJobs, "backlog-jobs", def.BacklogJobs, "backlog: jobs queued while no forwarder runs (-quick: 10000)")
 	fs.IntVar(&o.BacklogTenants, "backlog-tenants", def.BacklogTenants, "backlog: tenants the backlog is spread over (-quick: 1000)")
 	fs.Float64Var(&o.BacklogNewRate, "backlog-new-rate", def.BacklogNewRate, "backlog: jobs/s of the new tenant publishing while the backlog drains")

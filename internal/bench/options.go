@@ -67,6 +67,10 @@ type Options struct {
 	ReplicasJobs    int
 	ReplicasTenants int
 	Partitions      int
+	// ReplicasProfile, when set, is the prefix of CPU profiles of every admitter process of the
+	// replicas scenario from the burst's start (<prefix>-<n>x<p>-<i>.pprof, replica i of n on p
+	// partitions), for about the drain (replicasProfileS).
+	ReplicasProfile string
 
 	// Backlog: BacklogJobs jobs over BacklogTenants tenants published while no forwarder runs,
 	// drained by the relay, one admitter on one partition, and 1 and 2 replicas on Partitions,

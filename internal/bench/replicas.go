@@ -7,9 +7,11 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/admitter/admitter/wire"
@@ -69,7 +71,20 @@ type ReplicaRun struct {
 	// 0 for the relay, which runs in the bench's own process beside the publisher).
 	NATSCPUMicrosPerJob     float64 `json:"nats_server_cpu_us_per_job"`
 	AdmitterCPUMicrosPerJob float64 `json:"admitter_cpu_us_per_job,omitempty"`
+	// RedisCallsPerJob is the commands Redis ran per job (the admitters' limiter calls).
+	RedisCallsPerJob float64 `json:"redis_calls_per_job,omitempty"`
+	// Idle: CPU the admitters' processes (summed) and nats-server used per second over
+	// replicasIdle once the partitions were shared, before the burst: what the replicas cost
+	// with nothing to do (heartbeats, leases, listings), in ms per second.
+	AdmitterIdleMsPerS float64 `json:"admitter_idle_cpu_ms_per_s,omitempty"`
+	NATSIdleMsPerS     float64 `json:"nats_server_idle_cpu_ms_per_s,omitempty"`
 }
+
+// replicasWarmUp is the warm-up burst before the measured one of jobs.
+func replicasWarmUp(jobs int) int { return max(1, jobs/5) }
+
+// replicasIdle is how long the replicas' idle CPU is measured before the burst.
+const replicasIdle = time.Second
 
 // ReplicaFigures fills the ratios of r from its runs: each run's jobs/s over the one replica's
 // on r.Partitions, and two and four replicas' figures over it. A ratio whose runs are missing is
@@ -163,7 +178,8 @@ func replicaName(n, parts int) string {
 func replicaSummary(r ReplicaRun) string {
 	s := fmt.Sprintf("%s jobs/s (published in %.2fs), server msgs/job %.2f, nats-server %.1f µs/job", count(r.PerSecond), r.PublishS, r.ServerMsgsPerJob, r.NATSCPUMicrosPerJob)
 	if r.Replicas > 0 {
-		s += fmt.Sprintf(", admitters %.1f µs/job; shared after %.2fs %v", r.AdmitterCPUMicrosPerJob, r.SharedS, r.Held)
+		s += fmt.Sprintf(", admitters %.1f µs/job, redis %.3f calls/job; shared after %.2fs %v; idle CPU admitters %.0f ms/s, nats-server %.0f ms/s",
+			r.AdmitterCPUMicrosPerJob, r.RedisCallsPerJob, r.SharedS, r.Held, r.AdmitterIdleMsPerS, r.NATSIdleMsPerS)
 	}
 	return s
 }
@@ -229,22 +245,67 @@ func (e *env) replicaRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	for i, a := range procs {
 		pids[i] = a.proc.cmd.Process.Pid
 	}
+	// A first, smaller burst warms the forwarders up (their heaps grown, their connections'
+	// buffers sized, every tenant's first job seen), as a replica that has run for a while is.
+	warm := replicasWarmUp(o.ReplicasJobs)
+	if _, _, err := burst(ctx, srv.url, warm, o.ReplicasTenants); err != nil {
+		return run, err
+	}
+	if _, err := waitForMessages(ctx, js, streamOut, warm, time.Minute+time.Duration(warm)*time.Millisecond, failed); err != nil {
+		return run, fmt.Errorf("%s: warming up: %w", run.Name, err)
+	}
+	if n > 0 {
+		idle0, natsIdle0, t0 := sumCPU(pids), cpuTime(srv.proc.cmd.Process.Pid), time.Now()
+		select {
+		case <-ctx.Done():
+			return run, ctx.Err()
+		case <-time.After(replicasIdle):
+		}
+		secs := time.Since(t0).Seconds()
+		run.AdmitterIdleMsPerS = round((sumCPU(pids)-idle0)*1e3/secs, 1)
+		run.NATSIdleMsPerS = round((cpuTime(srv.proc.cmd.Process.Pid)-natsIdle0)*1e3/secs, 1)
+	}
+	rc, err := newRueidis(e.redisURL)
+	if err != nil {
+		return run, err
+	}
+	defer rc.Close()
+	calls0, err := redisCalls(ctx, rc)
+	if err != nil {
+		return run, err
+	}
 	msgs0, err := srv.mon.msgsOf(conn)
 	if err != nil {
 		return run, err
 	}
-	natsCPU0, admCPU0 := cpuSeconds(srv.proc.cmd.Process.Pid), sumCPU(pids)
+	natsCPU0, admCPU0 := cpuTime(srv.proc.cmd.Process.Pid), sumCPU(pids)
+	if o.ReplicasProfile != "" {
+		var profiled sync.WaitGroup
+		defer profiled.Wait()
+		for i, a := range procs {
+			profiled.Go(func() {
+				path := fmt.Sprintf("%s-%dx%d-%d.pprof", o.ReplicasProfile, n, parts, i)
+				if err := cpuProfile(a.http, replicasProfileS(o.ReplicasJobs), path); err != nil {
+					e.o.logger().Warn("replicas: CPU profile", "path", path, "err", err)
+				}
+			})
+		}
+	}
 	begin, publish, err := burst(ctx, srv.url, o.ReplicasJobs, o.ReplicasTenants)
 	if err != nil {
 		return run, err
 	}
 	bound := time.Minute + time.Duration(o.ReplicasJobs)*time.Millisecond // at least 1000 jobs/s
-	last, err := waitForMessages(ctx, js, streamOut, o.ReplicasJobs, bound, failed)
+	last, err := waitForMessages(ctx, js, streamOut, warm+o.ReplicasJobs, bound, failed)
 	if err != nil {
 		return run, fmt.Errorf("%s: %w", run.Name, err)
 	}
-	natsCPU, admCPU := cpuSeconds(srv.proc.cmd.Process.Pid)-natsCPU0, sumCPU(pids)-admCPU0
+	natsCPU, admCPU := cpuTime(srv.proc.cmd.Process.Pid)-natsCPU0, sumCPU(pids)-admCPU0
 	msgs1, err := srv.mon.msgsOf(conn)
+	if err != nil {
+		return run, err
+	}
+	calls1, err := redisCalls(ctx, rc)
 	if err != nil {
 		return run, err
 	}
@@ -257,8 +318,35 @@ func (e *env) replicaRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	run.NATSCPUMicrosPerJob = round(natsCPU*1e6/jobs, 2)
 	if n > 0 {
 		run.AdmitterCPUMicrosPerJob = round(admCPU*1e6/jobs, 2)
+		run.RedisCallsPerJob = round(float64(calls1-calls0-1)/jobs, 3) // less the INFO that read it
 	}
 	return run, nil
+}
+
+// replicasProfileS is how long the replicas' CPU profiles last from the burst's start: about
+// its drain at 20,000 jobs/s, at least 2 s.
+func replicasProfileS(jobs int) int { return max(2, (jobs+19_999)/20_000) }
+
+// cpuProfile writes a CPU profile of seconds of the admitter serving HTTP on addr to path.
+func cpuProfile(addr string, seconds int, path string) error {
+	c := http.Client{Timeout: time.Duration(seconds+10) * time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // burst publishes n jobs over tenants tenants (round robin) as fast as an async publisher goes,
@@ -288,11 +376,11 @@ func burst(ctx context.Context, url string, n, tenants int) (time.Time, time.Dur
 	return begin, time.Since(begin), nil
 }
 
-// sumCPU is the CPU seconds the processes used.
+// sumCPU is the CPU seconds the processes used (cpuTime).
 func sumCPU(pids []int) float64 {
 	s := 0.0
 	for _, pid := range pids {
-		s += cpuSeconds(pid)
+		s += cpuTime(pid)
 	}
 	return s
 }
@@ -394,4 +482,34 @@ func metricValue(body, name string) (float64, error) {
 		sum += v
 	}
 	return sum, nil
+}
+
+// cpuTime is the CPU time a process's threads have run, in seconds, to the nanosecond: the sum
+// of their /proc schedstat (cpuSeconds counts in ticks of 10 ms, too coarse for the
+// microseconds per job of a drain of a second summed over four processes). It falls back on
+// cpuSeconds when the threads cannot be read. A thread that ends takes its time with it: the
+// admitters and nats-server keep theirs.
+func cpuTime(pid int) float64 {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil || len(tasks) == 0 {
+		return cpuSeconds(pid)
+	}
+	var ns int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // ended meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return cpuSeconds(pid)
+		}
+		ns += v
+	}
+	return float64(ns) / 1e9
 }

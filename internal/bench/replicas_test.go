@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"math"
+	"os"
+	"slices"
 	"testing"
 	"time"
 )
@@ -60,8 +63,8 @@ func TestBacklogFigures(t *testing.T) {
 	if r.FirstS != 0.1 || r.DrainS != 4 || r.Received != 4 || r.PerSecond != 1 || r.NewMissing != 1 {
 		t.Errorf("figures: %+v", r)
 	}
-	if r.New.Samples != 3 || r.New.MaxMs != 900 || r.New.P50Ms != 700 {
-		t.Errorf("new tenant: %+v", r.New)
+	if r.New.Samples != 3 || r.New.MaxMs != 900 || r.New.P50Ms != 700 || !slices.Equal(r.NewWaitsMs, []float64{900, 100, -1, 700}) {
+		t.Errorf("new tenant: %+v, waits %v", r.New, r.NewWaitsMs)
 	}
 	if r := BacklogFigures(start, nil, news, 4); r.Received != 0 || r.PerSecond != 0 || r.New.Samples != 0 {
 		t.Errorf("nothing received: %+v", r)
@@ -101,5 +104,25 @@ admitter_replicas{otel_scope_name="admitter"} 2
 	}
 	if _, err := metricValue(body, "admitter_queues"); err == nil {
 		t.Error("a metric that is not there: no error")
+	}
+}
+
+func TestCPUTime(t *testing.T) {
+	pid := os.Getpid()
+	t0, s0 := cpuTime(pid), cpuSeconds(pid)
+	// Burn 200ms of CPU by cpuTime's count (whatever else the machine runs meanwhile).
+	x := 0
+	for deadline := time.Now().Add(10 * time.Second); cpuTime(pid)-t0 < 0.2 && time.Now().Before(deadline); {
+		for i := range 100_000 {
+			x += i
+		}
+	}
+	t1, s1 := cpuTime(pid), cpuSeconds(pid)
+	// ticks of 10 ms against nanoseconds: the same time within a few ticks
+	if d, ds := t1-t0, s1-s0; d < 0.2 || math.Abs(d-ds) > 0.05 {
+		t.Errorf("cpuTime went %.4fs, cpuSeconds %.2fs (%d)", d, ds, x)
+	}
+	if cpuTime(1<<30) != 0 {
+		t.Error("a process that is not there has CPU time")
 	}
 }

@@ -566,6 +566,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("replicas server msgs/job by run", msgs(func(r ReplicaRun) float64 { return r.ServerMsgsPerJob }, 2), "relay "+fixed(rp.Relay.ServerMsgsPerJob, 2), "", "", "")
 		row("replicas nats-server µs/job by run", msgs(func(r ReplicaRun) float64 { return r.NATSCPUMicrosPerJob }, 1), "relay "+fixed(rp.Relay.NATSCPUMicrosPerJob, 1), "", "", "")
 		row("replicas admitters µs/job by run", msgs(func(r ReplicaRun) float64 { return r.AdmitterCPUMicrosPerJob }, 1), "", "", "", "")
+		row("replicas redis calls/job by run", msgs(func(r ReplicaRun) float64 { return r.RedisCallsPerJob }, 3), "", "", "", "")
+		row("replicas idle CPU ms/s by run", msgs(func(r ReplicaRun) float64 { return r.AdmitterIdleMsPerS }, 0), "nats-server "+msgs(func(r ReplicaRun) float64 { return r.NATSIdleMsPerS }, 0), "", "", "")
 		row("replicas partitions shared after s", msgs(func(r ReplicaRun) float64 { return r.SharedS }, 2), "", "", "", "")
 	}
 	if b := r.Backlog; b != nil {
