@@ -30,7 +30,8 @@ func TestQuickRun(t *testing.T) {
 		"-overload-duration", "1500ms", "-overload-tail", "500ms", "-flood-jobs", "3000", "-flood-quiet", "5", "-flood-duration", "1s",
 		"-large-jobs", "20", "-large-kib", "256", "-fair-tenants", "20", "-fair-jobs", "50", "-crowd-tenants", "50", "-crowd-jobs", "10",
 		"-pool-tenants", "12", "-pool-jobs", "10", "-pool-concurrency", "4", "-pool-quiet", "2",
-		"-downstream-tenants", "6", "-downstream-phase", "2s"}, &out, &errOut, t)
+		"-downstream-tenants", "6", "-downstream-phase", "2s", "-replicas-jobs", "1000", "-replicas-tenants", "50",
+		"-backlog-jobs", "1000", "-backlog-tenants", "100"}, &out, &errOut, t)
 	t.Logf("exit %d after %v\n%s%s", code, time.Since(begin).Round(time.Millisecond), out.String(), errOut.String())
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
@@ -42,6 +43,8 @@ func TestQuickRun(t *testing.T) {
 		"fair: publish 1,000 jobs tenant by tenant", "fair: the admitter drains them, with ADMITTER_QUANTUM=5", "fair: start-up", "crowd: 50 tenants fire 10 jobs each",
 		"pool: publish 280 jobs tenant by tenant", "pool: 12 tenants share a pool of 4", "pool: Jain",
 		"downstream (adaptive): publish", "downstream (fixed 64): 6 tenants on a pool", "downstream (adaptive): limit in force by second",
+		"replicas: relay drains 1,000 jobs of 50 tenants", "replicas: 4 admitter replicas, 8 partitions drain", "backlog at start: relay drains",
+		"backlog at start: 2 admitter replicas, 8 partitions drain",
 		"scenario", "peer/ceiling", "figures written to " + path} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
@@ -111,6 +114,41 @@ func TestQuickRun(t *testing.T) {
 	latency("admitter", e.Latency.Admitter)
 	if got := e.Latency.Admitter.P99Ms - e.Latency.Relay.P99Ms; abs(got-e.Latency.AddedP99Ms) > 0.002 {
 		t.Errorf("added p99 %g, want admitter p99 − relay p99 = %g", e.Latency.AddedP99Ms, got)
+	}
+
+	rp := r.Replicas
+	if rp == nil {
+		t.Fatal("no replicas section")
+	}
+	if rp.Jobs != 1000 || rp.Tenants != 50 || rp.Partitions != 8 || len(rp.Runs) != 4 || rp.TwoVsOne <= 0 || rp.FourVsOne <= 0 || rp.MsgsFourVsOne <= 0 {
+		t.Errorf("replicas: %+v", rp)
+	}
+	for _, run := range append([]bench.ReplicaRun{rp.Relay}, rp.Runs...) {
+		// Every job is delivered to the forwarder once at least, and its forward's PubAck.
+		if run.Jobs != 1000 || run.PerSecond <= 0 || run.PublishS <= 0 || run.ServerMsgsPerJob < 1.9 || run.ForwarderMsgsPerJob < 0.9 || run.NATSCPUMicrosPerJob < 0 {
+			t.Errorf("replicas %s: %+v", run.Name, run)
+		}
+		sum := 0
+		for _, h := range run.Held {
+			sum += h
+		}
+		if run.Replicas > 0 && (len(run.Held) != run.Replicas || sum != run.Partitions || run.SharedS <= 0) {
+			t.Errorf("replicas %s: partitions held %v", run.Name, run.Held)
+		}
+	}
+	bl := r.Backlog
+	if bl == nil {
+		t.Fatal("no backlog section")
+	}
+	if bl.Jobs != 1000 || bl.Tenants != 100 || bl.NewRate != 2 || len(bl.Runs) != 3 {
+		t.Errorf("backlog: %+v", bl)
+	}
+	for _, run := range append([]bench.BacklogRun{bl.Relay}, bl.Runs...) {
+		// The new tenant's first job goes at the start: one wait at least.
+		if run.Received != 1000 || run.DrainS <= 0 || run.FirstS > run.DrainS || run.PerSecond <= 0 || run.VsRelay <= 0 || run.PublishS <= 0 ||
+			run.New.Samples+run.NewMissing < 1 || (run.Replicas > 0 && run.AdmitterCPUS <= 0) {
+			t.Errorf("backlog %s: %+v", run.Name, run)
+		}
 	}
 
 	l := r.Large
@@ -216,15 +254,17 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 
-	if len(r.Goals) != 28 {
-		t.Errorf("%d goals, want 28: %+v", len(r.Goals), r.Goals)
+	if len(r.Goals) != 39 {
+		t.Errorf("%d goals, want 39: %+v", len(r.Goals), r.Goals)
 	}
 	for _, name := range []string{bench.GoalVsRedisRate, bench.GoalVsCeiling, bench.GoalBatched, bench.GoalSyncHTTP, bench.GoalEndToEnd, bench.GoalAddedP99,
 		bench.GoalLargeRelay, bench.GoalLargeSlow, bench.GoalOverloadErr, bench.GoalAttempts,
 		bench.GoalFloodQuiet, bench.GoalFloodNoisy, bench.GoalFloodRSS, bench.GoalFloodRedis,
 		bench.GoalFairDev, bench.GoalFairJain, bench.GoalCrowdDone, bench.GoalCrowdPacing,
 		bench.GoalPoolJain, bench.GoalPoolQuiet, bench.GoalPoolHolds,
-		bench.GoalDownFull, bench.GoalDownHalved, bench.GoalDownAgain, bench.GoalDownBackHalved, bench.GoalDownBackAgain, bench.GoalDownP99, bench.GoalDownJain} {
+		bench.GoalDownFull, bench.GoalDownHalved, bench.GoalDownAgain, bench.GoalDownBackHalved, bench.GoalDownBackAgain, bench.GoalDownP99, bench.GoalDownJain,
+		bench.GoalReplicasTwo, bench.GoalReplicasMsgs, bench.GoalReplicasMsgsFlat, bench.GoalReplicasNATSCPU, bench.GoalReplicasAdmCPU,
+		bench.GoalBacklogRate("1 admitter, 1 partition"), bench.GoalBacklogNewP99("2 admitter replicas, 8 partitions")} {
 		if _, ok := r.Goal(name); !ok {
 			t.Errorf("no goal %q", name)
 		}

@@ -20,7 +20,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs := flag.NewFlagSet("admitter-bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported by run, the usage only on -h
 	o := def
-	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, large, overload, flood, fair, crowd, pool, downstream (or all)")
+	scenarios := fs.String("scenarios", "all", "scenarios to run, comma separated: decisions, sync, e2e, replicas, backlog, large, overload, flood, fair, crowd, pool, downstream (or all)")
 	quick := fs.Bool("quick", false, "shorten every phase for a smoke run of seconds (flags given explicitly still apply)")
 	jsonPath := fs.String("json", "bench-results.json", "write the figures as JSON to this `path` (empty: don't)")
 	fs.DurationVar(&o.Duration, "duration", def.Duration, "decisions and sync: measured time per contender")
@@ -34,6 +34,13 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.IntVar(&o.Workers, "workers", def.Workers, "admitter's Workers (0: admission's default)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of admitter's end-to-end throughput run to this `path`")
 	fs.StringVar(&o.LatencyProfile, "latency-cpuprofile", "", "write a CPU profile of the bench process (the admitter, nats-server, producer and subscriber) during admitter's paced latency run to this `path`")
+	fs.IntVar(&o.ReplicasJobs, "replicas-jobs", def.ReplicasJobs, "replicas: jobs published at once, drained by the relay and by 1, 2 and 4 admitter replicas (-quick: 5000)")
+	fs.IntVar(&o.ReplicasTenants, "replicas-tenants", def.ReplicasTenants, "replicas: tenants the jobs are spread over")
+	fs.IntVar(&o.Partitions, "partitions", def.Partitions, "replicas and backlog: the admitters' ADMITTER_PARTITIONS")
+	fs.StringVar(&o.ReplicasProfile, "replicas-cpuprofile", "", "replicas: write CPU profiles of every admitter process from the burst's start to `prefix`-<n>x<p>-<i>.pprof")
+	fs.IntVar(&o.BacklogJobs, "backlog-jobs", def.BacklogJobs, "backlog: jobs queued while no forwarder runs (-quick: 10000)")
+	fs.IntVar(&o.BacklogTenants, "backlog-tenants", def.BacklogTenants, "backlog: tenants the backlog is spread over (-quick: 1000)")
+	fs.Float64Var(&o.BacklogNewRate, "backlog-new-rate", def.BacklogNewRate, "backlog: jobs/s of the new tenant publishing while the backlog drains")
 	fs.IntVar(&o.LargeJobs, "large-jobs", def.LargeJobs, "large: jobs queued while the forwarder is down")
 	largeKiB := fs.Int("large-kib", def.LargeSize>>10, "large: each job's payload in KiB")
 	fs.IntVar(&o.LargeTenants, "large-tenants", def.LargeTenants, "large: tenants the jobs are spread over")
@@ -99,6 +106,9 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 			"overload-tail":      func() { q.OverloadTail = o.OverloadTail },
 			"flood-jobs":         func() { q.FloodJobs = o.FloodJobs },
 			"large-jobs":         func() { q.LargeJobs = o.LargeJobs },
+			"replicas-jobs":      func() { q.ReplicasJobs = o.ReplicasJobs },
+			"backlog-jobs":       func() { q.BacklogJobs = o.BacklogJobs },
+			"backlog-tenants":    func() { q.BacklogTenants = o.BacklogTenants },
 			"flood-quiet":        func() { q.FloodQuietTenants = o.FloodQuietTenants },
 			"flood-duration":     func() { q.FloodDuration = o.FloodDuration },
 			"fair-tenants":       func() { q.FairTenants = o.FairTenants },

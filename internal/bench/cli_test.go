@@ -17,12 +17,13 @@ func TestParseArgsDefaults(t *testing.T) {
 	}
 	if path != "bench-results.json" || o.Quick || o.Duration != 5*time.Second || o.Warmup != time.Second ||
 		o.Concurrency != 64 || o.Tenants != 1000 || o.Jobs != 50_000 || o.OverloadDuration != 30*time.Second ||
-		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 10 || o.LatencyRate != 5000 || o.LargeJobs != 1000 || o.LargeSize != 1<<20 ||
+		o.OverloadTail != 5*time.Second || len(o.Scenarios) != 12 || o.LatencyRate != 5000 || o.LargeJobs != 1000 || o.LargeSize != 1<<20 ||
 		o.FloodJobs != 1_000_000 || o.FloodQuietTenants != 100 || o.FloodDuration != 30*time.Second ||
 		o.FairTenants != 1000 || o.FairJobs != 200 || o.FairQuantum != 5 ||
 		o.CrowdTenants != 2000 || o.CrowdJobs != 20 || o.CrowdCapacity != 5 || o.CrowdRate != 5 ||
 		o.PoolTenants != 1000 || o.PoolJobs != 50 || o.PoolConcurrency != 64 || o.PoolJobTime != 20*time.Millisecond || o.PoolQuietTenants != 40 ||
-		o.DownstreamTenants != 200 || o.DownstreamPhase != 20*time.Second {
+		o.DownstreamTenants != 200 || o.DownstreamPhase != 20*time.Second ||
+		o.ReplicasJobs != 50_000 || o.ReplicasTenants != 1000 || o.Partitions != 8 || o.BacklogJobs != 100_000 || o.BacklogTenants != 10_000 || o.BacklogNewRate != 2 {
 		t.Errorf("defaults: %+v, json %q", o, path)
 	}
 }
@@ -51,6 +52,12 @@ func TestParseArgsQuick(t *testing.T) {
 	if o, _, _ := ParseArgs([]string{"-quick", "-downstream-phase", "3s"}, io.Discard); o.DownstreamPhase != 3*time.Second || o.DownstreamTenants != 30 {
 		t.Errorf("-downstream-phase given with -quick: %v, %d tenants", o.DownstreamPhase, o.DownstreamTenants)
 	}
+	if o.ReplicasJobs != 5000 || o.BacklogJobs != 10_000 || o.BacklogTenants != 1000 || o.Partitions != 8 {
+		t.Errorf("-quick replicas and backlog: %+v", o)
+	}
+	if o, _, _ := ParseArgs([]string{"-quick", "-backlog-jobs", "2000", "-replicas-jobs", "3000"}, io.Discard); o.BacklogJobs != 2000 || o.ReplicasJobs != 3000 || o.BacklogTenants != 1000 {
+		t.Errorf("-backlog-jobs and -replicas-jobs given with -quick: %+v", o)
+	}
 	if !o.Has(ScenarioOverload) || !o.Has(ScenarioDecisions) || o.Has(ScenarioEndToEnd) {
 		t.Errorf("scenarios %v", o.Scenarios)
 	}
@@ -78,6 +85,9 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-crowd-rate", "0"}, "-crowd-rate must be from 1"},
 		{[]string{"-downstream-tenants", "2"}, "-downstream-tenants must be from 3"},
 		{[]string{"-downstream-phase", "1s"}, "-downstream-phase must be from 2s to 10m"},
+		{[]string{"-partitions", "1"}, "-partitions must be from 2 to 64"},
+		{[]string{"-backlog-new-rate", "0"}, "-backlog-new-rate must be above 0"},
+		{[]string{"-replicas-jobs", "0"}, "-replicas-jobs must be from 1"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		_, _, err := ParseArgs(c.args, io.Discard)

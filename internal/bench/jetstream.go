@@ -57,18 +57,62 @@ func connect(url, name string, jsOpts ...jetstream.JetStreamOpt) (*nats.Conn, je
 
 // layout is admitter's stream layout as the bench runs it (admitter's defaults), which the relay
 // shares: same streams, same consumer settings.
-func layout() admission.Layout {
+func layout() admission.Layout { return layoutOf(1) }
+
+// layoutOf is admitter's stream layout with the input spread over partitions streams
+// (ADMITTER_PARTITIONS; 1: JOBS alone).
+func layoutOf(partitions int) admission.Layout {
 	return admission.NewLayout(admission.Config{
 		In: subjects.MustParse(templateIn), Out: subjects.MustParse(templateOut), Dead: subjects.MustParse(templateDed), Wait: subjects.MustParse(templateWait),
+		Partitions: partitions,
 	})
+}
+
+// partitionMapping is the account mapping a server needs for an input over partitions streams:
+// the subjects producers publish on to their tenants' partitions (empty for one).
+func partitionMapping(partitions int) (source, destination string) {
+	return admission.Partitions(subjects.MustParse(templateIn), streamIn, partitions).Mapping()
+}
+
+// inputStreams are the streams the jobs of an input over partitions streams are stored in.
+func inputStreams(partitions int) []string {
+	l := layoutOf(partitions)
+	if len(l.Partitions) == 0 {
+		return []string{l.In.Name}
+	}
+	names := make([]string, len(l.Partitions))
+	for i, st := range l.Partitions {
+		names[i] = st.Name
+	}
+	return names
+}
+
+// inputJobs is how many jobs the input over partitions streams holds.
+func inputJobs(ctx context.Context, js jetstream.JetStream, partitions int) (uint64, error) {
+	var n uint64
+	for _, name := range inputStreams(partitions) {
+		msgs, _, err := streamState(ctx, js, name)
+		if err != nil {
+			return 0, err
+		}
+		n += msgs
+	}
+	return n, nil
 }
 
 // createStreams creates admitter's streams as admission.Service.Setup would, so that the relay
 // and admitter use the same streams; for the relay (kind "relay") the input is a work queue, as
 // a plain relay has it: its acknowledgements remove what it forwarded, as admitter's purges do.
 func createStreams(ctx context.Context, js jetstream.JetStream, kind string) error {
-	l := layout()
+	return createStreamsOf(ctx, js, kind, 1)
+}
+
+// createStreamsOf is createStreams with admitter's input over partitions streams (the relay's
+// input is JOBS whatever partitions says).
+func createStreamsOf(ctx context.Context, js jetstream.JetStream, kind string, partitions int) error {
+	l := layoutOf(partitions)
 	if kind == "relay" || kind == "relay+msgid" {
+		l = layout()
 		l.In.Retention, l.In.Discard, l.In.AllowDirect = jetstream.WorkQueuePolicy, jetstream.DiscardOld, false
 	}
 	return l.Ensure(ctx, js, slog.New(slog.DiscardHandler))
@@ -145,6 +189,12 @@ func prepublish(ctx context.Context, url string, n, tenants int) error {
 
 // prepublishTo stores n jobs in JOBS, the i-th on subject(i), and checks they are there.
 func prepublishTo(ctx context.Context, url string, n int, subject func(i int) string) error {
+	return prepublishOver(ctx, url, n, 1, subject)
+}
+
+// prepublishOver stores n jobs in an input over partitions streams (the server maps them), the
+// i-th on subject(i), and checks they are there.
+func prepublishOver(ctx context.Context, url string, n, partitions int, subject func(i int) string) error {
 	p, err := newAsyncPublisher(url, "bench-prepublish")
 	if err != nil {
 		return err
@@ -161,12 +211,12 @@ func prepublishTo(ctx context.Context, url string, n int, subject func(i int) st
 	if err := p.complete(ctx); err != nil {
 		return err
 	}
-	msgs, _, err := streamState(ctx, p.js, streamIn)
+	msgs, err := inputJobs(ctx, p.js, partitions)
 	if err != nil {
 		return err
 	}
 	if msgs != uint64(n) {
-		return fmt.Errorf("stream %s holds %d jobs after publishing %d", streamIn, msgs, n)
+		return fmt.Errorf("the input (%s) holds %d jobs after publishing %d", strings.Join(inputStreams(partitions), ", "), msgs, n)
 	}
 	return nil
 }

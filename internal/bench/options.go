@@ -22,10 +22,14 @@ const (
 	// ScenarioDownstream is issue 31's: an adaptive pool in front of a downstream that does not
 	// say its capacity, beside the same pool fixed.
 	ScenarioDownstream = "downstream"
+	// ScenarioReplicas and ScenarioBacklog are issue 30's: replicas dividing the input by its
+	// partitions, and an admitter starting on a backlog.
+	ScenarioReplicas = "replicas"
+	ScenarioBacklog  = "backlog"
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioLarge, ScenarioOverload, ScenarioFlood, ScenarioFair, ScenarioCrowd, ScenarioPool, ScenarioDownstream}
+var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioReplicas, ScenarioBacklog, ScenarioLarge, ScenarioOverload, ScenarioFlood, ScenarioFair, ScenarioCrowd, ScenarioPool, ScenarioDownstream}
 
 // Options say what to run and for how long. Start from Defaults or Quick.
 type Options struct {
@@ -57,6 +61,23 @@ type Options struct {
 	// LatencyProfile, when set, receives a CPU profile of the process during admitter's paced
 	// latency run.
 	LatencyProfile string
+
+	// Replicas: ReplicasJobs jobs over ReplicasTenants tenants published at once, drained by the
+	// relay, by one admitter on one partition, and by 1, 2 and 4 admitter replicas on Partitions.
+	ReplicasJobs    int
+	ReplicasTenants int
+	Partitions      int
+	// ReplicasProfile, when set, is the prefix of CPU profiles of every admitter process of the
+	// replicas scenario from the burst's start (<prefix>-<n>x<p>-<i>.pprof, replica i of n on p
+	// partitions), for about the drain (replicasProfileS).
+	ReplicasProfile string
+
+	// Backlog: BacklogJobs jobs over BacklogTenants tenants published while no forwarder runs,
+	// drained by the relay, one admitter on one partition, and 1 and 2 replicas on Partitions,
+	// while a new tenant publishes BacklogNewRate jobs/s.
+	BacklogJobs    int
+	BacklogTenants int
+	BacklogNewRate float64
 
 	// Large: LargeJobs jobs of LargeSize bytes over LargeTenants tenants, queued while the
 	// forwarder was down, drained by the relay and by the admitter (a process).
@@ -134,6 +155,12 @@ func Defaults() Options {
 		LatencyDuration:   10 * time.Second,
 		LatencyRate:       5000, // the issue's paced rate: a load both forwarders carry
 		RelayPipelines:    2,
+		ReplicasJobs:      50_000,
+		ReplicasTenants:   1000,
+		Partitions:        8,
+		BacklogJobs:       100_000,
+		BacklogTenants:    10_000,
+		BacklogNewRate:    2,
 		LargeJobs:         1000,
 		LargeSize:         1 << 20,
 		LargeTenants:      10,
@@ -171,6 +198,9 @@ func (o Options) Shortened() Options {
 	o.Jobs = 3000
 	o.LatencyDuration = 1500 * time.Millisecond
 	o.LatencyRate = 2000 // the relay's rate over a few thousand jobs says little
+	o.ReplicasJobs = 5000
+	o.BacklogJobs = 10_000
+	o.BacklogTenants = 1000
 	o.LargeJobs = 100
 	o.OverloadDuration = 2 * time.Second
 	o.OverloadTail = time.Second
@@ -261,6 +291,24 @@ func (o Options) Validate() error {
 	}
 	if o.Workers < 0 || o.Workers > 100_000 {
 		errs = append(errs, fmt.Errorf("-workers must be from 0 (admitter's default) to 100000, got %d", o.Workers))
+	}
+	if o.ReplicasJobs < 1 || o.ReplicasJobs > 10_000_000 {
+		errs = append(errs, fmt.Errorf("-replicas-jobs must be from 1 to 10000000, got %d", o.ReplicasJobs))
+	}
+	if o.ReplicasTenants < 1 || o.ReplicasTenants > 1_000_000 {
+		errs = append(errs, fmt.Errorf("-replicas-tenants must be from 1 to 1000000, got %d", o.ReplicasTenants))
+	}
+	if o.Partitions < 2 || o.Partitions > 64 {
+		errs = append(errs, fmt.Errorf("-partitions must be from 2 to 64, got %d", o.Partitions))
+	}
+	if o.BacklogJobs < 1 || o.BacklogJobs > 10_000_000 {
+		errs = append(errs, fmt.Errorf("-backlog-jobs must be from 1 to 10000000, got %d", o.BacklogJobs))
+	}
+	if o.BacklogTenants < 1 || o.BacklogTenants > 1_000_000 {
+		errs = append(errs, fmt.Errorf("-backlog-tenants must be from 1 to 1000000, got %d", o.BacklogTenants))
+	}
+	if o.BacklogNewRate <= 0 || o.BacklogNewRate > 1000 {
+		errs = append(errs, fmt.Errorf("-backlog-new-rate must be above 0 and at most 1000 jobs/s, got %g", o.BacklogNewRate))
 	}
 	if o.LargeJobs < 1 || o.LargeJobs > 100_000 {
 		errs = append(errs, fmt.Errorf("-large-jobs must be from 1 to 100000, got %d", o.LargeJobs))

@@ -42,6 +42,13 @@ func (e *env) processWorld(ctx context.Context) (admitterBin string, srv *natsPr
 // port, a max_payload of maxPayload bytes (0: the server's default), and the streams of kind's
 // forwarder, and waits until it answers.
 func (e *env) startNATSProc(ctx context.Context, natsBin string, maxPayload int, kind string) (*natsProc, error) {
+	return e.startNATSProcOf(ctx, natsBin, maxPayload, kind, 1)
+}
+
+// startNATSProcOf is startNATSProc with admitter's input over partitions streams, the server
+// carrying the mapping that stores each job in its tenant's (none for the relay, or one
+// partition).
+func (e *env) startNATSProcOf(ctx context.Context, natsBin string, maxPayload int, kind string, partitions int) (*natsProc, error) {
 	dir := e.tb.TempDir()
 	port, err1 := testenv.FreePort()
 	mport, err2 := testenv.FreePort()
@@ -53,6 +60,9 @@ func (e *env) startNATSProc(ctx context.Context, natsBin string, maxPayload int,
 		conf += fmt.Sprintf("max_payload: %d\n", maxPayload)
 	}
 	conf += fmt.Sprintf("jetstream {\n  store_dir: %q\n}\n", filepath.Join(dir, "store"))
+	if src, dst := partitionMapping(partitions); src != "" && kind == "admitter" {
+		conf += fmt.Sprintf("mappings {\n  %q: %q\n}\n", src, dst)
+	}
 	confPath := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -65,7 +75,7 @@ func (e *env) startNATSProc(ctx context.Context, natsBin string, maxPayload int,
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		nc, js, err := connect(s.url, "bench-setup")
 		if err == nil {
-			err = createStreams(ctx, js, kind)
+			err = createStreamsOf(ctx, js, kind, partitions)
 			nc.Close()
 			if err == nil {
 				return s, nil

@@ -19,6 +19,8 @@ type Report struct {
 	Decisions  *Decisions  `json:"decisions,omitempty"`
 	Sync       *Sync       `json:"sync,omitempty"`
 	EndToEnd   *EndToEnd   `json:"end_to_end,omitempty"`
+	Replicas   *Replicas   `json:"replicas,omitempty"`
+	Backlog    *Backlog    `json:"backlog_at_start,omitempty"`
 	Large      *Large      `json:"large,omitempty"`
 	Overload   *Overload   `json:"overload,omitempty"`
 	Flood      *Flood      `json:"deep_flood,omitempty"`
@@ -57,6 +59,12 @@ type OptionsJSON struct {
 	Jobs              int      `json:"jobs"`
 	LatencyDurationS  float64  `json:"latency_duration_s"`
 	RelayPipelines    int      `json:"relay_pipelines"`
+	ReplicasJobs      int      `json:"replicas_jobs"`
+	ReplicasTenants   int      `json:"replicas_tenants"`
+	Partitions        int      `json:"partitions"`
+	BacklogJobs       int      `json:"backlog_jobs"`
+	BacklogTenants    int      `json:"backlog_tenants"`
+	BacklogNewRate    float64  `json:"backlog_new_rate"`
 	LargeJobs         int      `json:"large_jobs"`
 	LargeSizeBytes    int      `json:"large_size_bytes"`
 	OverloadDurationS float64  `json:"overload_duration_s"`
@@ -82,6 +90,8 @@ func optionsJSON(o Options) OptionsJSON {
 		Scenarios: o.Scenarios, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(),
 		Concurrency: o.Concurrency, Tenants: o.Tenants, Jobs: o.Jobs,
 		LatencyDurationS: o.LatencyDuration.Seconds(), RelayPipelines: o.RelayPipelines,
+		ReplicasJobs: o.ReplicasJobs, ReplicasTenants: o.ReplicasTenants, Partitions: o.Partitions,
+		BacklogJobs: o.BacklogJobs, BacklogTenants: o.BacklogTenants, BacklogNewRate: o.BacklogNewRate,
 		LargeJobs: o.LargeJobs, LargeSizeBytes: o.LargeSize,
 		OverloadDurationS: o.OverloadDuration.Seconds(), OverloadTailS: o.OverloadTail.Seconds(),
 		FloodJobs: o.FloodJobs, FloodDurationS: o.FloodDuration.Seconds(),
@@ -246,21 +256,27 @@ const (
 	GoalSyncHTTP    = "sync http ours/redis_rate net/http"
 	GoalEndToEnd    = "end-to-end admitter/relay"
 	GoalAddedP99    = "added p99 latency ms"
-	GoalLargeRelay  = "large jobs admitter/relay"
-	GoalLargeSlow   = "large jobs slow consumers"
-	GoalOverloadErr = "overload admitted error %"
-	GoalAttempts    = "overload mean decisions"
-	GoalFloodQuiet  = "deep flood quiet p99 ms"
-	GoalFloodNoisy  = "deep flood noisy pacing error %"
-	GoalFloodRSS    = "deep flood admitter RSS MiB"
-	GoalFloodRedis  = "deep flood redis calls per job"
-	GoalFairDev     = "fair max deviation from the mean %"
-	GoalFairJain    = "fair Jain index"
-	GoalCrowdDone   = "crowd slowest tenant done s"
-	GoalCrowdPacing = "crowd pacing violations"
-	GoalPoolJain    = "pool Jain index of received/share"
-	GoalPoolQuiet   = "pool quiet p99 ms"
-	GoalPoolHolds   = "pool most in flight"
+	// The replicas scenario's (issue 30), against one replica on the same partitions.
+	GoalReplicasTwo      = "replicas 2/1 jobs/s"
+	GoalReplicasMsgs     = "replicas server msgs/job at 4"
+	GoalReplicasMsgsFlat = "replicas server msgs/job 4 vs 1 %"
+	GoalReplicasNATSCPU  = "replicas nats-server CPU/job 4 vs 1 %"
+	GoalReplicasAdmCPU   = "replicas admitters CPU/job 4 vs 1 %"
+	GoalLargeRelay       = "large jobs admitter/relay"
+	GoalLargeSlow        = "large jobs slow consumers"
+	GoalOverloadErr      = "overload admitted error %"
+	GoalAttempts         = "overload mean decisions"
+	GoalFloodQuiet       = "deep flood quiet p99 ms"
+	GoalFloodNoisy       = "deep flood noisy pacing error %"
+	GoalFloodRSS         = "deep flood admitter RSS MiB"
+	GoalFloodRedis       = "deep flood redis calls per job"
+	GoalFairDev          = "fair max deviation from the mean %"
+	GoalFairJain         = "fair Jain index"
+	GoalCrowdDone        = "crowd slowest tenant done s"
+	GoalCrowdPacing      = "crowd pacing violations"
+	GoalPoolJain         = "pool Jain index of received/share"
+	GoalPoolQuiet        = "pool quiet p99 ms"
+	GoalPoolHolds        = "pool most in flight"
 	// The downstream scenario's, of its adaptive run.
 	GoalDownFull       = "downstream full: jobs/s over capacity"
 	GoalDownHalved     = "downstream halved: jobs/s over capacity"
@@ -270,6 +286,33 @@ const (
 	GoalDownP99        = "downstream p99 time per job ms"
 	GoalDownJain       = "downstream Jain index of done/share"
 )
+
+// Replicas goals (issue 30's): two replicas at least 0.9× one replica's jobs/s; at four, at most
+// 2.5 messages delivered by the server per job and within 20 % of one replica's; the CPU per job
+// of nats-server and of the admitters flat (at most 20 % more at four than at one).
+const (
+	replicasTwoGoal   = 0.9
+	replicasMsgsGoal  = 2.5
+	replicasFlatGoal  = 20
+	backlogRelayGoal  = 0.5
+	backlogNewP99Goal = 1000
+)
+
+// GoalBacklogRate and GoalBacklogNewP99 name the backlog-at-start scenario's goals (issue 30's)
+// for a run: its drain at least half as fast as the relay's, and the new tenant's p99 wait at
+// most a second.
+func GoalBacklogRate(run string) string {
+	return "backlog at start, " + run + ": jobs/s over the relay's"
+}
+func GoalBacklogNewP99(run string) string { return "backlog at start, " + run + ": new tenant p99 ms" }
+
+// pctOver is how many percent above 1 a ratio is (0 for a ratio of 0: a figure missing).
+func pctOver(ratio float64) float64 {
+	if ratio == 0 {
+		return 0
+	}
+	return round(100*(ratio-1), 2)
+}
 
 // Downstream goals (issue 31's), for the adaptive pool: in each phase's steady state at least
 // 70 % of the downstream's capacity (it cannot do more: within 30 %), back there within 10 s
@@ -335,6 +378,25 @@ func (r *Report) EvaluateGoals() {
 	if e := r.EndToEnd; e != nil {
 		r.Goals = append(r.Goals, goal(GoalEndToEnd, e.Ratio, ">=", 0.85), goal(GoalAddedP99, e.Latency.AddedP99Ms, "<=", 1))
 	}
+	if rp := r.Replicas; rp != nil {
+		if _, ok := rp.run(2, rp.Partitions); ok {
+			r.Goals = append(r.Goals, goal(GoalReplicasTwo, rp.TwoVsOne, ">=", replicasTwoGoal))
+		}
+		if four, ok := rp.run(4, rp.Partitions); ok {
+			r.Goals = append(r.Goals, goal(GoalReplicasMsgs, four.ServerMsgsPerJob, "<=", replicasMsgsGoal),
+				goal(GoalReplicasMsgsFlat, pctOver(rp.MsgsFourVsOne), "abs<=", replicasFlatGoal),
+				goal(GoalReplicasNATSCPU, pctOver(rp.NATSCPUFourVsOne), "<=", replicasFlatGoal),
+				goal(GoalReplicasAdmCPU, pctOver(rp.AdmitterCPUFourVsOne), "<=", replicasFlatGoal))
+		}
+	}
+	if b := r.Backlog; b != nil {
+		for _, run := range b.Runs {
+			r.Goals = append(r.Goals, goal(GoalBacklogRate(run.Name), run.VsRelay, ">=", backlogRelayGoal))
+			g := goal(GoalBacklogNewP99(run.Name), run.New.P99Ms, "<=", backlogNewP99Goal)
+			g.Met = g.Met && run.New.Samples > 0 && run.NewMissing == 0 // a job never received is no wait met
+			r.Goals = append(r.Goals, g)
+		}
+	}
 	if l := r.Large; l != nil {
 		r.Goals = append(r.Goals, goal(GoalLargeRelay, l.Ratio, ">=", 0.85), goal(GoalLargeSlow, float64(l.Admitter.SlowConsumers), "<=", 0))
 	}
@@ -397,6 +459,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		case "abs<=":
 			t = "±" + t + "%"
 		case "<=":
+			switch {
+			case strings.HasPrefix(name, "backlog at start") && strings.HasSuffix(name, " ms"):
+				t += "ms"
+			case name == GoalReplicasNATSCPU || name == GoalReplicasAdmCPU:
+				t = "+" + t + "%"
+			}
 			switch name {
 			case GoalAddedP99, GoalFloodQuiet, GoalPoolQuiet, GoalDownP99:
 				t += "ms"
@@ -461,6 +529,61 @@ func (r *Report) WriteTable(w io.Writer) error {
 		rc := e.Redis
 		row("redis per forwarded job", fixed(rc.CallsPerJob, 3)+" calls", fixed(rc.CPUMicrosPerJob, 1)+" µs of redis CPU", "", "", "")
 		row("redis after the drain", count(float64(rc.Keys))+" keys", fixed(rc.BytesPerTenant, 0)+" B/tenant", fixed(rc.BytesPerJobPerS, 2)+" B per job/s", "", "")
+	}
+	if rp := r.Replicas; rp != nil {
+		what := fmt.Sprintf(" (%s jobs, %s tenants)", count(float64(rp.Jobs)), count(float64(rp.Tenants)))
+		row("replicas jobs/s: relay"+what, count(rp.Relay.PerSecond), "", "", "", "")
+		for _, run := range rp.Runs {
+			name := "replicas jobs/s: " + run.Name
+			t, m := "", ""
+			if run.Replicas == 2 && run.Partitions == rp.Partitions {
+				t, m = met(GoalReplicasTwo)
+			}
+			row(name, count(run.PerSecond), "relay "+count(rp.Relay.PerSecond), fixed(run.VsOne, 2)+"× one", t, m)
+		}
+		msgs := func(f func(ReplicaRun) float64, digits int) string {
+			parts := make([]string, len(rp.Runs))
+			for i, run := range rp.Runs {
+				parts[i] = fixed(f(run), digits)
+			}
+			return strings.Join(parts, "/")
+		}
+		order := make([]string, len(rp.Runs))
+		for i, run := range rp.Runs {
+			order[i] = fmt.Sprintf("%d×P%d", run.Replicas, run.Partitions)
+		}
+		row("replicas runs in order", strings.Join(order, " "), "", "", "", "")
+		if four, ok := rp.run(4, rp.Partitions); ok {
+			t, m := met(GoalReplicasMsgs)
+			row("replicas server msgs/job at 4 replicas", fixed(four.ServerMsgsPerJob, 2), "relay "+fixed(rp.Relay.ServerMsgsPerJob, 2), "", t, m)
+			t, m = met(GoalReplicasMsgsFlat)
+			row("replicas server msgs/job 4 vs 1", signed(pctOver(rp.MsgsFourVsOne), 1)+"%", "", "", t, m)
+			t, m = met(GoalReplicasNATSCPU)
+			row("replicas nats-server CPU/job 4 vs 1", signed(pctOver(rp.NATSCPUFourVsOne), 1)+"%", "", "", t, m)
+			t, m = met(GoalReplicasAdmCPU)
+			row("replicas admitters CPU/job 4 vs 1", signed(pctOver(rp.AdmitterCPUFourVsOne), 1)+"%", "", "", t, m)
+		}
+		row("replicas server msgs/job by run", msgs(func(r ReplicaRun) float64 { return r.ServerMsgsPerJob }, 2), "relay "+fixed(rp.Relay.ServerMsgsPerJob, 2), "", "", "")
+		row("replicas nats-server µs/job by run", msgs(func(r ReplicaRun) float64 { return r.NATSCPUMicrosPerJob }, 1), "relay "+fixed(rp.Relay.NATSCPUMicrosPerJob, 1), "", "", "")
+		row("replicas admitters µs/job by run", msgs(func(r ReplicaRun) float64 { return r.AdmitterCPUMicrosPerJob }, 1), "", "", "", "")
+		row("replicas redis calls/job by run", msgs(func(r ReplicaRun) float64 { return r.RedisCallsPerJob }, 3), "", "", "", "")
+		row("replicas idle CPU ms/s by run", msgs(func(r ReplicaRun) float64 { return r.AdmitterIdleMsPerS }, 0), "nats-server "+msgs(func(r ReplicaRun) float64 { return r.NATSIdleMsPerS }, 0), "", "", "")
+		row("replicas partitions shared after s", msgs(func(r ReplicaRun) float64 { return r.SharedS }, 2), "", "", "", "")
+	}
+	if b := r.Backlog; b != nil {
+		row(fmt.Sprintf("backlog at start: relay drain s (%s jobs, %s tenants)", count(float64(b.Jobs)), count(float64(b.Tenants))),
+			fixed(b.Relay.DrainS, 2), count(b.Relay.PerSecond)+" jobs/s", "", "", "")
+		row("backlog at start: relay new tenant p50/p99 ms", fixed(b.Relay.New.P50Ms, 0)+"/"+fixed(b.Relay.New.P99Ms, 0), fmt.Sprintf("%d jobs at %g/s", b.Relay.New.Samples, b.NewRate), "", "", "")
+		for _, run := range b.Runs {
+			t, m := met(GoalBacklogRate(run.Name))
+			row("backlog at start: "+run.Name+" drain s", fixed(run.DrainS, 2), count(run.PerSecond)+" jobs/s vs relay "+count(b.Relay.PerSecond), fixed(run.VsRelay, 2), t, m)
+			t, m = met(GoalBacklogNewP99(run.Name))
+			missing := ""
+			if run.NewMissing > 0 {
+				missing = fmt.Sprintf(", %d missing", run.NewMissing)
+			}
+			row("backlog at start: "+run.Name+" new tenant p99 ms", fixed(run.New.P99Ms, 0), fmt.Sprintf("p50 %s over %d jobs%s", fixed(run.New.P50Ms, 0), run.New.Samples, missing), "", t, m)
+		}
 	}
 	if l := r.Large; l != nil {
 		t, m := met(GoalLargeRelay)
@@ -598,6 +721,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if e := r.EndToEnd; e != nil {
 		fmt.Fprintf(&b, "\nlatency: publish (stamped in a header) → forwarded message received by a subscriber on jobs.admitted.>;\n"+
 			"added = admitter's p99 − relay's p99 (difference of the two percentiles), p50 likewise.\n")
+	}
+	if r.Replicas != nil {
+		fmt.Fprintf(&b, "\nreplicas: processes on a nats-server process of their own, started on an empty input until they share the\n"+
+			"partitions; then the jobs are published at once, timed from the first publish to the last stored in ADMITTED;\n"+
+			"msgs/job: what the server delivered to the forwarder's connections (/connz out_msgs); CPU: the processes'.\n")
+	}
+	if r.Backlog != nil {
+		fmt.Fprintf(&b, "\nbacklog at start: the backlog published while no forwarder ran, timed from the forwarder's start (processes\n"+
+			"started, the relay's consumer made) to its last job received; new tenant: publish → received, from the start.\n")
 	}
 	if r.Fair != nil {
 		fmt.Fprintf(&b, "\nfair: each tenant's forwards from when a tenth of all the jobs had been forwarded and every tenant had had one\n"+

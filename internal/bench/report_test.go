@@ -68,9 +68,34 @@ func sample() *Report {
 					{Name: "full again", FromS: 40, ToS: 60, CapacityPerSecond: 400, PerSecond: 88, VsCapacity: 0.22, TimePerJob: Latency{Samples: 1700, P50Ms: 180, P99Ms: 180.5, MaxMs: 181}, Refused: 9000, Limit: 64}},
 				BackS: []float64{-1, 1, -1}, Jain: 0.97, Done: 5000, Refused: 27000, DoneAgain: 12, WorstP99Ms: 180.5, DonePerBin: []int{40, 44},
 				Limits: []LimitSample{{AtS: 0.5, Limit: 64, InFlight: 64}}}},
+		Replicas: &Replicas{Jobs: 50000, Tenants: 1000, Partitions: 8,
+			Relay: ReplicaRun{Name: "relay", Partitions: 1, PublishS: 0.7, Throughput: Throughput{Jobs: 50000, Seconds: 0.8, PerSecond: 62500},
+				ServerMsgsPerJob: 2.01, ForwarderMsgsPerJob: 2.02, NATSCPUMicrosPerJob: 15},
+			Runs: []ReplicaRun{
+				{Name: "1 admitter, 1 partition", Replicas: 1, Partitions: 1, SharedS: 0.1, Held: []int{1}, PublishS: 0.7,
+					Throughput: Throughput{Jobs: 50000, Seconds: 1.6667, PerSecond: 30000}, ServerMsgsPerJob: 2.02, ForwarderMsgsPerJob: 1.01, NATSCPUMicrosPerJob: 20, AdmitterCPUMicrosPerJob: 25},
+				{Name: "1 admitter, 8 partitions", Replicas: 1, Partitions: 8, SharedS: 0.1, Held: []int{8}, PublishS: 0.7,
+					Throughput: Throughput{Jobs: 50000, Seconds: 1.7857, PerSecond: 28000}, ServerMsgsPerJob: 2.05, ForwarderMsgsPerJob: 1.01, NATSCPUMicrosPerJob: 21, AdmitterCPUMicrosPerJob: 26},
+				{Name: "2 admitter replicas, 8 partitions", Replicas: 2, Partitions: 8, SharedS: 2.1, Held: []int{4, 4}, PublishS: 0.7,
+					Throughput: Throughput{Jobs: 50000, Seconds: 2.0833, PerSecond: 24000}, ServerMsgsPerJob: 2.06, ForwarderMsgsPerJob: 1.02, NATSCPUMicrosPerJob: 22, AdmitterCPUMicrosPerJob: 30},
+				{Name: "4 admitter replicas, 8 partitions", Replicas: 4, Partitions: 8, SharedS: 1.2, Held: []int{2, 2, 2, 2}, PublishS: 0.7,
+					Throughput: Throughput{Jobs: 50000, Seconds: 2.2727, PerSecond: 22000}, ServerMsgsPerJob: 2.6, ForwarderMsgsPerJob: 1.05, NATSCPUMicrosPerJob: 23.1, AdmitterCPUMicrosPerJob: 33.8,
+					RedisCallsPerJob: 0.25, AdmitterIdleMsPerS: 40, NATSIdleMsPerS: 8}}},
+		Backlog: &Backlog{Jobs: 100000, Tenants: 10000, NewTenant: "newcomer", NewRate: 2, Partitions: 8,
+			Relay: BacklogRun{Name: "relay", Partitions: 1, PublishS: 1.8, FirstS: 0.01, DrainS: 1.5, Received: 100000, PerSecond: 66666.7,
+				New: Latency{Samples: 3, P50Ms: 700, P99Ms: 1400, MaxMs: 1400}, NATSCPUS: 1.5},
+			Runs: []BacklogRun{
+				{Name: "1 admitter, 1 partition", Replicas: 1, Partitions: 1, PublishS: 1.8, FirstS: 0.1, DrainS: 4.9, Received: 100000, PerSecond: 20408.2,
+					New: Latency{Samples: 10, P50Ms: 2000, P99Ms: 4400, MaxMs: 4400}, AdmitterCPUS: 4, NATSCPUS: 2},
+				{Name: "1 admitter, 8 partitions", Replicas: 1, Partitions: 8, PublishS: 1.8, FirstS: 0.1, DrainS: 2.5, Received: 100000, PerSecond: 40000,
+					New: Latency{Samples: 5, P50Ms: 300, P99Ms: 800, MaxMs: 800}, AdmitterCPUS: 3, NATSCPUS: 2},
+				{Name: "2 admitter replicas, 8 partitions", Replicas: 2, Partitions: 8, PublishS: 1.8, FirstS: 0.2, DrainS: 2.2, Received: 100000, PerSecond: 45454.5,
+					New: Latency{Samples: 4, P50Ms: 300, P99Ms: 900, MaxMs: 900}, NewMissing: 1, AdmitterCPUS: 3.5, NATSCPUS: 2}}},
 		Notes:   []string{"a note"},
 		Options: optionsJSON(Defaults()),
 	}
+	r.Replicas.ReplicaFigures()
+	r.Backlog.BacklogRatios()
 	r.EvaluateGoals()
 	return r
 }
@@ -78,25 +103,36 @@ func sample() *Report {
 func TestEvaluateGoals(t *testing.T) {
 	r := sample()
 	want := map[string]bool{
-		GoalVsRedisRate:    false, // 1.33 < 2
-		GoalVsCeiling:      false, // 0.50 < 0.8
-		GoalBatched:        true,  // 4 ≥ 3
-		GoalSyncHTTP:       true,  // 1.09 ≥ 1
-		GoalEndToEnd:       false, // 0.27 < 0.85
-		GoalAddedP99:       true,  // 1ms ≤ 1ms
-		GoalOverloadErr:    true,  // |−0.13%| ≤ 2%
-		GoalAttempts:       true,  // 1.98 ≤ 2: one decision at its turn, at most one before
-		GoalFairDev:        false, // 12.5% > 10%
-		GoalFairJain:       true,  // 0.9951 ≥ 0.99
-		GoalCrowdDone:      true,  // 4s ≤ 3s plan + 1s
-		GoalCrowdPacing:    false, // 2 jobs ahead of their plan > 0
-		GoalDownFull:       true,  // 0.94 ≥ 0.7
-		GoalDownHalved:     false, // 0.65 < 0.7
-		GoalDownAgain:      true,  // 0.95 ≥ 0.7
-		GoalDownBackHalved: false, // never (−1), although −1 ≤ 10
-		GoalDownBackAgain:  true,  // 4s ≤ 10s
-		GoalDownP99:        false, // 61ms > 3 × 20ms
-		GoalDownJain:       true,  // 0.9812 ≥ 0.95
+		GoalVsRedisRate:      false, // 1.33 < 2
+		GoalVsCeiling:        false, // 0.50 < 0.8
+		GoalBatched:          true,  // 4 ≥ 3
+		GoalSyncHTTP:         true,  // 1.09 ≥ 1
+		GoalEndToEnd:         false, // 0.27 < 0.85
+		GoalAddedP99:         true,  // 1ms ≤ 1ms
+		GoalOverloadErr:      true,  // |−0.13%| ≤ 2%
+		GoalAttempts:         true,  // 1.98 ≤ 2: one decision at its turn, at most one before
+		GoalFairDev:          false, // 12.5% > 10%
+		GoalFairJain:         true,  // 0.9951 ≥ 0.99
+		GoalCrowdDone:        true,  // 4s ≤ 3s plan + 1s
+		GoalCrowdPacing:      false, // 2 jobs ahead of their plan > 0
+		GoalDownFull:         true,  // 0.94 ≥ 0.7
+		GoalDownHalved:       false, // 0.65 < 0.7
+		GoalDownAgain:        true,  // 0.95 ≥ 0.7
+		GoalDownBackHalved:   false, // never (−1), although −1 ≤ 10
+		GoalDownBackAgain:    true,  // 4s ≤ 10s
+		GoalDownP99:          false, // 61ms > 3 × 20ms
+		GoalDownJain:         true,  // 0.9812 ≥ 0.95
+		GoalReplicasTwo:      false, // 24,000 / 28,000 = 0.86 < 0.9
+		GoalReplicasMsgs:     false, // 2.6 > 2.5
+		GoalReplicasMsgsFlat: false, // 2.6 / 2.05: +26.8% beyond ±20%
+		GoalReplicasNATSCPU:  true,  // 23.1 / 21: +10% ≤ +20%
+		GoalReplicasAdmCPU:   false, // 33.8 / 26: +30% > +20%
+		GoalBacklogRate("1 admitter, 1 partition"):             false, // 20,408 / 66,667 = 0.31 < 0.5
+		GoalBacklogNewP99("1 admitter, 1 partition"):           false, // 4.4s > 1s
+		GoalBacklogRate("1 admitter, 8 partitions"):            true,  // 0.6 ≥ 0.5
+		GoalBacklogNewP99("1 admitter, 8 partitions"):          true,  // 800ms ≤ 1s
+		GoalBacklogRate("2 admitter replicas, 8 partitions"):   true,  // 0.68 ≥ 0.5
+		GoalBacklogNewP99("2 admitter replicas, 8 partitions"): false, // 900ms, but a job never received
 	}
 	if len(r.Goals) != len(want) {
 		t.Fatalf("%d goals, want %d: %+v", len(r.Goals), len(want), r.Goals)
@@ -143,7 +179,7 @@ func TestEvaluateGoals(t *testing.T) {
 	if g, _ := r.Goal(GoalDownP99); !g.Met || g.Target != 60 {
 		t.Errorf("downstream p99 of 60ms, three floors of 20ms: %+v", g)
 	}
-	r.Decisions, r.Sync, r.EndToEnd, r.Fair, r.Crowd, r.Downstream = nil, nil, nil, nil, nil, nil
+	r.Decisions, r.Sync, r.EndToEnd, r.Fair, r.Crowd, r.Downstream, r.Replicas, r.Backlog = nil, nil, nil, nil, nil, nil, nil, nil
 	r.EvaluateGoals()
 	if len(r.Goals) != 2 {
 		t.Errorf("only overload: %d goals, want 2", len(r.Goals))
@@ -200,6 +236,29 @@ func TestWriteTable(t *testing.T) {
 		{"downstream refusals, jobs done on a later delivery", "50, 48", "fixed 64: 27,000, 12"},
 		{"downstream running at once by phase (median)", "8/0/0", "fixed 64: 0/0/0"},
 		{"downstream forwards not yet delivered (median)", "0/0/0"},
+		{"replicas jobs/s: relay (50,000 jobs, 1,000 tenants)", "62,500"},
+		{"replicas jobs/s: 1 admitter, 1 partition", "30,000", "relay 62,500", "1.07× one"},
+		{"replicas jobs/s: 1 admitter, 8 partitions", "28,000", "relay 62,500", "1.00× one"},
+		{"replicas jobs/s: 2 admitter replicas, 8 partitions", "24,000", "relay 62,500", "0.86× one", ">=0.9", "no"},
+		{"replicas jobs/s: 4 admitter replicas, 8 partitions", "22,000", "relay 62,500", "0.79× one"},
+		{"replicas runs in order", "1×P1 1×P8 2×P8 4×P8"},
+		{"replicas server msgs/job at 4 replicas", "2.60", "relay 2.01", "<=2.5", "no"},
+		{"replicas server msgs/job 4 vs 1", "+26.8%", "±20.0%", "no"},
+		{"replicas nats-server CPU/job 4 vs 1", "+10.0%", "<=+20.0%", "yes"},
+		{"replicas admitters CPU/job 4 vs 1", "+30.0%", "<=+20.0%", "no"},
+		{"replicas server msgs/job by run", "2.02/2.05/2.06/2.60", "relay 2.01"},
+		{"replicas nats-server µs/job by run", "20.0/21.0/22.0/23.1", "relay 15.0"},
+		{"replicas admitters µs/job by run", "25.0/26.0/30.0/33.8"},
+		{"replicas partitions shared after s", "0.10/0.10/2.10/1.20"},
+		{"replicas redis calls/job by run", "0.000/0.000/0.000/0.250"},
+		{"replicas idle CPU ms/s by run", "0/0/0/40", "nats-server 0/0/0/8"},
+		{"backlog at start: relay drain s (100,000 jobs, 10,000 tenants)", "1.50", "66,667 jobs/s"},
+		{"backlog at start: relay new tenant p50/p99 ms", "700/1400", "3 jobs at 2/s"},
+		{"backlog at start: 1 admitter, 1 partition drain s", "4.90", "20,408 jobs/s vs relay 66,667", "0.31", ">=0.5", "no"},
+		{"backlog at start: 1 admitter, 1 partition new tenant p99 ms", "4400", "p50 2000 over 10 jobs", "<=1000.0ms", "no"},
+		{"backlog at start: 1 admitter, 8 partitions drain s", "2.50", "40,000 jobs/s vs relay 66,667", "0.60", ">=0.5", "yes"},
+		{"backlog at start: 1 admitter, 8 partitions new tenant p99 ms", "800", "p50 300 over 5 jobs", "<=1000.0ms", "yes"},
+		{"backlog at start: 2 admitter replicas, 8 partitions new tenant p99 ms", "900", "p50 300 over 4 jobs, 1 missing", "<=1000.0ms", "no"},
 	} {
 		found := false
 		for _, l := range lines {
@@ -260,7 +319,8 @@ func TestJSONRoundTrip(t *testing.T) {
 		t.Errorf("round trip differs:\n%s\n%s", a, b)
 	}
 	raw, _ := os.ReadFile(path)
-	for _, key := range []string{`"jain_index"`, `"max_deviation_pct"`, `"done_max_s"`, `"pacing_violations"`, `"timestamp"`, `"go_version"`, `"num_cpu"`, `"git_commit"`, `"ours_vs_redis_rate"`, `"http_vs_redis_rate_net_http"`, `"redis_rate_net_http"`, `"admitter_vs_relay"`, `"added_p99_ms"`, `"error_pct"`, `"attempts_mean"`, `"p99_ms"`, `"goals"`, `"limit_trace"`, `"back_within_30pct_s"`, `"steady_vs_capacity"`} {
+	for _, key := range []string{`"jain_index"`, `"max_deviation_pct"`, `"done_max_s"`, `"pacing_violations"`, `"timestamp"`, `"go_version"`, `"num_cpu"`, `"git_commit"`, `"ours_vs_redis_rate"`, `"http_vs_redis_rate_net_http"`, `"redis_rate_net_http"`, `"admitter_vs_relay"`, `"added_p99_ms"`, `"error_pct"`, `"attempts_mean"`, `"p99_ms"`, `"goals"`, `"limit_trace"`, `"back_within_30pct_s"`, `"steady_vs_capacity"`,
+		`"server_msgs_per_job"`, `"two_vs_one"`, `"nats_server_cpu_us_per_job"`, `"backlog_at_start"`, `"new_tenant"`, `"drain_s"`, `"vs_relay"`} {
 		if !bytes.Contains(raw, []byte(key)) {
 			t.Errorf("JSON has no %s", key)
 		}

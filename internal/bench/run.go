@@ -177,6 +177,21 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		}
 		rep.Notes = append(rep.Notes, rep.EndToEnd.Notes...)
 	}
+	if o.Has(ScenarioReplicas) {
+		if rep.Replicas, err = e.replicas(ctx, p); err != nil {
+			return nil, fmt.Errorf("replicas: %w", err)
+		}
+	}
+	if o.Has(ScenarioBacklog) {
+		if rep.Backlog, err = e.backlog(ctx, p); err != nil {
+			return nil, fmt.Errorf("backlog: %w", err)
+		}
+		for _, r := range rep.Backlog.Runs {
+			if r.Duplicates > 0 {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("backlog at start, %s: %d jobs of the backlog forwarded twice (the same Nats-Msg-Id received again)", r.Name, r.Duplicates))
+			}
+		}
+	}
 	if o.Has(ScenarioLarge) {
 		if rep.Large, err = e.large(ctx, p); err != nil {
 			return nil, fmt.Errorf("large: %w", err)
