@@ -437,8 +437,14 @@ func (o *owners) balance(ctx context.Context) {
 			if isWrongLast(err) {
 				// The key may be gone without a delete marker (the bucket's TTL removed the
 				// key of a replica dead for that long): then it is free to create.
-				if _, gerr := o.kv.Get(ctx, o.key(c.p)); errors.Is(gerr, jetstream.ErrKeyNotFound) {
+				// Or its revision moved on unseen (a watch that missed it): the key as it is
+				// now starts its lease again here, as if the watch had delivered it.
+				e, gerr := o.kv.Get(ctx, o.key(c.p))
+				switch {
+				case errors.Is(gerr, jetstream.ErrKeyNotFound):
 					rev, err = o.kv.Create(ctx, o.key(c.p), []byte(o.self))
+				case gerr == nil:
+					o.heard(e)
 				}
 			}
 		}

@@ -243,3 +243,37 @@ func TestLeavingGivesUpTheKeysOfRequestsCutShort(t *testing.T) {
 		}
 	}
 }
+
+// TestAKeyThatMovedOnUnseenIsTakenOnceStale: a partition's key renewed by its holder while this
+// replica's watch did not deliver it (the revision it knows is old) is not taken from a live
+// holder, and is taken once the revision it finds has stayed the same for a whole lease. Before,
+// the take-over was an update on the old revision, refused at every heartbeat for ever.
+func TestAKeyThatMovedOnUnseenIsTakenOnceStale(t *testing.T) {
+	kv := ownersKV(t, time.Hour)
+	ctx := context.Background()
+	o := newOwners("a", 1, 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	o.kv = kv
+	var tl tally
+	tl.wire(o)
+	rev, err := kv.Put(ctx, o.key(0), []byte("ghost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.heard(entry{key: o.key(0), value: "ghost", rev: rev, created: time.Now(), op: jetstream.KeyValuePut})
+	if _, err := kv.Update(ctx, o.key(0), []byte("ghost"), rev); err != nil { // renewed, unseen
+		t.Fatal(err)
+	}
+	o.mu.Lock()
+	o.ready, o.selfAt = true, time.Now()
+	o.mu.Unlock()
+	time.Sleep(o.lease)
+	o.balance(ctx)
+	if o.holds(0) {
+		t.Fatal("taken on the strength of a revision the holder had renewed since")
+	}
+	time.Sleep(o.lease)
+	o.balance(ctx)
+	if !o.holds(0) || !slices.Equal(tl.parts(), []int{0}) {
+		t.Fatalf("partition 0 not taken a lease after its revision was last seen to move: holds %v", tl.parts())
+	}
+}
