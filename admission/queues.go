@@ -586,6 +586,11 @@ func (qs *queues) done(q *queue, r stepResult) {
 		q.gone, r.gone = false, false
 		qs.fallBehindLocked(q)
 		r.more = true
+		if !qs.s.owners.holds(q.part) {
+			// Held here, its lease not renewed in time: the renewal under way says whether it
+			// stays (it asks again shortly) or goes (stopPart drops it).
+			r = stepResult{next: 100 * time.Millisecond}
+		}
 	}
 	switch {
 	case q.gone || r.gone:
