@@ -119,6 +119,7 @@ func (s *Service) stopPart(p int, done func()) {
 			heap.Remove(&qs.due, q.index)
 		case ready:
 			qs.ring = slices.DeleteFunc(qs.ring, func(r *queue) bool { return r == q })
+			qs.fresh = slices.DeleteFunc(qs.fresh, func(r *queue) bool { return r == q })
 		}
 		q.where = idle
 		qs.dropLocked(q)

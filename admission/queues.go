@@ -56,8 +56,12 @@ type queues struct {
 	byName map[string]*queue
 	due    dueHeap
 	ring   []*queue // ready, in turn
-	closed bool
-	wake   chan struct{} // the timer loop's wake-up (capacity 1)
+	// fresh are the queues woken from idle by a job just stored (readyFreshLocked); freshTurn:
+	// the next turn is theirs if any waits.
+	fresh     []*queue
+	freshTurn bool
+	closed    bool
+	wake      chan struct{} // the timer loop's wake-up (capacity 1)
 	// waiting is how many jobs wait per tenant of the partitions held, as the last poll of
 	// their subjects counted them (older streams included); old the older streams' sources per
 	// tenant (see source).
@@ -222,7 +226,11 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 	case running:
 		q.hinted = true
 	case idle:
-		qs.readyLocked(q)
+		if wasEmpty && !f.stored.IsZero() && time.Since(f.stored) < freshAge {
+			qs.readyFreshLocked(q)
+		} else {
+			qs.readyLocked(q)
+		}
 	case scheduled:
 		if wasEmpty { // it waited for a removal, not for a head: it goes now
 			qs.readyLocked(q)
@@ -468,6 +476,24 @@ func (qs *queues) readyLocked(q *queue) {
 	qs.cond.Signal()
 }
 
+// freshAge is how recently a job must have been stored for the idle queue it wakes to be fresh.
+const freshAge = time.Second
+
+// readyFreshLocked makes idle q ready in the fresh ring: a tenant whose queue was empty and just
+// received a job stored now (a sparse tenant) goes before the round of tenants with backlogs
+// (the new-flows list of FQ-CoDel): one turn, then back in the ring if it has more. Turns
+// alternate between the two rings, so neither starves the other. A queue that owes weight from
+// an earlier turn goes in the ring.
+func (qs *queues) readyFreshLocked(q *queue) {
+	if q.deficit < 0 {
+		qs.readyLocked(q)
+		return
+	}
+	q.where = ready
+	qs.fresh = append(qs.fresh, q)
+	qs.cond.Signal()
+}
+
 // scheduleLocked makes q due after d (sooner if it already is due sooner); due now, it is ready.
 func (qs *queues) scheduleLocked(q *queue, d time.Duration) {
 	if d <= 0 {
@@ -526,7 +552,7 @@ func (qs *queues) timers(ctx context.Context) {
 func (qs *queues) take() (q *queue, budget int64, ok bool) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	for len(qs.ring) == 0 {
+	for len(qs.ring) == 0 && len(qs.fresh) == 0 {
 		if qs.closed {
 			return nil, 0, false
 		}
@@ -539,7 +565,7 @@ func (qs *queues) take() (q *queue, budget int64, ok bool) {
 func (qs *queues) tryTake() (q *queue, budget int64, ok bool) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if len(qs.ring) == 0 {
+	if len(qs.ring) == 0 && len(qs.fresh) == 0 {
 		return nil, 0, false
 	}
 	return qs.takeLocked()
@@ -548,6 +574,16 @@ func (qs *queues) tryTake() (q *queue, budget int64, ok bool) {
 // takeLocked takes the next ready queue of a ring that has one.
 func (qs *queues) takeLocked() (q *queue, budget int64, ok bool) {
 	quantum := int64(qs.s.cfg.Quantum)
+	if len(qs.fresh) > 0 && (len(qs.ring) == 0 || qs.freshTurn) {
+		qs.freshTurn = false
+		q = qs.fresh[0]
+		qs.fresh[0] = nil
+		qs.fresh = qs.fresh[1:]
+		q.deficit += quantum
+		q.where, q.hinted, q.woken, q.poolWoke = running, false, false, false
+		return q, q.deficit, true
+	}
+	qs.freshTurn = true
 	for skipped := 0; ; {
 		q = qs.ring[0]
 		qs.ring[0] = nil
@@ -637,7 +673,7 @@ func (qs *queues) work(ctx context.Context) {
 func (qs *queues) close() {
 	qs.mu.Lock()
 	qs.closed = true
-	qs.ring = nil
+	qs.ring, qs.fresh = nil, nil
 	qs.cond.Broadcast()
 	qs.mu.Unlock()
 }
