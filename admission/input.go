@@ -101,6 +101,10 @@ func (s *Service) stopPart(p int, done func()) {
 	qs := s.queues
 	qs.mu.Lock()
 	pt := qs.parts[p]
+	var floor uint64 // what of the partition is settled: removed before the next holder reads it
+	if pt != nil && pt.index == p {
+		floor = qs.floorLocked(pt)
+	}
 	delete(qs.parts, p)
 	var moved []*queue
 	left := make(chan struct{})
@@ -134,6 +138,11 @@ func (s *Service) stopPart(p int, done func()) {
 			<-prev
 		}
 		s.quiesce(p)
+		if pt != nil && floor > max(pt.compactAt, 1) {
+			// The jobs settled since the last compaction would be read again by the next
+			// holder (and forwarded again, into the duplicate window, charged again).
+			s.compactTo(pt.stream, floor)
+		}
 		// Those whose step ran are handed over once it ended (what it stored late is owed),
 		// unless the partition came back meanwhile and kept them.
 		qs.mu.Lock()
@@ -367,6 +376,20 @@ func (s *Service) compactAll(ctx context.Context) {
 		c.pt.compactAt = max(c.pt.compactAt, c.floor)
 		c.pt.first = max(c.pt.first, c.floor)
 		qs.mu.Unlock()
+	}
+}
+
+// compactTo removes the jobs of stream below floor, bounded, best effort (the next holder's
+// compaction removes them otherwise).
+func (s *Service) compactTo(stream string, floor uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := s.streams.get(ctx, stream)
+	if err == nil {
+		err = st.Purge(ctx, jetstream.WithPurgeSequence(floor))
+	}
+	if err != nil {
+		s.log.Info("removing a partition's settled jobs as it was given up failed: the next holder reads them again (the output's duplicate window drops their forwards)", "stream", stream, "below", floor, "err", err)
 	}
 }
 

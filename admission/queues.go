@@ -189,10 +189,10 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 	if f.seq < pt.pos {
 		return // delivered again after the feed was reset
 	}
-	pt.pos = f.seq + 1
 	if qs.closed || qs.parts[pt.index] != pt {
-		return
+		return // not handed to a queue: pos (the floor's bound) stays below it
 	}
+	pt.pos = f.seq + 1
 	q := qs.byName[tenant]
 	if q == nil {
 		var err error

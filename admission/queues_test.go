@@ -443,3 +443,18 @@ func TestASparseTenantGoesBeforeTheBacklogsRound(t *testing.T) {
 		t.Fatalf("the backlogs' turns %v, want b00, b01, b02 in order", got)
 	}
 }
+
+// TestAJobNotHandedOverIsNotBelowTheFloor: a job the feed delivers after the queues closed (the
+// service stops: its partitions are compacted once more before they go) is handed to no queue,
+// so the floor stays below it. Before, the feed's position moved past it, and the compaction at
+// the stop removed jobs nobody had forwarded (TestOwnershipFlapsLoseNothing lost 182 of 3,000).
+func TestAJobNotHandedOverIsNotBelowTheFloor(t *testing.T) {
+	qs := feedRig(t, 10, 1<<20)
+	feed(qs, "t", fedJob(10))
+	qs.settled(qs.byName["t"], 10)
+	qs.close()
+	feed(qs, "u", fedJob(11))
+	if f := floor(qs); f > 11 {
+		t.Fatalf("floor %d after the queues closed: job 11, handed to no queue, would be removed", f)
+	}
+}

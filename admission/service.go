@@ -336,6 +336,11 @@ func (s *Service) Run(ctx context.Context) error {
 	owning.Wait()
 	s.moves.Wait()
 	s.queues.stopFeeds()
+	// What was settled since the last compaction goes before the partitions do: their next
+	// holders would read it again (forwards into the duplicate window, charged again).
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s.compactAll(cctx)
+	cancel()
 	s.handOver(s.queues.all())
 	s.owners.leave()
 	s.log.Info("stopped")
@@ -382,6 +387,9 @@ func (s *Service) handOver(qs []*queue) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			// Its settled jobs not yet removed (purgeAge) go first: the next holder would read
+			// them again. A removal that fails leaves them owed as stored, said by the call below.
+			_, _ = s.removeSettled(ctx, q)
 			pq := q.claim(s.owner)
 			pq.Release = true
 			s.cfg.Policy.Step(ctx, q.tenant, nil, pq)
@@ -404,6 +412,9 @@ func (ss *streams) get(ctx context.Context, name string) (jetstream.Stream, erro
 	ss.mu.Unlock()
 	if st != nil {
 		return st, nil
+	}
+	if ss.js == nil {
+		return nil, fmt.Errorf("stream %s: no JetStream context (Config.JetStream)", name)
 	}
 	st, err := ss.js.Stream(ctx, name)
 	if err != nil {
