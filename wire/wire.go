@@ -301,6 +301,7 @@ var (
 	MetricJobTime       = Metric{"admitter.job.time", "admitter_job_time_seconds", ""}
 	MetricPoolBreaker   = Metric{"admitter.pool.breaker", "admitter_pool_breaker", ""}
 	MetricPoolLimit     = Metric{"admitter.pool.limit", "admitter_pool_limit", ""}
+	MetricJobsExpired   = Metric{"admitter.jobs.expired", "admitter_jobs_expired_total", ""}
 )
 
 // JobTimeBuckets are the bucket boundaries (seconds) of MetricJobTime, a job's time downstream
