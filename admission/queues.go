@@ -130,8 +130,10 @@ type queue struct {
 	waitsFor string    // scheduled: why its head waits, as its last step's decision said (stepResult.waitsFor)
 	poolWoke bool      // running: woken for its pool meanwhile (it asks again at once if its head waits for the pool)
 	expires  time.Time // running: the earliest bound on waiting (Admit-Max-Wait) of the jobs fed meanwhile (see expiresBy)
-	gone     bool      // no longer this replica's: dropped when its step ends
-	more     []source  // running: older streams found meanwhile, for its next step (takeSources)
+	oldest   time.Time // when the input stored the job its last deciding step left waiting (zero: none), under plan
+	plan     string
+	gone     bool     // no longer this replica's: dropped when its step ends
+	more     []source // running: older streams found meanwhile, for its next step (takeSources)
 
 	// the feed's, under queues.mu
 	mode     mode
@@ -649,6 +651,12 @@ func (qs *queues) done(q *queue, r stepResult) {
 	defer qs.mu.Unlock()
 	q.deficit -= r.spent
 	q.where, q.headless, q.waitsFor = idle, r.headless, r.waitsFor
+	switch {
+	case r.decided:
+		q.oldest, q.plan = r.oldest, r.plan
+	case r.idle:
+		q.oldest = time.Time{}
+	}
 	if (q.gone || r.gone) && qs.byName[q.tenant] == q && !qs.closed && qs.parts[q.part] != nil {
 		// The partition went to another replica during the step and came back: the queue is
 		// this replica's again. The feed may have skipped the tenant's jobs meanwhile: it reads
@@ -732,6 +740,18 @@ func (qs *queues) count() int {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	return len(qs.byName)
+}
+
+// oldestWaiting calls f with the age of the oldest job left waiting by each queue's last step
+// that decided, with its tenant and plan (see stepResult.oldest).
+func (qs *queues) oldestWaiting(now time.Time, f func(tenant, plan string, age time.Duration)) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	for _, q := range qs.byName {
+		if !q.oldest.IsZero() {
+			f(q.tenant, q.plan, max(now.Sub(q.oldest), 0))
+		}
+	}
 }
 
 // waitingNow returns how many jobs wait per tenant, as last polled (a copy), and when.

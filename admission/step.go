@@ -74,6 +74,11 @@ type stepResult struct {
 	// (policy.Decision.Reason: a limit's kind, policy.ReasonPool, policy.ReasonHandover); empty
 	// when no job waits or no decision says why (paused, held, a failure).
 	waitsFor string
+	// decided: the step decided its head; oldest is then when the input stored the job it left
+	// waiting (zero: none waits), under plan (admitter_oldest_waiting_seconds).
+	decided bool
+	oldest  time.Time
+	plan    string
 }
 
 // stepRetry is the wait after a failed step: 100ms doubling to 5s.
@@ -321,7 +326,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	owner := make([]int, 0, len(jobs))
 	msgOf := make([]*outMsg, len(jobs)) // each job's message, if any
 	settled := len(jobs)                // jobs before it are settled once their messages are stored
-	var res stepResult
+	res := stepResult{decided: true, plan: plan}
 	for i := range jobs {
 		j := &jobs[i]
 		j.verdict, j.plan, j.limit, j.lease, j.reason = d.Verdicts[i], plan, limit, lease, d.Reason
@@ -409,6 +414,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	if settled < len(jobs) {
 		q.waits(jobs[settled].id, jobs[settled].tries)
 		q.waitedFor = d.WaitedFor(jobs[settled].verdict)
+		res.oldest = jobs[settled].stored
 		res.next = max(jobs[settled].verdict.Wait, time.Millisecond)
 		// It asks again by the first bound on waiting among the jobs left waiting, if that is
 		// sooner: they expire on time.

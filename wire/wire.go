@@ -302,6 +302,7 @@ var (
 	MetricPoolBreaker   = Metric{"admitter.pool.breaker", "admitter_pool_breaker", ""}
 	MetricPoolLimit     = Metric{"admitter.pool.limit", "admitter_pool_limit", ""}
 	MetricJobsExpired   = Metric{"admitter.jobs.expired", "admitter_jobs_expired_total", ""}
+	MetricOldestWaiting = Metric{"admitter.oldest_waiting", "admitter_oldest_waiting_seconds", ""}
 )
 
 // JobTimeBuckets are the bucket boundaries (seconds) of MetricJobTime, a job's time downstream
