@@ -172,3 +172,25 @@ func TestExpiredDeadLetterReplays(t *testing.T) {
 		t.Errorf("DEAD holds %d, want the one dead letter", n)
 	}
 }
+
+// TestPausedJobsExpire: a paused tenant's jobs wait, charged nothing, until their bound: then
+// they are dead-lettered expired, having waited for the pause. Before, they waited for the pause's
+// end (max_wait was refused).
+func TestPausedJobsExpire(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "plans:\n  p: {max_wait: 2s, limits: [{capacity: 5, rate: 5/s}]}\ndefault_plan: p\n")
+	p := w.start()
+	if code, out, errOut := w.plansCLI(nil, "pause", "acme", "--for", "1h"); code != 0 {
+		t.Fatalf("pause: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 5*time.Second, "the pause to apply", func() bool { return strings.Contains(p.logs.String(), "paused: acme until") })
+	w.publish("jobs.submit.acme.x", "1")
+	w.publish("jobs.submit.acme.x", "2")
+	dead := w.read("DEAD", 2, 10*time.Second)
+	for _, d := range dead {
+		expiredLetter(t, d, "jobs.dead.acme.x", "paused", 2*time.Second, 3*time.Second)
+	}
+	if dead[0].payload != "1" || dead[1].payload != "2" || len(w.readAll("ADMITTED")) != 0 {
+		t.Errorf("dead letters %q, %q and %d forwarded; want 1 then 2, none forwarded", dead[0].payload, dead[1].payload, len(w.readAll("ADMITTED")))
+	}
+}
