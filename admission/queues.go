@@ -425,6 +425,16 @@ func (qs *queues) floorLocked(pt *part) uint64 {
 	return f
 }
 
+// horizon is partition p's horizon (see part; the highest sequence when not held).
+func (qs *queues) horizon(p int) uint64 {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if pt := qs.parts[p]; pt != nil {
+		return pt.horizon
+	}
+	return math.MaxUint64
+}
+
 // firstSeq is partition p's first sequence as last seen (0: not held).
 func (qs *queues) firstSeq(p int) uint64 {
 	qs.mu.Lock()

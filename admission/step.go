@@ -288,8 +288,10 @@ func (s *Service) sourceJobs(ctx context.Context, q *queue, src *source, msgs []
 // queue does next; q's cursor moves past the jobs settled.
 func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) stepResult {
 	pjobs := make([]policy.Job, len(jobs))
+	horizon := s.queues.horizon(q.part)
 	for i, j := range jobs {
-		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr}
+		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr,
+			Unasked: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited}
 	}
 	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
 	if d.Said {

@@ -78,9 +78,10 @@ func WaitedForReason(waitedFor string) string {
 }
 
 // bound is a job's bound on waiting under plan: the smaller of the plan's max_wait and its own
-// Admit-Max-Wait, and which of them it is; 0 when neither applies or its store time is unknown.
+// Admit-Max-Wait, and which of them it is; 0 when neither applies, its store time is unknown, or
+// the plan is in shadow mode (it holds nothing back: it expires nothing either).
 func bound(plan *bucket.Plan, j Job) (time.Duration, string) {
-	if j.Stored.IsZero() {
+	if j.Stored.IsZero() || plan.Shadow {
 		return 0, ""
 	}
 	switch {

@@ -16,7 +16,8 @@ plans:
   p: {max_wait: 1h, limits: [{name: burst, capacity: 3, rate: 1/h}]}
   q: {limits: [{name: monthly, kind: quota, limit: 2, period: month}]}
   c: {max_wait: 1h, limits: [{name: running, kind: concurrency, limit: 1, lease: 10h}]}
-tenants: {acme: p, bob: q, cat: c}
+  s: {mode: shadow, max_wait: 1h, limits: [{capacity: 1, rate: 1/h}]}
+tenants: {acme: p, bob: q, cat: c, dan: s}
 `
 
 // TestStepExpiresJobsPastTheirBound: a job whose bound (its plan's max_wait, its own
@@ -149,5 +150,26 @@ func TestStepExpiresPausedJobs(t *testing.T) {
 	}
 	if r := WaitedForReason(""); r != "unknown" {
 		t.Errorf("WaitedForReason(\"\") = %q", r)
+	}
+}
+
+// TestStepAsksAnUnaskedJobBeforeItExpires: a job past its bound that an earlier holder of its
+// queue may have forwarded (Unasked) is asked about: admitted when it fits, not dead-lettered.
+func TestStepAsksAnUnaskedJobBeforeItExpires(t *testing.T) {
+	p, _ := newPolicy(t, bucket.NewMemory(bucket.Options{}, nil), FailOpen, expiryPlans)
+	old := time.Now().Add(-2 * time.Hour)
+	d := p.Step(context.Background(), "acme", []Job{{ID: 1, Weight: 1, Stored: old, Unasked: true}, {ID: 2, Weight: 1, Stored: old}}, owner)
+	if got := actions(d); got != "admitted dead" {
+		t.Errorf("verdicts %q, want the unasked job admitted, the other expired", got)
+	}
+}
+
+// TestShadowPlanExpiresNothing: a plan in shadow mode holds nothing back: no job expires.
+func TestShadowPlanExpiresNothing(t *testing.T) {
+	p, _ := newPolicy(t, bucket.NewMemory(bucket.Options{}, nil), FailOpen, expiryPlans)
+	old := time.Now().Add(-2 * time.Hour)
+	d := p.Step(context.Background(), "dan", []Job{{ID: 1, Weight: 1, Stored: old}, {ID: 2, Weight: 1, Stored: old, MaxWait: time.Second}}, Queue{})
+	if got := actions(d); got != "admitted shadow_delayed" {
+		t.Errorf("verdicts %q, want both forwarded", got)
 	}
 }

@@ -184,6 +184,12 @@ type Job struct {
 	Stored     time.Time
 	MaxWait    time.Duration
 	MaxWaitErr error
+	// Unasked: the job may have been forwarded by an earlier holder of its queue (a replica that
+	// stopped before removing it from the input) and this one has not asked the limiter about it
+	// yet. Its bound having passed, it is asked about once before it may expire: a forward of it
+	// is then found (redeemed, stored) or made again, within the output's duplicate window,
+	// rather than joined by a dead letter.
+	Unasked bool
 }
 
 // A Verdict is the decision for one job.
@@ -332,7 +338,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 			d.Verdicts[i] = dead(wire.CodeInvalidMaxWait, j.MaxWaitErr.Error())
 		case j.Weight > plan.MaxWeight():
 			d.Verdicts[i] = dead(wire.CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity or limit of plan %s: it could never be admitted", j.Weight, plan.MaxWeight(), plan.Name))
-		case b > 0 && !now.Before(deadline):
+		case b > 0 && !now.Before(deadline) && !j.Unasked:
 			d.Verdicts[i] = expired(j, deadline, b, of, waitedFor, now) // not asked about: it spends nothing
 		default:
 			d.Verdicts[i].Deadline = deadline
