@@ -85,6 +85,8 @@ func deadHeader(h nats.Header, id string, code wire.Code, detail string) nats.He
 	h.Set(nats.MsgIdHdr, id)
 	h.Set(wire.HeaderError, string(code))
 	h.Set(wire.HeaderErrorDetail, detail)
+	h.Del(wire.HeaderErrorArrived) // an expired job's (deadMsg): not the producer's to set
+	h.Del(wire.HeaderErrorWaitedFor)
 	return h
 }
 

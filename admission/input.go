@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -55,8 +56,11 @@ type part struct {
 	pos       uint64
 	first     uint64
 	compactAt uint64
-	stop      func() // stops the feed (nil: none)
-	health    feedHealth
+	// horizon is the stream's last sequence when this replica took the partition: a job at or
+	// below it may have been forwarded by the partition's earlier holder (see policy.Job.Unasked).
+	horizon uint64
+	stop    func() // stops the feed (nil: none)
+	health  feedHealth
 }
 
 // startPart starts reading partition p, just taken: its feed hands each job to its tenant's
@@ -77,8 +81,16 @@ func (s *Service) startPart(ctx context.Context, p int) {
 		qs.mu.Unlock()
 		return
 	}
+	pt.horizon = math.MaxUint64 // until the stream says
 	qs.parts[p] = pt
 	qs.mu.Unlock()
+	if st, err := s.streams.get(ctx, pt.stream); err == nil {
+		if info, err := st.Info(ctx); err == nil {
+			qs.mu.Lock()
+			pt.horizon = info.State.LastSeq
+			qs.mu.Unlock()
+		}
+	}
 	// The tenants with jobs in older streams first: their queues forward those before the
 	// feed hands any of their newer jobs over.
 	if err := qs.refreshOld(ctx); err != nil {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/admitter/admitter/policy"
+	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -131,8 +133,11 @@ type queue struct {
 	woken    bool      // running: woken meanwhile (what it waits for may be free: it asks again at once)
 	waitsFor string    // scheduled: why its head waits, as its last step's decision said (stepResult.waitsFor)
 	poolWoke bool      // running: woken for its pool meanwhile (it asks again at once if its head waits for the pool)
-	gone     bool      // no longer this replica's: dropped when its step ends
-	more     []source  // running: older streams found meanwhile, for its next step (takeSources)
+	expires  time.Time // running: the earliest bound on waiting (Admit-Max-Wait) of the jobs fed meanwhile (see expiresBy)
+	oldest   time.Time // when the input stored the job its last deciding step left waiting (zero: none), under plan
+	plan     string
+	gone     bool     // no longer this replica's: dropped when its step ends
+	more     []source // running: older streams found meanwhile, for its next step (takeSources)
 
 	// the feed's, under queues.mu
 	mode     mode
@@ -150,6 +155,12 @@ type queue struct {
 	waited    int64 // the highest job id told to wait (each counted once)
 	head      int64 // the job the last step left waiting, and how many steps asked about it
 	asks      uint64
+	waitedFor string // what the last step's waiting jobs were told they wait for (policy.Queue.WaitedFor)
+	// skipped are the input sequences, ascending, of jobs dead-lettered out of their place (their
+	// bound passed behind the job that waits) that could not be removed from the input at once:
+	// reads pass over them, and they are removed with the settled jobs once the cursor reaches
+	// them (see skipExpired).
+	skipped []uint64
 }
 
 type place uint8
@@ -194,6 +205,9 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 	}
 	pt.pos = f.seq + 1
 	q := qs.byName[tenant]
+	if q != nil {
+		qs.expiresByLocked(q, f)
+	}
 	if q == nil {
 		var err error
 		if q, err = qs.newQueueLocked(tenant); err != nil {
@@ -236,6 +250,40 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 			qs.readyLocked(q)
 		}
 	}
+}
+
+// expiresByLocked makes q, which waits for a time, ask again by the deadline of f, a job just
+// fed, when f carries its own bound on waiting (Admit-Max-Wait) and it ends sooner: a job behind
+// the head expires on time (policy: expiry.go). A plan's max_wait needs no such wake: a job that
+// arrives later ends its plan's bound later than those ahead of it, whose bounds the queue's
+// last step knew.
+func (qs *queues) expiresByLocked(q *queue, f fed) {
+	if q.where != scheduled && q.where != running || f.stored.IsZero() || !hasHeader(f.header, wire.HeaderMaxWait) {
+		return
+	}
+	d, err := wire.ParseMaxWait(f.header)
+	if err != nil || d == 0 {
+		return
+	}
+	deadline := f.stored.Add(d)
+	switch {
+	case q.where == running:
+		if q.expires.IsZero() || deadline.Before(q.expires) {
+			q.expires = deadline
+		}
+	case deadline.Before(q.at) && !q.headless:
+		qs.scheduleLocked(q, max(time.Until(deadline), time.Millisecond))
+	}
+}
+
+// hasHeader reports whether h has name, written in any case.
+func hasHeader(h nats.Header, name string) bool {
+	for k := range h {
+		if len(k) == len(name) && strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // buffered returns up to n of q's buffered jobs, oldest first (they stay buffered until
@@ -328,6 +376,30 @@ func (qs *queues) settled(q *queue, seq uint64) {
 	}
 }
 
+// unbuffer drops the jobs at input sequences seqs (ascending) from q's buffer: they were
+// dead-lettered out of their place (skipExpired). A queue behind drops its whole buffer (what
+// it read last): its next step reads from its cursor again, and so reaches the jobs after them.
+func (qs *queues) unbuffer(q *queue, seqs []uint64) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q.mode != following {
+		qs.bufBytes -= q.bufBytes
+		q.buf, q.bufBytes = nil, 0
+		return
+	}
+	keep := q.buf[:0]
+	for _, f := range q.buf {
+		if _, found := slices.BinarySearch(seqs, f.seq); found {
+			q.bufBytes -= f.size
+			qs.bufBytes -= f.size
+			continue
+		}
+		keep = append(keep, f)
+	}
+	clear(q.buf[len(keep):])
+	q.buf = keep
+}
+
 // fallBehindLocked makes q read its jobs from the input from its cursor, its buffer dropped.
 func (qs *queues) fallBehindLocked(q *queue) {
 	qs.bufBytes -= q.bufBytes
@@ -361,6 +433,16 @@ func (qs *queues) floorLocked(pt *part) uint64 {
 	return f
 }
 
+// horizon is partition p's horizon (see part; the highest sequence when not held).
+func (qs *queues) horizon(p int) uint64 {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if pt := qs.parts[p]; pt != nil {
+		return pt.horizon
+	}
+	return math.MaxUint64
+}
+
 // firstSeq is partition p's first sequence as last seen (0: not held).
 func (qs *queues) firstSeq(p int) uint64 {
 	qs.mu.Lock()
@@ -381,7 +463,7 @@ func (qs *queues) feedOn(p int) bool {
 
 // claim is what the queue's next limiter call says for owner (see policy.Queue).
 func (q *queue) claim(owner int64) policy.Queue {
-	pq := policy.Queue{Owner: owner, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh}
+	pq := policy.Queue{Owner: owner, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh, WaitedFor: q.waitedFor}
 	if q.owe.stored > 0 {
 		pq.Stored, pq.Keep = q.owe.stored, storedKeep
 	}
@@ -605,7 +687,7 @@ func (qs *queues) takeLocked() (q *queue, budget int64, ok bool) {
 			skipped = 0
 		}
 	}
-	q.where, q.hinted, q.woken, q.poolWoke = running, false, false, false
+	q.where, q.hinted, q.woken, q.poolWoke, q.expires = running, false, false, false, time.Time{}
 	return q, q.deficit, true
 }
 
@@ -615,6 +697,12 @@ func (qs *queues) done(q *queue, r stepResult) {
 	defer qs.mu.Unlock()
 	q.deficit -= r.spent
 	q.where, q.headless, q.waitsFor = idle, r.headless, r.waitsFor
+	switch {
+	case r.decided:
+		q.oldest, q.plan = r.oldest, r.plan
+	case r.idle:
+		q.oldest = time.Time{}
+	}
 	if (q.gone || r.gone) && qs.byName[q.tenant] == q && !qs.closed && qs.parts[q.part] != nil {
 		// The partition went to another replica during the step and came back: the queue is
 		// this replica's again. The feed may have skipped the tenant's jobs meanwhile: it reads
@@ -652,7 +740,11 @@ func (qs *queues) done(q *queue, r stepResult) {
 		if q.woken || (q.poolWoke && waitsOnPool(r.waitsFor)) {
 			qs.readyLocked(q) // woken during the step: it asks again now
 		} else {
-			qs.scheduleLocked(q, r.next)
+			next := r.next
+			if !q.expires.IsZero() && !r.headless { // a job fed during the step expires sooner
+				next = min(next, max(time.Until(q.expires), time.Millisecond))
+			}
+			qs.scheduleLocked(q, next)
 		}
 	}
 }
@@ -694,6 +786,18 @@ func (qs *queues) count() int {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	return len(qs.byName)
+}
+
+// oldestWaiting calls f with the age of the oldest job left waiting by each queue's last step
+// that decided, with its tenant and plan (see stepResult.oldest).
+func (qs *queues) oldestWaiting(now time.Time, f func(tenant, plan string, age time.Duration)) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	for _, q := range qs.byName {
+		if !q.oldest.IsZero() {
+			f(q.tenant, q.plan, max(now.Sub(q.oldest), 0))
+		}
+	}
 }
 
 // waitingNow returns how many jobs wait per tenant, as last polled (a copy), and when.

@@ -197,7 +197,8 @@ func (s *Service) registerGauges() error {
 	poolWaiting, err6 := m.Int64ObservableGauge(wire.MetricPoolWaiting.Name, metric.WithDescription("Tenants waiting for each pool (label pool), as this replica's last call to it found it."))
 	poolBreaker, err7 := m.Int64ObservableGauge(wire.MetricPoolBreaker.Name, metric.WithDescription("Each pool's breaker (label pool): 0 closed, 1 open, 2 half-open, as this replica's last call to it found it."))
 	poolLimit, err8 := m.Int64ObservableGauge(wire.MetricPoolLimit.Name, metric.WithDescription("Each pool's limit in force (label pool): an adaptive pool's, between its minimum and its concurrency; another's, its concurrency; as this replica's last call to it found it."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9); err != nil {
+	oldest, err10 := m.Float64ObservableGauge(wire.MetricOldestWaiting.Name, metric.WithUnit("s"), metric.WithDescription("Age of the oldest job waiting in the queues this replica runs (from its store in the input), by plan, the largest of its tenants' (label tenant with ADMITTER_METRICS_TENANT_LABEL: each tenant's), as each queue's last step left it."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9, err10); err != nil {
 		return err
 	}
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -215,6 +216,7 @@ func (s *Service) registerGauges() error {
 			n += k
 		}
 		o.ObserveInt64(waiting, int64(n))
+		s.observeOldest(o, oldest)
 		for name, st := range s.tel.poolStates() {
 			attrs := metric.WithAttributes(attribute.String("pool", name))
 			o.ObserveInt64(poolFlight, st.InFlight, attrs)
@@ -225,9 +227,30 @@ func (s *Service) registerGauges() error {
 			}
 		}
 		return nil
-	}, queues, waiting, blocked, replicas, partitions, poolFlight, poolWaiting, poolBreaker, poolLimit)
+	}, queues, waiting, blocked, replicas, partitions, poolFlight, poolWaiting, poolBreaker, poolLimit, oldest)
 	s.gauges = reg
 	return err
+}
+
+// observeOldest reports the age of the oldest job waiting: per plan, the largest over its
+// tenants; per tenant with the tenant label.
+func (s *Service) observeOldest(o metric.Observer, g metric.Float64Observable) {
+	type key struct{ plan, tenant string }
+	ages := map[key]time.Duration{}
+	s.queues.oldestWaiting(time.Now(), func(tenant, plan string, age time.Duration) {
+		k := key{plan: plan}
+		if s.tel.tenantLabel {
+			k.tenant = tenant
+		}
+		ages[k] = max(ages[k], age)
+	})
+	for k, age := range ages {
+		attrs := []attribute.KeyValue{attribute.String("plan", k.plan)}
+		if s.tel.tenantLabel {
+			attrs = append(attrs, attribute.String("tenant", k.tenant))
+		}
+		o.ObserveFloat64(g, age.Seconds(), metric.WithAttributes(attrs...))
+	}
 }
 
 // Ready reports whether the service can admit jobs now: consuming, NATS connected, the limiter

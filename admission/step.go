@@ -33,8 +33,10 @@ type job struct {
 	data    []byte
 	weight  int64
 	wErr    error
-	src     bool // read from the queue's first older stream (q.old[0])
-	lane    bool // from the lanes stream of an earlier version
+	maxWait time.Duration // its Admit-Max-Wait (0: none)
+	mwErr   error         // why its Admit-Max-Wait does not read
+	src     bool          // read from the queue's first older stream (q.old[0])
+	lane    bool          // from the lanes stream of an earlier version
 	tries   uint64
 	waited  bool            // it was told to wait before
 	ctx     context.Context // the job's trace
@@ -44,6 +46,7 @@ type job struct {
 	lease   time.Duration // its plan's lease (0: no concurrency limit)
 	reason  string        // the kind of the limit it waits for
 	limit   string        // the limit that bound the decision
+	skip    bool          // expired behind the job that waits: dead-lettered out of its place (see skipExpired)
 }
 
 // stepResult says what a queue's step found: when to step again, and how.
@@ -71,6 +74,11 @@ type stepResult struct {
 	// (policy.Decision.Reason: a limit's kind, policy.ReasonPool, policy.ReasonHandover); empty
 	// when no job waits or no decision says why (paused, held, a failure).
 	waitsFor string
+	// decided: the step decided its head; oldest is then when the input stored the job it left
+	// waiting (zero: none waits), under plan (admitter_oldest_waiting_seconds).
+	decided bool
+	oldest  time.Time
+	plan    string
 }
 
 // stepRetry is the wait after a failed step: 100ms doubling to 5s.
@@ -95,6 +103,10 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 			s.log.Warn("reading a tenant's queue failed: retrying", "tenant", q.tenant, "err", err, "retry_in", stepRetry(q.errs).String())
 		}
 		return stepResult{next: stepRetry(q.errs)}
+	}
+	jobs, passed := s.dropSkipped(q, jobs)
+	if len(jobs) == 0 && passed {
+		return stepResult{more: true} // only jobs dead-lettered out of their place were read: read on
 	}
 	if len(jobs) == 0 {
 		return s.settleIdle(ctx, q)
@@ -243,6 +255,7 @@ func (s *Service) fedJobs(ctx context.Context, q *queue, fs []fed) []job {
 func (s *Service) startJob(ctx context.Context, q *queue, j job) job {
 	j.tries = q.tries(j.id)
 	j.weight, j.wErr = wire.ParseWeight(j.header)
+	j.maxWait, j.mwErr = wire.ParseMaxWait(j.header)
 	if j.id == 0 && j.wErr == nil {
 		j.wErr = fmt.Errorf("stream %s: sequence %d is beyond the ids of jobs (2^40)", j.stream, j.seq)
 	}
@@ -275,8 +288,10 @@ func (s *Service) sourceJobs(ctx context.Context, q *queue, src *source, msgs []
 // queue does next; q's cursor moves past the jobs settled.
 func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) stepResult {
 	pjobs := make([]policy.Job, len(jobs))
+	horizon := s.queues.horizon(q.part)
 	for i, j := range jobs {
-		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr}
+		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr,
+			Unasked: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited}
 	}
 	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
 	if d.Said {
@@ -311,12 +326,22 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	}
 	outs := make([]*outMsg, 0, len(jobs))
 	owner := make([]int, 0, len(jobs))
-	settled := len(jobs) // jobs before it are settled once their messages are stored
-	var res stepResult
+	msgOf := make([]*outMsg, len(jobs)) // each job's message, if any
+	settled := len(jobs)                // jobs before it are settled once their messages are stored
+	res := stepResult{decided: true, plan: plan}
 	for i := range jobs {
 		j := &jobs[i]
 		j.verdict, j.plan, j.limit, j.lease, j.reason = d.Verdicts[i], plan, limit, lease, d.Reason
 		if settled < len(jobs) {
+			if j.verdict.Code == wire.CodeExpired && s.canSkip(q, j) {
+				// Its bound passed while it waited behind the job that waits: dead-lettered now,
+				// out of its place; the others keep their order.
+				j.skip = true
+				m := &outMsg{msg: s.deadMsg(j, j.verdict.Code, j.verdict.Detail), stream: s.cfg.StreamDead}
+				outs, owner, msgOf[i] = append(outs, m), append(owner, i), m
+				res.spent++
+				continue
+			}
 			j.verdict = policy.Verdict{Fate: jobs[settled].verdict.Fate, Wait: jobs[settled].verdict.Wait} // it waits behind the head, for as long
 			continue
 		}
@@ -339,6 +364,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		if m != nil {
 			outs = append(outs, m)
 			owner = append(owner, i)
+			msgOf[i] = m
 		}
 	}
 	s.tel.inFlight.Add(ctx, int64(len(outs)))
@@ -357,12 +383,20 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 			q.errs++
 		}
 	}
+	var skipped []uint64
 	for i := range jobs {
 		j := &jobs[i]
 		switch {
 		case i < settled:
 			j.waited = j.id <= q.waited
 			s.conclude(j, nil)
+		case j.skip:
+			if err := msgOf[i].err; err != nil || ctx.Err() != nil {
+				s.conclude(j, errors.Join(err, ctx.Err())) // not stored: decided again by the next step
+			} else {
+				s.conclude(j, nil)
+				skipped = append(skipped, j.at)
+			}
 		case j.verdict.Fate.Waits():
 			s.concludeWait(q, j, i == settled)
 		default:
@@ -372,18 +406,34 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	if settled > 0 {
 		s.advance(q, jobs[:settled])
 	}
+	if len(skipped) > 0 {
+		s.skipExpired(ctx, q, skipped)
+	}
 	if q.errs > 0 && settled < len(jobs) && !jobs[settled].verdict.Fate.Waits() {
 		return stepResult{next: stepRetry(q.errs), spent: res.spent}
 	}
 	q.errs = 0
 	if settled < len(jobs) {
 		q.waits(jobs[settled].id, jobs[settled].tries)
+		q.waitedFor = d.WaitedFor(jobs[settled].verdict)
+		res.oldest = jobs[settled].stored
 		res.next = max(jobs[settled].verdict.Wait, time.Millisecond)
+		// It asks again by the first bound on waiting among the jobs left waiting, if that is
+		// sooner: they expire on time.
+		for k := settled; k < len(jobs); k++ {
+			if dl := d.Verdicts[k].Deadline; !dl.IsZero() && !jobs[k].skip && d.Verdicts[k].Fate.Waits() {
+				res.next = min(res.next, max(time.Until(dl), time.Millisecond))
+			}
+		}
+		if len(skipped) > 0 {
+			res.next = 0 // jobs beyond those read may have expired too: it reads on at once
+		}
 		if jobs[settled].verdict.Fate == wire.FateDelayed {
 			res.waitsFor = jobs[settled].reason
 		}
 		return res
 	}
+	q.waitedFor = ""
 	res.more = true // everything read went: the queue goes on (or finds itself empty)
 	return res
 }
@@ -468,6 +518,7 @@ func (s *Service) advance(q *queue, settled []job) {
 		return
 	}
 	for _, j := range settled {
+		q.passSkipped(j.at)
 		q.unremoved.add(j.at)
 	}
 	s.queues.settled(q, last.at)
@@ -686,6 +737,7 @@ func (s *Service) laneJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []jo
 			j.wErr = fmt.Errorf("message %d of the lanes stream is not a job moved by the admitter (no %s / %s header)", at, wire.HeaderInputSeq, wire.HeaderInputSubject)
 		} else {
 			j.weight, j.wErr = wire.ParseWeight(h)
+			j.maxWait, j.mwErr = wire.ParseMaxWait(h)
 		}
 		j.id = wire.JobID(1, 0, j.seq)
 		if t, err := time.Parse(time.RFC3339Nano, h.Get(wire.HeaderInputTime)); err == nil {
@@ -719,6 +771,9 @@ func (s *Service) conclude(j *job, err error) {
 	}
 	if v.Fate == wire.FateDead {
 		s.log.Info("dead-lettered", "subject", j.subject, "tenant", j.tenant, "code", string(v.Code), "detail", v.Detail)
+		if v.Code == wire.CodeExpired {
+			s.tel.jobExpired(j)
+		}
 	}
 	s.tel.conclude(j, v.Fate)
 	s.record(j, false)
@@ -779,7 +834,11 @@ func (s *Service) deadMsg(j *job, code wire.Code, detail string) *nats.Msg {
 		}
 		dead, _ = s.cfg.Dead.Subject(j.tenant, fill...)
 	}
-	h := deadHeader(s.baseHeader(j, 3), wire.MsgID(wire.KindDead, j.stream, j.seq), code, detail)
+	h := deadHeader(s.baseHeader(j, 5), wire.MsgID(wire.KindDead, j.stream, j.seq), code, detail)
+	if code == wire.CodeExpired {
+		h.Set(wire.HeaderErrorArrived, j.stored.UTC().Format(time.RFC3339Nano))
+		h.Set(wire.HeaderErrorWaitedFor, j.verdict.WaitedFor)
+	}
 	m := &nats.Msg{Subject: dead, Data: j.data, Header: h}
 	s.tel.injectSend(j, m, s.cfg.StreamDead)
 	return m

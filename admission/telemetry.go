@@ -66,6 +66,7 @@ type telemetry struct {
 	failEvents   metric.Int64Counter
 	leaseMsgs    metric.Int64Counter
 	expired      metric.Int64Counter
+	expiredJobs  metric.Int64Counter
 	settleErrs   metric.Int64Counter
 	lateForwards metric.Int64Counter
 	giveBacks    metric.Int64Counter
@@ -113,6 +114,8 @@ func newTelemetry(c Config) (*telemetry, error) {
 	t.leaseMsgs, err = m.Int64Counter(wire.MetricLeaseMessages.Name, metric.WithDescription("Messages that end or extend a forwarded job's lease, by path (done, renew, ack, term) and result (released, renewed, not-held, no-lease, invalid, error)."))
 	add(err)
 	t.expired, err = m.Int64Counter(wire.MetricLeasesExpired.Name, metric.WithDescription("Leases of forwarded jobs that ended without being released (their slot freed by the lease's end)."))
+	add(err)
+	t.expiredJobs, err = m.Int64Counter(wire.MetricJobsExpired.Name, metric.WithDescription("Jobs dead-lettered expired (their bound on waiting, the plan's max_wait or their Admit-Max-Wait, passed or would pass before they fit), by plan and reason: the first word of what they waited for (a limit's kind, pool, breaker, downstream, handover, paused, held or unknown)."))
 	add(err)
 	t.settleErrs, err = m.Int64Counter(wire.MetricSettleErrors.Name, metric.WithDescription("Removals of settled jobs from the input (op purge) that failed: the server refused or did not answer; the limiter is told they were stored, and the removal is tried again."))
 	add(err)
@@ -259,6 +262,15 @@ func (t *telemetry) conclude(j *job, fate wire.Fate) {
 	if fate == wire.FateDelayed || fate == wire.FateShadowDelayed {
 		t.waits.Record(ctx, j.verdict.Wait.Seconds(), set)
 	}
+}
+
+// jobExpired counts a job dead-lettered expired.
+func (t *telemetry) jobExpired(j *job) {
+	attrs := []attribute.KeyValue{attribute.String("plan", j.plan), attribute.String("reason", policy.WaitedForReason(j.verdict.WaitedFor))}
+	if t.tenantLabel {
+		attrs = append(attrs, attribute.String("tenant", j.tenant))
+	}
+	t.expiredJobs.Add(context.Background(), 1, metric.WithAttributes(attrs...))
 }
 
 // giveBackFailed counts a decision whose unused pool grants could not be given back.

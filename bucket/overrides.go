@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 )
 
 // WithTenants returns the plans with some tenants moved to other plans (tenant → plan name);
@@ -157,7 +158,18 @@ func planChanges(old, p *Plan) []string {
 	if old.share() != p.share() {
 		out = append(out, fmt.Sprintf("share %d → %d", old.share(), p.share()))
 	}
+	if old.MaxWait != p.MaxWait {
+		out = append(out, "max_wait "+maxWaitString(old.MaxWait)+" → "+maxWaitString(p.MaxWait))
+	}
 	return out
+}
+
+// maxWaitString is a plan's max_wait as written in a plans file, or "none".
+func maxWaitString(d time.Duration) string {
+	if d <= 0 {
+		return "none"
+	}
+	return ShortDuration(d)
 }
 
 func orNone(s string) string {

@@ -48,6 +48,10 @@ type Plan struct {
 	// Pools govern the queue's forwards; Decide (a synchronous request) does not ask them.
 	Pool  *Pool
 	Share int64
+	// MaxWait bounds how long a job of the plan may wait, from its store in the input (plans
+	// file: max_wait; 0: no bound). A job that cannot be admitted within it is dead-lettered
+	// (wire.CodeExpired): see package policy. A job's own Admit-Max-Wait may bound it further.
+	MaxWait time.Duration
 
 	minCapacity int64
 	labels      []string

@@ -130,6 +130,9 @@ func (p *Plans) Describe() string {
 		if pl.Pool != nil {
 			mode += fmt.Sprintf(", pool %s with share %d", pl.Pool.Name, pl.share())
 		}
+		if pl.MaxWait > 0 {
+			mode += ", jobs wait at most " + ShortDuration(pl.MaxWait)
+		}
 		fmt.Fprintf(&b, "  %s: %d %s, max weight %d%s\n", name, len(pl.Limits), plansPlural(len(pl.Limits), "limit", "limits"), pl.MaxWeight(), mode)
 		for i, l := range pl.Limits {
 			fmt.Fprintf(&b, "    limit %s: %s\n", l.label(i), l.describe())

@@ -376,13 +376,14 @@ func (s *Store) replayOne(ctx context.Context, seq uint64, by string, e Edit, dr
 	return r
 }
 
-// replayHeader is a dead letter's headers as replayed: without the reason it was dead and
-// without the server's own headers, with the replay's Msg-Id and Admit-Replay-Of.
+// replayHeader is a dead letter's headers as replayed: without the reason it was dead
+// (Admit-Error and the Admit-Error-* that explain it) and without the server's own headers,
+// with the replay's Msg-Id and Admit-Replay-Of.
 func replayHeader(h nats.Header, stream string, seq uint64) nats.Header {
 	out := make(nats.Header, len(h)+2)
 	for k, v := range h {
 		switch {
-		case k == wire.HeaderError || k == wire.HeaderErrorDetail || k == wire.HeaderReplayOf:
+		case isErrorHeader(k) || strings.EqualFold(k, wire.HeaderReplayOf):
 			continue
 		case len(k) > 5 && strings.EqualFold(k[:5], "Nats-"):
 			continue
@@ -392,6 +393,13 @@ func replayHeader(h nats.Header, stream string, seq uint64) nats.Header {
 	out.Set(nats.MsgIdHdr, wire.MsgID(wire.KindReplay, stream, seq))
 	out.Set(wire.HeaderReplayOf, stream+":"+strconv.FormatUint(seq, 10))
 	return out
+}
+
+// isErrorHeader reports whether k is Admit-Error or one of the Admit-Error-* headers that
+// explain it (detail, arrival, what an expired job waited for): the dead letter's, not the job's.
+func isErrorHeader(k string) bool {
+	return strings.EqualFold(k, wire.HeaderError) || len(k) > len(wire.HeaderError) &&
+		strings.EqualFold(k[:len(wire.HeaderError)+1], wire.HeaderError+"-")
 }
 
 // tenantFilter is the subject filter of t's subjects for one tenant: its wildcards kept,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -246,6 +247,9 @@ func TestEditValidate(t *testing.T) {
 		{Edit{Drop: []string{"admit-replay-of"}}, "admit-replay-of names the dead letter"},
 		{Edit{Drop: []string{"Admit-Error"}}, "Admit-Error says why the job was dead-lettered"},
 		{Edit{Set: map[string]string{"Admit-Error-Detail": "x"}}, "Admit-Error-Detail says why"},
+		{Edit{Drop: []string{"admit-error-waited-for"}}, "admit-error-waited-for says why"},
+		{Edit{Set: map[string]string{"Admit-Error-Arrived": "x"}}, "Admit-Error-Arrived says why"},
+		{Edit{Drop: []string{"Admit-Max-Wait"}, Set: map[string]string{"Admit-Errors": "1"}}, ""},
 		{Edit{Set: map[string]string{"": "x"}}, "empty header name"},
 		{Edit{Drop: []string{"X Bad"}}, `header name "X Bad": ' ' at byte 1`},
 		{Edit{Set: map[string]string{"X:Y": "1"}}, `header name "X:Y": ':' at byte 1`},
@@ -284,5 +288,19 @@ func TestParseSetHeader(t *testing.T) {
 		if err != nil || name != c.name || value != c.value {
 			t.Errorf("%q: %q %q %v, want %q %q", c.in, name, value, err, c.name, c.value)
 		}
+	}
+}
+
+// TestReplayHeaderDropsTheReason: a replay carries the job's own headers (Admit-Max-Wait
+// included: its bound counts again from the replay's store), not the dead letter's reasons
+// (Admit-Error and every Admit-Error-*, in any case) nor the server's.
+func TestReplayHeaderDropsTheReason(t *testing.T) {
+	h := nats.Header{"Admit-Error": {"expired"}, "Admit-Error-Detail": {"it waited"}, "Admit-Error-Arrived": {"2026-01-01T00:00:00Z"},
+		"Admit-Error-Waited-For": {"quota monthly"}, "admit-error": {"x"}, "Admit-Max-Wait": {"30s"}, "Admit-Errors": {"kept"},
+		"Nats-Msg-Id": {"admitter:d:JOBS:3"}, "Admit-Replay-Of": {"DEAD:1"}}
+	got := replayHeader(h, "DEAD", 7)
+	want := nats.Header{"Admit-Max-Wait": {"30s"}, "Admit-Errors": {"kept"}, "Nats-Msg-Id": {"admitter:r:DEAD:7"}, "Admit-Replay-Of": {"DEAD:7"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("replayed headers %v, want %v", got, want)
 	}
 }

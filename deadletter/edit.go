@@ -17,7 +17,7 @@ import (
 //
 // The replay's own headers cannot be edited: Nats-* (directives to the server; the replay
 // sets its own Nats-Msg-Id), Admit-Replay-Of (which dead letter it was replayed from), and
-// Admit-Error and Admit-Error-Detail (why it was dead, which a replay removes).
+// Admit-Error and the Admit-Error-* headers (why it was dead, which a replay removes).
 type Edit struct {
 	// Set is each header to set, by name, to its one value.
 	Set map[string]string `json:"set,omitempty"`
@@ -106,7 +106,7 @@ func checkEditable(name string) error {
 		return fmt.Errorf("%w: header %s: Nats-* headers are directives to the NATS server, not the job's; a replay sets its own %s and passes no other", ErrEdit, name, nats.MsgIdHdr)
 	case strings.EqualFold(name, wire.HeaderReplayOf):
 		return fmt.Errorf("%w: header %s names the dead letter the job is replayed from: the replay sets it", ErrEdit, name)
-	case strings.EqualFold(name, wire.HeaderError), strings.EqualFold(name, wire.HeaderErrorDetail):
+	case isErrorHeader(name):
 		return fmt.Errorf("%w: header %s says why the job was dead-lettered: a replay removes it", ErrEdit, name)
 	}
 	return nil

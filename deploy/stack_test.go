@@ -243,13 +243,15 @@ var histograms = []wire.Metric{wire.MetricWait, wire.MetricDecisionTime, wire.Me
 // metricLabels are the labels admitter's metrics carry besides job, instance and otel_scope_*
 // (admission/telemetry.go, cmd/admitter/plans.go); those not listed have none.
 var metricLabels = map[wire.Metric][]string{
-	wire.MetricDecisions:    {"source", "plan", "outcome", "tenant"},
-	wire.MetricWait:         {"plan", "outcome", "tenant"},
-	wire.MetricRedisErrors:  {"kind"},
-	wire.MetricFailEvents:   {"mode"},
-	wire.MetricPlansReloads: {"result"},
-	wire.MetricJobOutcomes:  {"pool", "outcome", "tenant"},
-	wire.MetricJobTime:      {"pool", "tenant"},
+	wire.MetricDecisions:     {"source", "plan", "outcome", "tenant"},
+	wire.MetricWait:          {"plan", "outcome", "tenant"},
+	wire.MetricRedisErrors:   {"kind"},
+	wire.MetricFailEvents:    {"mode"},
+	wire.MetricPlansReloads:  {"result"},
+	wire.MetricJobOutcomes:   {"pool", "outcome", "tenant"},
+	wire.MetricJobTime:       {"pool", "tenant"},
+	wire.MetricJobsExpired:   {"plan", "reason", "tenant"},
+	wire.MetricOldestWaiting: {"plan", "tenant"},
 }
 
 // labelValues are the values of the labels that take a fixed set; outcome's are the jobs'

@@ -11,6 +11,7 @@
 //	    limits:
 //	      - {capacity: 5, rate: 2/s}
 //	  pro:
+//	    max_wait: 1h   # optional: a job not admitted within an hour is dead-lettered (expired)
 //	    limits:
 //	      - {name: burst,   capacity: 20, rate: 10/s}                  # kind: bucket, the default
 //	      - {name: hourly,  kind: window, limit: 1000, window: 1h}     # at most 1000 in ANY hour
@@ -21,7 +22,11 @@
 //	default_plan: free   # optional; when absent, jobs of unknown tenants are rejected
 //
 // The top level holds plans (required, at least one), tenants and default_plan (both optional;
-// an explicit null means absent). A plan holds limits (required, at least one). Every limit has
+// an explicit null means absent). A plan holds limits (required, at least one), and optionally
+// mode (enforce, the default, or shadow), pool and share (below), and max_wait: the longest a job
+// of the plan may wait, from its store in the input, before it is dead-lettered as expired (a
+// duration as a window's, see ParseWindow; absent: no bound). A job's own Admit-Max-Wait header
+// may bound it further: the smaller wins (bucket.Plan.MaxWait, package policy). Every limit has
 // an optional name (unnamed limits are labelled by their index, so a name must not be all
 // digits; names are unique within a plan) and an optional kind, which decides its other fields:
 //

@@ -238,19 +238,24 @@ func (ps *parser) plans(p *parsed, n *yaml.Node) error {
 
 // parsePlan parses the plan called name at field.
 func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, error) {
-	const want = "a mapping with limits (and optionally mode, pool and share)"
+	const want = "a mapping with limits (and optionally mode, pool, share and max_wait)"
 	if isNull(n) {
 		return nil, ps.errorf(n.Line, field, "empty plan (want %s)", want)
 	}
-	pairs, err := ps.mapping(n, field, want, "limits", "mode", "pool", "share")
+	pairs, err := ps.mapping(n, field, want, "limits", "mode", "pool", "share", "max_wait")
 	if err != nil {
 		return nil, err
 	}
 	var ln, poolNode, shareNode *yaml.Node
 	shadow := false
 	var share int64
+	var maxWait time.Duration
 	for _, kv := range pairs {
 		switch kv.key {
+		case "max_wait":
+			if maxWait, err = ps.window(kv.valueNode, field+".max_wait"); err != nil {
+				return nil, err
+			}
 		case "limits":
 			ln = kv.valueNode
 		case "mode":
@@ -311,7 +316,7 @@ func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, err
 	if err != nil {
 		return nil, ps.wrap(ln.Line, field, strings.TrimPrefix(err.Error(), "bucket: "), err)
 	}
-	pl.Shadow, pl.Share = shadow, share
+	pl.Shadow, pl.Share, pl.MaxWait = shadow, share, maxWait
 	if poolNode != nil {
 		ps.uses = append(ps.uses, poolUse{plan: pl, name: poolNode.Value, line: poolNode.Line, field: strings.TrimSuffix(field, ".limits") + ".pool"})
 	}

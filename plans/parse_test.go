@@ -204,6 +204,7 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 		Mode   string  `yaml:"mode,omitempty"`
 		Pool   string  `yaml:"pool,omitempty"`
 		Share  int64   `yaml:"share,omitempty"`
+		Wait   string  `yaml:"max_wait,omitempty"`
 	}
 	type pool struct {
 		Concurrency int64  `yaml:"concurrency,omitempty"`
@@ -249,6 +250,9 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 			mode = "shadow"
 		}
 		pp := plan{Limits: ls, Mode: mode, Share: pl.Share}
+		if pl.MaxWait > 0 {
+			pp.Wait = bucket.ShortDuration(pl.MaxWait)
+		}
 		if pl.Pool != nil {
 			pp.Pool = pl.Pool.Name
 		}
@@ -278,7 +282,7 @@ func plansEqual(a, b *bucket.Plans) string {
 	for _, name := range a.Names() {
 		pa, _ := a.Plan(name)
 		pb, _ := b.Plan(name)
-		if pa.Name != pb.Name || !slices.EqualFunc(pa.Limits, pb.Limits, limitsEqual) {
+		if pa.Name != pb.Name || !slices.EqualFunc(pa.Limits, pb.Limits, limitsEqual) || pa.MaxWait != pb.MaxWait {
 			return fmt.Sprintf("plan %q: %+v vs %+v", name, pa.Limits, pb.Limits)
 		}
 	}
@@ -335,7 +339,7 @@ func TestParseErrors(t *testing.T) {
 
 		// Unknown and duplicate keys at every level.
 		{"unknown top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\ndefault: free\n", 3, "default", `unknown key "default" (want plans, tenants, default_plan or pools)`},
-		{"unknown plan key", "plans:\n  free:\n    limits: [{capacity: 1, rate: 1/s}]\n    burst: 5\n", 4, "plans.free.burst", `unknown key "burst" (want limits, mode, pool or share)`},
+		{"unknown plan key", "plans:\n  free:\n    limits: [{capacity: 1, rate: 1/s}]\n    burst: 5\n", 4, "plans.free.burst", `unknown key "burst" (want limits, mode, pool, share or max_wait)`},
 		{"unknown limit key", free("{capacity: 1, rate: 1/s, per: tenant}"), 4, "plans.free.limits[0].per", `unknown key "per" (a bucket limit takes name, kind, capacity and rate)`},
 		{"misspelt limits", "plans:\n  free:\n    limts: [{capacity: 1, rate: 1/s}]\n", 3, "plans.free.limts", `unknown key "limts"`},
 		{"duplicate top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\nplans:\n  gold: {limits: [{capacity: 1, rate: 1/s}]}\n", 3, "plans", `duplicate key "plans" (first at line 1)`},
@@ -350,8 +354,8 @@ func TestParseErrors(t *testing.T) {
 		{"alias", "plans:\n  free: &f {limits: [{capacity: 1, rate: 1/s}]}\n  gold: *f\n", 3, "plans.gold", "YAML aliases (*f) are not supported"},
 
 		// Plans and their limits.
-		{"null plan", "plans:\n  free:\n", 2, "plans.free", "empty plan (want a mapping with limits (and optionally mode, pool and share))"},
-		{"plan a scalar", "plans:\n  free: gold\n", 2, "plans.free", `want a mapping with limits (and optionally mode, pool and share), got "gold"`},
+		{"null plan", "plans:\n  free:\n", 2, "plans.free", "empty plan (want a mapping with limits (and optionally mode, pool, share and max_wait))"},
+		{"plan a scalar", "plans:\n  free: gold\n", 2, "plans.free", `want a mapping with limits (and optionally mode, pool, share and max_wait), got "gold"`},
 		{"plan without limits key", "plans:\n  free: {}\n", 2, "plans.free.limits", "missing (want a list of limits)"},
 		{"empty limits", "plans:\n  free:\n    limits: []\n", 3, "plans.free.limits", `plan "free" has no limits`},
 		{"null limits", "plans:\n  free:\n    limits:\n", 3, "plans.free.limits", `plan "free" has no limits`},
@@ -680,6 +684,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(plansKindsFile))
 	f.Add([]byte("plans: {w: {limits: [{kind: window, limit: 65, window: 7d}, {kind: quota, limit: 3, period: week, timezone: Asia/Kathmandu}]}}\n"))
 	f.Add([]byte("plans: {w: {limits: [{kind: window, limit: 5, window: 1ns, rate: 1/s}]}}\n"))
+	f.Add([]byte("plans: {w: {max_wait: 1h, limits: [{capacity: 1, rate: 1/s}]}, v: {max_wait: 7d, limits: [{kind: quota, limit: 3, period: month}]}}\n"))
+	f.Add([]byte("plans: {w: {max_wait: 0s, limits: [{capacity: 1, rate: 1/s}]}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := plans.Parse("fuzz.yaml", data)
 		if err != nil {
@@ -699,6 +705,9 @@ func FuzzParse(f *testing.F) {
 			pl, ok := p.Plan(name)
 			if !ok || pl.Name != name || len(pl.Limits) == 0 {
 				t.Fatalf("plan %q: %+v", name, pl)
+			}
+			if pl.MaxWait < 0 || pl.MaxWait%time.Microsecond != 0 || pl.MaxWait > bucket.MaxWindow {
+				t.Fatalf("plan %q: max_wait %v", name, pl.MaxWait)
 			}
 			for _, l := range pl.Limits {
 				if l.Capacity < 1 || pl.MaxWeight() > l.Capacity {
@@ -858,7 +867,7 @@ func TestParseMode(t *testing.T) {
 		{"plans:\n  p:\n    mode: audit\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mode: unknown mode "audit" (want enforce or shadow)`},
 		{"plans:\n  p:\n    limits: [{capacity: 1, rate: 1/s}]\n    mode: [shadow]\n", "plans.yaml:4: plans.p.mode: want enforce or shadow, got a list"},
 		{"plans:\n  p:\n    mode: shadow\n", "plans.yaml:3: plans.p.limits: missing (want a list of limits)"},
-		{"plans:\n  p:\n    mood: shadow\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mood: unknown key "mood" (want limits, mode, pool or share)`},
+		{"plans:\n  p:\n    mood: shadow\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mood: unknown key "mood" (want limits, mode, pool, share or max_wait)`},
 	} {
 		_, err := plans.Parse("plans.yaml", []byte(c.doc))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -886,6 +895,44 @@ func TestParseBreaker(t *testing.T) {
 	for _, pl := range p.Pools() {
 		if (pl.Name == "api") != (pl.Adaptive != nil) || (pl.Adaptive != nil && pl.Adaptive.Min != 2) {
 			t.Errorf("pool %s: adaptive %+v, want min 2 for api alone", pl.Name, pl.Adaptive)
+		}
+	}
+}
+
+// TestParseMaxWait: a plan's max_wait is a duration as a window's (Go's, or whole days), its
+// bound on how long a job may wait; absent, none. Anything else is refused at its line.
+func TestParseMaxWait(t *testing.T) {
+	p := mustParse(t, `plans:
+  urgent:
+    max_wait: 90s
+    limits: [{capacity: 5, rate: 1/s}]
+  monthly:
+    limits: [{kind: quota, limit: 100, period: month}]
+    max_wait: 2d
+  plain:
+    limits: [{capacity: 5, rate: 1/s}]
+`)
+	for name, want := range map[string]time.Duration{"urgent": 90 * time.Second, "monthly": 48 * time.Hour, "plain": 0} {
+		if pl, _ := p.Plan(name); pl.MaxWait != want {
+			t.Errorf("plan %s: MaxWait %v, want %v", name, pl.MaxWait, want)
+		}
+	}
+	if d := p.Describe(); !strings.Contains(d, "urgent: 1 limit, max weight 5, jobs wait at most 1m30s") || !strings.Contains(d, "monthly: 1 limit, max weight 100, jobs wait at most 2d") {
+		t.Errorf("Describe() does not give the max_wait:\n%s", d)
+	}
+	for _, c := range []struct{ doc, want string }{
+		{"plans:\n  p:\n    max_wait: 0s\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.max_wait: "0s" is not positive`},
+		{"plans:\n  p:\n    limits: [{capacity: 1, rate: 1/s}]\n    max_wait: soon\n", `plans.yaml:4: plans.p.max_wait: "soon" is not a duration (want e.g. 500ms, 3s, 1h30m or 7d)`},
+		{"plans:\n  p:\n    max_wait: 3600\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.max_wait: want a duration such as 500ms, 3s, 1h30m or 7d, got 3600`},
+		{"plans:\n  p:\n    max_wait: [1h]\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.max_wait: want a duration such as 500ms, 3s, 1h30m or 7d, got a list`},
+		{"plans:\n  p:\n    max_wait:\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.max_wait: want a duration such as 500ms, 3s, 1h30m or 7d, got nothing`},
+		{"plans:\n  p:\n    max_wait: 36501d\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.max_wait: "36501d" is longer than 100 years`},
+		{"plans:\n  p:\n    max_wait: 1h\n    max_wait: 2h\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:4: plans.p.max_wait: duplicate key "max_wait" (first at line 3)`},
+		{"plans:\n  p:\n    limits: [{capacity: 1, rate: 1/s, max_wait: 1h}]\n", `plans.yaml:3: plans.p.limits[0].max_wait: unknown key "max_wait"`},
+	} {
+		_, err := plans.Parse("plans.yaml", []byte(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want it to contain %q", c.doc, err, c.want)
 		}
 	}
 }

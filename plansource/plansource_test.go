@@ -369,6 +369,7 @@ func TestSnapshotChangesPools(t *testing.T) {
 	}{
 		{fmt.Sprintf(doc, 10, 1, ""), "pools changed: workers (6 in flight, lease 30s → 10 in flight, lease 30s)"},
 		{fmt.Sprintf(doc, 6, 3, ""), "plans changed: a (share 1 → 3)"},
+		{strings.Replace(fmt.Sprintf(doc, 6, 1, ""), "share: 1,", "share: 1, max_wait: 1h,", 1), "plans changed: a (max_wait none → 1h)"},
 		{strings.Replace(fmt.Sprintf(doc, 6, 1, ""), "{capacity: 1, rate: 1/s}", "{capacity: 2, rate: 1/s}, {name: hourly, kind: window, limit: 9, window: 1h}", 1),
 			"plans changed: a (limit 0: 1 at 1/s → 2 at 1/s; limit hourly added: 9 in any 1h)"},
 		{fmt.Sprintf(doc, 6, 1, b), "plans added: b; pools added: extra (capacity 5 at 1/s)"},

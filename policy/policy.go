@@ -177,6 +177,19 @@ type Job struct {
 	Weight int64
 	// WeightErr is why the weight could not be read; such a job is dead (invalid-weight).
 	WeightErr error
+	// Stored is when the input stored the job: its bound on waiting counts from then (zero:
+	// unknown, no bound applies). MaxWait is its own bound (Admit-Max-Wait; 0: none, its plan's
+	// max_wait alone), MaxWaitErr why it could not be read: such a job is dead
+	// (invalid-max-wait). See expiry.go.
+	Stored     time.Time
+	MaxWait    time.Duration
+	MaxWaitErr error
+	// Unasked: the job may have been forwarded by an earlier holder of its queue (a replica that
+	// stopped before removing it from the input) and this one has not asked the limiter about it
+	// yet. Its bound having passed, it is asked about once before it may expire: a forward of it
+	// is then found (redeemed, stored) or made again, within the output's duplicate window,
+	// rather than joined by a dead letter.
+	Unasked bool
 }
 
 // A Verdict is the decision for one job.
@@ -198,6 +211,11 @@ type Verdict struct {
 	// Code and Detail say why a dead job is dead.
 	Code   wire.Code
 	Detail string
+	// Deadline is when the job's bound on waiting ends (zero: it has none): a queue whose job
+	// waits asks again by then, when it is dead-lettered (wire.CodeExpired) unless admitted.
+	Deadline time.Time
+	// WaitedFor, on an expired job: what it waited for (see Decision.WaitedFor).
+	WaitedFor string
 }
 
 // Decision is the verdicts for the head of one tenant's queue, with what explains them.
@@ -274,14 +292,20 @@ type Queue struct {
 	Release bool
 	// Fresh: the queue's first call since this replica took the tenant (bucket.Batch.Fresh).
 	Fresh bool
+	// WaitedFor is what the queue's waiting jobs were last told they wait for
+	// (Decision.WaitedFor of its last step that left a job waiting; empty: none did on this
+	// replica): what a job whose bound passed meanwhile waited for.
+	WaitedFor string
 }
 
 // Step decides jobs at the head of tenant's queue, in order, for the queue's owner (see Queue).
-// Jobs that can never be admitted (no plan, an unreadable or too large weight, an unusable
-// tenant name) are dead; a paused tenant's wait for the pause's end; the others are decided
-// together in one limiter call bounded by the timeout. Jobs after the first that waits are not
-// decided: they wait behind it. A step without jobs to decide (none given, or its tenant
-// paused) carries what the owner has to say alone; Decision.Said tells whether it was said.
+// Jobs that can never be admitted (no plan, an unreadable or too large weight, an unreadable
+// Admit-Max-Wait, an unusable tenant name) are dead, and so are those whose bound on waiting has
+// passed (expiry.go); a paused tenant's wait for the pause's end; the others are decided
+// together in one limiter call bounded by the timeout, and the first that waits is dead at once
+// if its wait is known to end after its bound. Jobs after the first that waits are not decided:
+// they wait behind it. A step without jobs to decide (none given, or its tenant paused) carries
+// what the owner has to say alone; Decision.Said tells whether it was said.
 func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) Decision {
 	d := Decision{Verdicts: make([]Verdict, len(jobs))}
 	plan, err := p.plans.Load().Lookup(tenant)
@@ -295,20 +319,36 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	batch := bucket.Batch{Tenant: tenant, Plan: plan, Owner: q.Owner, Stored: q.Stored, Keep: q.Keep,
 		LateWeight: q.LateWeight, Late: q.Late, Release: q.Release, Fresh: q.Fresh, Jobs: make([]bucket.Job, 0, len(jobs))}
 	index := make([]int, 0, len(jobs)) // batch position → job position
+	now := p.now()
+	until, paused := p.PausedUntil(tenant)
+	waitedFor := q.WaitedFor
+	if waitedFor == "" && paused {
+		waitedFor = ReasonPaused
+	}
 	for i, j := range jobs {
+		b, of := bound(plan, j)
+		var deadline time.Time
+		if b > 0 {
+			deadline = j.Stored.Add(b)
+		}
 		switch {
 		case j.WeightErr != nil:
 			d.Verdicts[i] = dead(wire.CodeInvalidWeight, j.WeightErr.Error())
+		case j.MaxWaitErr != nil:
+			d.Verdicts[i] = dead(wire.CodeInvalidMaxWait, j.MaxWaitErr.Error())
 		case j.Weight > plan.MaxWeight():
 			d.Verdicts[i] = dead(wire.CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity or limit of plan %s: it could never be admitted", j.Weight, plan.MaxWeight(), plan.Name))
+		case b > 0 && !now.Before(deadline) && !j.Unasked:
+			d.Verdicts[i] = expired(j, deadline, b, of, waitedFor, now) // not asked about: it spends nothing
 		default:
+			d.Verdicts[i].Deadline = deadline
 			batch.Jobs = append(batch.Jobs, bucket.Job{ID: j.ID, Weight: j.Weight})
 			index = append(index, i)
 		}
 	}
-	if until, paused := p.PausedUntil(tenant); paused && len(batch.Jobs) > 0 {
+	if paused && len(batch.Jobs) > 0 {
 		for _, i := range index { // they wait for the end of the pause, undecided
-			d.Verdicts[i] = Verdict{Fate: wire.FatePaused, Wait: time.Until(until)}
+			d.Verdicts[i] = Verdict{Fate: wire.FatePaused, Wait: time.Until(until), Deadline: d.Verdicts[i].Deadline}
 		}
 		return p.sayAlone(ctx, d, batch)
 	}
@@ -330,6 +370,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 			v = Verdict{Fate: wire.FateHeld, Wait: p.nextHold()}
 		}
 		for _, i := range index {
+			v.Deadline = d.Verdicts[i].Deadline
 			d.Verdicts[i] = v
 		}
 		return d
@@ -352,6 +393,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	}
 	for k, o := range res.Outcomes {
 		v := &d.Verdicts[index[k]]
+		deadline := v.Deadline
 		switch o {
 		case bucket.JobAdmitted, bucket.JobRedeemed:
 			*v = Verdict{Fate: wire.FateAdmitted, Redeemed: o == bucket.JobRedeemed}
@@ -366,9 +408,40 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		default:
 			*v = Verdict{Fate: wire.FateDelayed, Wait: res.Wait}
 		}
-		v.Local = res.Local
+		v.Local, v.Deadline = res.Local, deadline
 	}
+	p.expireAtOnce(&d, jobs, index, now)
 	return d
+}
+
+// expireAtOnce dead-letters the first job d leaves waiting when its wait is exact and ends after
+// its bound (see expiry.go), and the jobs waiting behind it that weigh at least as much (their
+// wait is at least as long) and whose bound ends first too. A lighter job behind it is asked
+// about again at once (its verdict's Wait is 0): with the job ahead gone it may fit sooner.
+func (p *Policy) expireAtOnce(d *Decision, jobs []Job, index []int, now time.Time) {
+	if !exactWait(d.Reason) {
+		return
+	}
+	head := -1
+	for _, i := range index {
+		v := &d.Verdicts[i]
+		if v.Fate != wire.FateDelayed {
+			continue
+		}
+		if head < 0 {
+			if v.Deadline.IsZero() || !now.Add(v.Wait).After(v.Deadline) {
+				return // it waits, within its bound: the jobs behind it wait behind it
+			}
+			head = i
+		} else if jobs[i].Weight < jobs[head].Weight {
+			v.Wait = 0
+			continue
+		} else if v.Deadline.IsZero() || !now.Add(v.Wait).After(v.Deadline) {
+			continue
+		}
+		b, of := bound(d.Plan, jobs[i])
+		*v = expiresAtOnce(jobs[i], v.Deadline, b, of, d.WaitedFor(*v), v.Wait, now)
+	}
 }
 
 // admit makes the step's limiter call, bounded by the timeout, and records how long it took.

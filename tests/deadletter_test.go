@@ -88,6 +88,8 @@ func TestDeadLetters(t *testing.T) {
 		{name: "unknown", tenant: "ghost", code: "unknown-tenant", mentions: []string{`"ghost"`}},
 		{name: "unknownmsgid", tenant: "ghost", hdr: nats.Header{nats.MsgIdHdr: {"producer-ghost-1"}}, code: "unknown-tenant", mentions: []string{`"ghost"`}},
 		{name: "invalidmsgid", tenant: "acme", hdr: nats.Header{nats.MsgIdHdr: {"producer-acme-1"}, "Admit-Weight": {"x"}}, code: "invalid-weight", mentions: []string{`"x"`}},
+		{name: "maxwait", tenant: "acme", hdr: nats.Header{"Admit-Max-Wait": {"soon"}}, code: "invalid-max-wait", mentions: []string{"Admit-Max-Wait", `"soon"`}},
+		{name: "maxwaitzero", tenant: "acme", hdr: nats.Header{"admit-max-wait": {"0s"}}, code: "invalid-max-wait", mentions: []string{`"0s"`, "not positive"}},
 	}
 	seqs := publishDeadCases(t, w, cases)
 

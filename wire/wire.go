@@ -12,6 +12,11 @@ const (
 	// HeaderWeight, on input: the job's weight, an integer ≥ 1; absent means 1. The name is
 	// matched without regard to case.
 	HeaderWeight = "Admit-Weight"
+	// HeaderMaxWait, on input: how long the job may wait from its store in the input before it
+	// is dead-lettered (CodeExpired); whole seconds or a Go duration (see ParseMaxWait). Its
+	// plan's max_wait bounds it too: the smaller wins. The name is matched without regard to
+	// case.
+	HeaderMaxWait = "Admit-Max-Wait"
 	// HeaderTenant, on output: the tenant the job was admitted for.
 	HeaderTenant = "Admit-Tenant"
 	// HeaderPlan, on output: the tenant's plan.
@@ -34,6 +39,11 @@ const (
 	HeaderError = "Admit-Error"
 	// HeaderErrorDetail, on dead letters: a sentence saying what was wrong.
 	HeaderErrorDetail = "Admit-Error-Detail"
+	// HeaderErrorArrived and HeaderErrorWaitedFor, on dead letters of CodeExpired: when the input
+	// stored the job (RFC 3339, UTC), and what its last decision made it wait for (see
+	// WaitedFor). Like Admit-Error, they are the dead letter's and a replay removes them.
+	HeaderErrorArrived   = "Admit-Error-Arrived"
+	HeaderErrorWaitedFor = "Admit-Error-Waited-For"
 	// OriginalPrefix replaces "Nats-" on every input header that starts with it: those are
 	// directives to the server about the input's own publish (Nats-Msg-Id, Nats-Expected-*,
 	// Nats-TTL) and would be enforced, wrongly, on what the admitter publishes.
@@ -104,6 +114,11 @@ const (
 	CodeWeightOverCapacity Code = "weight-over-capacity" // the weight exceeds the plan's smallest capacity or limit
 	CodeUnknownTenant      Code = "unknown-tenant"       // no plan for the tenant and no default plan
 	CodeInvalidTenant      Code = "invalid-tenant"       // the tenant token cannot name buckets ('{', '}')
+	CodeInvalidMaxWait     Code = "invalid-max-wait"     // Admit-Max-Wait is not whole seconds or a duration up to 100 years
+	// CodeExpired: the job could not be admitted within its bound on waiting (its plan's
+	// max_wait, its Admit-Max-Wait: the smaller), counted from its store in the input; or its
+	// wait, known when it was decided, ends after its bound does.
+	CodeExpired Code = "expired"
 	// CodeTooLarge: the job, with the headers the admitter adds, can never be stored downstream
 	// (larger than the output stream's maximum message size or the server's maximum payload).
 	CodeTooLarge Code = "too-large"
@@ -286,6 +301,8 @@ var (
 	MetricJobTime       = Metric{"admitter.job.time", "admitter_job_time_seconds", ""}
 	MetricPoolBreaker   = Metric{"admitter.pool.breaker", "admitter_pool_breaker", ""}
 	MetricPoolLimit     = Metric{"admitter.pool.limit", "admitter_pool_limit", ""}
+	MetricJobsExpired   = Metric{"admitter.jobs.expired", "admitter_jobs_expired_total", ""}
+	MetricOldestWaiting = Metric{"admitter.oldest_waiting", "admitter_oldest_waiting_seconds", ""}
 )
 
 // JobTimeBuckets are the bucket boundaries (seconds) of MetricJobTime, a job's time downstream

@@ -29,8 +29,10 @@ const deadUsage = `usage: admitter dead COMMAND
         publish dead letters back to the input subject they came from, each exactly once:
         the given sequences, or every dead letter of a code and/or a tenant not replayed yet;
         --set-header and --drop-header (repeatable) change its headers first, e.g.
-        --set-header Admit-Weight=2 mends an invalid-weight job (names match without regard
-        to case; Nats-*, Admit-Replay-Of and Admit-Error* are the replay's own);
+        --set-header Admit-Weight=2 mends an invalid-weight job, --drop-header Admit-Max-Wait
+        replays an expired one without its own bound (a replay's bound counts from the
+        replay; names match without regard to case; Nats-*, Admit-Replay-Of and Admit-Error*
+        are the replay's own);
         --dry-run says what would be replayed and publishes nothing
 
 It reads ADMITTER_NATS_URL (unset: the embedded server on 127.0.0.1), ADMITTER_STREAM_IN,
