@@ -221,6 +221,8 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 	}
 	if q.mode == behind {
 		switch {
+		case q.where == idle && fresh(f):
+			qs.readyFreshLocked(q) // a new tenant's queue, behind because the buffers are full
 		case q.where == idle, q.where == scheduled && q.headless:
 			qs.readyLocked(q)
 		case q.where == running:
@@ -230,6 +232,14 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 	}
 	if len(q.buf) >= 2*qs.s.cfg.Batch || qs.bufBytes+f.size > qs.s.cfg.InFlightBytes {
 		q.mode = behind // its jobs from here on are read from the input
+		switch {
+		case q.where == idle && len(q.buf) == 0 && fresh(f):
+			qs.readyFreshLocked(q) // a new tenant's queue while the buffers are full
+		case q.where == idle:
+			qs.readyLocked(q) // before, it waited for the next listing (up to a second)
+		case q.where == running:
+			q.hinted = true
+		}
 		return
 	}
 	wasEmpty := len(q.buf) == 0
@@ -240,7 +250,7 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 	case running:
 		q.hinted = true
 	case idle:
-		if wasEmpty && !f.stored.IsZero() && time.Since(f.stored) < freshAge {
+		if wasEmpty && fresh(f) {
 			qs.readyFreshLocked(q)
 		} else {
 			qs.readyLocked(q)
@@ -560,6 +570,9 @@ func (qs *queues) readyLocked(q *queue) {
 
 // freshAge is how recently a job must have been stored for the idle queue it wakes to be fresh.
 const freshAge = time.Second
+
+// fresh reports whether f was stored within freshAge.
+func fresh(f fed) bool { return !f.stored.IsZero() && time.Since(f.stored) < freshAge }
 
 // readyFreshLocked makes idle q ready in the fresh ring: a tenant whose queue was empty and just
 // received a job stored now (a sparse tenant) goes before the round of tenants with backlogs

@@ -418,7 +418,14 @@ func TestSourcesFoundDuringAStepWaitForIt(t *testing.T) {
 // the end of the round (the bench's backlog at start: its p99 2.4-3.5 s). The backlogs' turns go
 // on in their order, every other turn at least.
 func TestASparseTenantGoesBeforeTheBacklogsRound(t *testing.T) {
-	qs := feedRig(t, 10, 1<<20)
+	t.Run("buffered", func(t *testing.T) { testSparseTenant(t, 1<<20) })
+	// The backlogs fill the buffers: the new tenant's queue is behind from its first job (the
+	// bench's case: before, it joined the end of the round even with the fresh ring).
+	t.Run("buffers full", func(t *testing.T) { testSparseTenant(t, 200) })
+}
+
+func testSparseTenant(t *testing.T, bytes int) {
+	qs := feedRig(t, 10, bytes)
 	old := time.Now().Add(-time.Hour)
 	for k := range 50 {
 		f := fedJob(uint64(k + 1))
