@@ -14,6 +14,7 @@ import (
 
 	"github.com/admitter/admitter/subjects"
 	"github.com/admitter/admitter/wire"
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -75,7 +76,7 @@ func (s *Service) startPart(ctx context.Context, p int) {
 		<-leaving // bounded: ShutdownTimeout and the hand-over's 2 s
 	}
 	qs.mu.Lock()
-	if qs.closed || !s.owners.holds(p) {
+	if qs.closed || !s.owners.tenure(p) || qs.parts[p] != nil {
 		// Lost while the hand-over of its last tenure ran: its stop found nothing to stop, and
 		// started now it would run unheld (its queues told at each step that it is not theirs).
 		qs.mu.Unlock()
@@ -93,8 +94,12 @@ func (s *Service) startPart(ctx context.Context, p int) {
 	}
 	// The tenants with jobs in older streams first: their queues forward those before the
 	// feed hands any of their newer jobs over.
-	if err := qs.refreshOld(ctx); err != nil {
-		s.log.Warn("listing the older streams' tenants failed: their jobs are found by the next listing", "partition", p, "err", err)
+	// Tried a few times (a partition often moves during the same NATS trouble that fails the
+	// listing): a tenant found only by a later listing would have its newer jobs go first.
+	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxElapsedTime(2*time.Second)), ctx)
+	if err := backoff.Retry(func() error { return qs.refreshOld(ctx) }, b); err != nil {
+		s.log.Warn("listing the older streams' tenants failed: their jobs are found by the next listing, and their newer jobs may go first", "partition", p, "err", err)
 	}
 	if err := s.startFeed(ctx, pt); err != nil {
 		s.log.Warn("the partition's feed could not start: its tenants are found by listing it and read by subject meanwhile", "partition", p, "stream", pt.stream, "err", err)
@@ -113,9 +118,9 @@ func (s *Service) stopPart(p int, done func()) {
 	qs := s.queues
 	qs.mu.Lock()
 	pt := qs.parts[p]
-	var floor uint64 // what of the partition is settled: removed before the next holder reads it
-	if pt != nil && pt.index == p {
-		floor = qs.floorLocked(pt)
+	var floor, compacted uint64 // what of the partition is settled: removed before the next holder reads it
+	if pt != nil {
+		floor, compacted = qs.floorLocked(pt), pt.compactAt
 	}
 	delete(qs.parts, p)
 	var moved []*queue
@@ -150,7 +155,7 @@ func (s *Service) stopPart(p int, done func()) {
 			<-prev
 		}
 		s.quiesce(p)
-		if pt != nil && floor > max(pt.compactAt, 1) {
+		if pt != nil && floor > max(compacted, 1) {
 			// The jobs settled since the last compaction would be read again by the next
 			// holder (and forwarded again, into the duplicate window, charged again).
 			s.compactTo(pt.stream, floor)
@@ -239,7 +244,7 @@ func (s *Service) startFeed(ctx context.Context, pt *part) error {
 		data := m.Data()
 		pt.health.delivered()
 		qs.feed(pt, tenant, fed{seq: md.Sequence.Stream, subject: subject, header: m.Headers(), data: data,
-			stored: md.Timestamp, size: len(data) + len(subject) + 64})
+			stored: md.Timestamp, size: len(data) + len(subject) + 64, live: md.NumPending <= livePending})
 	}, jetstream.PullMaxBytes(feedPullBytes), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if pt.health.failed(err) {
@@ -425,6 +430,9 @@ func (s *Service) compactor(ctx context.Context) {
 // jobs are forwarded before their tenants' newer ones (see source).
 func (s *Service) oldStreams(ctx context.Context) ([]oldStream, error) {
 	var out []oldStream
+	if s.cfg.JetStream == nil {
+		return nil, errors.New("list the streams: no JetStream context (Config.JetStream)")
+	}
 	names := s.cfg.JetStream.StreamNames(ctx)
 	for name := range names.Name() {
 		n, p, ok := wire.ParseInputStream(s.cfg.StreamIn, name)

@@ -43,8 +43,8 @@ type owners struct {
 	// the partition runs any more; it must return at once.
 	gain func(p int)
 	drop func(p int, done func())
-	// released receives the partitions given up (their drop done): their keys are deleted.
-	released chan int
+	// released receives the tenures given up (their drop done): their keys are deleted.
+	released chan release
 
 	mu     sync.Mutex
 	keys   map[int]seenKey      // the partitions' keys as last seen
@@ -77,7 +77,7 @@ type held struct {
 }
 
 func newOwners(self string, n int, beat time.Duration, log *slog.Logger) *owners {
-	return &owners{self: self, n: max(n, 1), beat: beat, lease: 3 * beat, log: log, released: make(chan int, max(n, 1)),
+	return &owners{self: self, n: max(n, 1), beat: beat, lease: 3 * beat, log: log, released: make(chan release, max(n, 1)),
 		keys: map[int]seenKey{}, seen: map[string]time.Time{}, counts: map[string]int{}, mine: map[int]*held{}, unsure: map[int]bool{}}
 }
 
@@ -105,6 +105,15 @@ func (o *owners) holds(p int) bool {
 	defer o.mu.Unlock()
 	h := o.mine[p]
 	return h != nil && !h.releasing && time.Now().Before(h.until)
+}
+
+// tenure reports whether partition p is this replica's (taken and not given up or lost), whatever
+// its lease's clock says: a renewal may be under way.
+func (o *owners) tenure(p int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h := o.mine[p]
+	return h != nil && !h.releasing
 }
 
 // owner is the replica that holds partition p as last seen ("" when none is known).
@@ -228,8 +237,8 @@ func (o *owners) follow(ctx context.Context, w jetstream.KeyWatcher, ticker *tim
 			o.heard(e)
 		case <-ticker.C:
 			o.tick(ctx)
-		case p := <-o.released:
-			o.deleteKey(ctx, p)
+		case r := <-o.released:
+			o.deleteKey(ctx, r.p, r.h)
 		}
 	}
 }
@@ -386,17 +395,22 @@ func (o *owners) balance(ctx context.Context) {
 	}
 	if len(holding) > share {
 		byScore(holding)
+		var gone []release
 		for _, p := range holding[share:] {
-			o.mine[p].releasing = true
+			h := o.mine[p]
+			h.releasing = true
+			gone = append(gone, release{p, h})
 			o.log.Info("giving a partition up to another replica", "partition", p, "live", len(live), "share", share)
-			go o.drop(p, func() {
+		}
+		o.mu.Unlock()
+		for _, r := range gone {
+			o.drop(r.p, func() { // returns at once; done runs once the partition's steps ended
 				select {
-				case o.released <- p:
-				default: // its key ends with its lease instead
+				case o.released <- r:
+				default: // the loop has ended: leave deletes the key
 				}
 			})
 		}
-		o.mu.Unlock()
 		return
 	}
 	type claim struct {
@@ -484,6 +498,12 @@ func (o *owners) countOf(id string) int {
 	return o.counts[id]
 }
 
+// release is a tenure given up: partition p, held as h.
+type release struct {
+	p int
+	h *held
+}
+
 // keyNow is partition p's key as last seen.
 func (o *owners) keyNow(p int) seenKey {
 	o.mu.Lock()
@@ -492,14 +512,14 @@ func (o *owners) keyNow(p int) seenKey {
 }
 
 // deleteKey deletes the key of partition p, given up: another replica takes it at once.
-func (o *owners) deleteKey(ctx context.Context, p int) {
+func (o *owners) deleteKey(ctx context.Context, p int, h *held) {
 	o.mu.Lock()
-	h := o.mine[p]
+	if o.mine[p] != h {
+		o.mu.Unlock()
+		return // lost meanwhile (and maybe taken again: a newer tenure, not this one's to end)
+	}
 	delete(o.mine, p)
 	o.mu.Unlock()
-	if h == nil {
-		return
-	}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := o.kv.Delete(dctx, o.key(p), jetstream.LastRevision(h.rev)); err != nil && ctx.Err() == nil {

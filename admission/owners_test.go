@@ -222,9 +222,10 @@ func TestLeavingGivesUpTheKeysOfRequestsCutShort(t *testing.T) {
 	// Partition 0 is given up (its key deleted), then claimed again, and partition 1 renewed,
 	// both applied but answered as cut short.
 	o.mu.Lock()
-	o.mine[0].releasing = true
+	h0 := o.mine[0]
+	h0.releasing = true
 	o.mu.Unlock()
-	o.deleteKey(ctx, 0)
+	o.deleteKey(ctx, 0, h0)
 	o.mu.Lock()
 	o.keys[0] = seenKey{} // as the watch would say: deleted
 	o.mu.Unlock()
@@ -275,5 +276,42 @@ func TestAKeyThatMovedOnUnseenIsTakenOnceStale(t *testing.T) {
 	o.balance(ctx)
 	if !o.holds(0) || !slices.Equal(tl.parts(), []int{0}) {
 		t.Fatalf("partition 0 not taken a lease after its revision was last seen to move: holds %v", tl.parts())
+	}
+}
+
+// TestAReleaseEndsOnlyItsOwnTenure: a partition given up, lost meanwhile and taken again, is not
+// ended by the first release's deletion when its hand-over finishes: the newer tenure keeps its
+// key and its entry. Before, the deletion took whatever entry the partition had, and the
+// partition went on unrenewed while its feed ran.
+func TestAReleaseEndsOnlyItsOwnTenure(t *testing.T) {
+	kv := ownersKV(t, time.Hour)
+	ctx := context.Background()
+	o := newOwners("a", 1, 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	o.kv = kv
+	var tl tally
+	tl.wire(o)
+	o.mu.Lock()
+	o.ready, o.selfAt = true, time.Now()
+	o.mu.Unlock()
+	o.balance(ctx)
+	o.mu.Lock()
+	first := o.mine[0]
+	first.releasing = true
+	delete(o.mine, 0) // lost while its hand-over ran
+	o.keys[0] = seenKey{}
+	o.mu.Unlock()
+	if err := kv.Delete(ctx, o.key(0)); err != nil {
+		t.Fatal(err)
+	}
+	o.balance(ctx) // taken again
+	if !o.tenure(0) {
+		t.Fatal("not taken again")
+	}
+	o.deleteKey(ctx, 0, first) // the first release's hand-over ends
+	if !o.tenure(0) {
+		t.Fatal("the first tenure's release ended the second")
+	}
+	if e, err := kv.Get(ctx, o.key(0)); err != nil || string(e.Value()) != "a" {
+		t.Fatalf("the second tenure's key: %v, %v", e, err)
 	}
 }

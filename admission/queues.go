@@ -105,6 +105,9 @@ type fed struct {
 	data    []byte
 	stored  time.Time
 	size    int
+	// live: the feed delivered it with at most livePending jobs of its partition behind it (it
+	// had caught up: the job is an arrival, not a backlog's).
+	live bool
 }
 
 // mode is how a queue learns its jobs (see queues).
@@ -235,7 +238,7 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 		switch {
 		case q.where == idle && len(q.buf) == 0 && fresh(f):
 			qs.readyFreshLocked(q) // a new tenant's queue while the buffers are full
-		case q.where == idle:
+		case q.where == idle, q.where == scheduled && q.headless:
 			qs.readyLocked(q) // before, it waited for the next listing (up to a second)
 		case q.where == running:
 			q.hinted = true
@@ -326,15 +329,23 @@ func (qs *queues) startRead(q *queue) bool {
 	return true
 }
 
-// endRead ends a read of the input from q's cursor that returned read (whose last has sequence
-// last, or none): if it found the tenant's end (end) and nothing broke the rejoining meanwhile,
+// endRead ends a read of the input from q's cursor that returned read: if it found the tenant's end (end) and nothing broke the rejoining meanwhile,
 // the queue follows again, and its buffer is what it read followed by the feed's newer jobs;
 // otherwise it stays behind, with what it read as its buffer, and the read jobs are its head
 // (returned).
-func (qs *queues) endRead(q *queue, read []fed, last uint64, end bool) (head []fed, follows bool) {
+func (qs *queues) endRead(q *queue, read []fed, end bool) (head []fed, follows bool) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if q.mode == rejoining && end {
+		// The last sequence the read covered: the job at the cursor itself when nothing was
+		// read (one stored, and handed over by the feed, while the read ran is kept).
+		var last uint64
+		if q.cursor > 0 {
+			last = q.cursor - 1
+		}
+		if len(read) > 0 {
+			last = read[len(read)-1].seq
+		}
 		keep := q.buf[:0:0]
 		for _, f := range q.buf {
 			if f.seq > last {
@@ -568,14 +579,15 @@ func (qs *queues) readyLocked(q *queue) {
 	qs.cond.Signal()
 }
 
-// freshAge is how recently a job must have been stored for the idle queue it wakes to be fresh.
-const freshAge = time.Second
+// livePending is how many jobs may follow a job in its partition, when the feed delivers it, for
+// the job to be an arrival (fed.live): the server's count, no clock compared.
+const livePending = 1024
 
-// fresh reports whether f was stored within freshAge.
-func fresh(f fed) bool { return !f.stored.IsZero() && time.Since(f.stored) < freshAge }
+// fresh reports whether f wakes its queue into the fresh ring: an arrival.
+func fresh(f fed) bool { return f.live }
 
 // readyFreshLocked makes idle q ready in the fresh ring: a tenant whose queue was empty and just
-// received a job stored now (a sparse tenant) goes before the round of tenants with backlogs
+// received an arriving job (a sparse tenant; see fed.live) goes before the round of tenants with backlogs
 // (the new-flows list of FQ-CoDel): one turn, then back in the ring if it has more. Turns
 // alternate between the two rings, so neither starves the other. A queue that owes weight from
 // an earlier turn goes in the ring.
@@ -730,6 +742,9 @@ func (qs *queues) done(q *queue, r stepResult) {
 		}
 	}
 	switch {
+	case (q.gone || r.gone) && qs.closed && qs.byName[q.tenant] == q && qs.parts[q.part] != nil:
+		// The service stops with the partition held: the queue stays, idle, so that the floor
+		// of the last compaction still counts its jobs, and it is handed over with the others.
 	case q.gone || r.gone:
 		if qs.byName[q.tenant] == q {
 			qs.dropLocked(q)

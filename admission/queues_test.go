@@ -277,7 +277,7 @@ func TestRejoiningKeepsWhatArrivesDuringTheRead(t *testing.T) {
 	}
 	feed(qs, "t", fedJob(7)) // arrives while the read is under way; the read returns it too
 	feed(qs, "t", fedJob(9))
-	_, follows := qs.endRead(q, []fed{fedJob(5), fedJob(7)}, 7, true)
+	_, follows := qs.endRead(q, []fed{fedJob(5), fedJob(7)}, true)
 	got, m := qs.buffered(q, 10)
 	if !follows || m != following || !slices.Equal(seqs(got), []uint64{5, 7, 9}) {
 		t.Fatalf("after a read to the end: follows %v, mode %d, buffered %v; want following with 5 7 9", follows, m, seqs(got))
@@ -287,7 +287,7 @@ func TestRejoiningKeepsWhatArrivesDuringTheRead(t *testing.T) {
 	q.mode = behind
 	qs.startRead(q)
 	feed(qs, "t", fedJob(30))
-	head, follows := qs.endRead(q, []fed{fedJob(20)}, 20, false) // more in the input: still behind
+	head, follows := qs.endRead(q, []fed{fedJob(20)}, false) // more in the input: still behind
 	if follows || !slices.Equal(seqs(head), []uint64{20}) {
 		t.Fatalf("after a read that did not reach the end: follows %v, head %v; want behind with 20", follows, seqs(head))
 	}
@@ -414,7 +414,7 @@ func TestSourcesFoundDuringAStepWaitForIt(t *testing.T) {
 
 // TestASparseTenantGoesBeforeTheBacklogsRound: while 50 tenants' backlogs (jobs stored long ago,
 // as after a start or an outage) wait for their turns, a tenant whose queue was empty receives a
-// job stored now: it is stepped within two turns, not after the round of 50. Before, it joined
+// job that just arrived: it is stepped within two turns, not after the round of 50. Before, it joined
 // the end of the round (the bench's backlog at start: its p99 2.4-3.5 s). The backlogs' turns go
 // on in their order, every other turn at least.
 func TestASparseTenantGoesBeforeTheBacklogsRound(t *testing.T) {
@@ -433,7 +433,7 @@ func testSparseTenant(t *testing.T, bytes int) {
 		feed(qs, fmt.Sprintf("b%02d", k), f)
 	}
 	fresh := fedJob(100)
-	fresh.stored = time.Now()
+	fresh.stored, fresh.live = time.Now(), true
 	feed(qs, "new", fresh)
 	var order []string
 	for range 4 {
@@ -463,5 +463,58 @@ func TestAJobNotHandedOverIsNotBelowTheFloor(t *testing.T) {
 	feed(qs, "u", fedJob(11))
 	if f := floor(qs); f > 11 {
 		t.Fatalf("floor %d after the queues closed: job 11, handed to no queue, would be removed", f)
+	}
+}
+
+// The findings of a review of the partition work, each a test that failed before its fix.
+
+// TestAnEmptyReadKeepsTheJobAtTheCursor: a queue rejoining its feed reads nothing from its
+// cursor while the tenant's next job, at exactly the cursor, is stored and handed over: the
+// queue follows with that job buffered. Before, the read's end kept only jobs after the cursor:
+// the job was dropped, the floor passed it, and the compaction removed it.
+func TestAnEmptyReadKeepsTheJobAtTheCursor(t *testing.T) {
+	qs := feedRig(t, 10, 1<<20)
+	feed(qs, "t", fedJob(10))
+	q, _, _ := qs.take()
+	qs.settled(q, 10) // cursor 11
+	qs.mu.Lock()
+	qs.fallBehindLocked(q)
+	qs.mu.Unlock()
+	qs.startRead(q)
+	feed(qs, "t", fedJob(11)) // stored and handed over while the read ran
+	_, follows := qs.endRead(q, nil, true)
+	if got, _ := qs.buffered(q, 10); !follows || len(got) != 1 || got[0].seq != 11 {
+		t.Fatalf("follows %v with %v buffered, want job 11; floor %d", follows, seqs(got), floor(qs))
+	}
+}
+
+// TestAQueueGoneAtTheStopStaysCounted: a step that ends after the queues closed, its partition
+// held but its lease late, leaves the queue in place: the last compaction's floor still counts
+// its unsettled job. Before, the queue was dropped, and the compaction at the stop removed it.
+func TestAQueueGoneAtTheStopStaysCounted(t *testing.T) {
+	qs := feedRig(t, 10, 1<<20)
+	feed(qs, "t", fedJob(10))
+	q, _, _ := qs.take()
+	qs.close()
+	qs.done(q, stepResult{gone: true})
+	if f := floor(qs); f > 10 {
+		t.Fatalf("floor %d passes the unsettled job 10", f)
+	}
+}
+
+// TestTheBufferFullWakesAQueueWaitingForARemoval: a queue scheduled only for a removal (nothing
+// at its head) is woken by its tenant's next job even when the buffers are full. Before, it
+// slept until the removal, up to 5 s.
+func TestTheBufferFullWakesAQueueWaitingForARemoval(t *testing.T) {
+	qs := feedRig(t, 10, 25)
+	feed(qs, "t", fedJob(10))
+	q, _, _ := qs.take()
+	qs.settled(q, 10)
+	qs.done(q, stepResult{next: 5 * time.Second, headless: true})
+	feed(qs, "u", fedJob(11))
+	feed(qs, "u", fedJob(12))
+	feed(qs, "t", fedJob(13))
+	if w := where(qs, q); w != ready {
+		t.Fatalf("the queue is %v, want ready", w)
 	}
 }

@@ -217,3 +217,21 @@ func TestHandOverDoesNotHoldTheHeartbeat(t *testing.T) {
 	}
 	qs.s.moves.Wait()
 }
+
+// TestAPartitionTakenWithALateLeaseIsRead: a partition whose start waited for its previous
+// tenure's hand-over, and whose lease is late in its renewal when the start resumes, is started
+// (the renewal under way decides whether it stays). Before, the start gave up on the clock, the
+// renewal then succeeded, and the partition was held and never read.
+func TestAPartitionTakenWithALateLeaseIsRead(t *testing.T) {
+	qs := feedRig(t, 10, 1<<20)
+	s := qs.s
+	delete(qs.parts, 0)
+	s.owners.mine[0] = &held{rev: 1, until: time.Now().Add(-time.Millisecond)}
+	s.startPart(context.Background(), 0)
+	qs.mu.Lock()
+	pt := qs.parts[0]
+	qs.mu.Unlock()
+	if pt == nil {
+		t.Fatal("the partition is held and not read")
+	}
+}

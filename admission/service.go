@@ -412,7 +412,7 @@ func (s *Service) handOver(qs []*queue) {
 			defer func() { <-sem }()
 			// Its settled jobs not yet removed (purgeAge) go first: the next holder would read
 			// them again. A removal that fails leaves them owed as stored, said by the call below.
-			_, _ = s.removeSettled(ctx, q)
+			_, _ = s.removeSettled(ctx, q, true)
 			pq := q.claim(s.owner)
 			pq.Release = true
 			s.cfg.Policy.Step(ctx, q.tenant, nil, pq)

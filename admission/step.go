@@ -118,7 +118,7 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if res.gone || q.errs > 0 {
 		return res
 	}
-	due, err := s.removeSettled(ctx, q)
+	due, err := s.removeSettled(ctx, q, false)
 	switch {
 	case err != nil:
 		res.next = min(max(res.next, 100*time.Millisecond), stepRetry(1))
@@ -141,7 +141,12 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 	for len(q.old) > 0 {
 		src := &q.old[0]
 		if src.unpurged > 0 {
-			break // removed first (removeSettled): a read from its cursor would find them gone or not
+			// Its settled jobs are removed first (a read from its cursor would find them gone
+			// or not); until they are, nothing is read: the partition's jobs come after them.
+			if err := s.purgeOf(rctx, q, src.stream, src.filter, src.unpurged); err != nil {
+				return nil, fmt.Errorf("remove the settled jobs of %s in stream %s: %w", q.tenant, src.stream, err)
+			}
+			src.unpurged = 0
 		}
 		msgs, _, err := s.reader.read(rctx, src.stream, src.filter, src.cursor, n, maxBytes)
 		if err != nil {
@@ -181,14 +186,10 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 		}
 	}
 	if err != nil {
-		qs.endRead(q, nil, 0, false)
+		qs.endRead(q, nil, false)
 		return nil, err
 	}
-	last := q.cursor
-	if len(read) > 0 {
-		last = read[len(read)-1].seq
-	}
-	head, follows := qs.endRead(q, read, last, pending == 0)
+	head, follows := qs.endRead(q, read, pending == 0)
 	if follows {
 		head, _ = qs.buffered(q, n)
 	}
@@ -567,8 +568,9 @@ func (s *Service) purgeAge() time.Duration { return min(5*time.Second, s.cfg.Dup
 // purgeAge old and the compaction has not removed them (see queues). Jobs spread thinly among
 // other tenants' are deleted one by one, others purged by subject. It returns how long until it
 // is due (0: nothing left to remove). A removal that fails leaves them owed to the limiter as
-// stored (see owed), and is tried again by the next step.
-func (s *Service) removeSettled(ctx context.Context, q *queue) (due time.Duration, err error) {
+// stored (see owed), and is tried again by the next step. now removes them at once (the queue is
+// handed over: its next holder would read them again).
+func (s *Service) removeSettled(ctx context.Context, q *queue, now bool) (due time.Duration, err error) {
 	if len(q.old) > 0 && q.old[0].unpurged > 0 {
 		src := &q.old[0]
 		if err := s.purgeOf(ctx, q, src.stream, src.filter, src.unpurged); err != nil {
@@ -586,7 +588,7 @@ func (s *Service) removeSettled(ctx context.Context, q *queue) (due time.Duratio
 		*u = unremoved{} // compacted
 		return 0, nil
 	}
-	if age := time.Since(u.since); qs.feedOn(q.part) && age < s.purgeAge() {
+	if age := time.Since(u.since); !now && qs.feedOn(q.part) && age < s.purgeAge() {
 		return s.purgeAge() - age, nil
 	}
 	if u.sparse() && !s.noDeletes.Load() {
@@ -703,7 +705,7 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 			q.said()
 		}
 	}
-	due, err := s.removeSettled(ctx, q)
+	due, err := s.removeSettled(ctx, q, false)
 	switch {
 	case err != nil:
 		return stepResult{next: stepRetry(1)}
