@@ -224,8 +224,8 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 	}
 	if q.mode == behind {
 		switch {
-		case q.where == idle && fresh(f):
-			qs.readyFreshLocked(q) // a new tenant's queue, behind because the buffers are full
+		case (q.where == idle || q.where == scheduled && q.headless) && fresh(f):
+			qs.readyFreshLocked(q) // an arrival: behind because the buffers are full
 		case q.where == idle, q.where == scheduled && q.headless:
 			qs.readyLocked(q)
 		case q.where == running:
@@ -236,8 +236,8 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 	if len(q.buf) >= 2*qs.s.cfg.Batch || qs.bufBytes+f.size > qs.s.cfg.InFlightBytes {
 		q.mode = behind // its jobs from here on are read from the input
 		switch {
-		case q.where == idle && len(q.buf) == 0 && fresh(f):
-			qs.readyFreshLocked(q) // a new tenant's queue while the buffers are full
+		case (q.where == idle || q.where == scheduled && q.headless) && len(q.buf) == 0 && fresh(f):
+			qs.readyFreshLocked(q) // a new tenant's queue, or one emptied, while the buffers are full
 		case q.where == idle, q.where == scheduled && q.headless:
 			qs.readyLocked(q) // before, it waited for the next listing (up to a second)
 		case q.where == running:
@@ -259,7 +259,9 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 			qs.readyLocked(q)
 		}
 	case scheduled:
-		if wasEmpty { // it waited for a removal, not for a head: it goes now
+		if wasEmpty && fresh(f) { // it waited for a removal, not for a head: it goes now
+			qs.readyFreshLocked(q)
+		} else if wasEmpty {
 			qs.readyLocked(q)
 		}
 	}
@@ -595,6 +597,9 @@ func (qs *queues) readyFreshLocked(q *queue) {
 	if q.deficit < 0 {
 		qs.readyLocked(q)
 		return
+	}
+	if q.where == scheduled {
+		heap.Remove(&qs.due, q.index)
 	}
 	q.where = ready
 	qs.fresh = append(qs.fresh, q)

@@ -518,3 +518,34 @@ func TestTheBufferFullWakesAQueueWaitingForARemoval(t *testing.T) {
 		t.Fatalf("the queue is %v, want ready", w)
 	}
 }
+
+// TestAnArrivalWakesAQueueWaitingForARemovalFirst: a tenant whose last job was forwarded (its
+// queue waits only to remove it) and whose next job arrives while backlogs wait goes before their
+// round too. Before, its queue joined the end of the ring: the bench's new tenant had its first
+// job through at once and its second only when the backlog was drained.
+func TestAnArrivalWakesAQueueWaitingForARemovalFirst(t *testing.T) {
+	qs := feedRig(t, 10, 1<<20)
+	first := fedJob(1)
+	first.live = true
+	feed(qs, "new", first)
+	q, _, _ := qs.take()
+	qs.settled(q, 1)
+	qs.done(q, stepResult{next: 5 * time.Second, headless: true})
+	for k := range 50 {
+		feed(qs, fmt.Sprintf("b%02d", k), fedJob(uint64(k+2)))
+	}
+	next := fedJob(100)
+	next.live = true
+	feed(qs, "new", next)
+	var order []string
+	for range 3 {
+		q, _, ok := qs.tryTake()
+		if !ok {
+			t.Fatal("no queue ready")
+		}
+		order = append(order, q.tenant)
+	}
+	if !slices.Contains(order[:2], "new") {
+		t.Fatalf("turns %v: the arrival's tenant is not within the first two", order)
+	}
+}
