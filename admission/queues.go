@@ -258,6 +258,13 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 		} else {
 			qs.readyLocked(q)
 		}
+	case ready:
+		if wasEmpty && fresh(f) && q.deficit >= 0 && !slices.Contains(qs.fresh, q) {
+			// Back in the ring after a step that left nothing buffered: with an arrival it is a
+			// sparse tenant's queue, not a backlog's turn.
+			qs.ring = slices.DeleteFunc(qs.ring, func(r *queue) bool { return r == q })
+			qs.fresh = append(qs.fresh, q)
+		}
 	case scheduled:
 		if wasEmpty && fresh(f) { // it waited for a removal, not for a head: it goes now
 			qs.readyFreshLocked(q)

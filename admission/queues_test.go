@@ -549,3 +549,34 @@ func TestAnArrivalWakesAQueueWaitingForARemovalFirst(t *testing.T) {
 		t.Fatalf("turns %v: the arrival's tenant is not within the first two", order)
 	}
 }
+
+// TestAnArrivalTakesAQueueBackInTheRingToTheFreshRing: a tenant whose step forwarded everything
+// it had and went back in the ring (its step said there may be more), behind 50 backlogs, gets an
+// arrival: its queue moves to the fresh ring. Before, it waited for the round (the bench's new
+// tenant: its second job forwarded 1.3 s after it arrived, when the backlog was drained).
+func TestAnArrivalTakesAQueueBackInTheRingToTheFreshRing(t *testing.T) {
+	qs := feedRig(t, 10, 1<<20)
+	first := fedJob(1)
+	first.live = true
+	feed(qs, "new", first)
+	q, _, _ := qs.take()
+	qs.settled(q, 1)
+	for k := range 50 {
+		feed(qs, fmt.Sprintf("b%02d", k), fedJob(uint64(k+2)))
+	}
+	qs.done(q, stepResult{more: true})
+	next := fedJob(100)
+	next.live = true
+	feed(qs, "new", next)
+	var order []string
+	for range 3 {
+		q, _, ok := qs.tryTake()
+		if !ok {
+			t.Fatal("no queue ready")
+		}
+		order = append(order, q.tenant)
+	}
+	if !slices.Contains(order[:2], "new") {
+		t.Fatalf("turns %v: the arrival's tenant is not within the first two", order)
+	}
+}
