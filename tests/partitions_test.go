@@ -227,6 +227,7 @@ func deliveriesPerJob(t *testing.T, replicas, parts int, jobs []tenantJob) float
 // about two messages per job (the job, its forward's PubAck), as it does to a replica alone,
 // where replicas that each read the whole input took five. Every job is forwarded once.
 func TestFourReplicasReadEachJobOnce(t *testing.T) {
+	t.Parallel()
 	const tenants, each = 200, 20
 	var names []string
 	for k := range tenants {
@@ -249,6 +250,7 @@ func TestFourReplicasReadEachJobOnce(t *testing.T) {
 // their tenants' queues, go to the other replica and come back each time. Every job is forwarded
 // once, each tenant's in publish order and within its plan.
 func TestOwnershipFlapsLoseNothing(t *testing.T) {
+	t.Parallel()
 	// 75 tenants publish 8 jobs/s each for 5 s, and may go at 6/s after a burst of 2: every
 	// tenant has jobs waiting through the first flaps, and none after the last (a move costs its
 	// tenants up to a heartbeat).
@@ -336,6 +338,7 @@ func TestOwnershipFlapsLoseNothing(t *testing.T) {
 // (SIGKILL) while its partitions' tenants have jobs waiting on their plan. The survivor comes to
 // hold all four partitions; every job is forwarded once, each tenant within C + r·t.
 func TestKilledReplicasPartitionsAreTakenOver(t *testing.T) {
+	t.Parallel()
 	const capacity, rate, each, parts = 5, 20.0, 50, 4
 	w := newPartitionedWorld(t, fmt.Sprintf("plans: {p: {limits: [{capacity: %d, rate: %v/s}]}}\ndefault_plan: p\n", capacity, rate), parts)
 	var replicas []*proc
