@@ -311,6 +311,15 @@ func (o *owners) renew(ctx context.Context) {
 	for p, rev := range revs {
 		sent := time.Now()
 		next, err := o.kv.Update(ctx, o.key(p), []byte(o.self), rev)
+		if isWrongLast(err) {
+			// A renewal whose answer was lost (cut short, timed out) may have been applied: the
+			// key then still names this replica, at a revision it did not learn. Only this
+			// replica writes its name, and a take-over would have replaced it: the tenure goes on.
+			if e, gerr := o.kv.Get(ctx, o.key(p)); gerr == nil && string(e.Value()) == o.self {
+				sent = time.Now()
+				next, err = o.kv.Update(ctx, o.key(p), []byte(o.self), e.Revision())
+			}
+		}
 		o.mu.Lock()
 		h := o.mine[p]
 		switch {

@@ -315,3 +315,30 @@ func TestAReleaseEndsOnlyItsOwnTenure(t *testing.T) {
 		t.Fatalf("the second tenure's key: %v, %v", e, err)
 	}
 }
+
+// TestARenewalWhoseAnswerWasLostKeepsTheTenure: a renewal applied but answered as cut short
+// (a timeout) leaves the key naming this replica at a revision it did not learn; the next
+// renewal keeps the partition. Before, it failed on its revision and the replica dropped its own
+// partition as taken by another, and took it back a lease later.
+func TestARenewalWhoseAnswerWasLostKeepsTheTenure(t *testing.T) {
+	kv := ownersKV(t, time.Hour)
+	ctx := context.Background()
+	o := newOwners("a", 1, time.Second, slog.New(slog.DiscardHandler))
+	o.kv = kv
+	var tl tally
+	tl.wire(o)
+	o.mu.Lock()
+	o.ready, o.selfAt = true, time.Now()
+	o.mu.Unlock()
+	o.balance(ctx)
+	if !o.tenure(0) {
+		t.Fatal("not taken")
+	}
+	o.kv = cutShortKV{kv}
+	o.renew(ctx) // applied, answered as cut short
+	o.kv = kv
+	o.renew(ctx)
+	if !o.tenure(0) || !slices.Equal(tl.parts(), []int{0}) {
+		t.Fatalf("the partition was dropped after a renewal whose answer was lost: holds %v", tl.parts())
+	}
+}
