@@ -46,8 +46,11 @@ type BacklogRun struct {
 	DrainS   float64 `json:"drain_s"`
 	Received int     `json:"received"`
 	// Duplicates counts the backlog's forwards received again (the same Nats-Msg-Id; the relay
-	// sets none): not counted in Received. Expect 0.
+	// sets none): not counted in Received. Expect 0. Stored is what ADMITTED holds at the end
+	// (its duplicate window drops a publish with a Msg-Id it has): the backlog and the new
+	// tenant's jobs received, if none was stored twice.
 	Duplicates int     `json:"duplicates"`
+	Stored     uint64  `json:"output_stored"`
 	PerSecond  float64 `json:"per_second"`
 	VsRelay    float64 `json:"vs_relay"`
 	// New is the new tenant's jobs' publish → received, of those published from the start until
@@ -57,11 +60,25 @@ type BacklogRun struct {
 	NewMissing int     `json:"new_tenant_missing"`
 	// NewWaitsMs is each of those jobs' wait in the order published (−1: never received).
 	NewWaitsMs []float64 `json:"new_tenant_waits_ms"`
+	// Held is each change of how many partitions the replicas held (their /metrics,
+	// read every backlogPoll) from the start to the drain's end; SharedS when they first held
+	// them all, each its share (−1: not before the drain's end).
+	Held    []PartitionsHeld `json:"partitions_held,omitempty"`
+	SharedS float64          `json:"shared_s,omitempty"`
 	// CPU seconds from the start to the drain's end: the admitters' processes (summed) and
 	// nats-server's.
 	AdmitterCPUS float64 `json:"admitter_cpu_s,omitempty"`
 	NATSCPUS     float64 `json:"nats_server_cpu_s"`
 }
+
+// PartitionsHeld is how many partitions each replica held from AtS after the start.
+type PartitionsHeld struct {
+	AtS  float64 `json:"at_s"`
+	Held []int   `json:"held"`
+}
+
+// backlogPoll is how often the backlog scenario reads the partitions the replicas hold.
+const backlogPoll = 50 * time.Millisecond
 
 // backlogNewTenant publishes beside the backlog; backlogNewGrace is how long after the drain its
 // last jobs may take.
@@ -145,10 +162,13 @@ func backlogSummary(r BacklogRun) string {
 	for i, w := range r.NewWaitsMs {
 		waits[i] = fixed(w, 0)
 	}
-	s := fmt.Sprintf("drained in %.2fs (first after %.2fs), %s jobs/s, %d duplicates; new tenant p50 %.0fms p99 %.0fms over %d jobs, %d missing (waits ms in order: %s)",
-		r.DrainS, r.FirstS, count(r.PerSecond), r.Duplicates, r.New.P50Ms, r.New.P99Ms, r.New.Samples, r.NewMissing, strings.Join(waits, " "))
+	s := fmt.Sprintf("drained in %.2fs (first after %.2fs), %s jobs/s, %d duplicates (%s stored); new tenant p50 %.0fms p99 %.0fms over %d jobs, %d missing (waits ms in order: %s)",
+		r.DrainS, r.FirstS, count(r.PerSecond), r.Duplicates, count(float64(r.Stored)), r.New.P50Ms, r.New.P99Ms, r.New.Samples, r.NewMissing, strings.Join(waits, " "))
 	if r.Replicas > 0 {
-		s += fmt.Sprintf("; CPU admitters %.2fs, nats-server %.2fs", r.AdmitterCPUS, r.NATSCPUS)
+		s += fmt.Sprintf("; CPU admitters %.2fs, nats-server %.2fs; partitions held:", r.AdmitterCPUS, r.NATSCPUS)
+		for _, h := range r.Held {
+			s += fmt.Sprintf(" %.2fs %v", h.AtS, h.Held)
+		}
 	}
 	return s
 }
@@ -176,7 +196,7 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	}
 	publishS := time.Since(begin).Seconds()
 
-	nc, _, err := connect(srv.url, "bench-downstream")
+	nc, js, err := connect(srv.url, "bench-downstream")
 	if err != nil {
 		return fail(err)
 	}
@@ -227,8 +247,12 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	defer stopNew()
 	var newWG sync.WaitGroup
 	defer newWG.Wait()
-	var pids []int
-	var failed <-chan error
+	var (
+		pids         []int
+		procs        []*admitterProc
+		failed       <-chan error
+		stopWatching = func() {}
+	)
 	start := time.Now()
 	natsCPU0 := cpuTime(srv.proc.cmd.Process.Pid)
 	newWG.Go(func() {
@@ -269,9 +293,37 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 				return fail(err)
 			}
 			defer a.stop()
-			pids = append(pids, a.proc.cmd.Process.Pid)
+			pids, procs = append(pids, a.proc.cmd.Process.Pid), append(procs, a)
 			go func() { exited <- <-a.exited }()
 		}
+	}
+	// The partitions the replicas hold, until the drain's end.
+	var (
+		trace    []PartitionsHeld
+		sharedAt = -1.0
+	)
+	if n > 0 {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		var watch sync.WaitGroup
+		watch.Go(func() {
+			for {
+				held, ok, _ := shared(procs, parts)
+				at := round(time.Since(start).Seconds(), 3)
+				if len(trace) == 0 || !slices.Equal(trace[len(trace)-1].Held, held) {
+					trace = append(trace, PartitionsHeld{AtS: at, Held: held})
+				}
+				if ok && sharedAt < 0 {
+					sharedAt = at
+				}
+				select {
+				case <-watchCtx.Done():
+					return
+				case <-time.After(backlogPoll):
+				}
+			}
+		})
+		defer func() { stopWatch(); watch.Wait() }()
+		stopWatching = func() { stopWatch(); watch.Wait() }
 	}
 	received := func() int {
 		mu.Lock()
@@ -283,6 +335,7 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 		return fail(fmt.Errorf("%d of %d jobs of the backlog received: %w", received(), o.BacklogJobs, err))
 	}
 	admCPU, natsCPU := sumCPU(pids), cpuTime(srv.proc.cmd.Process.Pid)-natsCPU0
+	stopWatching()
 	stopNew()
 	newWG.Wait()
 	allIn := func() bool {
@@ -296,18 +349,41 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 		return true
 	}
 	_ = waitUntil(ctx, backlogNewGrace, failed, allIn) // those still missing are counted
+	// A subscriber receives a forward as it is published, before the stream has stored it: what
+	// ADMITTED holds is read once it holds what was received (or after backlogStoredWait).
+	mu.Lock()
+	want := len(got)
+	for _, j := range news {
+		if !j.got.IsZero() {
+			want++
+		}
+	}
+	mu.Unlock()
+	var stored uint64
+	_ = waitUntil(ctx, backlogStoredWait, failed, func() bool {
+		stored, _, err = streamState(ctx, js, streamOut)
+		return err != nil || stored >= uint64(want)
+	})
+	if err != nil {
+		return fail(err)
+	}
 	mu.Lock()
 	r := BacklogFigures(start, slices.Clone(got), slices.Clone(news), o.BacklogJobs)
 	r.Duplicates = dups
 	mu.Unlock()
+	r.Stored = stored
 	r.Name, r.Replicas, r.Partitions = name, n, parts
 	r.PublishS = round(publishS, 2)
 	r.NATSCPUS = round(natsCPU, 2)
 	if n > 0 {
 		r.AdmitterCPUS = round(admCPU, 2)
+		r.Held, r.SharedS = trace, sharedAt
 	}
 	return r, nil
 }
+
+// backlogStoredWait bounds the wait for ADMITTED to store what was received.
+const backlogStoredWait = 10 * time.Second
 
 // headerNewIndex numbers the new tenant's jobs in the backlog scenario.
 const headerNewIndex = "Bench-New-Index"

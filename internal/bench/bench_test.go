@@ -146,7 +146,7 @@ func TestQuickRun(t *testing.T) {
 	for _, run := range append([]bench.BacklogRun{bl.Relay}, bl.Runs...) {
 		// The new tenant's first job goes at the start: one wait at least.
 		if run.Received != 1000 || run.DrainS <= 0 || run.FirstS > run.DrainS || run.PerSecond <= 0 || run.VsRelay <= 0 || run.PublishS <= 0 ||
-			run.New.Samples+run.NewMissing < 1 || (run.Replicas > 0 && run.AdmitterCPUS <= 0) {
+			run.New.Samples+run.NewMissing < 1 || run.Stored < uint64(run.Received) || (run.Replicas > 0 && (run.AdmitterCPUS <= 0 || len(run.Held) == 0)) {
 			t.Errorf("backlog %s: %+v", run.Name, run)
 		}
 	}

@@ -415,32 +415,19 @@ func (m monitor) msgsOf(name string) (connMsgs, error) {
 // its share (at most ⌈parts/n⌉, and every one at least one when there are enough), as their
 // /metrics say; it returns how many each holds.
 func waitShared(ctx context.Context, procs []*admitterProc, parts int, within time.Duration) ([]int, error) {
-	share := int(math.Ceil(float64(parts) / float64(len(procs))))
 	deadline := time.Now().Add(within)
-	held := make([]int, len(procs))
 	for _, a := range procs {
 		if err := a.waitReady(ctx, within); err != nil {
 			return nil, err
 		}
 	}
-	var last error
 	for {
-		sum, ok := 0, true
-		for i, a := range procs {
-			v, err := metricOf(a.http, wire.MetricPartitions.Prom)
-			if err != nil {
-				last, ok = err, false
-				break
-			}
-			held[i] = int(v)
-			sum += held[i]
-			ok = ok && held[i] <= share && (held[i] >= 1 || parts < len(procs))
-		}
-		if ok && sum == parts {
+		held, ok, err := shared(procs, parts)
+		if ok {
 			return held, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the %d admitters did not share the %d partitions within %v: they hold %v (%v)", len(procs), parts, within, held, last)
+			return nil, fmt.Errorf("the %d admitters did not share the %d partitions within %v: they hold %v (%v)", len(procs), parts, within, held, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -448,6 +435,27 @@ func waitShared(ctx context.Context, procs []*admitterProc, parts int, within ti
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// shared reads how many partitions each admitter holds (their /metrics), and whether they hold
+// the parts partitions between them, each its share (at most ⌈parts/n⌉, and at least one when
+// there are enough). An admitter that does not answer holds none, and err says why.
+func shared(procs []*admitterProc, parts int) (held []int, ok bool, err error) {
+	share := int(math.Ceil(float64(parts) / float64(len(procs))))
+	held = make([]int, len(procs))
+	sum := 0
+	ok = true
+	for i, a := range procs {
+		v, e := metricOf(a.http, wire.MetricPartitions.Prom)
+		if e != nil {
+			err, ok = e, false
+			continue
+		}
+		held[i] = int(v)
+		sum += held[i]
+		ok = ok && held[i] <= share && (held[i] >= 1 || parts < len(procs))
+	}
+	return held, ok && sum == parts, err
 }
 
 // metricOf reads a gauge from an admitter's /metrics (the sum over its labels).

@@ -583,6 +583,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 				missing = fmt.Sprintf(", %d missing", run.NewMissing)
 			}
 			row("backlog at start: "+run.Name+" new tenant p99 ms", fixed(run.New.P99Ms, 0), fmt.Sprintf("p50 %s over %d jobs%s", fixed(run.New.P50Ms, 0), run.New.Samples, missing), "", t, m)
+			shared := "never"
+			if run.SharedS >= 0 {
+				shared = fixed(run.SharedS, 2)
+			}
+			row("backlog at start: "+run.Name+" partitions held after s", shared, fmt.Sprintf("first job after %ss", fixed(run.FirstS, 2)), "", "", "")
 		}
 	}
 	if l := r.Large; l != nil {

@@ -90,7 +90,8 @@ func sample() *Report {
 				{Name: "1 admitter, 8 partitions", Replicas: 1, Partitions: 8, PublishS: 1.8, FirstS: 0.1, DrainS: 2.5, Received: 100000, PerSecond: 40000,
 					New: Latency{Samples: 5, P50Ms: 300, P99Ms: 800, MaxMs: 800}, AdmitterCPUS: 3, NATSCPUS: 2},
 				{Name: "2 admitter replicas, 8 partitions", Replicas: 2, Partitions: 8, PublishS: 1.8, FirstS: 0.2, DrainS: 2.2, Received: 100000, PerSecond: 45454.5,
-					New: Latency{Samples: 4, P50Ms: 300, P99Ms: 900, MaxMs: 900}, NewMissing: 1, AdmitterCPUS: 3.5, NATSCPUS: 2}}},
+					New: Latency{Samples: 4, P50Ms: 300, P99Ms: 900, MaxMs: 900}, NewMissing: 1, AdmitterCPUS: 3.5, NATSCPUS: 2,
+					Held: []PartitionsHeld{{AtS: 0.1, Held: []int{0, 0}}, {AtS: 0.3, Held: []int{8, 0}}, {AtS: 1.4, Held: []int{4, 4}}}, SharedS: 1.4}}},
 		Notes:   []string{"a note"},
 		Options: optionsJSON(Defaults()),
 	}
@@ -259,6 +260,7 @@ func TestWriteTable(t *testing.T) {
 		{"backlog at start: 1 admitter, 8 partitions drain s", "2.50", "40,000 jobs/s vs relay 66,667", "0.60", ">=0.5", "yes"},
 		{"backlog at start: 1 admitter, 8 partitions new tenant p99 ms", "800", "p50 300 over 5 jobs", "<=1000.0ms", "yes"},
 		{"backlog at start: 2 admitter replicas, 8 partitions new tenant p99 ms", "900", "p50 300 over 4 jobs, 1 missing", "<=1000.0ms", "no"},
+		{"backlog at start: 2 admitter replicas, 8 partitions partitions held after s", "1.40", "first job after 0.20s"},
 	} {
 		found := false
 		for _, l := range lines {

@@ -188,7 +188,8 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		}
 		for _, r := range rep.Backlog.Runs {
 			if r.Duplicates > 0 {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("backlog at start, %s: %d jobs of the backlog forwarded twice (the same Nats-Msg-Id received again)", r.Name, r.Duplicates))
+				rep.Notes = append(rep.Notes, fmt.Sprintf("backlog at start, %s: %d jobs of the backlog forwarded twice (the same Nats-Msg-Id received again by a subscriber on jobs.admitted.>; ADMITTED stores %d for %d jobs and %d of the new tenant)",
+					r.Name, r.Duplicates, r.Stored, r.Received, r.New.Samples))
 			}
 		}
 	}
