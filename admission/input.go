@@ -376,12 +376,9 @@ func (s *Service) compactAll(ctx context.Context) {
 	}
 	qs.mu.Unlock()
 	for _, c := range cuts {
-		st, err := s.streams.get(ctx, c.pt.stream)
-		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err = st.Purge(cctx, jetstream.WithPurgeSequence(c.floor))
-			cancel()
-		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.purgeBelow(cctx, c.pt.stream, c.floor)
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				s.tel.settleError("compact")
@@ -401,13 +398,18 @@ func (s *Service) compactAll(ctx context.Context) {
 func (s *Service) compactTo(stream string, floor uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := s.streams.get(ctx, stream)
-	if err == nil {
-		err = st.Purge(ctx, jetstream.WithPurgeSequence(floor))
-	}
-	if err != nil {
+	if err := s.purgeBelow(ctx, stream, floor); err != nil {
 		s.log.Info("removing a partition's settled jobs as it was given up failed: the next holder reads them again (the output's duplicate window drops their forwards)", "stream", stream, "below", floor, "err", err)
 	}
+}
+
+// purgeBelow removes the jobs of stream below sequence floor.
+func (s *Service) purgeBelow(ctx context.Context, stream string, floor uint64) error {
+	st, err := s.streams.get(ctx, stream)
+	if err != nil {
+		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSequence(floor))
 }
 
 // compactor compacts every heartbeat until ctx ends.

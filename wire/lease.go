@@ -140,13 +140,8 @@ func one(h nats.Header, name string) (string, bool, error) {
 
 // digits parses a non-negative decimal integer of ASCII digits only.
 func digits(v string) (int64, error) {
-	if v == "" || len(v) > 18 {
+	if len(v) > 18 || !allDigits(v) {
 		return 0, strconv.ErrSyntax
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, strconv.ErrSyntax
-		}
 	}
 	return strconv.ParseInt(v, 10, 64)
 }

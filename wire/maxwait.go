@@ -3,7 +3,6 @@ package wire
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,20 +18,10 @@ const MaxMaxWait = 36500 * 24 * time.Hour
 // positive and at most MaxMaxWait. The header name is matched without regard to case. The error
 // is a sentence naming the header and the value.
 func ParseMaxWait(h nats.Header) (time.Duration, error) {
-	var vals []string
-	for k, v := range h {
-		if strings.EqualFold(k, HeaderMaxWait) {
-			vals = append(vals, v...)
-		}
+	v, ok, err := one(h, HeaderMaxWait)
+	if err != nil || !ok {
+		return 0, err
 	}
-	switch len(vals) {
-	case 0:
-		return 0, nil
-	case 1:
-	default:
-		return 0, fmt.Errorf("header %s appears %d times (%q), want one value", HeaderMaxWait, len(vals), vals)
-	}
-	v := vals[0]
 	bad := func(why string) (time.Duration, error) {
 		return 0, fmt.Errorf("header %s is %q, %s", HeaderMaxWait, v, why)
 	}

@@ -568,22 +568,10 @@ func (e *env) downstreamRun(ctx context.Context, p *progress, variant, pool stri
 	what := fmt.Sprintf("downstream (%s): publish %s jobs tenant by tenant (%s tenants, %d jobs per unit of share, shares %s)",
 		variant, count(float64(total)), count(float64(len(names))), perShare, sharesText(poolShares))
 	if err := p.phase(what, func() (string, error) {
-		subj := make([]string, len(names))
-		for i, name := range names {
-			subj[i] = prefixIn + name + ".call"
-		}
-		tenant := 0
-		begin := time.Now()
-		err := prepublishTo(ctx, srv.url, total, func(i int) string {
-			for i >= start[tenant+1] {
-				tenant++
-			}
-			return subj[tenant]
-		})
+		took, err := publishByTenant(ctx, srv.url, names, start, "call")
 		if err != nil {
 			return "", err
 		}
-		took := time.Since(begin)
 		f.PublishS = round(took.Seconds(), 3)
 		return fmt.Sprintf("%s jobs/s", count(PerSecond(int64(total), took))), nil
 	}); err != nil {

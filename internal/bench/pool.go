@@ -369,6 +369,25 @@ func quietName(i int) string { return fmt.Sprintf("q%03d", i+1) }
 // headerSeq numbers the quiet jobs of the pool scenario.
 const headerSeq = "Bench-Seq"
 
+// publishByTenant publishes the jobs of names to the server at url, tenant by tenant: tenant i's
+// are the start[i]-th to before the start[i+1]-th, on prefixIn + names[i] + "." + kind. It
+// returns how long that took.
+func publishByTenant(ctx context.Context, url string, names []string, start []int, kind string) (time.Duration, error) {
+	subj := make([]string, len(names))
+	for i, name := range names {
+		subj[i] = prefixIn + name + "." + kind
+	}
+	tenant := 0
+	begin := time.Now()
+	err := prepublishTo(ctx, url, start[len(names)], func(i int) string {
+		for i >= start[tenant+1] {
+			tenant++
+		}
+		return subj[tenant]
+	})
+	return time.Since(begin), err
+}
+
 // pool runs the pool scenario.
 func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 	o := e.o
@@ -395,22 +414,10 @@ func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 	what := fmt.Sprintf("pool: publish %s jobs tenant by tenant (%s tenants, %d jobs per unit of share, shares %s)",
 		count(float64(total)), count(float64(o.PoolTenants)), o.PoolJobs, sharesText(poolShares))
 	if err := p.phase(what, func() (string, error) {
-		subj := make([]string, len(names))
-		for i, name := range names {
-			subj[i] = prefixIn + name + ".work"
-		}
-		tenant := 0
-		begin := time.Now()
-		err := prepublishTo(ctx, srv.url, total, func(i int) string {
-			for i >= start[tenant+1] {
-				tenant++
-			}
-			return subj[tenant]
-		})
+		took, err := publishByTenant(ctx, srv.url, names, start, "work")
 		if err != nil {
 			return "", err
 		}
-		took := time.Since(begin)
 		f.PublishS = round(took.Seconds(), 3)
 		return fmt.Sprintf("%s jobs/s", count(PerSecond(int64(total), took))), nil
 	}); err != nil {
