@@ -177,9 +177,9 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		})
 		st.natsURL = srv.ClientURL()
 	}
-	if src, dst := c.partitions().Mapping(); src != "" && c.NATSURL != "" {
+	if line := c.partitions().MappingLine(); line != "" && c.NATSURL != "" {
 		log.Info("the input is spread over partitions by the NATS server's account mapping: configure it on every server (jobs published without it are forwarded too, after a detour)",
-			"partitions", c.Partitions, "mapping", fmt.Sprintf("mappings { %q: %q }", src, dst))
+			"partitions", c.Partitions, "mapping", line)
 	}
 	auth, err := c.natsOptions()
 	if err != nil {
