@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,10 +69,17 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 	}
 	if c.HTTPAddr != "off" {
 		degraded := func() string {
-			if ti := inspector.Load(); ti != nil {
-				return degradedDetail(ti.st.policy)
+			ti := inspector.Load()
+			if ti == nil {
+				return ""
 			}
-			return ""
+			var out []string
+			for _, d := range []string{degradedDetail(ti.st.policy), ti.st.svc.Detail()} {
+				if d != "" {
+					out = append(out, d)
+				}
+			}
+			return strings.Join(out, "; ")
 		}
 		stop, err := startHTTP(c.HTTPAddr, tel.registry, b.Ready, degraded, map[string]http.Handler{
 			"GET /inspect": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
