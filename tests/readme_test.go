@@ -71,7 +71,7 @@ func TestReadmeSaysHowToInstallWhatItRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	installs := map[string]string{} // package path → version
-	for _, m := range regexp.MustCompile("go install ([\\w./-]+)@(v[0-9]+\\.[0-9]+\\.[0-9]+)\\b").FindAllStringSubmatch(string(readme), -1) {
+	for _, m := range regexp.MustCompile(`go install ([\w./-]+)@(v[0-9]+\.[0-9]+\.[0-9]+)\b`).FindAllStringSubmatch(string(readme), -1) {
 		installs[m[1]] = m[2]
 	}
 	for _, c := range []struct {
