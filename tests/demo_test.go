@@ -127,7 +127,7 @@ func TestDemo(t *testing.T) {
 	sum := demoParse(t, stdout.String(), stderr.String())
 
 	// Progress: one plain line per tenant per second.
-	progress := regexp.MustCompile(`(?m)^\d+s (acme|bob|initech): published \d+, admitted \d+ \(last 1s: \d+ jobs, \d+ tokens; plan [\d.]+ tokens/s\), waiting \d+, decisions per job (-|\d+\.\d\d), waited p50 \S+ p99 \S+$`)
+	progress := regexp.MustCompile(`(?m)^\d+s (acme|bob|initech): published \d+, admitted \d+ \(last 1s: \d+ jobs, \d+ tokens; plan [\d.]+ tokens/s\), waiting \d+, attempts per job (-|\d+\.\d\d), waited p50 \S+ p99 \S+$`)
 	if n := len(progress.FindAllString(stderr.String(), -1)); n < 3*4 {
 		t.Errorf("%d progress lines, want at least 3 tenants × 4 seconds", n)
 	}
