@@ -1033,6 +1033,7 @@ func (qs *queues) pollOld(ctx context.Context, held map[int]bool, waiting map[st
 		if err != nil {
 			return nil, fmt.Errorf("list the tenants with jobs on stream %s: %w", o.name, err)
 		}
+		s.unmappedListed(o, info.State.LastSeq, time.Now())
 		for subj, n := range info.State.Subjects {
 			_, tenant, ok := o.published(subj)
 			if !ok || n == 0 || !mine(tenant) {

@@ -177,7 +177,7 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("overload admissions: %+v", o)
 	}
 	if o.AttemptsMean < 1 || o.AttemptsMax < 1 || float64(o.AttemptsMax) < o.AttemptsMean {
-		t.Errorf("overload decisions per admitted job: mean %g max %d", o.AttemptsMean, o.AttemptsMax)
+		t.Errorf("overload attempts per admitted job: mean %g max %d", o.AttemptsMean, o.AttemptsMax)
 	}
 	var sum int64
 	for _, n := range o.AdmittedPerSecond {

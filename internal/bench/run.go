@@ -207,7 +207,7 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 				return "", err
 			}
 			ov := rep.Overload
-			return fmt.Sprintf("%d admitted at load end vs %.1f expected (%+.2f%%), worst lag %s jobs at t=%.1fs, %.2f decisions/job",
+			return fmt.Sprintf("%d admitted at load end vs %.1f expected (%+.2f%%), worst lag %s jobs at t=%.1fs, %.2f attempts/job",
 				ov.AdmittedAtEnd, ov.Expected, ov.ErrorPct, count(ov.WorstLagJobs), ov.WorstLagAtS, ov.AttemptsMean), nil
 		}); err != nil {
 			return nil, fmt.Errorf("overload: %w", err)
