@@ -276,6 +276,7 @@ const (
 // poolReply is a pool operation's answer.
 type poolReply struct {
 	granted     int   // acquire: the jobs granted (a prefix)
+	before      []int // acquire: the indices (0-based) of the jobs granted before (a lease of theirs held: nothing taken now)
 	wait        int64 // acquire, start: µs until the first job not granted (the job) may fit
 	found       bool  // give back, release, renew: a lease was held
 	weight, ran int64 // release: its weight and the time from its take to now (µs)
@@ -323,9 +324,13 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		}
 		return BatchResult{}, err
 	}
+	// What the tenant's limits did not admit goes back, and so does what was granted now to a
+	// job they redeemed: it was admitted before, its forward may be downstream already, and if
+	// it is not, its slots are taken again before it is forwarded (see JobRedeemed). A grant
+	// made before (the job's lease held already) stays: it is the job's own.
 	var unused []Job
 	for i, o := range res.Outcomes {
-		if !o.Admitted() {
+		if !o.Admitted() || o == JobRedeemed && !slices.Contains(g.before, i) {
 			unused = append(unused, sub.Jobs[i])
 		}
 	}
@@ -534,6 +539,14 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 	st := vals[head:]
 	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3], DownstreamUntil: st[4],
 		Breaker: st[5], BreakerUntil: st[6], Probes: st[7], Limit: st[8], Floor: st[9], TimePerJob: st[10], LimitWhy: st[11], BreakerSince: st[12]}
+	if op == poolAcquire {
+		for _, i := range st[poolStateLen:] {
+			if i < 1 || i > vals[0] {
+				return poolReply{}, fmt.Errorf("pool reply: job %d granted before, of %d granted", i, vals[0])
+			}
+			r.before = append(r.before, int(i-1))
+		}
+	}
 	if op == poolInspect {
 		rest := st[poolStateLen:]
 		if len(rest) != 3*len(names) {
@@ -867,9 +880,11 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			return r, more
 		}
 		granted, got, turn, held, broken := 0, int64(0), false, false, false
+		var before []int
 		for i, j := range jobs {
 			if conc > 0 && leaseAt(j.ID) >= 0 {
 				granted = i + 1
+				before = append(before, i)
 				continue
 			}
 			if mp.hold > 0 {
@@ -935,7 +950,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		t.received += got
 		mp.sweep()
-		return poolReply{granted: granted, wait: wait, state: state(), wakes: wakes}
+		return poolReply{granted: granted, before: before, wait: wait, state: state(), wakes: wakes}
 	case poolGiveBack, poolRelease:
 		var r poolReply
 		before := freeNow()

@@ -27,15 +27,16 @@
 --
 -- Late. The owner's forwards stored `late` µs or more after their decision reach downstream
 -- beside what the limits gave meanwhile: their weight lw, `lt` µs late, is charged again before
--- anything is decided (charge_late). A job redeemed `late` µs or more after its admission (the
--- answer of the call that admitted it was lost) is charged the same way, and its admission
--- becomes now.
+-- anything is decided (charge_late).
 --
--- Idempotency: a job admitted less than `redeem` ago is answered 1 (redeemed) and charged nothing
--- (but for a late redeem, above); a job asked about later is decided afresh. That makes a retried
--- call harmless (a call that timed out may have run), and a crash cost capacity rather than a
--- burst: a job admitted by a replica that died before forwarding it is charged again when
--- another replica forwards it later.
+-- Once. An admission is remembered (a recent decision: see state.lua) until the owner says its
+-- forward was stored (stored passes it), or `redeem` after it: a job asked about again meanwhile
+-- is answered "redeemed", with how long ago it was admitted, and charged nothing. Whoever asks
+-- (a retried call whose answer was lost, a replica that took the queue over from one that died
+-- between its forward and its removal) learns that the job may be downstream already: it looks
+-- the forward up before repeating it, and a forward it makes only now is late (charged then, as
+-- lw). So a job is charged once and forwarded once, however long after its decision it is read
+-- again.
 --
 -- Shadow (a plan trialled, not enforced): every job not stored is admitted now (outcome 0), and
 -- the plan's decision is computed on the tenant's shadow state (KEYS[2]) instead: the job takes
@@ -60,7 +61,8 @@
 -- Reply: packed int64s {wait (µs), binding limit (0-based; -1: held by another owner; -2: held by
 -- the downstream),
 -- remaining, leases expired (ended unreleased, dropped from the state by this call), then one
--- outcome per job}: 0 admitted, 1 admitted before (redeemed), 2 not yet, 3 stored before. wait
+-- outcome per job}: 0 admitted, 2 not yet, 3 stored before, 4 + a (a ≥ 0) admitted a µs ago and
+-- not said stored since (redeemed), 1 redeemed in shadow. wait
 -- and the binding limit concern the first job not admitted (0 when all were); otherwise the
 -- limit holding the fewest tokens. Shadow adds one value per job: its shadow wait (µs; 0 when it
 -- fitted at once), and remaining and the binding limit are the shadow state's. Mirror (not with
@@ -112,7 +114,7 @@ for i = 1, k do
   elseif shadow then
     out[i], swait[i] = 0, 0
     local sat = find_mark(sst, job)
-    if sat and sat + redeem >= now then
+    if sat and sat + SHADOW_REDEEM >= now then
       out[i], swait[i] = 1, math.max(sat - now, 0)
     else
       local s = slot(lims, sws, n, now, w)
@@ -127,13 +129,7 @@ for i = 1, k do
     local at = find_mark(st, job, true)
     if at and at + redeem < now then at = nil end
     if at and at > 0 and wait < 0 then
-      out[i] = 1
-      if now - at >= late then
-        -- Admitted by a call whose answer was lost, forwarded only now: charged for what the
-        -- limits gave since (see charge_late), and its admission is now.
-        charge_late(lims, ws, n, now, w, now - at)
-        add_mark(st, job, now)
-      end
+      out[i] = 4 + math.max(now - at, 0) -- admitted before, not said stored: charged nothing (see Once)
     elseif st.hold > now then
       -- The downstream asked for no more of the tenant's jobs until st.hold (see lease.lua):
       -- binding limit -2.
@@ -156,7 +152,7 @@ end
 local r, rb = remaining(lims, sws or ws, n, now)
 if wait < 0 then wait, bind = 0, rb end
 if changed then raw = write_state(KEYS[1], st, lims, ws, n, now, redeem, pad) end
-if schanged then write_state(KEYS[2], sst, lims, sws, n, now, redeem, pad) end
+if schanged then write_state(KEYS[2], sst, lims, sws, n, now, SHADOW_REDEEM, pad) end
 local expired = 0
 if changed then expired = st.expired end
 local vals = {wait, bind, r, expired}

@@ -187,8 +187,7 @@ type Job struct {
 	// Unasked: the job may have been forwarded by an earlier holder of its queue (a replica that
 	// stopped before removing it from the input) and this one has not asked the limiter about it
 	// yet. Its bound having passed, it is asked about once before it may expire: a forward of it
-	// is then found (redeemed, stored) or made again, within the output's duplicate window,
-	// rather than joined by a dead letter.
+	// is then found (redeemed, stored), rather than joined by a dead letter.
 	Unasked bool
 }
 
@@ -200,9 +199,11 @@ type Verdict struct {
 	// pause); for a job forwarded under a plan in shadow mode, how long the plan would have
 	// delayed it.
 	Wait time.Duration
-	// Redeemed: the job was admitted by a call less than the limiter's redeem window ago;
-	// nothing was charged now.
-	Redeemed bool
+	// Redeemed: the job was admitted before, AdmittedAgo ago, and its owner has not said its
+	// forward was stored since (bucket.JobRedeemed): nothing was charged now. Its forward may be
+	// downstream already: the queue looks it up before forwarding it again.
+	Redeemed    bool
+	AdmittedAgo time.Duration
 	// Shadow: forwarded under a plan in shadow mode (trialled, not enforced).
 	Shadow bool
 	// Local: decided on this replica's copy of the tenant's state while the limiter is
@@ -281,8 +282,10 @@ const ReasonPaused = "paused"
 type Queue struct {
 	// Owner names the replica (bucket.OwnerID).
 	Owner int64
-	// Stored and Keep: the highest input sequence whose forward the owner saw stored, while
-	// its removal from the input is not confirmed, and how long to remember it.
+	// Stored is the queue's settled mark: the highest id of the jobs it settled in order (their
+	// forwards or dead letters stored). Said with every call, it ends what the limiter remembers
+	// of their admissions (bucket.Batch.Stored). Keep, while their removal from the input is not
+	// confirmed: how long the limiter must remember it.
 	Stored int64
 	Keep   time.Duration
 	// LateWeight and Late: the owner's forwards stored Late or more after their decision.
@@ -397,6 +400,9 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		switch o {
 		case bucket.JobAdmitted, bucket.JobRedeemed:
 			*v = Verdict{Fate: wire.FateAdmitted, Redeemed: o == bucket.JobRedeemed}
+			if v.Redeemed && res.AdmittedAgo != nil {
+				v.AdmittedAgo = res.AdmittedAgo[k]
+			}
 			if res.ShadowWaits != nil {
 				v.Shadow, v.Wait = true, res.ShadowWaits[k]
 				if v.Wait > 0 {
