@@ -493,9 +493,9 @@ func (qs *queues) feedOn(p int) bool {
 
 // claim is what the queue's next limiter call says for owner (see policy.Queue).
 func (q *queue) claim(owner int64) policy.Queue {
-	pq := policy.Queue{Owner: owner, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh, WaitedFor: q.waitedFor}
-	if q.owe.stored > 0 {
-		pq.Stored, pq.Keep = q.owe.stored, storedKeep
+	pq := policy.Queue{Owner: owner, Stored: q.owe.stored, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh, WaitedFor: q.waitedFor}
+	if q.owe.keep {
+		pq.Keep = storedKeep
 	}
 	return pq
 }

@@ -298,6 +298,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	if d.Said {
 		q.said()
 	}
+	s.resolveRedeemed(ctx, q, jobs, &d)
 	plan := ""
 	var lease time.Duration
 	if d.Plan != nil {
@@ -369,7 +370,9 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		}
 	}
 	s.tel.inFlight.Add(ctx, int64(len(outs)))
+	held := s.holdLeases(ctx, q, jobs, outs, owner)
 	s.pub.publishAll(ctx, outs)
+	held()
 	s.deadLetterRefused(ctx, jobs, outs, owner)
 	s.tel.inFlight.Add(ctx, -int64(len(outs)))
 	if late := q.owe.settle(jobs, outs, owner, s.cfg.Policy.Late()); late > 0 {
@@ -513,6 +516,7 @@ func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*out
 func (s *Service) advance(q *queue, settled []job) {
 	last := settled[len(settled)-1]
 	q.storedID = max(q.storedID, last.id)
+	q.owe.stored = max(q.owe.stored, q.storedID) // said by the queue's next call (see owed)
 	if last.src {
 		src := &q.old[0]
 		src.cursor, src.unpurged = last.at+1, last.at
@@ -646,7 +650,7 @@ func (s *Service) deleteEach(ctx context.Context, q *queue, seqs []uint64, first
 		s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
 			"tenant", q.tenant, "stream", stream, "jobs", len(seqs), "err", errs[0])
 	}
-	q.owe.stored = max(q.owe.stored, q.storedID)
+	q.owe.stored, q.owe.keep = max(q.owe.stored, q.storedID), true
 	return err
 }
 
@@ -674,7 +678,7 @@ func (s *Service) purgeOf(ctx context.Context, q *queue, stream, subject string,
 			s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
 				"tenant", q.tenant, "stream", stream, "through", through, "err", err)
 		}
-		q.owe.stored = max(q.owe.stored, q.storedID)
+		q.owe.stored, q.owe.keep = max(q.owe.stored, q.storedID), true
 	}
 	return err
 }
