@@ -27,16 +27,90 @@ import (
 // (owed.late). The output's duplicate window plays no part: it would cover two minutes.
 
 // lookupSkew is how much earlier than a redeemed job's admission the output is searched for its
-// forward: the admitter's, the limiter's and the NATS servers' clocks may differ by that much.
-const lookupSkew = 10 * time.Second
+// forward: the admitter's and the NATS servers' clocks may differ by that much (the admission's
+// age is the limiter's own measure, no clock compared).
+const lookupSkew = 2 * time.Second
 
-// lookupMost bounds the messages a lookup reads: the forwards of the job's subject stored from
-// about its admission on. A lookup that reads them all without finding the forward, or finds
-// no end, cannot tell (errLookup).
-const lookupMost = 2000
+// lookupMost bounds the messages one lookup reads: the tenant's forwards stored from about the
+// earliest admission on. A lookup that reads that many without finding every forward it looks
+// for, and without reaching the tenant's last one, cannot tell (errLookup).
+const lookupMost = 20_000
 
-// errLookup: a lookup could not tell whether the forward was stored.
+// errLookup: a lookup could not tell whether a forward was stored.
 var errLookup = errors.New("the output could not be searched")
+
+// foundForwards reads the tenant's forwards in the output stored from since on, and returns the
+// Msg-Ids of ids it found there. It stops once it found them all or reached the tenant's last
+// forward. One scan serves a step's redeemed jobs: the tenant's forwards since the earliest of
+// them, in batches by Direct Get where the output allows it (else one message a request from
+// the stream's leader).
+func (s *Service) foundForwards(ctx context.Context, tenant string, ids map[string]bool, since time.Time) (map[string]bool, error) {
+	filter, err := s.cfg.Out.TenantFilter(tenant)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.streams.get(ctx, s.cfg.StreamOut)
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream %s: %w", errLookup, s.cfg.StreamOut, err)
+	}
+	next := s.readForwardsByAPI
+	if out.CachedInfo().Config.AllowDirect {
+		next = s.readForwardsDirect
+	}
+	found := map[string]bool{}
+	var seq uint64 // 0: from since
+	for read := 0; read < lookupMost; {
+		msgs, end, err := next(ctx, filter, since, seq)
+		if err != nil {
+			return nil, fmt.Errorf("%w: stream %s, subjects %s: %w", errLookup, s.cfg.StreamOut, filter, err)
+		}
+		for _, m := range msgs {
+			if id := m.header.Get(nats.MsgIdHdr); ids[id] {
+				found[id] = true
+			}
+			seq = m.seq + 1
+		}
+		read += len(msgs)
+		if len(found) == len(ids) || end || len(msgs) == 0 {
+			return found, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: stream %s, subjects %s: more than %d forwards since %s", errLookup, s.cfg.StreamOut, filter, lookupMost, since.Format(time.RFC3339))
+}
+
+// storedMsg is what a lookup reads of a message of the output.
+type storedMsg struct {
+	seq    uint64
+	header nats.Header
+}
+
+// readForwardsDirect reads a batch of the output's messages on filter, from seq (0: from the
+// first stored at or after since); end: none is left after them.
+func (s *Service) readForwardsDirect(ctx context.Context, filter string, since time.Time, seq uint64) ([]storedMsg, bool, error) {
+	var msgs []*nats.Msg
+	var pending uint64
+	var err error
+	if seq == 0 {
+		msgs, pending, err = s.reader.readSince(ctx, s.cfg.StreamOut, filter, since, lookupBatch, 1<<20)
+	} else {
+		msgs, pending, err = s.reader.read(ctx, s.cfg.StreamOut, filter, seq, lookupBatch, 1<<20)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]storedMsg, 0, len(msgs))
+	for _, m := range msgs {
+		n, err := seqOf(m)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, storedMsg{seq: n, header: m.Header})
+	}
+	return out, pending == 0, nil
+}
+
+// lookupBatch is how many messages a lookup asks Direct Get for at once.
+const lookupBatch = 256
 
 type msgGetRequest struct {
 	Seq       uint64     `json:"seq,omitempty"`
@@ -55,48 +129,40 @@ type msgGetResponse struct {
 // errCodeNoMessage is the API's "no message found" (JSNoMessageFoundErr).
 const errCodeNoMessage = 10037
 
-// forwarded reports whether the output holds the forward of j (its Msg-Id on its output
-// subject), stored after since. It reads the output's stream leader (not Direct Get: a
-// follower may lag), one message a request: it runs for redeemed jobs only.
-func (s *Service) forwarded(ctx context.Context, j *job, since time.Time) (bool, error) {
-	_, subject, err := s.out.Map(j.subject)
+// readForwardsByAPI reads the output's next message on filter from its stream's leader, from
+// seq (0: the first stored at or after since); end: there is none.
+func (s *Service) readForwardsByAPI(ctx context.Context, filter string, since time.Time, seq uint64) ([]storedMsg, bool, error) {
+	req := msgGetRequest{NextFor: filter, Seq: seq}
+	if seq == 0 {
+		req.StartTime = &since
+	}
+	body, err := json.Marshal(req)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	id := wire.MsgID(wire.KindForward, j.stream, j.seq)
-	api := s.apiPrefix() + "STREAM.MSG.GET." + s.cfg.StreamOut
-	start := since.Add(-lookupSkew)
-	req := msgGetRequest{NextFor: subject, StartTime: &start}
-	for range lookupMost {
-		body, err := json.Marshal(req)
-		if err != nil {
-			return false, err
-		}
-		m, err := s.cfg.JetStream.Conn().RequestWithContext(ctx, api, body)
-		if err != nil {
-			return false, fmt.Errorf("%w: stream %s, subject %s: %w", errLookup, s.cfg.StreamOut, subject, err)
-		}
-		var r msgGetResponse
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			return false, fmt.Errorf("%w: stream %s: a reply that does not read: %w", errLookup, s.cfg.StreamOut, err)
-		}
-		switch {
-		case r.Error != nil && r.Error.ErrorCode == errCodeNoMessage:
-			return false, nil // the subject's end: not there
-		case r.Error != nil:
-			return false, fmt.Errorf("%w: stream %s, subject %s: %w", errLookup, s.cfg.StreamOut, subject, r.Error)
-		case r.Message == nil:
-			return false, fmt.Errorf("%w: stream %s: a reply without a message", errLookup, s.cfg.StreamOut)
-		}
-		if len(r.Message.Header) > 0 {
-			h, err := nats.DecodeHeadersMsg(r.Message.Header)
-			if err == nil && h.Get(nats.MsgIdHdr) == id {
-				return true, nil
-			}
-		}
-		req = msgGetRequest{Seq: r.Message.Sequence + 1, NextFor: subject}
+	m, err := s.cfg.JetStream.Conn().RequestWithContext(ctx, s.apiPrefix()+"STREAM.MSG.GET."+s.cfg.StreamOut, body)
+	if err != nil {
+		return nil, false, err
 	}
-	return false, fmt.Errorf("%w: stream %s, subject %s: more than %d forwards since %s", errLookup, s.cfg.StreamOut, subject, lookupMost, start.Format(time.RFC3339))
+	var r msgGetResponse
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, false, fmt.Errorf("a reply that does not read: %w", err)
+	}
+	switch {
+	case r.Error != nil && r.Error.ErrorCode == errCodeNoMessage:
+		return nil, true, nil
+	case r.Error != nil:
+		return nil, false, r.Error
+	case r.Message == nil:
+		return nil, false, errors.New("a reply without a message")
+	}
+	var h nats.Header
+	if len(r.Message.Header) > 0 {
+		if h, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
+			return nil, false, fmt.Errorf("message %d: headers that do not read: %w", r.Message.Sequence, err)
+		}
+	}
+	return []storedMsg{{seq: r.Message.Sequence, header: h}}, false, nil
 }
 
 // apiPrefix is the JetStream API's subject prefix ("$JS.API." or its domain's).
@@ -116,26 +182,45 @@ const lookupRetry = time.Second
 
 // resolveRedeemed settles the jobs d redeemed whose forwards the output holds, and readies the
 // others to be forwarded again: their slots are taken again first (a start), or they wait for
-// them, with the jobs behind. A redeemed job whose lookup cannot tell waits, and is asked about
-// again (see once.go).
+// them, with the jobs behind. When the lookup cannot tell, they wait and are asked about again
+// (see once.go).
 func (s *Service) resolveRedeemed(ctx context.Context, q *queue, jobs []job, d *policy.Decision) {
+	ids := map[string]bool{}
+	var since time.Time
 	for i := range jobs {
 		v := &d.Verdicts[i]
 		if v.Fate.Waits() {
-			return // it and the jobs behind wait: nothing of them goes in this step
+			break // it and the jobs behind wait: nothing of them goes in this step
+		}
+		if v.Redeemed && !v.Shadow {
+			ids[wire.MsgID(wire.KindForward, jobs[i].stream, jobs[i].seq)] = true
+			if at := time.Now().Add(-v.AdmittedAgo); since.IsZero() || at.Before(since) {
+				since = at
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	found, err := s.foundForwards(ctx, q.tenant, ids, since.Add(-lookupSkew))
+	if err != nil {
+		s.log.Warn("jobs admitted before may have been forwarded: their forwards could not be looked up; they wait",
+			"tenant", q.tenant, "jobs", len(ids), "since", since.Format(time.RFC3339Nano), "err", err)
+	}
+	for i := range jobs {
+		v := &d.Verdicts[i]
+		if v.Fate.Waits() {
+			return
 		}
 		if !v.Redeemed || v.Shadow {
 			continue
 		}
 		j := &jobs[i]
-		found, err := s.forwarded(ctx, j, time.Now().Add(-v.AdmittedAgo))
 		switch {
 		case err != nil:
-			s.log.Warn("a job admitted before may have been forwarded: its forward could not be looked up; it waits",
-				"tenant", q.tenant, "stream", j.stream, "sequence", j.seq, "admitted_ago", v.AdmittedAgo.Round(time.Millisecond).String(), "err", err)
 			*v = policy.Verdict{Fate: wire.FateDelayed, Wait: lookupRetry, Deadline: v.Deadline}
 			return
-		case found:
+		case found[wire.MsgID(wire.KindForward, j.stream, j.seq)]:
 			*v = policy.Verdict{Fate: wire.FateStored} // forwarded before: settled, not forwarded again
 			continue
 		case d.Plan == nil || !d.Plan.Leases():
