@@ -369,6 +369,15 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 			msgOf[i] = m
 		}
 	}
+	if len(outs) > 0 && !s.owners.leased(q.part) {
+		// The partition's lease ran out while the step decided (the replica paused past it): the
+		// next holder makes these forwards (it finds them admitted, looks them up: once.go), and
+		// this replica's would land beside its decisions.
+		for i := range jobs {
+			jobs[i].span.End()
+		}
+		return stepResult{gone: true}
+	}
 	s.tel.inFlight.Add(ctx, int64(len(outs)))
 	held := s.holdLeases(ctx, q, jobs, outs, owner)
 	s.pub.publishAll(ctx, outs)
@@ -378,7 +387,6 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	if late := q.owe.settle(jobs, outs, owner, s.cfg.Policy.Late()); late > 0 {
 		s.tel.lateForwards.Add(ctx, int64(late))
 	}
-	s.renewLate(ctx, q, jobs, outs, owner)
 	// The jobs settled in order, up to the first whose message could not be stored (shutting
 	// down): the queue's cursor moves past them, and they are removed from the input.
 	for k, m := range outs {
@@ -445,32 +453,6 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 // msgLease reports whether j's forward carries a lease (see leaseHeader).
 func (j *job) msgLease() bool {
 	return j.lease > 0 && j.verdict.Fate == wire.FateAdmitted && !j.verdict.Shadow
-}
-
-// renewLate starts again the leases of forwards stored a quarter of their lease or more after
-// their decision (a stream electing a leader, a node that stopped answering), before the queue
-// decides anything else: a worker counts a forward's lease from its store, Redis from its grant,
-// and a lease that ended there while the forward was held would give its slot to the next job
-// while the first runs. A start renews the lease, or takes its slots again if they are free; if
-// they are not (another replica's decision, a pool's), the job runs beside the limit: logged.
-// A worker quick enough to finish the job before this start leaves its slot taken for one
-// lease: capacity, not a burst. Rare, and bounded by the step's context.
-func (s *Service) renewLate(ctx context.Context, q *queue, jobs []job, outs []*outMsg, owner []int) {
-	for k, m := range outs {
-		if m.lease == 0 || m.err != nil || m.took < m.lease/4 {
-			continue
-		}
-		j := &jobs[owner[k]]
-		res, _, err := s.cfg.Policy.Lease(ctx, policy.LeaseStart, q.tenant, j.id, max(j.weight, 1), bucket.NoCost, bucket.Report{})
-		switch {
-		case err != nil:
-			s.log.Warn("a forward stored after its lease's middle: its lease could not be started again", "tenant", q.tenant, "sequence", j.seq,
-				"stored_after", m.took.Round(time.Millisecond).String(), "lease", m.lease.String(), "err", err)
-		case !res.Held:
-			s.log.Warn("a forward stored after its lease ended runs beside its tenant's concurrency limit or its pool (their slots were taken meanwhile)",
-				"tenant", q.tenant, "sequence", j.seq, "stored_after", m.took.Round(time.Millisecond).String(), "lease", m.lease.String())
-		}
-	}
 }
 
 // deadLetterRefused dead-letters instead what can never be stored; a dead letter that cannot
