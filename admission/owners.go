@@ -125,6 +125,15 @@ func (o *owners) holds(p int) bool {
 	return h != nil && !h.releasing && time.Now().Before(h.until)
 }
 
+// leased reports whether this replica's lease of partition p has not run out, given up or not:
+// what it decided may still go (see Service.decideAndApply).
+func (o *owners) leased(p int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h := o.mine[p]
+	return h != nil && time.Now().Before(h.until)
+}
+
 // tenure reports whether partition p is this replica's (taken and not given up or lost), whatever
 // its lease's clock says: a renewal may be under way.
 func (o *owners) tenure(p int) bool {
