@@ -29,7 +29,13 @@ const (
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioReplicas, ScenarioBacklog, ScenarioLarge, ScenarioOverload, ScenarioFlood, ScenarioFair, ScenarioCrowd, ScenarioPool, ScenarioDownstream}
+var AllScenarios = func() []string {
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.name
+	}
+	return names
+}()
 
 // Options say what to run and for how long. Start from Defaults or Quick.
 type Options struct {

@@ -150,109 +150,12 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		}
 	}
 
-	if o.Has(ScenarioDecisions) {
-		if rep.Decisions, err = e.decisions(ctx, p); err != nil {
-			return nil, fmt.Errorf("decisions: %w", err)
+	for _, sc := range scenarios {
+		if !o.Has(sc.name) {
+			continue
 		}
-		d := rep.Decisions
-		denied := d.Ours.Denied + d.RedisRate.Denied + d.Ceiling.Denied
-		for _, k := range d.Kinds {
-			denied += k.Denied
-		}
-		if denied > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("decisions denied (expected none): %d", denied))
-		}
-	}
-	if o.Has(ScenarioSync) {
-		if rep.Sync, err = e.synchronous(ctx, p); err != nil {
-			return nil, fmt.Errorf("sync: %w", err)
-		}
-		if s := rep.Sync; s.HTTP.Denied+s.NATS.Denied+s.Peer.Denied > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("sync decisions denied (expected none): http %d, nats %d, redis_rate net/http %d", s.HTTP.Denied, s.NATS.Denied, s.Peer.Denied))
-		}
-	}
-	if o.Has(ScenarioEndToEnd) {
-		if rep.EndToEnd, err = e.endToEnd(ctx, p); err != nil {
-			return nil, fmt.Errorf("end to end: %w", err)
-		}
-		rep.Notes = append(rep.Notes, rep.EndToEnd.Notes...)
-	}
-	if o.Has(ScenarioReplicas) {
-		if rep.Replicas, err = e.replicas(ctx, p); err != nil {
-			return nil, fmt.Errorf("replicas: %w", err)
-		}
-	}
-	if o.Has(ScenarioBacklog) {
-		if rep.Backlog, err = e.backlog(ctx, p); err != nil {
-			return nil, fmt.Errorf("backlog: %w", err)
-		}
-		for _, r := range rep.Backlog.Runs {
-			if r.Duplicates > 0 {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("backlog at start, %s: %d jobs of the backlog forwarded twice (the same Nats-Msg-Id received again by a subscriber on jobs.admitted.>; ADMITTED stores %d for %d jobs and %d of the new tenant)",
-					r.Name, r.Duplicates, r.Stored, r.Received, r.New.Samples))
-			}
-		}
-	}
-	if o.Has(ScenarioLarge) {
-		if rep.Large, err = e.large(ctx, p); err != nil {
-			return nil, fmt.Errorf("large: %w", err)
-		}
-	}
-	if o.Has(ScenarioOverload) {
-		what := fmt.Sprintf("overload: tenant %s (%d at %d/s) at %g× for %v, watched %v more", overloadTenant,
-			o.OverloadCapacity, o.OverloadRate, o.OverloadFactor, o.OverloadDuration, o.OverloadTail)
-		if err := p.phase(what, func() (string, error) {
-			rep.Overload, err = e.overload(ctx)
-			if err != nil {
-				return "", err
-			}
-			ov := rep.Overload
-			return fmt.Sprintf("%d admitted at load end vs %.1f expected (%+.2f%%), worst lag %s jobs at t=%.1fs, %.2f decisions/job",
-				ov.AdmittedAtEnd, ov.Expected, ov.ErrorPct, count(ov.WorstLagJobs), ov.WorstLagAtS, ov.AttemptsMean), nil
-		}); err != nil {
-			return nil, fmt.Errorf("overload: %w", err)
-		}
-	}
-	if o.Has(ScenarioFlood) {
-		if rep.Flood, err = e.flood(ctx, p); err != nil {
-			return nil, fmt.Errorf("deep flood: %w", err)
-		}
-	}
-	if o.Has(ScenarioFair) {
-		if rep.Fair, err = e.fair(ctx, p); err != nil {
-			return nil, fmt.Errorf("fair: %w", err)
-		}
-		if f := rep.Fair; f.Forwarded != int64(f.Tenants*f.JobsPerTenant) {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("fair: %d forwards received for %d jobs", f.Forwarded, f.Tenants*f.JobsPerTenant))
-		}
-	}
-	if o.Has(ScenarioCrowd) {
-		if rep.Crowd, err = e.crowd(ctx, p); err != nil {
-			return nil, fmt.Errorf("crowd: %w", err)
-		}
-		if c := rep.Crowd; c.Forwarded != int64(c.Tenants*c.JobsPerTenant) {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("crowd: %d forwards received for %d jobs", c.Forwarded, c.Tenants*c.JobsPerTenant))
-		}
-	}
-	if o.Has(ScenarioPool) {
-		if rep.Pool, err = e.pool(ctx, p); err != nil {
-			return nil, fmt.Errorf("pool: %w", err)
-		}
-		if f := rep.Pool; f.QuietMissing > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("pool: %d quiet jobs published in the window were not forwarded within %v of its end (counted with their wait so far)", f.QuietMissing, poolQuietGrace))
-		}
-		if f := rep.Pool; f.RanOutEarly > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("pool: %d tenants received their whole backlog before every tenant had been served (the first queues found had the pool to themselves): left out of the figures", f.RanOutEarly))
-		}
-	}
-	if o.Has(ScenarioDownstream) {
-		if rep.Downstream, err = e.downstream(ctx, p); err != nil {
-			return nil, fmt.Errorf("downstream: %w", err)
-		}
-		for _, r := range []*DownstreamRun{&rep.Downstream.Adaptive, &rep.Downstream.Fixed} {
-			if r.RanOut > 0 {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("downstream (pool %s): %d tenants had their whole backlog done before the end (their share no longer held)", r.Pool, r.RanOut))
-			}
+		if err := sc.run(ctx, e, p, rep); err != nil {
+			return nil, fmt.Errorf("%s: %w", sc.name, err)
 		}
 	}
 	rep.Meta.ElapsedS = round(time.Since(p.start).Seconds(), 1)
