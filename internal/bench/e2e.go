@@ -75,13 +75,14 @@ const (
 // freshNATS starts a new JetStream server (an empty store) with admitter's three streams.
 func (e *env) freshNATS(ctx context.Context, kind string) (*testenv.NATSServer, error) {
 	srv := testenv.StartNATS(e.tb)
-	nc, js, err := connect(srv.URL(), "bench-setup")
-	if err != nil {
-		srv.Stop()
-		return nil, err
-	}
-	defer nc.Close()
-	if err := createStreams(ctx, js, kind); err != nil {
+	if err := retry(ctx, "the "+kind+" streams on "+srv.URL(), readyWithin, func(ctx context.Context) error {
+		nc, js, err := connect(srv.URL(), "bench-setup")
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		return createStreams(ctx, js, kind)
+	}); err != nil {
 		srv.Stop()
 		return nil, err
 	}

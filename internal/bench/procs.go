@@ -72,22 +72,24 @@ func (e *env) startNATSProcOf(ctx context.Context, natsBin string, maxPayload in
 		return nil, err
 	}
 	s := &natsProc{proc: proc, url: fmt.Sprintf("nats://127.0.0.1:%d", port), mon: monitor{base: fmt.Sprintf("http://127.0.0.1:%d", mport)}}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	if err := retry(ctx, fmt.Sprintf("nats-server on %s answers with the %s streams", s.url, kind), readyWithin, func(ctx context.Context) error {
+		select {
+		case <-proc.done:
+			return permanent{errors.New("nats-server exited")}
+		default:
+		}
 		nc, js, err := connect(s.url, "bench-setup")
-		if err == nil {
-			err = createStreamsOf(ctx, js, kind, partitions)
-			nc.Close()
-			if err == nil {
-				return s, nil
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			proc.stop()
-			log, _ := os.ReadFile(filepath.Join(dir, "nats-server.log"))
-			return nil, fmt.Errorf("nats-server did not start: %v\n%s", errors.Join(err, ctx.Err()), log)
-		}
-		time.Sleep(100 * time.Millisecond)
+		defer nc.Close()
+		return createStreamsOf(ctx, js, kind, partitions)
+	}); err != nil {
+		proc.stop()
+		log, _ := os.ReadFile(filepath.Join(dir, "nats-server.log"))
+		return nil, fmt.Errorf("%w\n%s", err, log)
 	}
+	return s, nil
 }
 
 // admitterProc is the admitter as a process of its own, on a natsProc and the bench's Redis.
@@ -133,28 +135,29 @@ func (e *env) startAdmitterProc(admitterBin, natsURL, plans string, extra ...str
 // stop stops the process (bounded, see child.stop).
 func (a *admitterProc) stop() { a.proc.stop() }
 
-// waitReady polls /readyz until the admitter answers that it admits, for at most within.
+// waitReady polls /readyz until the admitter answers that it admits, for at most within; it
+// fails at once if the process exits.
 func (a *admitterProc) waitReady(ctx context.Context, within time.Duration) error {
 	c := http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(within)
-	for {
-		resp, err := c.Get("http://" + a.http + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = errors.New(resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the admitter was not ready within %v: %v", within, err)
-		}
+	url := "http://" + a.http + "/readyz"
+	return retry(ctx, "the admitter's "+url+" answers 200", within, func(ctx context.Context) error {
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
 		case err := <-a.exited:
-			return err
-		case <-time.After(50 * time.Millisecond):
+			return permanent{err}
+		default:
 		}
-	}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return nil
+	})
 }
