@@ -132,7 +132,7 @@ func (b *Backlog) BacklogRatios() {
 func (e *env) backlog(ctx context.Context, p *progress) (*Backlog, error) {
 	o := e.o
 	b := &Backlog{Jobs: o.BacklogJobs, Tenants: o.BacklogTenants, NewTenant: backlogNewTenant, NewRate: o.BacklogNewRate, Partitions: o.Partitions}
-	admitterBin, natsBin, err := buildProcesses(e.tb)
+	admitterBin, natsBin, err := e.bins.build()
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,11 @@ import (
 
 // env is what the scenarios share: the servers' starter, Redis, the plans and the options.
 type env struct {
-	tb       testenv.TB
+	// tb starts the scenario's servers and owns them: its clean-up stops them when the scenario
+	// ends (see runScenarios).
+	tb testenv.TB
+	// bins are the binaries of the scenarios that run admitter and nats-server as processes.
+	bins     *binaries
 	redisURL string
 	flush    func(context.Context) error // empties Redis between runs
 	// persist turns Redis's append-only file on or off (CONFIG SET appendonly), waiting until

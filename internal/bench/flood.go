@@ -61,26 +61,28 @@ type Flood struct {
 	PeakConsumers      int     `json:"peak_consumers"`
 }
 
-// processes builds the admitter and nats-server binaries once per run.
-var processes struct {
-	once     sync.Once
+// binaries are the admitter and nats-server that the scenarios running them as processes use,
+// built into dir once per run (the first scenario that asks builds them).
+type binaries struct {
 	dir      string
+	once     sync.Once
 	admitter string
 	nats     string
 	err      error
 }
 
-func buildProcesses(tb testenv.TB) (admitter, natsServer string, err error) {
-	processes.once.Do(func() {
-		processes.dir = tb.TempDir()
-		processes.admitter = filepath.Join(processes.dir, "admitter")
-		if out, err := exec.Command("go", "build", "-o", processes.admitter, "github.com/admitter/admitter/cmd/admitter").CombinedOutput(); err != nil {
-			processes.err = fmt.Errorf("go build admitter: %v\n%s", err, out)
+// build builds the binaries, or returns those built before (or why they could not be).
+func (b *binaries) build() (admitter, natsServer string, err error) {
+	b.once.Do(func() {
+		admitter := filepath.Join(b.dir, "admitter")
+		if out, err := exec.Command("go", "build", "-o", admitter, "github.com/admitter/admitter/cmd/admitter").CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build admitter: %v\n%s", err, out)
 			return
 		}
-		processes.nats, processes.err = testenv.BuildNATSServer(processes.dir)
+		b.admitter = admitter
+		b.nats, b.err = testenv.BuildNATSServer(b.dir)
 	})
-	return processes.admitter, processes.nats, processes.err
+	return b.admitter, b.nats, b.err
 }
 
 // child is a process the flood scenario started, stopped at the end.

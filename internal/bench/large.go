@@ -164,7 +164,7 @@ func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (
 func (e *env) large(ctx context.Context, p *progress) (*Large, error) {
 	o := e.o
 	l := &Large{Jobs: o.LargeJobs, SizeBytes: o.LargeSize, Tenants: o.LargeTenants, MaxPayload: largeMaxPayload(o.LargeSize)}
-	admitterBin, natsBin, err := buildProcesses(e.tb)
+	admitterBin, natsBin, err := e.bins.build()
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ type natsProc struct {
 // own: both built, Redis emptied, and a nats-server started for the admitter; the caller stops
 // it (srv.proc.stop).
 func (e *env) processWorld(ctx context.Context) (admitterBin string, srv *natsProc, err error) {
-	admitterBin, natsBin, err := buildProcesses(e.tb)
+	admitterBin, natsBin, err := e.bins.build()
 	if err != nil {
 		return "", nil, err
 	}
@@ -38,7 +38,7 @@ func (e *env) processWorld(ctx context.Context) (admitterBin string, srv *natsPr
 	return admitterBin, srv, nil
 }
 
-// startNATSProc starts a nats-server process (natsBin, see buildProcesses) with its monitoring
+// startNATSProc starts a nats-server process (natsBin, see binaries) with its monitoring
 // port, a max_payload of maxPayload bytes (0: the server's default), and the streams of kind's
 // forwarder, and waits until it answers.
 func (e *env) startNATSProc(ctx context.Context, natsBin string, maxPayload int, kind string) (*natsProc, error) {
@@ -101,7 +101,7 @@ type admitterProc struct {
 	exited <-chan error
 }
 
-// startAdmitterProc starts the admitter (admitterBin, see buildProcesses) against natsURL and
+// startAdmitterProc starts the admitter (admitterBin, see binaries) against natsURL and
 // the bench's Redis with plans (a plans file's YAML) and extra environment (ADMITTER_…=…, which
 // wins over the bench's own), logging warnings and errors to a file of its own. Its HTTP server
 // listens on a free loopback port; its decision APIs are off.

@@ -141,7 +141,7 @@ const fastPlans = "plans:\n  fast: {limits: [{capacity: 1000000, rate: 1000000/s
 func (e *env) replicas(ctx context.Context, p *progress) (*Replicas, error) {
 	o := e.o
 	r := &Replicas{Jobs: o.ReplicasJobs, Tenants: o.ReplicasTenants, Partitions: o.Partitions}
-	admitterBin, natsBin, err := buildProcesses(e.tb)
+	admitterBin, natsBin, err := e.bins.build()
 	if err != nil {
 		return nil, err
 	}

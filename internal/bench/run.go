@@ -77,7 +77,14 @@ func (p *progress) say(line string) {
 func (p *progress) phase(what string, f func() (string, error)) error {
 	begin := time.Now()
 	fmt.Fprintf(p.w, "[%6.1fs] %s ... ", begin.Sub(p.start).Seconds(), what)
+	ended := false
+	defer func() {
+		if !ended { // f panicked, or a server it started could not: the line ends before the scenario's failure is said
+			fmt.Fprintf(p.w, "failed after %.1fs\n", time.Since(begin).Seconds())
+		}
+	}()
 	res, err := f()
+	ended = true
 	took := time.Since(begin).Seconds()
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -91,11 +98,12 @@ func (p *progress) phase(what string, f func() (string, error)) error {
 	return nil
 }
 
-// Run starts a redis-server (testenv.StartRedis) and, per run, a fresh in-process JetStream
-// server (testenv.StartNATS), both through tb, which also owns their clean-up; runs the
-// selected scenarios, printing progress to w; and returns the report with its goals evaluated.
-// It stops early, with ctx's error, when ctx ends.
-func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, error) {
+// Run starts a redis-server, then runs the selected scenarios in turn (runScenarios: each on
+// servers and processes of its own, stopped when it ends), printing progress to w. It returns
+// the report with its goals evaluated and the scenarios that failed in its Failures; an error
+// when nothing could be measured (the options, Redis), or ctx's when ctx ends first. What it
+// started is stopped when it returns.
+func Run(ctx context.Context, o Options, w io.Writer) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,25 +113,30 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 	}
 	p := &progress{w: w, start: time.Now()}
 	rep := &Report{Meta: newMeta(ctx, p.start, o.Quick), Options: optionsJSON(o)}
-	e := &env{tb: tb, plans: plans, o: o}
+	run := &scope{log: o.logger()}
+	defer run.close()
+	e := &env{plans: plans, o: o}
 	var admin rueidis.Client
-	if err := p.phase("start redis-server", func() (string, error) {
-		srv := testenv.StartRedis(tb)
-		e.redisURL = srv.URL()
-		admin, err = newRueidis(e.redisURL)
-		if err != nil {
-			return "", err
-		}
-		info, err := admin.Do(ctx, admin.B().Info().Section("server").Build()).ToString()
-		if err != nil {
-			return "", fmt.Errorf("redis INFO: %w", err)
-		}
-		rep.Meta.RedisVersion = infoField(info, "redis_version")
-		return fmt.Sprintf("redis %s on %s", rep.Meta.RedisVersion, srv.Addr), nil
+	if err := run.run(func() error {
+		e.bins = &binaries{dir: run.TempDir()}
+		return p.phase("start redis-server", func() (string, error) {
+			srv := testenv.StartRedis(run)
+			e.redisURL = srv.URL()
+			admin, err = newRueidis(e.redisURL)
+			if err != nil {
+				return "", err
+			}
+			run.Cleanup(admin.Close) // before the server stops
+			info, err := admin.Do(ctx, admin.B().Info().Section("server").Build()).ToString()
+			if err != nil {
+				return "", fmt.Errorf("redis INFO: %w", err)
+			}
+			rep.Meta.RedisVersion = infoField(info, "redis_version")
+			return fmt.Sprintf("redis %s on %s", rep.Meta.RedisVersion, srv.Addr), nil
+		})
 	}); err != nil {
 		return nil, err
 	}
-	defer admin.Close()
 	e.flush = func(ctx context.Context) error {
 		if err := admin.Do(ctx, admin.B().Flushall().Build()).Error(); err != nil {
 			return fmt.Errorf("redis FLUSHALL: %w", err)
@@ -150,13 +163,14 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 		}
 	}
 
+	var chosen []scenario
 	for _, sc := range scenarios {
-		if !o.Has(sc.name) {
-			continue
+		if o.Has(sc.name) {
+			chosen = append(chosen, sc)
 		}
-		if err := sc.run(ctx, e, p, rep); err != nil {
-			return nil, fmt.Errorf("%s: %w", sc.name, err)
-		}
+	}
+	if err := runScenarios(ctx, *e, p, rep, chosen); err != nil {
+		return nil, err
 	}
 	rep.Meta.ElapsedS = round(time.Since(p.start).Seconds(), 1)
 	rep.EvaluateGoals()
