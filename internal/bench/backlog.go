@@ -233,7 +233,7 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 		return fail(err)
 	}
 	defer col.stop()
-	if err := e.flush(ctx); err != nil {
+	if err := e.admin.flush(ctx); err != nil {
 		return fail(err)
 	}
 	pub, err := newAsyncPublisher(srv.url, "bench-producer")

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
@@ -24,12 +23,11 @@ type env struct {
 	// bins are the binaries of the scenarios that run admitter and nats-server as processes.
 	bins     *binaries
 	redisURL string
-	flush    func(context.Context) error // empties Redis between runs
-	// persist turns Redis's append-only file on or off (CONFIG SET appendonly), waiting until
-	// it is in effect.
-	persist func(ctx context.Context, on bool) error
-	plans   *bucket.Plans
-	o       Options
+	// admin is the bench's own client of that Redis: it empties it between runs, and reads
+	// what the runs cost it.
+	admin *redisAdmin
+	plans *bucket.Plans
+	o     Options
 }
 
 // prepare starts the forwarder of the given kind against a NATS server.
@@ -60,7 +58,7 @@ func (e *env) prepare(ctx context.Context, kind, url string) (*forwarder, error)
 		}
 		return fw, nil
 	}
-	if err := e.flush(ctx); err != nil {
+	if err := e.admin.flush(ctx); err != nil {
 		return nil, err
 	}
 	n := 1
@@ -130,7 +128,7 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 	}
 	var before redisState
 	if kind == "admitter" {
-		if before, err = readRedisState(ctx, e.redisURL); err != nil {
+		if before, err = e.admin.state(ctx); err != nil {
 			return Throughput{}, err
 		}
 	}
@@ -145,7 +143,7 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 	}
 	var cost RedisCost
 	if kind == "admitter" {
-		after, err := readRedisState(ctx, e.redisURL)
+		after, err := e.admin.state(ctx)
 		if err != nil {
 			return Throughput{}, err
 		}
@@ -169,43 +167,6 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 	}
 	d := last.Sub(start)
 	return Throughput{Jobs: e.o.Jobs, Seconds: round(d.Seconds(), 4), PerSecond: round(PerSecond(int64(e.o.Jobs), d), 1), redis: cost}, nil
-}
-
-// redisState is what readRedisState reads of a Redis server: every command call so far, its
-// CPU time (µs, user and system), its memory in use and its keys.
-type redisState struct{ calls, cpuMicros, memory, keys int64 }
-
-func readRedisState(ctx context.Context, url string) (redisState, error) {
-	c, err := newRueidis(url)
-	if err != nil {
-		return redisState{}, err
-	}
-	defer c.Close()
-	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Section("cpu").Section("memory").Section("keyspace").Build()).ToString()
-	if err != nil {
-		return redisState{}, fmt.Errorf("redis info: %w", err)
-	}
-	var st redisState
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
-			if _, v, ok := strings.Cut(rest, ":calls="); ok {
-				v, _, _ = strings.Cut(v, ",")
-				n, _ := strconv.ParseInt(v, 10, 64)
-				st.calls += n
-			}
-		}
-	}
-	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
-		v, _ := strconv.ParseFloat(infoField(info, f), 64)
-		st.cpuMicros += int64(v * 1e6)
-	}
-	st.memory, _ = strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
-	if db := infoField(info, "db0"); db != "" {
-		keys, _, _ := strings.Cut(strings.TrimPrefix(db, "keys="), ",")
-		st.keys, _ = strconv.ParseInt(keys, 10, 64)
-	}
-	return st, nil
 }
 
 // latency publishes at rate jobs/s for LatencyDuration through the forwarder of the given kind,

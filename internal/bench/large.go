@@ -124,7 +124,7 @@ func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (
 			return LargeRun{}, err
 		}
 	default:
-		if err := e.flush(ctx); err != nil {
+		if err := e.admin.flush(ctx); err != nil {
 			return LargeRun{}, err
 		}
 		start = time.Now()

@@ -28,7 +28,7 @@ func (e *env) processWorld(ctx context.Context) (admitterBin string, srv *natsPr
 	if err != nil {
 		return "", nil, err
 	}
-	if err := e.flush(ctx); err != nil {
+	if err := e.admin.flush(ctx); err != nil {
 		return "", nil, err
 	}
 	srv, err = e.startNATSProc(ctx, natsBin, 0, "admitter")

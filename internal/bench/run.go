@@ -11,13 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/plans"
-	"github.com/redis/rueidis"
 )
 
 // logger is o.Logger, or one that discards.
@@ -116,51 +114,24 @@ func Run(ctx context.Context, o Options, w io.Writer) (*Report, error) {
 	run := &scope{log: o.logger()}
 	defer run.close()
 	e := &env{plans: plans, o: o}
-	var admin rueidis.Client
 	if err := run.run(func() error {
 		e.bins = &binaries{dir: run.TempDir()}
 		return p.phase("start redis-server", func() (string, error) {
 			srv := testenv.StartRedis(run)
 			e.redisURL = srv.URL()
-			admin, err = newRueidis(e.redisURL)
-			if err != nil {
+			if e.admin, err = newRedisAdmin(e.redisURL); err != nil {
 				return "", err
 			}
-			run.Cleanup(admin.Close) // before the server stops
-			info, err := admin.Do(ctx, admin.B().Info().Section("server").Build()).ToString()
+			run.Cleanup(e.admin.close) // before the server stops
+			info, err := e.admin.info(ctx, "server")
 			if err != nil {
-				return "", fmt.Errorf("redis INFO: %w", err)
+				return "", err
 			}
 			rep.Meta.RedisVersion = infoField(info, "redis_version")
 			return fmt.Sprintf("redis %s on %s", rep.Meta.RedisVersion, srv.Addr), nil
 		})
 	}); err != nil {
 		return nil, err
-	}
-	e.flush = func(ctx context.Context) error {
-		if err := admin.Do(ctx, admin.B().Flushall().Build()).Error(); err != nil {
-			return fmt.Errorf("redis FLUSHALL: %w", err)
-		}
-		return nil
-	}
-	e.persist = func(ctx context.Context, on bool) error {
-		want := map[bool]string{true: "yes", false: "no"}[on]
-		if err := admin.Do(ctx, admin.B().ConfigSet().ParameterValue().ParameterValue("appendonly", want).Build()).Error(); err != nil {
-			return fmt.Errorf("redis CONFIG SET appendonly %s: %w", want, err)
-		}
-		enabled := map[bool]string{true: "1", false: "0"}[on]
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			info, err := admin.Do(ctx, admin.B().Info().Section("persistence").Build()).ToString()
-			if err != nil {
-				return fmt.Errorf("redis INFO persistence: %w", err)
-			}
-			if infoField(info, "aof_enabled") == enabled && infoField(info, "aof_rewrite_in_progress") == "0" {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("redis appendonly %s not in effect after 10s", want)
-			}
-		}
 	}
 
 	var chosen []scenario
@@ -214,14 +185,14 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 		}
 		runs = append(runs, run{&d.Kinds[i], func() (contender, error) { return oursContender("ours "+k.name, e.redisURL, p, tenants) }})
 	}
-	defer func() { _ = e.persist(context.WithoutCancel(ctx), false) }()
+	defer func() { _ = e.admin.persist(context.WithoutCancel(ctx), false) }()
 	for i, mk := range runs {
 		if i == kindsFrom {
-			if err := e.persist(ctx, true); err != nil {
+			if err := e.admin.persist(ctx, true); err != nil {
 				return nil, err
 			}
 		}
-		if err := e.flush(ctx); err != nil {
+		if err := e.admin.flush(ctx); err != nil {
 			return nil, err
 		}
 		c, err := mk.new()
@@ -241,19 +212,9 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 	d.VsRedisRate = round(Ratio(d.Ours.PerSecond, d.RedisRate.PerSecond), 4)
 	d.VsCeiling = round(Ratio(d.Ours.PerSecond, d.Ceiling.PerSecond), 4)
 	d.BatchedVsCeiling = round(Ratio(d.Batched.PerSecond, d.Ceiling.PerSecond), 4)
-	return d, e.flush(ctx)
+	return d, e.admin.flush(ctx)
 }
 
 // kindPlans are the decisions scenario's plans of each limit kind (see Plans), measured on a
 // Redis with an append-only file; the bucket plan again, for comparison on the same footing.
 var kindPlans = []struct{ name, plan string }{{"bucket", "bench"}, {"window", "bench-window"}, {"quota", "bench-quota"}, {"mixed", "bench-mixed"}}
-
-// infoField reads one field of a Redis INFO reply.
-func infoField(info, field string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v
-		}
-	}
-	return ""
-}

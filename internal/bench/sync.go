@@ -235,7 +235,7 @@ func (e *env) synchronous(ctx context.Context, p *progress) (*Sync, error) {
 		{&s.NATS, func() (contender, error) { return ourNATSContender(ctx, e.tb, e.redisURL, e.plans, tenants) }},
 		{&s.Peer, func() (contender, error) { return peerHTTPContender(e.redisURL, e.o.Concurrency, tenants) }},
 	} {
-		if err := e.flush(ctx); err != nil {
+		if err := e.admin.flush(ctx); err != nil {
 			return nil, err
 		}
 		c, err := mk.new()
@@ -254,5 +254,5 @@ func (e *env) synchronous(ctx context.Context, p *progress) (*Sync, error) {
 	}
 	s.HTTPVsPeer = round(Ratio(s.HTTP.PerSecond, s.Peer.PerSecond), 4)
 	s.NATSVsPeer = round(Ratio(s.NATS.PerSecond, s.Peer.PerSecond), 4)
-	return s, e.flush(ctx)
+	return s, e.admin.flush(ctx)
 }
