@@ -332,7 +332,11 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	}
 	bound := time.Minute + time.Duration(o.BacklogJobs)*time.Millisecond // at least 1000 jobs/s
 	if err := waitUntil(ctx, bound, failed, func() bool { return received() >= o.BacklogJobs }); err != nil {
-		return fail(fmt.Errorf("%d of %d jobs of the backlog received: %w", received(), o.BacklogJobs, err))
+		err = fmt.Errorf("%d of %d jobs of the backlog received: %w", received(), o.BacklogJobs, err)
+		for _, a := range procs {
+			err = a.annotate(ctx, err)
+		}
+		return fail(err)
 	}
 	admCPU, natsCPU := sumCPU(pids), cpuTime(srv.proc.cmd.Process.Pid)-natsCPU0
 	stopWatching()

@@ -137,6 +137,9 @@ func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (
 	}
 	bound := time.Minute + time.Duration(o.LargeJobs)*100*time.Millisecond // at least 10 jobs/s
 	last, err := waitForMessages(ctx, js, streamOut, o.LargeJobs, bound, failed)
+	if err != nil && adm != nil {
+		err = adm.annotate(ctx, err)
+	}
 	if err != nil {
 		return LargeRun{}, fmt.Errorf("%s: %w", kind, err)
 	}

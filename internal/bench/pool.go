@@ -551,7 +551,7 @@ func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 		case err := <-adm.exited:
 			return "", err
 		case <-time.After(bound):
-			return "", fmt.Errorf("no tenant received its whole backlog within %v", bound)
+			return "", adm.annotate(ctx, fmt.Errorf("no tenant received its whole backlog within %v", bound))
 		case <-ranOut:
 		}
 		admCPU, natsCPU = cpuSeconds(adm.proc.cmd.Process.Pid)-admCPU0, cpuSeconds(srv.proc.cmd.Process.Pid)-natsCPU0

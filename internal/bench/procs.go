@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/admitter/admitter/internal/testenv"
@@ -135,29 +137,47 @@ func (e *env) startAdmitterProc(admitterBin, natsURL, plans string, extra ...str
 // stop stops the process (bounded, see child.stop).
 func (a *admitterProc) stop() { a.proc.stop() }
 
+// readyz asks the admitter's /readyz once: nil when it admits, else what it answered (a 503's
+// body says what the admitter waits for) or why it did not answer.
+func (a *admitterProc) readyz(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.http+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+}
+
 // waitReady polls /readyz until the admitter answers that it admits, for at most within; it
 // fails at once if the process exits.
 func (a *admitterProc) waitReady(ctx context.Context, within time.Duration) error {
-	c := http.Client{Timeout: time.Second}
-	url := "http://" + a.http + "/readyz"
-	return retry(ctx, "the admitter's "+url+" answers 200", within, func(ctx context.Context) error {
+	return retry(ctx, "the admitter's http://"+a.http+"/readyz answers 200", within, func(ctx context.Context) error {
 		select {
 		case err := <-a.exited:
 			return permanent{err}
 		default:
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return errors.New(resp.Status)
-		}
-		return nil
+		return a.readyz(ctx)
 	})
+}
+
+// annotate adds what the admitter's /readyz says now to err, a wait's whose bound passed from
+// the admitter's start (a scenario that times its drain from the process's start does not wait
+// for readiness first): whether the admitter ever became ready.
+func (a *admitterProc) annotate(ctx context.Context, err error) error {
+	now := "ready"
+	if e := a.readyz(context.WithoutCancel(ctx)); e != nil {
+		now = e.Error()
+	}
+	return fmt.Errorf("%w (the admitter's /readyz: %s)", err, now)
 }
