@@ -30,6 +30,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.Float64Var(&o.LatencyRate, "latency-rate", def.LatencyRate, "end to end: paced rate in jobs/s (0: half the relay's measured rate; -quick: 2000)")
 	fs.IntVar(&o.RelayPipelines, "relay-pipelines", def.RelayPipelines, "end to end: the relay's consume→publish→ack pipelines")
 	fs.IntVar(&o.Workers, "workers", def.Workers, "admitter's Workers (0: admission's default)")
+	fs.StringVar(&o.DecisionsProfile, "decisions-cpuprofile", "", "decisions: write a CPU profile of the bench process during the ours run (single decisions through bucket.Redis, warm-up excluded) to this `path`")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of admitter's end-to-end throughput run to this `path`")
 	fs.StringVar(&o.LatencyProfile, "latency-cpuprofile", "", "write a CPU profile of the bench process (the admitter, nats-server, producer and subscriber) during admitter's paced latency run to this `path`")
 	fs.IntVar(&o.ReplicasJobs, "replicas-jobs", def.ReplicasJobs, "replicas: jobs published at once, drained by the relay and by 1, 2 and 4 admitter replicas (-quick: 5000)")

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
@@ -115,17 +116,11 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 	}
 	defer fw.stop()
 	runtime.GC()
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return Throughput{}, fmt.Errorf("cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return Throughput{}, fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return Throughput{}, err
 	}
+	defer stopProfile()
 	var before redisState
 	if kind == "admitter" {
 		if before, err = e.admin.state(ctx); err != nil {
@@ -157,9 +152,7 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 			KeysPerJobPerSec: round(float64(after.keys)/rate, 4),
 		}
 	}
-	if profile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	// Not timed, but checked: a forwarder that does not acknowledge what it forwarded would be
 	// measured unfairly fast.
 	if err := waitForEmpty(ctx, js, streamIn, 10*time.Second+time.Duration(e.o.Jobs)*100*time.Microsecond); err != nil {
@@ -214,18 +207,14 @@ func (e *env) latency(ctx context.Context, kind string, rate float64) (Latency, 
 		subj[i] = prefixIn + tenantName(i) + ".work"
 	}
 	runtime.GC()
-	if kind == "admitter" && e.o.LatencyProfile != "" {
+	if kind == "admitter" {
 		// The profile is the bench's whole process at the paced rate: the in-process admitter,
 		// nats-server, the producer and the subscriber (Redis runs apart).
-		f, err := os.Create(e.o.LatencyProfile)
+		stopProfile, err := startCPUProfile(e.o.LatencyProfile)
 		if err != nil {
-			return Latency{}, fmt.Errorf("cpu profile: %w", err)
+			return Latency{}, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return Latency{}, fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	sent, _, err := pace(ctx, pub, rate, e.o.LatencyDuration, func(i int64) *nats.Msg {
 		h := nats.Header{}
@@ -313,4 +302,24 @@ func (e *env) endToEnd(ctx context.Context, p *progress) (*EndToEnd, error) {
 	r.Latency.AddedP99Ms = round(r.Latency.Admitter.P99Ms-r.Latency.Relay.P99Ms, 3)
 	r.Latency.AddedP50Ms = round(r.Latency.Admitter.P50Ms-r.Latency.Relay.P50Ms, 3)
 	return r, nil
+}
+
+// startCPUProfile starts a CPU profile of the bench process into path, until the returned stop
+// is called (stopping twice is safe); with path empty it does nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return sync.OnceFunc(func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}), nil
 }

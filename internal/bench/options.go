@@ -50,6 +50,9 @@ type Options struct {
 	Warmup      time.Duration
 	Concurrency int
 	Tenants     int
+	// DecisionsProfile, when set, receives a CPU profile of the process during the decisions
+	// scenario's ours run (single decisions through bucket.Redis), warm-up excluded.
+	DecisionsProfile string
 
 	// End to end: Jobs pre-published over Tenants, forwarded by the relay and by admitter; then
 	// LatencyDuration of paced publishing at LatencyRate jobs/s (default 5000; 0: half the

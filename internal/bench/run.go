@@ -200,8 +200,15 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 			return nil, err
 		}
 		err = p.phase(fmt.Sprintf("decisions: %s, %d goroutines, %v warm-up + %v", c.name, e.o.Concurrency, e.o.Warmup, e.o.Duration), func() (string, error) {
-			r, err := measureDecisions(ctx, c, e.o.Concurrency, e.o.Warmup, e.o.Duration)
+			profile := ""
+			if mk.into == &d.Ours {
+				profile = e.o.DecisionsProfile
+			}
+			r, err := measureDecisions(ctx, c, e.o.Concurrency, e.o.Warmup, e.o.Duration, profile)
 			*mk.into = r
+			if profile != "" {
+				return fmt.Sprintf("%s/s, p50 %.2fms p99 %.2fms, CPU profile in %s", count(r.PerSecond), r.Latency.P50Ms, r.Latency.P99Ms, profile), err
+			}
 			return fmt.Sprintf("%s/s, p50 %.2fms p99 %.2fms", count(r.PerSecond), r.Latency.P50Ms, r.Latency.P99Ms), err
 		})
 		c.close()

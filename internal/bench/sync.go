@@ -243,7 +243,7 @@ func (e *env) synchronous(ctx context.Context, p *progress) (*Sync, error) {
 			return nil, err
 		}
 		err = p.phase(fmt.Sprintf("sync: %s, %d goroutines, %v warm-up + %v", c.name, e.o.Concurrency, e.o.Warmup, e.o.Duration), func() (string, error) {
-			r, err := measureDecisions(ctx, c, e.o.Concurrency, e.o.Warmup, e.o.Duration)
+			r, err := measureDecisions(ctx, c, e.o.Concurrency, e.o.Warmup, e.o.Duration, "")
 			*mk.into = r
 			return fmt.Sprintf("%s/s, p50 %.2fms p99 %.2fms", count(r.PerSecond), r.Latency.P50Ms, r.Latency.P99Ms), err
 		})
