@@ -185,6 +185,11 @@ const lookupRetry = time.Second
 // them, with the jobs behind. When the lookup cannot tell, they wait and are asked about again
 // (see once.go).
 func (s *Service) resolveRedeemed(ctx context.Context, q *queue, jobs []job, d *policy.Decision) {
+	for i, v := range d.Verdicts {
+		if v.Redeemed {
+			q.admittedBefore(jobs[i].id) // never expired unasked, whatever it waits for now
+		}
+	}
 	ids := map[string]bool{}
 	var since time.Time
 	for i := range jobs {
@@ -237,4 +242,12 @@ func (s *Service) resolveRedeemed(ctx context.Context, q *queue, jobs []job, d *
 			return
 		}
 	}
+}
+
+// admittedBefore remembers that the limiter answered job id admitted before (see redeemed).
+func (q *queue) admittedBefore(id int64) {
+	if q.redeemed == nil {
+		q.redeemed = map[int64]bool{}
+	}
+	q.redeemed[id] = true
 }

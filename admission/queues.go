@@ -503,14 +503,6 @@ func (q *queue) claim(owner int64) policy.Queue {
 	return pq
 }
 
-// admittedBefore remembers that the limiter answered job id admitted before (see redeemed).
-func (q *queue) admittedBefore(id int64) {
-	if q.redeemed == nil {
-		q.redeemed = map[int64]bool{}
-	}
-	q.redeemed[id] = true
-}
-
 // said clears what a limiter call said.
 func (q *queue) said() { q.owe, q.fresh = owed{}, false }
 
