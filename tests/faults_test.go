@@ -155,6 +155,7 @@ tenants: {startup: startup, hobby: free, crew: team}
 // says it is degraded; when Redis returns, nothing follows in a second burst and every job is
 // forwarded once.
 func TestRedisOutageKeepsThePlans(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, outagePlans)
 	env, metrics, _ := servePorts(t)
 	p := w.start(env...) // the default fail mode
@@ -230,6 +231,7 @@ func TestRedisOutageKeepsThePlans(t *testing.T) {
 // rebuild the slots Redis forgot: no third job runs while they do; and when they are done, their
 // done messages free the slots at once: the next jobs go without waiting out a lease.
 func TestRedisRestartedEmptyRebuildsLeases(t *testing.T) {
+	t.Parallel()
 	const plans = `
 plans:
   slots:

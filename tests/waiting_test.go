@@ -235,6 +235,7 @@ default_plan: big
 // payloads wait in JetStream. Measured on a build without the race detector, with the default
 // settings, against the product's bound of 256 MiB.
 func TestWaitingPayloadsStayInJetStream(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, `
 plans: {slow: {limits: [{capacity: 5, rate: 5/s}]}}
 default_plan: slow
@@ -290,6 +291,7 @@ var _ = nats.MsgIdHdr
 // killed; the other continues the queue within 5s (three missed heartbeats, and the dead one's
 // hold on the queue ending), at the plan's pace, and every job is forwarded once.
 func TestSurvivingReplicaTakesOverTheQueue(t *testing.T) {
+	t.Parallel()
 	const capacity, rate, n = 5, 20.0, 200
 	w := newWorld(t, "plans: {p: {limits: [{capacity: 5, rate: 20/s}]}}\ndefault_plan: p\n")
 	var replicas []*proc
