@@ -318,7 +318,9 @@ func (s *Service) decide(ctx context.Context, q *queue, jobs []job) decision {
 		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr,
 			Again: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited || q.redeemed[j.id]}
 	}
-	d := decision{Decision: s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner)), now: s.cfg.Now(), limit: ""}
+	span := s.tel.startDecide(ctx, jobs)
+	d := decision{Decision: s.cfg.Policy.Step(ctx, q.tenant, pjobs, q.claim(s.owner)), now: s.cfg.Now()}
+	s.tel.decided(ctx, span, d.Decision, jobs, q.tenant, pjobs)
 	if d.Said {
 		q.said()
 	}

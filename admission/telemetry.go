@@ -149,9 +149,9 @@ func (t *telemetry) startProcess(ctx context.Context, name string, h nats.Header
 	return ctx, span
 }
 
-// decide asks the policy in a "limiter decide" span, a child of the first job's span linked to
-// the others', and records what the call cost and what it decided on every job's span.
-func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, tenant string, pjobs []policy.Job, q policy.Queue) policy.Decision {
+// startDecide starts the "limiter decide" span of a step's call over jobs: a child of the first
+// job's span, linked to the others'. decided ends it.
+func (t *telemetry) startDecide(ctx context.Context, jobs []job) trace.Span {
 	parent := ctx
 	if len(jobs) > 0 {
 		parent = jobs[0].ctx
@@ -165,8 +165,13 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 		opts = append(opts, trace.WithLinks(links...))
 	}
 	_, span := t.tracer.Start(parent, "limiter decide", append(opts, trace.WithSpanKind(trace.SpanKindClient))...)
+	return span
+}
+
+// decided records what the limiter's call over jobs cost and what it decided (d), on the step's
+// span (ended here), every job's span and the metrics.
+func (t *telemetry) decided(ctx context.Context, span trace.Span, d policy.Decision, jobs []job, tenant string, pjobs []policy.Job) {
 	defer span.End()
-	d := pol.Step(ctx, tenant, pjobs, q)
 	if d.Took > 0 {
 		t.latency.Record(ctx, d.Took.Seconds())
 	}
@@ -213,7 +218,6 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 			}
 		}
 	}
-	return d
 }
 
 // injectSend starts the producer span of a job's publish and writes its context into the
