@@ -58,7 +58,8 @@ type planned struct {
 }
 
 // planStep is the plan of a step over jobs, decided by d at now. skips says whether the queue
-// may dead-letter jobs out of their place (its list of those not yet removed has room).
+// may dead-letter jobs out of their place (its list of those not yet removed has room); only a
+// job of the partition's own stream may be (an older stream's are read and removed in order).
 func planStep(d policy.Decision, jobs []job, now time.Time, skips bool) stepPlan {
 	p := stepPlan{each: make([]planned, len(jobs)), head: len(jobs)}
 	skipped := false
