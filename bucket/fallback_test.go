@@ -102,6 +102,7 @@ func TestFallbackChangesNothing(t *testing.T) {
 	red, srv := fallbackRedis(t, c.Now, opts)
 	downs, ups := 0, []Outage{}
 	f := NewFallback(red, opts, time.Second, FallbackHooks{Down: func(error) { downs++ }, Up: func(o Outage) { ups = append(ups, o) }})
+	f.Watch()
 	t.Cleanup(f.Close)
 	ref := NewMemory(opts, c.Now)
 	plans := []*Plan{
@@ -195,6 +196,7 @@ func TestFallbackHoldsLeasesUntilTheyReport(t *testing.T) {
 	opts := Options{}
 	red, srv := fallbackRedis(t, c.Now, opts)
 	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	f.Watch()
 	t.Cleanup(f.Close)
 	p := mustPlan(t, "c", conc("c", 3, 10*time.Second))
 	tn := uniqueTenant("h")
@@ -272,6 +274,8 @@ func TestFallbackRoutesBetweenReplicas(t *testing.T) {
 	red, srv := fallbackRedis(t, c.Now, opts)
 	fa := NewFallback(red, opts, time.Second, FallbackHooks{})
 	fb := NewFallback(red, opts, time.Second, FallbackHooks{})
+	fa.Watch()
+	fb.Watch()
 	t.Cleanup(fa.Close)
 	t.Cleanup(fb.Close)
 	pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 3, Lease: 10 * time.Second})
@@ -350,6 +354,7 @@ func TestFallbackKeepsTheDownstreamsHold(t *testing.T) {
 	opts := Options{}
 	red, srv := fallbackRedis(t, c.Now, opts)
 	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	f.Watch()
 	t.Cleanup(f.Close)
 	p := mustPlan(t, "c", conc("c", 5, 10*time.Second))
 	tn := uniqueTenant("h")
@@ -406,6 +411,7 @@ func TestFallbackKeepsThePoolsDownstream(t *testing.T) {
 	opts := Options{}
 	red, srv := fallbackRedis(t, c.Now, opts)
 	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	f.Watch()
 	t.Cleanup(f.Close)
 	pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 8, Lease: 10 * time.Second,
 		Breaker: &Breaker{Failures: 50, Window: 10 * time.Second, Cooldown: 3 * time.Second, MinJobs: 2}, Adaptive: &Adaptive{Min: 3}})

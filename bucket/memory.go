@@ -74,7 +74,7 @@ func NewMemory(opts Options, now func() time.Time) *Memory {
 	if now == nil {
 		now = time.Now
 	}
-	m := &Memory{opts: opts.withDefaults(), now: now, seed: maphash.MakeSeed()}
+	m := &Memory{opts: opts.withDefaults(), now: now, seed: maphash.MakeSeed(), pools: memPools{pools: map[string]*memPool{}}}
 	m.Forgot(opts.Born)
 	for i := range m.shards {
 		m.shards[i].tenants = make(map[string]*memState)
@@ -306,11 +306,11 @@ func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Option
 
 // Admit decides the head of one tenant's queue at the backend's current time (see Batch).
 func (m *Memory) Admit(ctx context.Context, b Batch) (BatchResult, error) {
-	return admitPooled(ctx, m, b, m.admit)
+	return admitPooled(ctx, m, b, m.admitTenant)
 }
 
-// admit decides a batch on the tenant's limits alone.
-func (m *Memory) admit(_ context.Context, b Batch) (BatchResult, error) {
+// admitTenant decides a batch on the tenant's limits alone.
+func (m *Memory) admitTenant(_ context.Context, b Batch) (BatchResult, error) {
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
 	}
@@ -502,6 +502,11 @@ func (m *Memory) restore(tenant string, st *memState) {
 func (m *Memory) copyOf(tenant string) *memState {
 	sh, st, _ := m.lock(tenant)
 	defer sh.mu.Unlock()
+	return st.clone()
+}
+
+// clone is a deep copy of st (nil: nil).
+func (st *memState) clone() *memState {
 	if st == nil {
 		return nil
 	}
@@ -517,37 +522,40 @@ func (m *Memory) copyOf(tenant string) *memState {
 	return &c
 }
 
-// forget takes tenant's limits as used at born (µs) to the bound Plan.forgotten states, whatever
-// its state held: the state of a tenant this backend was not told of (see Fallback).
-func (m *Memory) forget(tenant string, p *Plan, born int64) {
-	sh, _, now := m.lock(tenant)
-	defer sh.mu.Unlock()
-	ws := sh.load(nil, p, now, born)
-	sh.store(tenant, &memState{}, p, ws, now, m.opts)
-}
-
-// holdLeases keeps every named lease of tenant's concurrency limits held until at least the end
-// of the slots forgotten at born (µs): a lease copied from Redis may have been renewed there since
-// (see Fallback).
-func (m *Memory) holdLeases(tenant string, p *Plan, born int64) {
+// adopt begins deciding tenant under p on this copy at at (µs; see Fallback) and returns its
+// state then (nil: forgotten). An exact copy keeps its state, each named lease of a concurrency
+// limit held until at least the slots forgotten at at would end (it may have been renewed on
+// Redis since it was copied); any other is taken as used at at, to the bound Plan.forgotten
+// states, as a Redis that lost it would.
+func (m *Memory) adopt(tenant string, p *Plan, at int64, exact bool) *memState {
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	if st == nil || !p.concurrent {
-		return
+	if !exact {
+		sh.store(tenant, &memState{}, p, sh.load(nil, p, now, at), now, m.opts)
+		return nil
 	}
-	ws := sh.load(st, p, now, 0)
-	for i := range p.specs {
-		if p.specs[i].kind != KindConcurrency {
-			continue
-		}
-		end := phantomEnd(born, p.specs[i].span)
-		for j := len(ws[i].log) - 1; j >= 0; j-- {
-			if e := ws[i].log[j]; ws[i].tags[j].id != 0 && e.death < end {
-				t := ws[i].tags[j]
-				ws[i].leaseDrop(j)
-				ws[i].leasePut(end, e.weight, t)
+	if st == nil {
+		return nil
+	}
+	if p.concurrent {
+		ws := sh.load(st, p, now, 0)
+		for i := range p.specs {
+			if p.specs[i].kind != KindConcurrency {
+				continue
+			}
+			end := phantomEnd(at, p.specs[i].span)
+			for j := len(ws[i].log) - 1; j >= 0; j-- {
+				if e := ws[i].log[j]; ws[i].tags[j].id != 0 && e.death < end {
+					t := ws[i].tags[j]
+					ws[i].leaseDrop(j)
+					ws[i].leasePut(end, e.weight, t)
+				}
 			}
 		}
+		sh.store(tenant, st, p, ws, now, m.opts)
+		if st = sh.tenants[tenant]; st == nil {
+			return nil
+		}
 	}
-	sh.store(tenant, st, p, ws, now, m.opts)
+	return st.clone()
 }

@@ -24,7 +24,7 @@ type tenantDelta struct {
 }
 
 // outageDelta is what tenant's copy cur (nil: none) holds beyond base (nil: the copy did not
-// know the tenant when the outage began at born, µs) under plan p at now (µs).
+// know the tenant when it began deciding it at born, µs) under plan p at now (µs).
 func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
 	var sh memShard
 	var bs, cs []work
@@ -126,18 +126,27 @@ func (r *Redis) mergeTenant(ctx context.Context, tenant string, p *Plan, d tenan
 }
 
 // mergePool charges pool p on Redis with what the copy holds of it after an outage (see
-// memPools.outageLeases): the leases taken on the copy, and the Redis leases released meanwhile;
-// and the downstream's hold the copy keeps (µs, 0: none), at now.
-func (r *Redis) mergePool(ctx context.Context, p *Pool, leases []Job, hold, now int64) error {
-	if (len(leases) == 0 && hold == 0) || p.Concurrency == 0 {
+// poolDelta): the leases taken on the copy, the Redis leases released meanwhile, and the
+// downstream's hold.
+func (r *Redis) mergePool(ctx context.Context, p *Pool, d poolDelta) error {
+	if (len(d.leases) == 0 && d.hold == 0) || p.Concurrency == 0 {
 		return nil
 	}
 	var rep Report
-	if hold > now {
-		rep = Report{RetryAfter: time.Duration(hold-now) * time.Microsecond, PoolScope: true}
+	if d.hold > 0 {
+		rep = Report{RetryAfter: time.Duration(d.hold) * time.Microsecond, PoolScope: true}
 	}
-	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, leases, NoCost, rep); err != nil {
+	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, d.leases, NoCost, rep); err != nil {
 		return fmt.Errorf("bucket: redis merge of pool %s after an outage: %w", p.Name, err)
 	}
 	return nil
+}
+
+// probe reports whether Redis answers, and learns when its servers' memory began (see born):
+// what a decision needs before it is made again after an outage.
+func (r *Redis) probe(ctx context.Context) error {
+	if err := r.Ping(ctx); err != nil {
+		return err
+	}
+	return r.refreshBorn(ctx)
 }

@@ -283,6 +283,7 @@ type poolReply struct {
 	state       PoolState
 	wakes       []string // the waiters to wake
 	tenants     []PoolTenant
+	local       bool // decided on a copy of the pool (see Fallback)
 }
 
 // poolBackend is a backend's side of the pools: one operation on one pool, for tenant (with
@@ -330,6 +331,7 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		}
 	}
 	res.Wakes = g.wakes // whose turn refused a job of this batch
+	res.Local = res.Local || g.local
 	if len(unused) > 0 {
 		r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost, Report{})
 		if err != nil {
@@ -402,7 +404,7 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 			// The tenant's slots were taken for a job the pool has no room for: they go back.
 			_, _ = lease(ctx, req, leaseRelease)
 		}
-		return LeaseResult{Wait: time.Duration(r.wait) * time.Microsecond, Wakes: r.wakes, LeasesExpired: res.LeasesExpired}, nil
+		return LeaseResult{Wait: time.Duration(r.wait) * time.Microsecond, Wakes: r.wakes, LeasesExpired: res.LeasesExpired, Local: res.Local || r.local}, nil
 	}
 	r.state.Name, r.state.Concurrency, r.state.Capacity = p.Pool.Name, p.Pool.Concurrency, p.Pool.Capacity
 	res.Pool = &r.state
@@ -416,6 +418,7 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 		}
 	}
 	res.Wakes = r.wakes
+	res.Local = res.Local || r.local
 	return res, nil
 }
 
@@ -564,7 +567,7 @@ type memPoolLease struct{ death, weight, id, at int64 }
 
 // forgottenReport takes weight w of a lease the pool does not hold out of its forgotten slots
 // (the lease of id 0: see lua/pool.lua), if they are still counted, and remembers the lease's id
-// (a release of one of Redis's leases during an outage: see outageLeases).
+// (a release of one of Redis's leases during an outage: see poolDelta).
 func (mp *memPool) forgottenReport(id, w int64) bool {
 	z := slices.IndexFunc(mp.leases, func(l memPoolLease) bool { return l.id == 0 })
 	if z < 0 {
@@ -596,39 +599,44 @@ type memPools struct {
 	mu    sync.Mutex
 	pools map[string]*memPool
 	seeds map[string]PoolState // the pools as Redis last answered (see seen)
-	born  int64                // µs: the pools were forgotten then (see reset); 0: as the backend's born says
 }
 
 // maxReported bounds the leases a pool remembers having taken out of its forgotten slots (see
-// outageLeases).
+// poolDelta).
 const maxReported = 4096
 
 func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	m.pools.mu.Lock()
 	defer m.pools.mu.Unlock()
-	if m.pools.pools == nil {
-		m.pools.pools = map[string]*memPool{}
-	}
 	now := m.now().UnixMicro()
 	mp := m.pools.pools[p.Name]
 	if mp == nil {
-		mp = &memPool{tenants: map[string]*memPoolTenant{}}
+		mp = m.pools.forgotten(p, m.born(), now)
 		if op != poolInspect {
 			m.pools.pools[p.Name] = mp
 		}
-		if born := max(m.born(), m.pools.born); born > 0 { // a pool this backend does not know was forgotten at born
-			if p.Capacity > 0 {
-				mp.tat = born + p.Capacity*p.Interval.Microseconds()
-			}
-			if end := phantomEnd(born, p.Lease.Microseconds()); p.Concurrency > 0 && end > now {
-				mp.leases = append(mp.leases, memPoolLease{end, p.Concurrency, 0, born})
-			}
-			if sd, ok := m.pools.seeds[p.Name]; ok { // what the downstream said, as Redis last told it
-				mp.seed(sd, now)
-			}
-		}
 	}
 	return mp.call(now, op, p, tenant, share, jobs, cost, rep), nil
+}
+
+// forgotten is pool p as a backend that forgot it at born (µs; 0: it never knew it, the pool is
+// unused) holds it at now, under mp.mu: every slot held until the running jobs report, its
+// bucket empty at born, and what Redis last said of its downstream (see seen).
+func (mp *memPools) forgotten(p *Pool, born, now int64) *memPool {
+	pl := &memPool{tenants: map[string]*memPoolTenant{}}
+	if born == 0 {
+		return pl
+	}
+	if p.Capacity > 0 {
+		pl.tat = born + p.Capacity*p.Interval.Microseconds()
+	}
+	if end := phantomEnd(born, p.Lease.Microseconds()); p.Concurrency > 0 && end > now {
+		pl.leases = append(pl.leases, memPoolLease{end, p.Concurrency, 0, born})
+	}
+	if sd, ok := mp.seeds[p.Name]; ok {
+		pl.seed(sd, now)
+	}
+	return pl
 }
 
 // seed takes what Redis last said of a pool's downstream into a copy of the pool that is
@@ -643,58 +651,57 @@ func (mp *memPool) seed(st PoolState, now int64) {
 
 // seen keeps st, a pool's state as Redis answered it, to seed the copy of the pool when an
 // outage begins (see seed).
-func (mp *memPools) seen(st PoolState) {
-	mp.mu.Lock()
-	defer mp.mu.Unlock()
-	if mp.seeds == nil {
-		mp.seeds = map[string]PoolState{}
+func (m *Memory) seen(st PoolState) {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	if m.pools.seeds == nil {
+		m.pools.seeds = map[string]PoolState{}
 	}
-	mp.seeds[st.Name] = st
+	m.pools.seeds[st.Name] = st
 }
 
-// downstreamHold is until when the copy of pool name holds its forwards (µs; 0: it does not),
-// for Redis after an outage.
-func (mp *memPools) downstreamHold(name string, now int64) int64 {
-	mp.mu.Lock()
-	defer mp.mu.Unlock()
-	if p := mp.pools[name]; p != nil && p.hold > now {
-		return p.hold
-	}
-	return 0
+// adoptPool takes pool p as forgotten at at (µs): the copy of a pool as this replica begins to
+// decide it during an outage (see Fallback).
+func (m *Memory) adoptPool(p *Pool, at int64) {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	m.pools.pools[p.Name] = m.pools.forgotten(p, at, m.now().UnixMicro())
 }
 
-// reset forgets every pool at born (µs): the copy knows no pool when an outage begins (see
-// Fallback), and takes each as forgotten then.
-func (mp *memPools) reset(born int64) {
-	mp.mu.Lock()
-	defer mp.mu.Unlock()
-	clear(mp.pools)
-	mp.born = born
+// poolDelta is what a copy of a pool holds that Redis must be told after an outage.
+type poolDelta struct {
+	// leases are the leases taken on the copy and still held, as merge pairs of (id, weight),
+	// (death, taken at), and the leases the copy did not know that were released meanwhile
+	// (weight 0: to drop).
+	leases []Job
+	// hold is how long from now (µs) the downstream holds the pool's forwards on the copy (0:
+	// it does not).
+	hold int64
 }
 
-// outageLeases is what the copy of pool name holds that Redis must be told after an outage that
-// began at born (µs): the leases taken on the copy and still held, as merge pairs of (id,
-// weight), (death, taken at), and the leases the copy did not know that were released meanwhile
-// (weight 0: to drop).
-func (mp *memPools) outageLeases(name string, born, now int64) []Job {
-	mp.mu.Lock()
-	defer mp.mu.Unlock()
-	p := mp.pools[name]
-	if p == nil {
-		return nil
+// poolDelta is what the copy of pool p holds at now that Redis must be told after an outage.
+func (m *Memory) poolDelta(p *Pool, now int64) poolDelta {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	mp := m.pools.pools[p.Name]
+	if mp == nil {
+		return poolDelta{}
 	}
-	var out []Job
-	for _, l := range p.leases {
+	var d poolDelta
+	for _, l := range mp.leases {
 		if l.id != 0 && l.death > now {
-			out = append(out, Job{ID: l.id, Weight: l.weight}, Job{ID: l.death, Weight: l.at})
+			d.leases = append(d.leases, Job{ID: l.id, Weight: l.weight}, Job{ID: l.death, Weight: l.at})
 		}
 	}
-	for _, id := range p.reported {
-		if !slices.ContainsFunc(p.leases, func(l memPoolLease) bool { return l.id == id }) {
-			out = append(out, Job{ID: id}, Job{})
+	for _, id := range mp.reported {
+		if !slices.ContainsFunc(mp.leases, func(l memPoolLease) bool { return l.id == id }) {
+			d.leases = append(d.leases, Job{ID: id}, Job{})
 		}
 	}
-	return out
+	if mp.hold > now {
+		d.hold = mp.hold - now
+	}
+	return d
 }
 
 func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) poolReply {
