@@ -16,10 +16,11 @@ import (
 // The copy. Every admission Redis decides for this replica's queues returns the tenant's state as
 // the call left it (lua/admit.lua's mirror), and the copy takes it as is: a tenant's queue is
 // decided by one replica, so its copy is exact as of its latest step. When Redis fails, a tenant
-// the copy does not know is taken as Redis takes a tenant it forgot (lua/state.lua load): a
-// bucket empty, a window full for one window, a quota the share of its period elapsed, every
-// concurrency slot held until its jobs' workers report. So is a pool (there is no copy of a
-// pool).
+// the copy does not know is taken as Redis takes a tenant it forgot (lua/state.lua load), from
+// the moment this replica begins to decide it (the outage's start, or later: its partition, or
+// its question, came here then): a bucket empty, a window full for one window, a quota the share
+// of its period elapsed, every concurrency slot held until its jobs' workers report. So is a
+// pool (there is no copy of a pool).
 //
 // The switch. The first call that Redis fails (an error that is not the request's own fault, or
 // its caller giving up) turns the limiter local: that call, and every call after it, is decided
@@ -206,7 +207,6 @@ func outageError(ctx context.Context, err error) bool {
 // waits until none runs, charges Redis, and ends the outage or opens the gate again.
 type outage struct {
 	began time.Time // the copy's clock
-	at    int64     // µs of the copy's clock: the switch
 	mu    sync.Mutex
 	busy  int
 	idle  chan struct{} // closed when busy falls to 0 while a merge waits for it
@@ -247,7 +247,7 @@ func (f *Fallback) goDown(err error) {
 		return
 	}
 	now := f.now()
-	if !f.out.CompareAndSwap(nil, &outage{began: now, at: now.UnixMicro(), taken: map[string]*taken{}}) {
+	if !f.out.CompareAndSwap(nil, &outage{began: now, taken: map[string]*taken{}}) {
 		return
 	}
 	if f.hooks.Down != nil {
@@ -291,11 +291,13 @@ func (o *outage) leave() {
 	}
 }
 
-// take begins deciding a on the copy, under o.mu. A tenant the copy knows keeps its state, each
-// lease held until the running jobs report (one may have been renewed on Redis since it was
-// copied); one it does not know, and every pool, is taken as forgotten at the switch.
+// take begins deciding a on the copy now, under o.mu. A tenant the copy knows keeps its state,
+// each lease held until the running jobs report (one may have been renewed on Redis since it was
+// copied); one it does not know, and every pool, is taken as forgotten now: its slots held and
+// its limits emptied from when this replica decides it, whenever in the outage that is, so the
+// jobs still running report before they are free (conservative at any time).
 func (o *outage) take(f *Fallback, a about) {
-	t := &taken{about: a, from: o.at}
+	t := &taken{about: a, from: f.now().UnixMicro()}
 	if a.pool != nil {
 		f.local.adoptPool(a.pool, t.from)
 	} else {

@@ -1,0 +1,202 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// faultyRedis is Redis as one replica reaches it, for tests: there, away (a call fails before it
+// is sent), or late (a call runs on the server and its answer is lost). It is the shared backend
+// a test gives newFallback, so that replicas of one test can lose Redis one at a time.
+type faultyRedis struct {
+	*Redis
+	fault atomic.Int32 // reach, away or late
+}
+
+const (
+	reach int32 = iota
+	away
+	late
+)
+
+var (
+	errAway = errors.New("test: redis away")
+	errLate = errors.New("test: redis answered too late")
+)
+
+func (r *faultyRedis) before() error {
+	if r.fault.Load() == away {
+		return errAway
+	}
+	return nil
+}
+
+func (r *faultyRedis) after(err error) error {
+	if err == nil && r.fault.Load() == late {
+		return errLate
+	}
+	return err
+}
+
+func (r *faultyRedis) admitState(ctx context.Context, b Batch, mirror bool) (BatchResult, mirrored, error) {
+	if err := r.before(); err != nil {
+		return BatchResult{}, mirrored{}, err
+	}
+	res, m, err := r.Redis.admitState(ctx, b, mirror)
+	return res, m, r.after(err)
+}
+
+func (r *faultyRedis) admitTenant(ctx context.Context, b Batch) (BatchResult, error) {
+	res, _, err := r.admitState(ctx, b, false)
+	return res, err
+}
+
+func (r *faultyRedis) Decide(ctx context.Context, req Request) (Result, error) {
+	if err := r.before(); err != nil {
+		return Result{}, err
+	}
+	res, err := r.Redis.Decide(ctx, req)
+	return res, r.after(err)
+}
+
+func (r *faultyRedis) leaseCall(ctx context.Context, req LeaseRequest, mode int) (LeaseResult, error) {
+	if err := r.before(); err != nil {
+		return LeaseResult{}, err
+	}
+	res, err := r.Redis.leaseCall(ctx, req, mode)
+	return res, r.after(err)
+}
+
+func (r *faultyRedis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
+	if err := r.before(); err != nil {
+		return poolReply{}, err
+	}
+	res, err := r.Redis.poolCall(ctx, op, p, tenant, share, jobs, cost, rep)
+	return res, r.after(err)
+}
+
+func (r *faultyRedis) inspectTenant(ctx context.Context, tenant string, plan *Plan) (Snapshot, error) {
+	if err := r.before(); err != nil {
+		return Snapshot{}, err
+	}
+	res, err := r.Redis.inspectTenant(ctx, tenant, plan)
+	return res, r.after(err)
+}
+
+func (r *faultyRedis) mergeTenant(ctx context.Context, tenant string, p *Plan, d tenantDelta) error {
+	if err := r.before(); err != nil {
+		return err
+	}
+	return r.after(r.Redis.mergeTenant(ctx, tenant, p, d))
+}
+
+func (r *faultyRedis) mergePool(ctx context.Context, p *Pool, d poolDelta) error {
+	if err := r.before(); err != nil {
+		return err
+	}
+	return r.after(r.Redis.mergePool(ctx, p, d))
+}
+
+func (r *faultyRedis) probe(ctx context.Context) error {
+	if err := r.before(); err != nil {
+		return err
+	}
+	return r.after(r.Redis.probe(ctx))
+}
+
+// replica is one replica of a test: its Fallback over its own way to the package's Redis (its
+// fault set by the test), deciding at c's time. Nothing probes Redis but the test (Recover).
+type replica struct {
+	*Fallback
+	redis *faultyRedis
+}
+
+func newReplica(t *testing.T, c *clock, opts Options) *replica {
+	t.Helper()
+	r := NewRedis(redisClient(t), "", opts)
+	r.pin(c.Now)
+	fr := &faultyRedis{Redis: r}
+	return &replica{Fallback: newFallback(fr, c.Now, opts, time.Second, FallbackHooks{}), redis: fr}
+}
+
+// recover ends the replica's outage: Redis answers it again and is charged with the outage.
+func (r *replica) recover(t *testing.T) {
+	t.Helper()
+	r.redis.fault.Store(reach)
+	if err := r.Recover(context.Background()); err != nil || r.Local() {
+		t.Fatalf("recover: %v (local %v)", err, r.Local())
+	}
+}
+
+// goDown makes the replica lose Redis: its next call fails and turns it local.
+func (r *replica) goDown(t *testing.T, c *clock) {
+	t.Helper()
+	r.redis.fault.Store(away)
+	other := mustPlan(t, "other", lim("b", 1, time.Second))
+	if res, err := r.Decide(context.Background(), Request{Tenant: uniqueTenant("switch"), Plan: other, Weight: 1}); err != nil || !res.Local {
+		t.Fatalf("the call that finds Redis away: %+v %v", res, err)
+	}
+}
+
+// TestATenantFirstDecidedLateInAnOutageIsForgottenFromThen: another replica's tenant holds 4 of
+// its 4 slots when Redis goes away; this replica first decides it 7 s into the outage (its
+// partition moved here: the other replica renewed its jobs on its own copy meanwhile). Its slots
+// are taken as forgotten from then, held until 60 % of a lease later unless the jobs report: the
+// tenant's next job waits.
+//
+// Issue 38, item 3: before, the tenant was taken as forgotten at the outage's start, whose
+// forgotten slots had ended 1 s before (60 % of a 10 s lease): a 5th job was admitted at once
+// (8 running where 4 are allowed).
+func TestATenantFirstDecidedLateInAnOutageIsForgottenFromThen(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	r := newReplica(t, c, opts)
+	p := mustPlan(t, "c", conc("c", 4, 10*time.Second))
+	tn := uniqueTenant("late")
+	ctx := context.Background()
+	other := NewRedis(redisClient(t), "", opts) // the replica that ran the tenant's queue
+	other.pin(c.Now)
+	if res, err := other.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 2, Jobs: []Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}, {ID: 3, Weight: 1}, {ID: 4, Weight: 1}}}); err != nil || res.Outcomes[3] != JobAdmitted {
+		t.Fatalf("4 jobs on Redis: %+v %v", res, err)
+	}
+	r.goDown(t, c)
+	c.Advance(7 * time.Second)
+	res, err := r.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: 5, Weight: 1}}})
+	if err != nil || !res.Local || res.Outcomes[0] != JobNotYet || res.Wait != 6*time.Second {
+		t.Fatalf("job 5, first decided here 7s into the outage: %+v %v, want it to wait 6s (the slots forgotten from now)", res, err)
+	}
+}
+
+// TestAPoolFirstDecidedLateInAnOutageIsForgottenFromThen: a pool of 2 full when Redis goes away;
+// this replica first decides it 7 s into the outage (the pool's deciding replica changed). Its
+// slots are taken as forgotten from then: the next job waits for the pool.
+//
+// Issue 38, item 3: before, every pool was taken as forgotten at the outage's start: its
+// forgotten slots had ended, and 2 more were granted at once.
+func TestAPoolFirstDecidedLateInAnOutageIsForgottenFromThen(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	r := newReplica(t, c, opts)
+	pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 2, Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPlan(t, "pooled", lim("own", 1000, time.Millisecond))
+	p.Pool = pool
+	ctx := context.Background()
+	other := NewRedis(redisClient(t), "", opts)
+	other.pin(c.Now)
+	a := uniqueTenant("a")
+	if res, err := other.Admit(ctx, Batch{Tenant: a, Plan: p, Owner: 2, Jobs: []Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}}}); err != nil || res.Outcomes[1] != JobAdmitted {
+		t.Fatalf("2 jobs on Redis: %+v %v", res, err)
+	}
+	r.goDown(t, c)
+	c.Advance(7 * time.Second)
+	res, err := r.Admit(ctx, Batch{Tenant: uniqueTenant("b"), Plan: p, Owner: 1, Jobs: []Job{{ID: 3, Weight: 1}}})
+	if err != nil || !res.Local || res.Outcomes[0] != JobNotYet || !res.PoolBound {
+		t.Fatalf("a job first deciding the pool here 7s into the outage: %+v %v, want it to wait for the pool", res, err)
+	}
+}
