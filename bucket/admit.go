@@ -75,10 +75,6 @@ type Batch struct {
 	// Release gives the owner's hold on the queue up after the call (it no longer owns the
 	// tenant: another replica may take the queue at once).
 	Release bool
-	// Fresh says the owner's queue is new (its first call since it took the tenant): a local
-	// copy of the tenant's state (Fallback) may predate another owner's decisions and is not
-	// used.
-	Fresh bool
 }
 
 // MaxBatch bounds the jobs of one Admit call.

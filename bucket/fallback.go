@@ -15,8 +15,10 @@ import (
 //
 // The copy. Every admission Redis decides for this replica's queues returns the tenant's state as
 // the call left it (lua/admit.lua's mirror), and the copy takes it as is: a tenant's queue is
-// decided by one replica, so its copy is exact as of its latest step. When Redis fails, a tenant
-// the copy does not know is taken as Redis takes a tenant it forgot (lua/state.lua load), from
+// decided by one replica, so its copy is exact as of its latest step, as long as the Router says
+// this replica still decides the tenant in the tenure the copy was made in (Router.Since: a queue
+// made again in that tenure keeps it; a partition that left and came back does not). When Redis
+// fails, a tenant the copy does not know (or not in this tenure) is taken as Redis takes a tenant it forgot (lua/state.lua load), from
 // the moment this replica begins to decide it (the outage's start, or later: its partition, or
 // its question, came here then): a bucket empty, a window full for one window, a quota the share
 // of its period elapsed, every concurrency slot held until its jobs' workers report. So is a
@@ -51,8 +53,9 @@ type Fallback struct {
 	// settled is until when, after an outage, this replica goes on routing what another decides
 	// (µs of the copy's clock; see settleFor).
 	settled atomic.Int64
-	// known holds the tenants whose state the copy has from Redis (tenant → unix ns of the last
-	// mirror; their state may be absent: full); the others are forgotten at the switch.
+	// known holds the tenants whose state the copy has from Redis: tenant → the tenure (see
+	// since) it was last mirrored under (their state may be absent: full). A copy is exact only
+	// within its tenure: nothing else decided the tenant since (see take).
 	known   sync.Map
 	mirrors atomic.Int64
 
@@ -257,8 +260,9 @@ func (f *Fallback) goDown(err error) {
 }
 
 // enter counts a decision about a on the copy during o, taking a on at its first decision (see
-// take); while a merge charges Redis it waits (bounded by ctx). False: o is over.
-func (o *outage) enter(ctx context.Context, f *Fallback, a about) (bool, error) {
+// take; since: this replica's tenure of a); while a merge charges Redis it waits (bounded by
+// ctx). False: o is over.
+func (o *outage) enter(ctx context.Context, f *Fallback, a about, since int64) (bool, error) {
 	o.mu.Lock()
 	for o.gate != nil {
 		gate := o.gate
@@ -275,7 +279,7 @@ func (o *outage) enter(ctx context.Context, f *Fallback, a about) (bool, error) 
 		return false, nil
 	}
 	if o.taken[a.key()] == nil {
-		o.take(f, a)
+		o.take(f, a, since)
 	}
 	o.busy++
 	return true, nil
@@ -291,18 +295,19 @@ func (o *outage) leave() {
 	}
 }
 
-// take begins deciding a on the copy now, under o.mu. A tenant the copy knows keeps its state,
-// each lease held until the running jobs report (one may have been renewed on Redis since it was
-// copied); one it does not know, and every pool, is taken as forgotten now: its slots held and
-// its limits emptied from when this replica decides it, whenever in the outage that is, so the
-// jobs still running report before they are free (conservative at any time).
-func (o *outage) take(f *Fallback, a about) {
+// take begins deciding a on the copy now, under o.mu. A tenant whose copy was mirrored in this
+// replica's tenure of it (since) keeps its state, each lease held until the running jobs report
+// (one may have been renewed on Redis since it was copied); any other, and every pool, is taken
+// as forgotten now: its slots held and its limits emptied from when this replica decides it,
+// whenever in the outage that is, so the jobs still running report before they are free
+// (conservative at any time).
+func (o *outage) take(f *Fallback, a about, since int64) {
 	t := &taken{about: a, from: f.now().UnixMicro()}
 	if a.pool != nil {
 		f.local.adoptPool(a.pool, t.from)
 	} else {
-		_, known := f.known.Load(a.tenant)
-		t.base = f.local.adopt(a.tenant, a.plan, t.from, known)
+		mirrored, _ := f.known.Load(a.tenant)
+		t.base = f.local.adopt(a.tenant, a.plan, t.from, since != 0 && mirrored == since)
 	}
 	o.taken[a.key()] = t
 }
@@ -411,7 +416,11 @@ func run[R fromCopy[R]](ctx context.Context, f *Fallback, a about, q routed, op 
 	var zero R
 	for {
 		o := f.out.Load()
-		if q.Op != "" && (o != nil || f.settling()) && !f.decides(a.key()) {
+		var since int64
+		if o != nil || f.settling() {
+			since = f.since(a.key())
+		}
+		if q.Op != "" && (o != nil || f.settling()) && since == 0 {
 			if r, answered, err := ask[R](ctx, f, a.key(), q); answered {
 				return r, err
 			} else if a.pool != nil {
@@ -426,7 +435,7 @@ func run[R fromCopy[R]](ctx context.Context, f *Fallback, a about, q routed, op 
 			f.goDown(err)
 			continue
 		}
-		if ok, err := o.enter(ctx, f, a); err != nil {
+		if ok, err := o.enter(ctx, f, a, since); err != nil {
 			return zero, err
 		} else if !ok {
 			continue // Redis decides again
@@ -499,9 +508,6 @@ func (f *Fallback) inspect(ctx context.Context, tenant string, plan *Plan, route
 // Admit decides the head of a tenant's queue on Redis, the tenant's state mirrored in the copy;
 // on the copy while Redis is away.
 func (f *Fallback) Admit(ctx context.Context, b Batch) (BatchResult, error) {
-	if b.Fresh {
-		f.disown(b.Tenant)
-	}
 	res, err := admitPooled(ctx, f, b, f.admitTenant)
 	if o := f.out.Load(); o != nil && err == nil && res.Local {
 		for _, oc := range res.Outcomes {
@@ -586,53 +592,62 @@ func (f *Fallback) Ping(ctx context.Context) error { return f.shared.probe(ctx) 
 // Late is Redis's Options.Late.
 func (f *Fallback) Late() time.Duration { return f.shared.Late() }
 
-// knownFor is how long the copy of a tenant's state stays known without a new mirror.
-const knownFor = time.Hour
+// maxKnown bounds the tenants the copy knows (see Fallback.known): past it, those of an ended
+// tenure are dropped, and if that is not enough every one (each taken as forgotten at the next
+// outage: conservative).
+const maxKnown = 1 << 18
 
-// mirror makes the copy of tenant's state the one Redis returned. A state the copy cannot read
-// leaves the tenant unknown to it (taken as forgotten if Redis fails). During an outage a
-// tenant already decided on the copy keeps its copy.
+// mirror makes the copy of tenant's state the one Redis returned, known in this replica's
+// tenure of the tenant. A state the copy cannot read leaves the tenant unknown to it (taken as
+// forgotten if Redis fails). During an outage a tenant already decided on the copy keeps its
+// copy.
 func (f *Fallback) mirror(tenant string, m mirrored) {
 	if f.clock == nil && m.now > 0 {
 		f.offset.Store(m.now - time.Now().UnixMicro())
 	}
 	var st *memState
+	var err error
 	if len(m.raw) > 0 {
-		st, _ = decodeState(m.raw)
+		st, err = decodeState(m.raw)
 	}
-	if o := f.out.Load(); o != nil {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		if o.taken[RouteTenant(tenant)] != nil {
-			return
-		}
-	}
-	now := time.Now()
-	f.known.Store(tenant, now.UnixNano())
-	f.local.restore(tenant, st)
-	if f.mirrors.Add(1)%4096 == 0 {
-		cut := now.Add(-knownFor).UnixNano()
-		f.known.Range(func(k, v any) bool {
-			if v.(int64) < cut {
-				f.known.Delete(k)
-			}
-			return true
-		})
+	if f.restore(tenant, st, err == nil, f.since(RouteTenant(tenant))) && f.mirrors.Add(1)%4096 == 0 {
+		f.forgetKnown()
 	}
 }
 
-// disown forgets the copy of tenant's state: it may predate another replica's decisions (see
-// Batch.Fresh).
-func (f *Fallback) disown(tenant string) {
+// restore makes st tenant's state in the copy, known in tenure since when exact, unless the
+// tenant is decided on the copy in the outage under way (then the copy is the truth).
+func (f *Fallback) restore(tenant string, st *memState, exact bool, since int64) bool {
 	if o := f.out.Load(); o != nil {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		if o.taken[RouteTenant(tenant)] != nil {
-			return // decided here during this outage: the copy is the truth now
+			return false
 		}
 	}
-	f.known.Delete(tenant)
-	f.local.restore(tenant, nil)
+	if exact && since != 0 {
+		f.known.Store(tenant, since)
+	} else {
+		f.known.Delete(tenant)
+	}
+	f.local.restore(tenant, st)
+	return true
+}
+
+// forgetKnown drops the tenants known in a tenure that ended, and every one past maxKnown.
+func (f *Fallback) forgetKnown() {
+	n := 0
+	f.known.Range(func(k, v any) bool {
+		if f.since(RouteTenant(k.(string))) != v.(int64) {
+			f.known.Delete(k)
+		} else {
+			n++
+		}
+		return true
+	})
+	if n > maxKnown {
+		f.known.Clear()
+	}
 }
 
 // decider is what a decision asks of its backend: Redis (through upstream) or a copy.

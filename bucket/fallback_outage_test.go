@@ -3,6 +3,7 @@ package bucket
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,5 +199,137 @@ func TestAPoolFirstDecidedLateInAnOutageIsForgottenFromThen(t *testing.T) {
 	res, err := r.Admit(ctx, Batch{Tenant: uniqueTenant("b"), Plan: p, Owner: 1, Jobs: []Job{{ID: 3, Weight: 1}}})
 	if err != nil || !res.Local || res.Outcomes[0] != JobNotYet || !res.PoolBound {
 		t.Fatalf("a job first deciding the pool here 7s into the outage: %+v %v, want it to wait for the pool", res, err)
+	}
+}
+
+// routes routes between the replicas of one test, in process: which replica decides each key,
+// and since when (a partition's tenure). A key nobody was given is decided by every replica,
+// since the epoch.
+type routes struct {
+	mu      sync.Mutex
+	decider map[string]*Fallback
+	since   map[string]time.Time
+}
+
+func newRoutes() *routes {
+	return &routes{decider: map[string]*Fallback{}, since: map[string]time.Time{}}
+}
+
+// move gives key to f from at on (a new tenure, even if f decided it before).
+func (n *routes) move(key string, f *Fallback, at time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.decider[key], n.since[key] = f, at
+}
+
+// router is f's Router over n; plans are the plans every replica has.
+func (n *routes) router(f *Fallback, plans *Plans) {
+	f.Route(router{self: f, n: n}, func() *Plans { return plans })
+}
+
+type router struct {
+	self *Fallback
+	n    *routes
+}
+
+func (r router) Since(key string) time.Time {
+	r.n.mu.Lock()
+	defer r.n.mu.Unlock()
+	switch d := r.n.decider[key]; {
+	case d == nil:
+		return time.Unix(1, 0)
+	case d == r.self:
+		return r.n.since[key]
+	}
+	return time.Time{}
+}
+
+func (r router) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {
+	r.n.mu.Lock()
+	d := r.n.decider[key]
+	r.n.mu.Unlock()
+	return d.Serve(ctx, req), nil
+}
+
+func (r router) Back() {
+	r.n.mu.Lock()
+	defer r.n.mu.Unlock()
+	for _, d := range r.n.decider {
+		d.Probe()
+	}
+}
+
+// TestACopyFromAnEarlierTenureIsNotTrusted: this replica ran a tenant's queue (its copy holds 9
+// of 10 tokens, refilling one a minute), then the tenant's partition went to another replica,
+// which spent the 9 on Redis, and came back. Redis goes away before the queue's first call: a
+// request for the tenant is decided on a copy from the earlier tenure, which must not be
+// trusted: the tenant is taken as forgotten, its bucket empty.
+//
+// Issue 38, item 4: before, a copy stayed trusted for an hour after its last mirror, whatever
+// happened to the partition: the request was allowed from the 9 tokens Redis no longer had.
+func TestACopyFromAnEarlierTenureIsNotTrusted(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	r := newReplica(t, c, opts)
+	p := mustPlan(t, "slow", lim("b", 10, time.Minute))
+	tn := uniqueTenant("stale")
+	plans, err := NewPlans([]*Plan{p}, map[string]string{tn: "slow"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newRoutes()
+	n.router(r.Fallback, plans)
+	key := RouteTenant(tn)
+	n.move(key, r.Fallback, c.Now())
+	ctx := context.Background()
+	if res, err := r.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: 1, Weight: 1}}}); err != nil || res.Outcomes[0] != JobAdmitted || res.Local {
+		t.Fatalf("job 1 on Redis: %+v %v", res, err)
+	}
+	c.Advance(5 * time.Second) // past this replica's hold on the queue
+	n.move(key, nil, c.Now())  // to another replica
+	other := NewRedis(redisClient(t), "", opts)
+	other.pin(c.Now)
+	jobs := make([]Job, 9)
+	for i := range jobs {
+		jobs[i] = Job{ID: int64(2 + i), Weight: 1}
+	}
+	if res, err := other.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 2, Jobs: jobs, Release: true}); err != nil || res.Outcomes[8] != JobAdmitted {
+		t.Fatalf("9 jobs on the other replica: %+v %v", res, err)
+	}
+	c.Advance(time.Second)
+	n.move(key, r.Fallback, c.Now()) // back
+	r.goDown(t, c)
+	if res, err := r.Decide(ctx, Request{Tenant: tn, Plan: p, Weight: 1}); err != nil || !res.Local || res.Allowed {
+		t.Fatalf("a request after the partition came back, Redis away: %+v %v, want refused (the tenant taken as forgotten)", res, err)
+	}
+}
+
+// TestARecreatedQueueKeepsItsExactCopy: a tenant's queue used 9 of its quota of 10 a minute on
+// this replica, then went idle and was dropped; its next job makes a new queue (its first call
+// said so: Batch.Fresh, before) while Redis is away. The partition never left this replica: the
+// copy is exact, and one job of the two goes.
+//
+// Issue 38, item 6: before, a fresh queue discarded the copy (it might predate another replica's
+// decisions), and the tenant was taken as forgotten: the quota counted only the share of the
+// minute elapsed, and both jobs went (18 where 10 are allowed, in the issue's run).
+func TestARecreatedQueueKeepsItsExactCopy(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	r := newReplica(t, c, opts)
+	p := mustPlan(t, "q", quota("minute", 10, Minute, nil))
+	tn := uniqueTenant("fresh")
+	ctx := context.Background()
+	jobs := make([]Job, 9)
+	for i := range jobs {
+		jobs[i] = Job{ID: int64(1 + i), Weight: 1}
+	}
+	if res, err := r.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: jobs}); err != nil || res.Outcomes[8] != JobAdmitted {
+		t.Fatalf("9 jobs on Redis: %+v %v", res, err)
+	}
+	c.Advance(5 * time.Second)
+	r.goDown(t, c)
+	res, err := r.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: 10, Weight: 1}, {ID: 11, Weight: 1}}})
+	if err != nil || !res.Local || res.Outcomes[0] != JobAdmitted || res.Outcomes[1] != JobNotYet {
+		t.Fatalf("a new queue's 2 jobs, Redis away: %+v %v, want the 10th of the quota admitted, the 11th waiting", res, err)
 	}
 }

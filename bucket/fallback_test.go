@@ -241,27 +241,6 @@ func TestFallbackHoldsLeasesUntilTheyReport(t *testing.T) {
 	admit(6, JobNotYet)
 }
 
-// directRouter routes between Fallbacks of one process: deciders names, per key, the one that
-// decides it.
-type directRouter struct {
-	self     *Fallback
-	deciders map[string]*Fallback
-}
-
-func (r directRouter) Decides(key string) bool {
-	return r.deciders[key] == nil || r.deciders[key] == r.self
-}
-
-func (r directRouter) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {
-	return r.deciders[key].Serve(ctx, req), nil
-}
-
-func (r directRouter) Back() {
-	for _, f := range r.deciders {
-		f.Probe()
-	}
-}
-
 // TestFallbackRoutesBetweenReplicas: two replicas share Redis and a pool of 3; each runs one
 // tenant's queue; the pool's slots are the first's to decide. Redis is killed with the pool
 // full. While it is away, the pool never holds more than 3 however both replicas' queues ask;
@@ -289,9 +268,12 @@ func TestFallbackRoutesBetweenReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deciders := map[string]*Fallback{RouteTenant(a): fa, RouteTenant(b): fb, RoutePool(pool.Name): fa}
-	fa.Route(directRouter{fa, deciders}, func() *Plans { return plans })
-	fb.Route(directRouter{fb, deciders}, func() *Plans { return plans })
+	n := newRoutes()
+	n.move(RouteTenant(a), fa, c.Now())
+	n.move(RouteTenant(b), fb, c.Now())
+	n.move(RoutePool(pool.Name), fa, c.Now())
+	n.router(fa, plans)
+	n.router(fb, plans)
 	ctx := context.Background()
 	admit := func(f *Fallback, tenant string, id int64) BatchResult {
 		t.Helper()

@@ -20,8 +20,11 @@ import (
 
 // A Router routes what the copy decides to the replica that decides it (see above).
 type Router interface {
-	// Decides reports whether this replica decides for key: RouteTenant or RoutePool of a name.
-	Decides(key string) bool
+	// Since is since when this replica decides for key (RouteTenant or RoutePool of a name)
+	// without a break: the start of its tenure (it may be later than the real start, never
+	// earlier), the same time for every call within one tenure; zero when another replica
+	// decides key. A copy of a tenant's state mirrored in an earlier tenure is not trusted.
+	Since(key string) time.Time
 	// Ask sends req to the replica that decides for key and returns what its Fallback.Serve
 	// answered.
 	Ask(ctx context.Context, key string, req []byte) ([]byte, error)
@@ -45,10 +48,16 @@ type routing struct {
 	plans func() *Plans
 }
 
-// decides reports whether this replica decides for key.
-func (f *Fallback) decides(key string) bool {
+// since is Router.Since in µs (one replica, no Router: it decides everything, in one tenure).
+func (f *Fallback) since(key string) int64 {
 	rt := f.router.Load()
-	return rt == nil || rt.r.Decides(key)
+	if rt == nil {
+		return 1
+	}
+	if t := rt.r.Since(key); !t.IsZero() {
+		return max(t.UnixMicro(), 1)
+	}
+	return 0
 }
 
 // routed is a question sent to the replica that decides it: one decision (see Fallback.decide,
