@@ -221,12 +221,13 @@ type outage struct {
 }
 
 // taken is a tenant (under its plan) or a pool decided on the copy during an outage: since when
-// (µs of the copy's clock), and the tenant's state then, to charge Redis with the difference (nil:
-// taken as forgotten then).
+// (µs of the copy's clock), and what it held then, to charge Redis with the difference: the
+// tenant's state (nil: taken as forgotten then), the pool's bucket (its tat).
 type taken struct {
 	about
-	from int64
-	base *memState
+	from    int64
+	base    *memState
+	poolTat int64
 }
 
 // about names what a decision is about: a tenant under its plan, or a pool.
@@ -304,7 +305,7 @@ func (o *outage) leave() {
 func (o *outage) take(f *Fallback, a about, since int64) {
 	t := &taken{about: a, from: f.now().UnixMicro()}
 	if a.pool != nil {
-		f.local.adoptPool(a.pool, t.from)
+		t.poolTat = f.local.adoptPool(a.pool, t.from)
 	} else {
 		mirrored, _ := f.known.Load(a.tenant)
 		t.base = f.local.adopt(a.tenant, a.plan, t.from, since != 0 && mirrored == since)
@@ -394,7 +395,12 @@ func (f *Fallback) charge(ctx context.Context, o *outage) error {
 // chargeOne charges Redis with what the copy decided of t by now.
 func (f *Fallback) chargeOne(ctx context.Context, t *taken, now int64) error {
 	if t.pool != nil {
-		return f.shared.mergePool(ctx, t.pool, f.local.poolDelta(t.pool, now))
+		d := f.local.poolDelta(t.pool, t.poolTat, now)
+		if err := f.shared.mergePool(ctx, t.pool, d); err != nil {
+			return err
+		}
+		t.poolTat = d.tat // charged: a later try charges only what comes after
+		return nil
 	}
 	cur := f.local.copyOf(t.tenant)
 	if err := f.shared.mergeTenant(ctx, t.tenant, t.plan, outageDelta(t.plan, t.base, cur, t.from, now)); err != nil {
@@ -679,9 +685,9 @@ type replicaCopy interface {
 	restore(tenant string, st *memState)
 	copyOf(tenant string) *memState
 	adopt(tenant string, p *Plan, at int64, exact bool) (base *memState)
-	adoptPool(p *Pool, at int64)
+	adoptPool(p *Pool, at int64) (tat int64)
 	seen(st PoolState)
-	poolDelta(p *Pool, now int64) poolDelta
+	poolDelta(p *Pool, base, now int64) poolDelta
 }
 
 var (

@@ -333,3 +333,54 @@ func TestARecreatedQueueKeepsItsExactCopy(t *testing.T) {
 		t.Fatalf("a new queue's 2 jobs, Redis away: %+v %v, want the 10th of the quota admitted, the 11th waiting", res, err)
 	}
 }
+
+// TestAPoolsBucketIsChargedBackAfterAnOutage: a pool of 10 tokens at 10/s drained on Redis; Redis
+// is away 2 s, during which the copy (the pool taken as forgotten: empty) grants 20 as they
+// refill; then Redis is charged with the outage. The pool's bucket on Redis counts what the copy
+// took: empty, not refilled, so the pool gives at most C + r·t (30 in those 2 s).
+//
+// Issue 38, item 5: before, a pool's merge carried its leases and the downstream's hold, not its
+// bucket: Redis held the 10 tokens it had refilled meanwhile (39 in 2 s against 30).
+func TestAPoolsBucketIsChargedBackAfterAnOutage(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	r := newReplica(t, c, opts)
+	pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Capacity: 10, Rate: "10/s", Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPlan(t, "pooled", lim("own", 1_000_000, time.Microsecond))
+	p.Pool = pool
+	tn := uniqueTenant("t")
+	ctx := context.Background()
+	next := int64(1)
+	admit := func(n int) (admitted int) {
+		t.Helper()
+		b := Batch{Tenant: tn, Plan: p, Owner: 1}
+		for range n {
+			b.Jobs = append(b.Jobs, Job{ID: next, Weight: 1})
+			next++
+		}
+		res, err := r.Admit(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range res.Outcomes {
+			if o.Admitted() {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	total := admit(10) // drained on Redis
+	r.goDown(t, c)
+	for range 20 {
+		c.Advance(100 * time.Millisecond)
+		total += admit(1)
+	}
+	r.recover(t)
+	total += admit(10)
+	if total > 30 {
+		t.Fatalf("%d admitted in 2s through a pool of 10 at 10/s, want at most C + r·t = 30", total)
+	}
+}

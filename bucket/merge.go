@@ -126,17 +126,17 @@ func (r *Redis) mergeTenant(ctx context.Context, tenant string, p *Plan, d tenan
 }
 
 // mergePool charges pool p on Redis with what the copy holds of it after an outage (see
-// poolDelta): the leases taken on the copy, the Redis leases released meanwhile, and the
-// downstream's hold.
+// poolDelta): the tokens its bucket took, the leases taken on the copy, the Redis leases released
+// meanwhile, and the downstream's hold.
 func (r *Redis) mergePool(ctx context.Context, p *Pool, d poolDelta) error {
-	if (len(d.leases) == 0 && d.hold == 0) || p.Concurrency == 0 {
+	if len(d.leases) == 0 && d.hold == 0 && d.owed == 0 {
 		return nil
 	}
 	var rep Report
 	if d.hold > 0 {
 		rep = Report{RetryAfter: time.Duration(d.hold) * time.Microsecond, PoolScope: true}
 	}
-	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, d.leases, NoCost, rep); err != nil {
+	if _, err := r.poolOp(ctx, poolMerge, p, "", 1, d.leases, NoCost, d.owed, rep); err != nil {
 		return fmt.Errorf("bucket: redis merge of pool %s after an outage: %w", p.Name, err)
 	}
 	return nil

@@ -456,12 +456,12 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 	return &PoolSnapshot{PoolState: r.state, Tenants: r.tenants}, nil
 }
 
-// poolArgs packs a pool call's argument (see lua/pool.lua).
-func poolArgs(now, born, memTag int64, op int, p *Pool, share int64, jobs []Job, cost int64, rep Report) []byte {
-	arg := make([]byte, 0, 8*(24+2*len(jobs)))
+// poolArgs packs a pool call's argument (see lua/pool.lua); owed is the merge's.
+func poolArgs(now, born, memTag int64, op int, p *Pool, share int64, jobs []Job, cost, owed int64, rep Report) []byte {
+	arg := make([]byte, 0, 8*(25+2*len(jobs)))
 	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
 		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born,
-		int64(rep.Outcome), rep.poolHold())
+		int64(rep.Outcome), rep.poolHold(), owed)
 	arg = packInts(arg, p.Breaker.args()...)
 	arg = packInts(arg, p.Adaptive.args()...)
 	arg = packInts(arg, memTag, int64(len(jobs)))
@@ -480,8 +480,13 @@ func (r *Redis) poolKeys(p *Pool) []string {
 
 // poolCall runs lua/pool.lua.
 func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
+	return r.poolOp(ctx, op, p, tenant, share, jobs, cost, 0, rep)
+}
+
+// poolOp is poolCall with a merge's owed µs.
+func (r *Redis) poolOp(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost, owed int64, rep Report) (poolReply, error) {
 	res := r.exec(ctx, r.pool, func() (keys, args []string) {
-		arg := poolArgs(r.now(), r.born.at.Load(), r.markerTag(), op, p, share, jobs, cost, rep)
+		arg := poolArgs(r.now(), r.born.at.Load(), r.markerTag(), op, p, share, jobs, cost, owed, rep)
 		return r.poolKeys(p), []string{unsafe.String(&arg[0], len(arg)), tenant}
 	})
 	parts, err := res.ToArray()
@@ -549,7 +554,8 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 	return r, nil
 }
 
-// Memory's pools: poolCall mirrors lua/pool.lua step by step.
+// Memory's pools: poolCall mirrors lua/pool.lua step by step, but for its merge (only Redis is
+// charged with an outage: see Fallback).
 
 // memPool is a pool's state in memory.
 type memPool struct {
@@ -661,11 +667,13 @@ func (m *Memory) seen(st PoolState) {
 }
 
 // adoptPool takes pool p as forgotten at at (µs): the copy of a pool as this replica begins to
-// decide it during an outage (see Fallback).
-func (m *Memory) adoptPool(p *Pool, at int64) {
+// decide it during an outage (see Fallback). It returns its bucket's tat then.
+func (m *Memory) adoptPool(p *Pool, at int64) int64 {
 	m.pools.mu.Lock()
 	defer m.pools.mu.Unlock()
-	m.pools.pools[p.Name] = m.pools.forgotten(p, at, m.now().UnixMicro())
+	mp := m.pools.forgotten(p, at, m.now().UnixMicro())
+	m.pools.pools[p.Name] = mp
+	return mp.tat
 }
 
 // poolDelta is what a copy of a pool holds that Redis must be told after an outage.
@@ -677,17 +685,24 @@ type poolDelta struct {
 	// hold is how long from now (µs) the downstream holds the pool's forwards on the copy (0:
 	// it does not).
 	hold int64
+	// owed is what the copy's bucket took beyond what it owed at base and has not refilled by
+	// now (µs); tat is the copy's bucket now (the base of a later merge).
+	owed, tat int64
 }
 
-// poolDelta is what the copy of pool p holds at now that Redis must be told after an outage.
-func (m *Memory) poolDelta(p *Pool, now int64) poolDelta {
+// poolDelta is what the copy of pool p holds at now beyond its bucket's base (its tat then)
+// that Redis must be told after an outage.
+func (m *Memory) poolDelta(p *Pool, base, now int64) poolDelta {
 	m.pools.mu.Lock()
 	defer m.pools.mu.Unlock()
 	mp := m.pools.pools[p.Name]
 	if mp == nil {
-		return poolDelta{}
+		return poolDelta{tat: base}
 	}
-	var d poolDelta
+	d := poolDelta{tat: max(mp.tat, now)}
+	if p.Capacity > 0 {
+		d.owed = max(d.tat-max(base, now), 0)
+	}
 	for _, l := range mp.leases {
 		if l.id != 0 && l.death > now {
 			d.leases = append(d.leases, Job{ID: l.id, Weight: l.weight}, Job{ID: l.death, Weight: l.at})
@@ -1025,24 +1040,6 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		r.state = state()
 		return r
-	case poolMerge:
-		if h := rep.poolHold(); h > 0 && now+h > mp.hold {
-			mp.hold = now + h
-		}
-		for i := 0; i+1 < len(jobs); i += 2 {
-			id, w, death, at := jobs[i].ID, jobs[i].Weight, jobs[i+1].ID, jobs[i+1].Weight
-			if k := leaseAt(id); k >= 0 {
-				mp.leases = slices.Delete(mp.leases, k, k+1)
-			}
-			if w > 0 && death > now {
-				leasePut(memPoolLease{death, w, id, at})
-			}
-		}
-		inuse = 0
-		for _, l := range mp.leases {
-			inuse += l.weight
-		}
-		return poolReply{found: true, state: state()}
 	}
 	r := poolReply{state: state()}
 	listed := waiters()
