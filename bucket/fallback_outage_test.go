@@ -384,3 +384,48 @@ func TestAPoolsBucketIsChargedBackAfterAnOutage(t *testing.T) {
 		t.Fatalf("%d admitted in 2s through a pool of 10 at 10/s, want at most C + r·t = 30", total)
 	}
 }
+
+// TestReleasesOfAForgottenTenantReachRedis: another replica's tenant runs 3 jobs of its 3 slots
+// (leases of 10 minutes) when Redis goes away; this replica takes the tenant as forgotten. Two
+// jobs are done and one renews during the outage: after it, Redis counts the renewed job alone,
+// held until its renewal's end, and the tenant's next two jobs go at once.
+//
+// Issue 38, item 7: before, the releases were taken out of the forgotten slots on the copy and
+// lost at the merge (only a lease the copy knew at its base was dropped): Redis counted 3 in
+// flight of 3, and the tenant stalled until the old leases ended, 10 minutes later.
+func TestReleasesOfAForgottenTenantReachRedis(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	r := newReplica(t, c, opts)
+	p := mustPlan(t, "c", conc("c", 3, 10*time.Minute))
+	tn := uniqueTenant("forgotten")
+	ctx := context.Background()
+	other := NewRedis(redisClient(t), "", opts)
+	other.pin(c.Now)
+	if res, err := other.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 2, Jobs: []Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}, {ID: 3, Weight: 1}}}); err != nil || res.Outcomes[2] != JobAdmitted {
+		t.Fatalf("3 jobs on Redis: %+v %v", res, err)
+	}
+	r.goDown(t, c)
+	c.Advance(time.Minute)
+	for _, id := range []int64{1, 2} {
+		if res, err := r.Release(ctx, LeaseRequest{Tenant: tn, Plan: p, Lease: id, Cost: NoCost, Weight: 1}); err != nil || !res.Held || !res.Local {
+			t.Fatalf("job %d done on the copy: %+v %v", id, res, err)
+		}
+	}
+	if res, err := r.Renew(ctx, LeaseRequest{Tenant: tn, Plan: p, Lease: 3, Weight: 1}); err != nil || !res.Held {
+		t.Fatalf("job 3 renewed on the copy: %+v %v", res, err)
+	}
+	renewed := c.Now()
+	r.recover(t)
+	snap, err := r.redis.Redis.Inspect(ctx, tn, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := snap.Limits[0]; l.Used != 1 || l.FullIn != renewed.Add(10*time.Minute).Sub(c.Now()) {
+		t.Fatalf("Redis after the outage: %d in flight, full in %v, want job 3 alone, held 10m from its renewal", l.Used, l.FullIn)
+	}
+	res, err := r.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: 4, Weight: 1}, {ID: 5, Weight: 1}}})
+	if err != nil || res.Local || res.Outcomes[1] != JobAdmitted {
+		t.Fatalf("the tenant's next 2 jobs after the outage: %+v %v, want both admitted on Redis", res, err)
+	}
+}

@@ -46,6 +46,10 @@ type memState struct {
 	booked            []entry // Decide's slots booked and not yet claimed: see booked.go
 	expiry            int64   // µs; the state is gone (everything full, nothing held) from then on
 	hold              int64   // µs; the downstream holds the tenant's forwards until then (0: no)
+	// released is a copy's own (see Fallback): the leases released on it during an outage that
+	// it did not hold (Redis may: they are dropped there when it is charged), at most
+	// maxReported; nil when none are kept (not a copy taken on during an outage: see adopt).
+	released []int64
 }
 
 type mark struct{ job, at int64 } // admitted at
@@ -513,6 +517,7 @@ func (st *memState) clone() *memState {
 	c := *st
 	c.marks = slices.Clone(st.marks)
 	c.booked = slices.Clone(st.booked)
+	c.released = slices.Clone(st.released)
 	c.limits = make([]memLimit, len(st.limits))
 	for i, l := range st.limits {
 		c.limits[i] = l
@@ -526,17 +531,19 @@ func (st *memState) clone() *memState {
 // state then (nil: forgotten). An exact copy keeps its state, each named lease of a concurrency
 // limit held until at least the slots forgotten at at would end (it may have been renewed on
 // Redis since it was copied); any other is taken as used at at, to the bound Plan.forgotten
-// states, as a Redis that lost it would.
+// states, as a Redis that lost it would. From then on, the releases of leases the copy does not
+// hold are kept (memState.released).
 func (m *Memory) adopt(tenant string, p *Plan, at int64, exact bool) *memState {
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
 	if !exact {
-		sh.store(tenant, &memState{}, p, sh.load(nil, p, now, at), now, m.opts)
+		sh.store(tenant, &memState{released: []int64{}}, p, sh.load(nil, p, now, at), now, m.opts)
 		return nil
 	}
 	if st == nil {
 		return nil
 	}
+	st.released = []int64{}
 	if p.concurrent {
 		ws := sh.load(st, p, now, 0)
 		for i := range p.specs {

@@ -11,8 +11,9 @@ import (
 // charged to Redis when it answers again as a difference: the copy at the outage's start (its
 // base) against the copy now, applied on top of what Redis holds (lua/merge.lua). A difference
 // rather than the copy itself, so that what another replica charged Redis meanwhile is kept, and
-// so that what the copy took for forgotten at the switch (a tenant it did not know: see
-// Plan.forgotten) is not charged as if it had been used.
+// so that what the copy took for forgotten (a tenant it did not know: see Plan.forgotten) is not
+// charged as if it had been used; but the leases released on the copy are dropped on Redis,
+// whether the copy held them or not (memState.released).
 
 // tenantDelta is the difference of one tenant's copy over an outage, ready for merge.lua.
 type tenantDelta struct {
@@ -57,12 +58,17 @@ func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
 			}
 			var drop []int64
 			for j := range bs[i].log {
-				id := bs[i].tags[j].id
 				// released on the copy, or ended there (counted there: not by Redis again)
-				if id != 0 && !slices.ContainsFunc(cs[i].tags, func(t leaseTag) bool { return t.id == id }) {
-					drop = append(drop, id)
-				}
+				drop = append(drop, bs[i].tags[j].id)
 			}
+			if cur != nil {
+				drop = append(drop, cur.released...) // released on the copy, which did not hold them
+			}
+			drop = slices.DeleteFunc(drop, func(id int64) bool {
+				return id == 0 || slices.ContainsFunc(cs[i].tags, func(t leaseTag) bool { return t.id == id })
+			})
+			slices.Sort(drop)
+			drop = slices.Compact(drop)
 			b = packInts(b, int64(len(put)))
 			b = packInts(b, put...)
 			b = packInts(b, int64(len(drop)))

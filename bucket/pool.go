@@ -559,22 +559,24 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 
 // memPool is a pool's state in memory.
 type memPool struct {
-	brk      breakerState
-	ad       adaptState
-	tat      int64
-	hold     int64          // until when the downstream holds the pool's forwards (µs; 0: it does not)
-	leases   []memPoolLease // by death
-	v        float64
-	tenants  map[string]*memPoolTenant
-	reported []int64 // leases taken out of the forgotten slots (see forgottenReport)
+	brk     breakerState
+	ad      adaptState
+	tat     int64
+	hold    int64          // until when the downstream holds the pool's forwards (µs; 0: it does not)
+	leases  []memPoolLease // by death
+	v       float64
+	tenants map[string]*memPoolTenant
+	// released is a copy's own (see Fallback): the leases released on it during an outage
+	// (Redis may hold them: they are dropped there when it is charged), at most maxReported;
+	// nil when none are kept (not a copy taken on during an outage: see adoptPool).
+	released []int64
 }
 
 type memPoolLease struct{ death, weight, id, at int64 }
 
 // forgottenReport takes weight w of a lease the pool does not hold out of its forgotten slots
-// (the lease of id 0: see lua/pool.lua), if they are still counted, and remembers the lease's id
-// (a release of one of Redis's leases during an outage: see poolDelta).
-func (mp *memPool) forgottenReport(id, w int64) bool {
+// (the lease of id 0: see lua/pool.lua), if they are still counted.
+func (mp *memPool) forgottenReport(w int64) bool {
 	z := slices.IndexFunc(mp.leases, func(l memPoolLease) bool { return l.id == 0 })
 	if z < 0 {
 		return false
@@ -583,9 +585,6 @@ func (mp *memPool) forgottenReport(id, w int64) bool {
 		mp.leases[z].weight -= w
 	} else {
 		mp.leases = slices.Delete(mp.leases, z, z+1)
-	}
-	if len(mp.reported) < maxReported {
-		mp.reported = append(mp.reported, id)
 	}
 	return true
 }
@@ -607,8 +606,8 @@ type memPools struct {
 	seeds map[string]PoolState // the pools as Redis last answered (see seen)
 }
 
-// maxReported bounds the leases a pool remembers having taken out of its forgotten slots (see
-// poolDelta).
+// maxReported bounds the leases a copy remembers released during an outage (memPool.released,
+// memState.released).
 const maxReported = 4096
 
 func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
@@ -672,6 +671,7 @@ func (m *Memory) adoptPool(p *Pool, at int64) int64 {
 	m.pools.mu.Lock()
 	defer m.pools.mu.Unlock()
 	mp := m.pools.forgotten(p, at, m.now().UnixMicro())
+	mp.released = []int64{}
 	m.pools.pools[p.Name] = mp
 	return mp.tat
 }
@@ -708,7 +708,7 @@ func (m *Memory) poolDelta(p *Pool, base, now int64) poolDelta {
 			d.leases = append(d.leases, Job{ID: l.id, Weight: l.weight}, Job{ID: l.death, Weight: l.at})
 		}
 	}
-	for _, id := range mp.reported {
+	for _, id := range mp.released {
 		if !slices.ContainsFunc(mp.leases, func(l memPoolLease) bool { return l.id == id }) {
 			d.leases = append(d.leases, Job{ID: id}, Job{})
 		}
@@ -966,6 +966,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		back := int64(0)
 		for _, j := range jobs {
+			if op == poolRelease && mp.released != nil && len(mp.released) < maxReported {
+				mp.released = append(mp.released, j.ID)
+			}
 			w, held := j.Weight, false
 			if conc > 0 {
 				if k := leaseAt(j.ID); k >= 0 {
@@ -978,7 +981,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 					w, held = l.weight, true
 				}
 			}
-			if !held && op == poolRelease && conc > 0 && mp.forgottenReport(j.ID, max(j.Weight, 1)) {
+			if !held && op == poolRelease && conc > 0 && mp.forgottenReport(max(j.Weight, 1)) {
 				r.found, r.weight = true, max(j.Weight, 1)
 			}
 			if !held && (conc > 0 || op == poolRelease) {
@@ -1022,7 +1025,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			r.found, r.ends = true, l.death
 		} else if conc > 0 && op == poolStart && mp.hold > 0 {
 			r.wait = mp.hold - now
-		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(id, w)) || (op == poolStart && inuse+w <= limit() && mp.brk.admits(p.Breaker))) {
+		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(w)) || (op == poolStart && inuse+w <= limit() && mp.brk.admits(p.Breaker))) {
 			r.ends = now + lease
 			leasePut(memPoolLease{r.ends, w, id, now})
 			r.found = true
