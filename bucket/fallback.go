@@ -49,7 +49,8 @@ type Fallback struct {
 	hooks   FallbackHooks
 	router  atomic.Pointer[routing] // nil: one replica (see Router)
 
-	out atomic.Pointer[outage] // the outage under way; nil while Redis decides
+	out     atomic.Pointer[outage] // the outage under way; nil while Redis decides
+	outages atomic.Int64           // outages begun, each one's number (see memState.outage)
 	// settled is until when, after an outage, this replica goes on routing what another decides
 	// (µs of the copy's clock; see settleFor).
 	settled atomic.Int64
@@ -209,6 +210,7 @@ func outageError(ctx context.Context, err error) bool {
 // memory and wait for nothing. A merge closes the gate (new decisions wait for it to open),
 // waits until none runs, charges Redis, and ends the outage or opens the gate again.
 type outage struct {
+	n     int64     // its number
 	began time.Time // the copy's clock
 	mu    sync.Mutex
 	busy  int
@@ -251,7 +253,7 @@ func (f *Fallback) goDown(err error) {
 		return
 	}
 	now := f.now()
-	if !f.out.CompareAndSwap(nil, &outage{began: now, taken: map[string]*taken{}}) {
+	if !f.out.CompareAndSwap(nil, &outage{n: f.outages.Add(1), began: now, taken: map[string]*taken{}}) {
 		return
 	}
 	if f.hooks.Down != nil {
@@ -308,7 +310,7 @@ func (o *outage) take(f *Fallback, a about, since int64) {
 		t.poolTat = f.local.adoptPool(a.pool, t.from)
 	} else {
 		mirrored, _ := f.known.Load(a.tenant)
-		t.base = f.local.adopt(a.tenant, a.plan, t.from, since != 0 && mirrored == since)
+		t.base = f.local.adopt(a.tenant, a.plan, t.from, since != 0 && mirrored == since, o.n)
 	}
 	o.taken[a.key()] = t
 }
@@ -435,6 +437,9 @@ func run[R fromCopy[R]](ctx context.Context, f *Fallback, a about, q routed, op 
 		}
 		if o == nil {
 			r, err := op(ctx, f.up)
+			if errors.Is(err, errAnsweredLate) {
+				continue // decided again where a is decided now
+			}
 			if !outageError(ctx, err) {
 				return r, err
 			}
@@ -603,11 +608,17 @@ func (f *Fallback) Late() time.Duration { return f.shared.Late() }
 // outage: conservative).
 const maxKnown = 1 << 18
 
-// mirror makes the copy of tenant's state the one Redis returned, known in this replica's
-// tenure of the tenant. A state the copy cannot read leaves the tenant unknown to it (taken as
-// forgotten if Redis fails). During an outage a tenant already decided on the copy keeps its
-// copy.
-func (f *Fallback) mirror(tenant string, m mirrored) {
+// errAnsweredLate is an admission's answer that came from Redis after this replica began to
+// decide the tenant on its copy: it ran on Redis (Redis counts it), and is decided again on the
+// copy, or on Redis (the same answer, redeemed) if that outage is over. Charged twice, never
+// missed.
+var errAnsweredLate = errors.New("bucket: Redis answered after the copy took the tenant on")
+
+// mirror makes the copy of tenant's state the one Redis returned to a call made while outage
+// since was the latest begun, known in this replica's tenure of the tenant; false when the copy
+// decided the tenant in a later outage (see Memory.restore). A state the copy cannot read
+// leaves the tenant unknown to it (taken as forgotten if Redis fails).
+func (f *Fallback) mirror(tenant string, m mirrored, since int64) bool {
 	if f.clock == nil && m.now > 0 {
 		f.offset.Store(m.now - time.Now().UnixMicro())
 	}
@@ -616,27 +627,18 @@ func (f *Fallback) mirror(tenant string, m mirrored) {
 	if len(m.raw) > 0 {
 		st, err = decodeState(m.raw)
 	}
-	if f.restore(tenant, st, err == nil, f.since(RouteTenant(tenant))) && f.mirrors.Add(1)%4096 == 0 {
-		f.forgetKnown()
+	tenure := f.since(RouteTenant(tenant))
+	if !f.local.restore(tenant, st, since) {
+		return false
 	}
-}
-
-// restore makes st tenant's state in the copy, known in tenure since when exact, unless the
-// tenant is decided on the copy in the outage under way (then the copy is the truth).
-func (f *Fallback) restore(tenant string, st *memState, exact bool, since int64) bool {
-	if o := f.out.Load(); o != nil {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		if o.taken[RouteTenant(tenant)] != nil {
-			return false
-		}
-	}
-	if exact && since != 0 {
-		f.known.Store(tenant, since)
+	if err == nil && tenure != 0 {
+		f.known.Store(tenant, tenure)
 	} else {
 		f.known.Delete(tenant)
 	}
-	f.local.restore(tenant, st)
+	if f.mirrors.Add(1)%4096 == 0 {
+		f.forgetKnown()
+	}
 	return true
 }
 
@@ -682,9 +684,9 @@ type shared interface {
 // and what of it to charge Redis with (poolDelta).
 type replicaCopy interface {
 	decider
-	restore(tenant string, st *memState)
+	restore(tenant string, st *memState, since int64) bool
 	copyOf(tenant string) *memState
-	adopt(tenant string, p *Plan, at int64, exact bool) (base *memState)
+	adopt(tenant string, p *Plan, at int64, exact bool, outage int64) (base *memState)
 	adoptPool(p *Pool, at int64) (tat int64)
 	seen(st PoolState)
 	poolDelta(p *Pool, base, now int64) poolDelta
@@ -702,9 +704,10 @@ var (
 type upstream struct{ f *Fallback }
 
 func (u upstream) admitTenant(ctx context.Context, b Batch) (BatchResult, error) {
+	since := u.f.outages.Load()
 	res, m, err := u.f.shared.admitState(ctx, b, true)
-	if err == nil && !b.Plan.Shadow {
-		u.f.mirror(b.Tenant, m)
+	if err == nil && !b.Plan.Shadow && !u.f.mirror(b.Tenant, m, since) {
+		return BatchResult{}, errAnsweredLate
 	}
 	return res, err
 }

@@ -15,6 +15,8 @@ import (
 type faultyRedis struct {
 	*Redis
 	fault atomic.Int32 // reach, away or late
+	// answer, when set, holds each admission's answer (it ran on the server) until it is closed.
+	answer atomic.Pointer[chan struct{}]
 }
 
 const (
@@ -47,6 +49,9 @@ func (r *faultyRedis) admitState(ctx context.Context, b Batch, mirror bool) (Bat
 		return BatchResult{}, mirrored{}, err
 	}
 	res, m, err := r.Redis.admitState(ctx, b, mirror)
+	if held := r.answer.Load(); held != nil {
+		<-*held
+	}
 	return res, m, r.after(err)
 }
 
@@ -428,4 +433,80 @@ func TestReleasesOfAForgottenTenantReachRedis(t *testing.T) {
 	if err != nil || res.Local || res.Outcomes[1] != JobAdmitted {
 		t.Fatalf("the tenant's next 2 jobs after the outage: %+v %v, want both admitted on Redis", res, err)
 	}
+}
+
+// TestAnAdmissionAnsweredAfterTheSwitchIsCounted: an admission of 3 jobs runs on Redis while
+// another call finds Redis away and turns this replica local, and a request for the same tenant
+// is decided on the copy before the admission's answer comes back. The copy must count the 3
+// jobs: the tenant (a bucket of 10, nothing refilled) gets 10 in all, however the calls fall.
+//
+// Before, the admission's answer was used as Redis gave it (3 admitted) while its state was not
+// mirrored (the copy already decided the tenant): the copy went on from 4 tokens, and 13 went.
+func TestAnAdmissionAnsweredAfterTheSwitchIsCounted(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	r := newReplica(t, c, opts)
+	p := mustPlan(t, "slow", lim("b", 10, time.Hour))
+	tn := uniqueTenant("late")
+	ctx := context.Background()
+	next := int64(1)
+	admitted := 0
+	count := func(res BatchResult, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range res.Outcomes {
+			if o.Admitted() {
+				admitted++
+			}
+		}
+	}
+	admit := func(n int) (BatchResult, error) {
+		b := Batch{Tenant: tn, Plan: p, Owner: 1}
+		for range n {
+			b.Jobs = append(b.Jobs, Job{ID: next, Weight: 1})
+			next++
+		}
+		return r.Admit(ctx, b)
+	}
+	count(admit(5))
+	held := make(chan struct{})
+	r.redis.answer.Store(&held)
+	type answer struct {
+		res BatchResult
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() { res, err := admit(3); answered <- answer{res, err} }()
+	deadline := time.Now().Add(5 * time.Second)
+	for tokens(t, r.redis.Redis, tn, p) != 2 { // the 3 jobs taken on Redis: the answer is on its way
+		if time.Now().After(deadline) {
+			t.Fatal("the admission of 3 jobs never ran on Redis")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.goDown(t, c)
+	if res, err := r.Decide(ctx, Request{Tenant: tn, Plan: p, Weight: 1}); err != nil || !res.Local || !res.Allowed {
+		t.Fatalf("a request on the copy: %+v %v", res, err)
+	}
+	admitted++
+	r.redis.answer.Store(nil)
+	close(held)
+	a := <-answered
+	count(a.res, a.err)
+	count(admit(10))
+	if admitted > 10 {
+		t.Fatalf("%d went from a bucket of 10 that never refilled", admitted)
+	}
+}
+
+// tokens is what tenant's first limit holds on Redis now.
+func tokens(t *testing.T, r *Redis, tenant string, p *Plan) int64 {
+	t.Helper()
+	snap, err := r.Inspect(context.Background(), tenant, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Limits[0].Tokens
 }

@@ -74,7 +74,7 @@ func TestMirrorCopiesTheState(t *testing.T) {
 		if m.now != c.Now().UnixMicro() {
 			t.Fatalf("step %d: mirrored at %d, want the call's time %d", step, m.now, c.Now().UnixMicro())
 		}
-		cp.restore(b.Tenant, st)
+		cp.restore(b.Tenant, st, 0)
 		want, err := red.Inspect(ctx, b.Tenant, p)
 		if err != nil {
 			t.Fatal(err)
@@ -101,7 +101,7 @@ func TestFallbackChangesNothing(t *testing.T) {
 	opts := Options{Redeem: 700 * ms, Hold: 1500 * ms}
 	red, srv := fallbackRedis(t, c.Now, opts)
 	downs, ups := 0, []Outage{}
-	f := NewFallback(red, opts, time.Second, FallbackHooks{Down: func(error) { downs++ }, Up: func(o Outage) { ups = append(ups, o) }})
+	f := NewFallback(red, opts, time.Second, FallbackHooks{Down: func(err error) { downs++; t.Logf("outage %d begins at %v: %v", downs, c.Now(), err) }, Up: func(o Outage) { ups = append(ups, o) }})
 	f.Watch()
 	t.Cleanup(f.Close)
 	ref := NewMemory(opts, c.Now)
@@ -168,8 +168,11 @@ func TestFallbackChangesNothing(t *testing.T) {
 			t.Fatalf("step %d (%d jobs of %s) at %v, Redis away %v:\nfallback %+v\nmemory   %+v", step, len(b.Jobs), p.Name, c.Now(), step >= 300 && step < 600, got, want)
 		}
 	}
-	if local < 250 || downs != 1 || len(ups) != 1 {
-		t.Fatalf("%d answers decided on the copy, %d outages begun and %v ended: want about 300, one", local, downs, ups)
+	// A restarted server slow to answer its first calls (an i/o timeout under a loaded machine)
+	// makes another outage, which changes nothing either.
+	testenv.WaitFor(t, 20*time.Second, "the fallback to be back on Redis", func() bool { return !f.Local() })
+	if local < 250 || downs < 1 || len(ups) != downs {
+		t.Fatalf("%d answers decided on the copy, %d outages begun and %v ended: want about 300, each outage ended", local, downs, ups)
 	}
 	if ups[0].Tenants != len(plans) || ups[0].Admitted == 0 || ups[0].Waited == 0 {
 		t.Errorf("the outage's summary %+v: want every tenant, admissions and waits", ups[0])

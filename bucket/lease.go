@@ -269,7 +269,7 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 		}
 	}
 	changed := false // the state changed though no lease was found
-	if !held && mode == leaseRelease && p.concurrent && st != nil && st.released != nil && len(st.released) < maxReported {
+	if !held && mode == leaseRelease && p.concurrent && st != nil && st.outage != 0 && len(st.released) < maxReported {
 		st.released, changed = append(st.released, req.Lease), true // a copy's (see Fallback)
 	}
 	if h := req.Report.tenantHold(); mode == leaseRelease && h > 0 && now+h > st.holdAt() {

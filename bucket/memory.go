@@ -46,9 +46,11 @@ type memState struct {
 	booked            []entry // Decide's slots booked and not yet claimed: see booked.go
 	expiry            int64   // µs; the state is gone (everything full, nothing held) from then on
 	hold              int64   // µs; the downstream holds the tenant's forwards until then (0: no)
-	// released is a copy's own (see Fallback): the leases released on it during an outage that
-	// it did not hold (Redis may: they are dropped there when it is charged), at most
-	// maxReported; nil when none are kept (not a copy taken on during an outage: see adopt).
+	// outage and released are a copy's own (see Fallback): the latest outage during which the
+	// copy decided the tenant (0: none; see adopt and restore), and the leases released on it
+	// then that it did not hold (Redis may: they are dropped there when it is charged), at most
+	// maxReported.
+	outage   int64
 	released []int64
 }
 
@@ -490,16 +492,21 @@ func (m *Memory) Len() (tenants, jobs int) {
 	return tenants, jobs
 }
 
-// restore makes st the tenant's state (nil: none), as another backend left it (see Fallback):
-// the state is the backend's from now on.
-func (m *Memory) restore(tenant string, st *memState) {
-	sh, _, _ := m.lock(tenant)
+// restore makes st the tenant's state (nil: none), as another backend left it in a call made
+// before outage since+1 began (see Fallback), unless the copy decided the tenant during that
+// outage or a later one: then st is older than what the copy knows, and it reports false.
+func (m *Memory) restore(tenant string, st *memState, since int64) bool {
+	sh, cur, _ := m.lock(tenant)
 	defer sh.mu.Unlock()
-	if st == nil {
+	switch {
+	case cur != nil && cur.outage > since:
+		return false
+	case st == nil:
 		delete(sh.tenants, tenant)
-		return
+	default:
+		sh.tenants[tenant] = st
 	}
-	sh.tenants[tenant] = st
+	return true
 }
 
 // copyOf returns a copy of the tenant's live state, nil when it has none.
@@ -527,23 +534,24 @@ func (st *memState) clone() *memState {
 	return &c
 }
 
-// adopt begins deciding tenant under p on this copy at at (µs; see Fallback) and returns its
-// state then (nil: forgotten). An exact copy keeps its state, each named lease of a concurrency
-// limit held until at least the slots forgotten at at would end (it may have been renewed on
-// Redis since it was copied); any other is taken as used at at, to the bound Plan.forgotten
-// states, as a Redis that lost it would. From then on, the releases of leases the copy does not
-// hold are kept (memState.released).
-func (m *Memory) adopt(tenant string, p *Plan, at int64, exact bool) *memState {
+// adopt begins deciding tenant under p on this copy at at (µs) during outage (see Fallback) and
+// returns its state then (nil: forgotten; without a record of a limit: the limit is full). An exact copy keeps its state, each named lease of a
+// concurrency limit held until at least the slots forgotten at at would end (it may have been
+// renewed on Redis since it was copied); any other is taken as used at at, to the bound
+// Plan.forgotten states, as a Redis that lost it would. From then on, the releases of leases the
+// copy does not hold are kept (memState.released), and no mirror replaces the state until the
+// outage is charged (restore).
+func (m *Memory) adopt(tenant string, p *Plan, at int64, exact bool, outage int64) *memState {
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
 	if !exact {
-		sh.store(tenant, &memState{released: []int64{}}, p, sh.load(nil, p, now, at), now, m.opts)
+		sh.store(tenant, &memState{outage: outage}, p, sh.load(nil, p, now, at), now, m.opts)
 		return nil
 	}
 	if st == nil {
-		return nil
+		return &memState{} // every limit full
 	}
-	st.released = []int64{}
+	st.outage, st.released = outage, nil
 	if p.concurrent {
 		ws := sh.load(st, p, now, 0)
 		for i := range p.specs {

@@ -24,13 +24,17 @@ type tenantDelta struct {
 	empty  bool // nothing to charge
 }
 
-// outageDelta is what tenant's copy cur (nil: none) holds beyond base (nil: the copy did not
-// know the tenant when it began deciding it at born, µs) under plan p at now (µs).
-func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
+// outageDelta is what tenant's copy cur (nil: none) holds beyond base under plan p at now (µs):
+// base is the copy when it began deciding the tenant at from (µs), nil when the copy took it as
+// forgotten then; a limit without a record is then used as Plan.forgotten says, otherwise full.
+func outageDelta(p *Plan, base, cur *memState, from, now int64) tenantDelta {
 	var sh memShard
-	var bs, cs []work
-	bs = slices.Clone(sh.loadInto(&[]work{}, base, p, born, born))
-	cs = sh.loadInto(&[]work{}, cur, p, now, born)
+	born := int64(0)
+	if base == nil {
+		born = from
+	}
+	bs := slices.Clone(sh.loadInto(&[]work{}, base, p, from, born))
+	cs := sh.loadInto(&[]work{}, cur, p, now, born)
 	d := tenantDelta{empty: true}
 	b := make([]byte, 0, 64)
 	for i := range p.specs {
@@ -95,7 +99,7 @@ func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
 	var marks []int64
 	if cur != nil {
 		for _, m := range cur.marks {
-			if m.at >= born && (base == nil || !slices.Contains(base.marks, m)) {
+			if m.at >= from && (base == nil || !slices.Contains(base.marks, m)) {
 				marks = append(marks, m.job, m.at)
 			}
 		}
