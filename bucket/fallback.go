@@ -82,7 +82,8 @@ type Outage struct {
 	Began  time.Time
 	Lasted time.Duration
 	// Tenants and Pools decided on the copy; Admitted and Waited the queue's jobs admitted and
-	// told to wait, Allowed and Refused the requests (Decide), Leases the releases and renewals.
+	// told to wait (each job once, as admitter_decisions_total counts it), Allowed and Refused
+	// the requests (Decide), Leases the releases and renewals.
 	Tenants, Pools           int
 	Admitted, Waited         int64
 	Allowed, Refused, Leases int64
@@ -220,6 +221,8 @@ type outage struct {
 	// taken are the tenants and pools decided on the copy, by Router key.
 	taken                                      map[string]*taken
 	admitted, waited, allowed, refused, leases atomic.Int64
+	// told is, by tenant, the highest job ID told to wait during o (see count).
+	told map[string]int64
 }
 
 // taken is a tenant (under its plan) or a pool decided on the copy during an outage: since when
@@ -253,7 +256,7 @@ func (f *Fallback) goDown(err error) {
 		return
 	}
 	now := f.now()
-	if !f.out.CompareAndSwap(nil, &outage{n: f.outages.Add(1), began: now, taken: map[string]*taken{}}) {
+	if !f.out.CompareAndSwap(nil, &outage{n: f.outages.Add(1), began: now, taken: map[string]*taken{}, told: map[string]int64{}}) {
 		return
 	}
 	if f.hooks.Down != nil {
@@ -521,15 +524,28 @@ func (f *Fallback) inspect(ctx context.Context, tenant string, plan *Plan, route
 func (f *Fallback) Admit(ctx context.Context, b Batch) (BatchResult, error) {
 	res, err := admitPooled(ctx, f, b, f.admitTenant)
 	if o := f.out.Load(); o != nil && err == nil && res.Local {
-		for _, oc := range res.Outcomes {
-			if oc.Admitted() {
-				o.admitted.Add(1)
-			} else if oc == JobNotYet {
-				o.waited.Add(1)
-			}
-		}
+		o.count(b.Tenant, b.Jobs, res.Outcomes)
 	}
 	return res, err
+}
+
+// count adds a tenant's jobs decided on the copy to o's summary, each job once, as
+// admitter_decisions_total counts them: admitted when it goes, told to wait when first told (a
+// queue asks about its head again and again; its jobs' IDs rise in its order).
+func (o *outage) count(tenant string, jobs []Job, outcomes []JobOutcome) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	told := o.told[tenant]
+	for i, oc := range outcomes {
+		switch {
+		case oc.Admitted():
+			o.admitted.Add(1)
+		case oc == JobNotYet && jobs[i].ID > told:
+			o.waited.Add(1)
+			told = jobs[i].ID
+		}
+	}
+	o.told[tenant] = told
 }
 
 // Decide decides a request on Redis, or while Redis is away on the copy of the replica that

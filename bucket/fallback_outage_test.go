@@ -510,3 +510,39 @@ func tokens(t *testing.T, r *Redis, tenant string, p *Plan) int64 {
 	}
 	return snap.Limits[0].Tokens
 }
+
+// TestTheOutageSummaryCountsEachJobOnce: during an outage a queue of 5 jobs, one token between
+// them, is asked 3 times; after it, the summary counts 1 job admitted and 4 told to wait: each
+// job once, as admitter_decisions_total does.
+//
+// Issue 38, item 10: before, every decision counted every job it left waiting: 12 told to wait
+// (the log said 3027 where the metric said 216).
+func TestTheOutageSummaryCountsEachJobOnce(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	r := newReplica(t, c, opts)
+	var ups []Outage
+	r.hooks.Up = func(o Outage) { ups = append(ups, o) }
+	p := mustPlan(t, "one", lim("b", 1, time.Hour))
+	tn := uniqueTenant("count")
+	ctx := context.Background()
+	if _, err := r.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1}); err != nil { // its copy: full
+		t.Fatal(err)
+	}
+	r.goDown(t, c)
+	jobs := []Job{{ID: 1, Weight: 1}, {ID: 2, Weight: 1}, {ID: 3, Weight: 1}, {ID: 4, Weight: 1}, {ID: 5, Weight: 1}}
+	for i := range 3 {
+		res, err := r.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: jobs})
+		if err != nil || !res.Local || res.Outcomes[0].Admitted() != (i == 0) {
+			t.Fatalf("step %d on the copy: %+v %v", i, res, err)
+		}
+		if i == 0 {
+			jobs = jobs[1:] // the first went
+		}
+		c.Advance(time.Second)
+	}
+	r.recover(t)
+	if len(ups) != 1 || ups[0].Admitted != 1 || ups[0].Waited != 4 {
+		t.Fatalf("the outage's summary %+v: want 1 job admitted and 4 told to wait", ups)
+	}
+}
