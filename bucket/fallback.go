@@ -721,8 +721,8 @@ type upstream struct{ f *Fallback }
 
 func (u upstream) admitTenant(ctx context.Context, b Batch) (BatchResult, error) {
 	since := u.f.outages.Load()
-	res, m, err := u.f.shared.admitState(ctx, b, true)
-	if err == nil && !b.Plan.Shadow && !u.f.mirror(b.Tenant, m, since) {
+	res, m, err := u.f.shared.admitState(ctx, b, !b.Peek)
+	if err == nil && !b.Plan.Shadow && !b.Peek && !u.f.mirror(b.Tenant, m, since) { // a peek returns no state
 		return BatchResult{}, errAnsweredLate
 	}
 	return res, err

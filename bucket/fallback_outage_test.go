@@ -17,6 +17,8 @@ type faultyRedis struct {
 	fault atomic.Int32 // reach, away or late
 	// answer, when set, holds each admission's answer (it ran on the server) until it is closed.
 	answer atomic.Pointer[chan struct{}]
+	// pooled, when set, is told of each pool operation Redis answered (set it before the calls).
+	pooled func(op int)
 }
 
 const (
@@ -81,6 +83,9 @@ func (r *faultyRedis) poolCall(ctx context.Context, op int, p *Pool, tenant stri
 		return poolReply{}, err
 	}
 	res, err := r.Redis.poolCall(ctx, op, p, tenant, share, jobs, cost, rep)
+	if err == nil && r.pooled != nil {
+		r.pooled(op)
+	}
 	return res, r.after(err)
 }
 
@@ -544,5 +549,38 @@ func TestTheOutageSummaryCountsEachJobOnce(t *testing.T) {
 	r.recover(t)
 	if len(ups) != 1 || ups[0].Admitted != 1 || ups[0].Waited != 4 {
 		t.Fatalf("the outage's summary %+v: want 1 job admitted and 4 told to wait", ups)
+	}
+}
+
+// TestALookUpKeepsTheCopy: a pooled job that may have been admitted before is looked up in its
+// tenant's state on Redis (Batch.Peek), which returns no state to mirror; Redis is lost after the
+// pool granted it, and the tenant's copy decides it: its bucket (1 an hour) spent by job 1 on
+// Redis, job 2 waits.
+//
+// Failed before (the merge of the exactly-once work): the look-up's empty answer was mirrored as
+// the tenant's state, a tenant Redis holds nothing of: a full bucket, and job 2 was admitted.
+func TestALookUpKeepsTheCopy(t *testing.T) {
+	c := newClock()
+	opts := Options{}
+	r := newReplica(t, c, opts)
+	pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 10, Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPlan(t, "pooled", lim("own", 1, time.Hour))
+	p.Pool = pool
+	tn := uniqueTenant("again")
+	ctx := context.Background()
+	if res, err := r.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: 1, Weight: 1}}}); err != nil || res.Local || res.Outcomes[0] != JobAdmitted {
+		t.Fatalf("job 1 on Redis: %+v %v", res, err)
+	}
+	r.redis.pooled = func(op int) {
+		if op == poolAcquire {
+			r.redis.fault.Store(away) // the tenant's admission finds Redis away
+		}
+	}
+	res, err := r.Admit(ctx, Batch{Tenant: tn, Plan: p, Owner: 1, Jobs: []Job{{ID: 2, Weight: 1, Again: true}}})
+	if err != nil || !res.Local || res.Outcomes[0] != JobNotYet {
+		t.Fatalf("job 2, looked up on Redis, granted by the pool there, decided on the copy: %+v %v, want it to wait", res, err)
 	}
 }

@@ -21,6 +21,11 @@ func fallbackRedis(t *testing.T, clock func() time.Time, o Options) (*Redis, *te
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A reply later than the connection's write timeout fails the call, which turns the
+	// fallback local: on a loaded machine redis-server can be starved past the service's 300 ms.
+	// The tests' calls are bounded by their contexts (those that pause Redis) or meet a closed
+	// connection (those that kill it).
+	opt.ConnWriteTimeout = 10 * time.Second
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +349,12 @@ func TestFallbackKeepsTheDownstreamsHold(t *testing.T) {
 	p := mustPlan(t, "c", conc("c", 5, 10*time.Second))
 	tn := uniqueTenant("h")
 	ctx := context.Background()
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 500*time.Millisecond) }
+	// A call that outlasts its bound turns the limiter local, so while Redis answers the bound is
+	// long (a busy machine once took over 500 ms for a pooled admission: decided on the copy, the
+	// pool taken as forgotten: not-yet, wait 1s); once Redis is paused, the bound ends the first
+	// call's wait.
+	bound := 10 * time.Second
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, bound) }
 	admit := func(id int64, want JobOutcome, wait time.Duration) BatchResult {
 		t.Helper()
 		cctx, cancel := call()
@@ -369,6 +379,7 @@ func TestFallbackKeepsTheDownstreamsHold(t *testing.T) {
 	admit(3, JobNotYet, 4*time.Second) // on Redis, which mirrors the state and its hold
 	c.Advance(time.Second)
 	srv.Pause() // not killed: a port nobody listens on can connect to itself, and seem to answer
+	bound = 500 * time.Millisecond
 	if r := admit(3, JobNotYet, 3*time.Second); !r.Local || !r.Downstream {
 		t.Fatalf("on the copy: %+v, want decided locally, held by the downstream", r)
 	}
@@ -407,7 +418,12 @@ func TestFallbackKeepsThePoolsDownstream(t *testing.T) {
 	p.Pool = pool
 	tn := uniqueTenant("t")
 	ctx := context.Background()
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 500*time.Millisecond) }
+	// A call that outlasts its bound turns the limiter local, so while Redis answers the bound is
+	// long (a busy machine once took over 500 ms for a pooled admission: decided on the copy, the
+	// pool taken as forgotten: not-yet, wait 1s); once Redis is paused, the bound ends the first
+	// call's wait.
+	bound := 10 * time.Second
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, bound) }
 	admit := func(id int64, want JobOutcome, wait time.Duration) BatchResult {
 		t.Helper()
 		cctx, cancel := call()
@@ -436,6 +452,7 @@ func TestFallbackKeepsThePoolsDownstream(t *testing.T) {
 		t.Fatalf("2 of 2 failed on Redis: breaker %d, want open", r.Pool.Breaker)
 	}
 	srv.Pause() // not killed: a port nobody listens on can connect to itself, and seem to answer
+	bound = 500 * time.Millisecond
 	if r := admit(4, JobNotYet, 3*time.Second); !r.Local || r.Pool.Breaker != BreakerOpen || r.Pool.Limit != 3 {
 		t.Fatalf("on the copy: %+v (pool %+v), want decided locally, the breaker open, the limit in force 3", r, r.Pool)
 	}

@@ -170,6 +170,7 @@ func (f *Fallback) serve(ctx context.Context, req []byte) (any, error) {
 // wirePool is a poolReply as it crosses to another replica.
 type wirePool struct {
 	Granted int          `json:"granted"`
+	Before  []int        `json:"before,omitempty"`
 	Wait    int64        `json:"wait"`
 	Found   bool         `json:"found"`
 	Weight  int64        `json:"weight"`
@@ -182,7 +183,7 @@ type wirePool struct {
 }
 
 func (r poolReply) MarshalJSON() ([]byte, error) {
-	return json.Marshal(wirePool{Granted: r.granted, Wait: r.wait, Found: r.found, Weight: r.weight, Ran: r.ran, Ends: r.ends,
+	return json.Marshal(wirePool{Granted: r.granted, Before: r.before, Wait: r.wait, Found: r.found, Weight: r.weight, Ran: r.ran, Ends: r.ends,
 		State: r.state, Wakes: r.wakes, Tenants: r.tenants, Local: r.local})
 }
 
@@ -191,7 +192,7 @@ func (r *poolReply) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*r = poolReply{granted: w.Granted, wait: w.Wait, found: w.Found, weight: w.Weight, ran: w.Ran, ends: w.Ends, state: w.State,
+	*r = poolReply{granted: w.Granted, before: w.Before, wait: w.Wait, found: w.Found, weight: w.Weight, ran: w.Ran, ends: w.Ends, state: w.State,
 		wakes: w.Wakes, tenants: w.Tenants, local: w.Local}
 	return nil
 }
