@@ -153,7 +153,6 @@ type queue struct {
 	unremoved unremoved // settled input jobs not removed yet
 	storedID  int64     // the highest job id settled (forwarded, dead, or stored before)
 	owe       owed
-	fresh     bool // no limiter call has answered for it yet (policy.Queue.Fresh)
 	errs      int
 	waited    int64 // the highest job id told to wait (each counted once)
 	// redeemed are the ids of jobs the limiter answered admitted before (policy.Verdict.Redeemed)
@@ -193,7 +192,7 @@ func (qs *queues) newQueueLocked(tenant string) (*queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &queue{tenant: tenant, part: p, filter: filter, index: -1, old: slices.Clone(qs.old[tenant]), mode: behind, fresh: true}, nil
+	return &queue{tenant: tenant, part: p, filter: filter, index: -1, old: slices.Clone(qs.old[tenant]), mode: behind}, nil
 }
 
 // feed hands a job partition pt's feed delivered to its tenant's queue, while this replica
@@ -496,7 +495,7 @@ func (qs *queues) feedOn(p int) bool {
 
 // claim is what the queue's next limiter call says for owner (see policy.Queue).
 func (q *queue) claim(owner int64) policy.Queue {
-	pq := policy.Queue{Owner: owner, Stored: q.owe.stored, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh, WaitedFor: q.waitedFor}
+	pq := policy.Queue{Owner: owner, Stored: q.owe.stored, LateWeight: q.owe.lateWeight, Late: q.owe.late, WaitedFor: q.waitedFor}
 	if q.owe.keep {
 		pq.Keep = storedKeep
 	}
@@ -504,7 +503,7 @@ func (q *queue) claim(owner int64) policy.Queue {
 }
 
 // said clears what a limiter call said.
-func (q *queue) said() { q.owe, q.fresh = owed{}, false }
+func (q *queue) said() { q.owe = owed{} }
 
 // tries is the Admit-Attempts of the job id in the step about to ask about it: the decisions it
 // took, this one included: 1, and 1 more for each step that left it waiting at the head (the

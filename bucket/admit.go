@@ -85,10 +85,6 @@ type Batch struct {
 	// Peek decides and changes nothing: each job is answered stored, redeemed or not yet (wait
 	// zero), as it stands; nothing is said or charged. See Job.Again.
 	Peek bool
-	// Fresh says the owner's queue is new (its first call since it took the tenant): a local
-	// copy of the tenant's state (Fallback) may predate another owner's decisions and is not
-	// used.
-	Fresh bool
 }
 
 // MaxBatch bounds the jobs of one Admit call.

@@ -42,7 +42,8 @@
 --          at), max_conc (the most leases a pool holds), born (µs: when the server lost what it
 --          knew, 0: nothing known lost), outcome (release: 0 ok, 1 failed, 2 overloaded), phold
 --          (release: µs from now the downstream asked for no more of the pool's jobs; 0: none),
---          the breaker's bfail (percent; 0: none), bwin, bcool (µs), bprobes, bmin, the adaptive
+--          owed (merge: µs the bucket owes beyond what the server holds, see merge; else 0), the
+--          breaker's bfail (percent; 0: none), bwin, bcool (µs), bprobes, bmin, the adaptive
 --          limit's amin (0: not adaptive), the memory marker's tag (-1: none; see memory_of), k,
 --          then k × (job id, weight); for merge, k/2 leases,
 --          each two pairs (id, weight), (death, taken at): put in place of any lease of the same
@@ -70,7 +71,7 @@
 --   renew    found, the lease's new end (µs), then the pool's state
 --   start    found, the lease's new end (µs), the wait (µs, not found: until a slot may be
 --            free), then the pool's state
---   merge    1, then the pool's state
+--   merge    1, then the pool's state (the bucket owes `owed` more: tat = max(tat, now) + owed)
 --   inspect  the pool's state, then up to MAX_LISTED tenants as (received, share, waiting) with
 --            their names in the reply's third element (a list), active tenants first by start
 -- the pool's state: weight in flight, tokens now (-1 without a bucket), waiters, their shares
@@ -102,11 +103,11 @@
 local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
-local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, outcome, phold,
-  bfail, bwin, bcool, bprobes, bmin, amin, mtag, k = struct.unpack('<llllllllllllllllllllllll', arg)
+local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, outcome, phold, owed,
+  bfail, bwin, bcool, bprobes, bmin, amin, mtag, k = struct.unpack('<lllllllllllllllllllllllll', arg)
 if now == 0 then now = server_now() end
 memory_of(KEYS[1], true, mtag, born)
-local pos = 8 * 24 + 1
+local pos = 8 * 25 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 
@@ -617,9 +618,10 @@ elseif op == 3 or op == 5 then
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints)
 elseif op == 6 then
-  -- merge: what a replica decided on its own copy of the pool while Redis was away, and the
-  -- downstream's hold it keeps (phold)
+  -- merge: what a replica decided on its own copy of the pool while Redis was away: the tokens
+  -- it took and not yet refilled (owed), its leases, and the downstream's hold it keeps (phold)
   if phold > 0 and now + phold > hold then hold = now + phold end
+  if cap > 0 then tat = tat + owed end
   for i = 1, k - 1, 2 do
     local id, w, death, at = jid[i], jw[i], jid[i + 1], jw[i + 1]
     local lw = lease_at(id)

@@ -294,8 +294,6 @@ type Queue struct {
 	Late       time.Duration
 	// Release gives the owner's hold on the queue up (it stops owning the tenant).
 	Release bool
-	// Fresh: the queue's first call since this replica took the tenant (bucket.Batch.Fresh).
-	Fresh bool
 	// WaitedFor is what the queue's waiting jobs were last told they wait for
 	// (Decision.WaitedFor of its last step that left a job waiting; empty: none did on this
 	// replica): what a job whose bound passed meanwhile waited for.
@@ -321,7 +319,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	}
 	d.Plan = plan
 	batch := bucket.Batch{Tenant: tenant, Plan: plan, Owner: q.Owner, Stored: q.Stored, Keep: q.Keep,
-		LateWeight: q.LateWeight, Late: q.Late, Release: q.Release, Fresh: q.Fresh, Jobs: make([]bucket.Job, 0, len(jobs))}
+		LateWeight: q.LateWeight, Late: q.Late, Release: q.Release, Jobs: make([]bucket.Job, 0, len(jobs))}
 	index := make([]int, 0, len(jobs)) // batch position → job position
 	now := p.now()
 	until, paused := p.PausedUntil(tenant)

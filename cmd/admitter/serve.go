@@ -326,6 +326,7 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot, js je
 		return r, r, r.Close, nil
 	}
 	f := bucket.NewFallback(r, opts, 4*c.RedisTimeout, hooks)
+	f.Watch()
 	return f, r, func() { f.Close(); r.Close() }, nil
 }
 
