@@ -76,7 +76,7 @@ func (s *Service) startPart(ctx context.Context, p int) {
 		<-leaving // bounded: ShutdownTimeout and the hand-over's 2 s
 	}
 	qs.mu.Lock()
-	if qs.closed || !s.owners.tenure(p) || qs.parts[p] != nil {
+	if qs.closed || !s.owners.ours(p) || qs.parts[p] != nil {
 		// Lost while the hand-over of its last tenure ran: its stop found nothing to stop, and
 		// started now it would run unheld (its queues told at each step that it is not theirs).
 		qs.mu.Unlock()

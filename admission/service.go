@@ -330,8 +330,8 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	// The partitions: taken and given up by the owners' loop, which goes on renewing the leases
 	// until the queues have stopped (below).
-	s.owners.gain = func(p int) { s.moves.Go(func() { s.startPart(work, p) }) }
-	s.owners.drop = s.stopPart
+	s.owners.start = func(p int) { s.moves.Go(func() { s.startPart(work, p) }) }
+	s.owners.stop = s.stopPart
 	ownersCtx, stopOwners := context.WithCancel(work)
 	var owning sync.WaitGroup
 	owning.Go(func() { s.owners.run(ownersCtx) })
