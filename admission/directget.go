@@ -19,7 +19,8 @@ import (
 // request and no subscription of its own. Safe for concurrent use.
 type reader struct {
 	nc     *nats.Conn
-	api    string // "$JS.API.DIRECT.GET." or the domain's
+	api    string // "$JS.API." or the domain's
+	direct string // api + "DIRECT.GET."
 	inbox  string
 	sub    *nats.Subscription
 	seq    atomic.Uint64
@@ -36,7 +37,7 @@ func newReader(js jetstream.JetStream) (*reader, error) {
 	case api == "":
 		api = jetstream.DefaultAPIPrefix
 	}
-	r := &reader{nc: js.Conn(), api: api + "DIRECT.GET.", inbox: nats.NewInbox(), routes: map[string]chan *nats.Msg{}}
+	r := &reader{nc: js.Conn(), api: api, direct: api + "DIRECT.GET.", inbox: nats.NewInbox(), routes: map[string]chan *nats.Msg{}}
 	sub, err := r.nc.Subscribe(r.inbox+".*", r.route)
 	if err != nil {
 		return nil, fmt.Errorf("admission: reader: %w", err)
@@ -86,7 +87,7 @@ func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, b
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := r.nc.PublishRequest(r.api+stream, r.inbox+"."+token, req); err != nil {
+	if err := r.nc.PublishRequest(r.direct+stream, r.inbox+"."+token, req); err != nil {
 		return nil, 0, fmt.Errorf("direct get %s %s: %w", stream, subject, err)
 	}
 	var out []*nats.Msg
@@ -111,6 +112,42 @@ func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, b
 			}
 		}
 	}
+}
+
+// firstFrom is the sequence of the first message of stream on subject at or after seq, as the
+// stream's leader has it (found false: none). A Direct Get may be answered by a follower that has
+// not applied the latest stores (FIELD-NOTES): a "none" from it is no proof; this asks the leader
+// (STREAM.MSG.GET, which only the leader answers).
+func (r *reader) firstFrom(ctx context.Context, stream, subject string, seq uint64) (uint64, bool, error) {
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+	}{max(seq, 1), subject})
+	if err != nil {
+		return 0, false, err
+	}
+	m, err := r.nc.RequestWithContext(ctx, r.api+"STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return 0, false, fmt.Errorf("get the first message of %s on %s from %d: %w", stream, subject, seq, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return 0, false, fmt.Errorf("get the first message of %s on %s from %d: %w", stream, subject, seq, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, false, nil
+	case resp.Error != nil:
+		return 0, false, fmt.Errorf("get the first message of %s on %s from %d: %w", stream, subject, seq, resp.Error)
+	case resp.Message == nil:
+		return 0, false, fmt.Errorf("get the first message of %s on %s from %d: an answer without a message", stream, subject, seq)
+	}
+	return resp.Message.Seq, true, nil
 }
 
 // seqOf is the stream sequence of a message read by Direct Get.

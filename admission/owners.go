@@ -563,13 +563,13 @@ func (o *owners) deleteKey(ctx context.Context, r release) {
 	}
 }
 
-// leave gives every partition up at the end (their parts stopped: see Service.Run): their keys
-// are deleted, and the heartbeat, so that other replicas take them at once. A claim or a renewal
+// leave gives every partition up at the end (their parts stopped: see Service.Run), within ctx
+// and 2 s: their keys are deleted, and the heartbeat, so that other replicas take them at once. A claim or a renewal
 // cut short by the stop (Service.Run cancels them) may have been applied: a key this replica
 // holds at a revision it did not learn is deleted too, else the next replica would wait a whole
 // lease for it.
-func (o *owners) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+func (o *owners) leave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	o.mu.Lock()
 	tenures := o.tenures

@@ -116,7 +116,7 @@ func TestReplicasSplitThePartitions(t *testing.T) {
 		t.Fatalf("a holds %v, b holds %v: want %d each, disjoint", tallies[0].parts(), tallies[1].parts(), n/2)
 	}
 	cancels[0]()
-	os[0].leave()
+	os[0].leave(context.Background())
 	deadline = time.Now().Add(10 * time.Second)
 	for len(tallies[1].parts()) < n && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -178,7 +178,7 @@ func TestReplicasOfAnotherCountTakeNothing(t *testing.T) {
 		t.Fatalf("b (4 partitions) took %v while a (8) runs", got)
 	}
 	acancel()
-	a.leave()
+	a.leave(context.Background())
 	testenv.WaitFor(t, 10*time.Second, "b to hold all 4 after a left", func() bool { return len(tb.parts()) == 4 })
 }
 
@@ -229,7 +229,7 @@ func TestLeavingGivesUpTheKeysOfRequestsCutShort(t *testing.T) {
 			t.Fatalf("partition %d's key: %v, %v: want held by a (the request cut short was applied)", p, e, err)
 		}
 	}
-	o.leave()
+	o.leave(ctx)
 	for p := range 2 {
 		if e, err := kv.Get(ctx, o.key(p)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 			t.Errorf("partition %d's key after a left: %v (%v), want deleted: the next replica waits a whole lease for it", p, e, err)

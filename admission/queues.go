@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/admitter/admitter/policy"
@@ -74,9 +76,9 @@ type queues struct {
 	// parts are the partitions this replica holds (input.go); bufBytes the payload bytes of
 	// every buffer.
 	parts map[int]*part
-	// leaving are the partitions being given up: closed once their queues are handed over
-	// (startPart waits for it: the limiter hears what the old queues owe before a new one asks).
-	leaving  map[int]chan struct{}
+	// last is each partition's latest part, stopped or not (startPart waits until it has
+	// stopped: the limiter hears what the old queues owe before a new one asks).
+	last     map[int]*part
 	bufBytes int
 	pollNow  chan struct{} // asks the discovery loop for a poll now (capacity 1)
 }
@@ -164,6 +166,75 @@ type queue struct {
 	// reads pass over them, and they are removed with the settled jobs once the cursor reaches
 	// them (see skipExpired).
 	skipped []uint64
+
+	// doing is where its running step stands, since doingAt (unix ns), read without the step's
+	// help.
+	doing   atomic.Uint32
+	doingAt atomic.Int64
+}
+
+// phase is where a running step stands.
+type phase uint32
+
+const (
+	taken phase = iota + 1
+	reading
+	deciding
+	publishing
+	removing
+)
+
+func (ph phase) String() string {
+	switch ph {
+	case taken:
+		return "starting"
+	case reading:
+		return "reading the input"
+	case deciding:
+		return "asking the limiter"
+	case publishing:
+		return "storing its forwards and dead letters"
+	case removing:
+		return "removing settled jobs from the input"
+	}
+	return "stepping"
+}
+
+// enter records that q's step is at ph from now on.
+func (q *queue) enter(ph phase) {
+	q.doingAt.Store(time.Now().UnixNano())
+	q.doing.Store(uint32(ph))
+}
+
+// describeRunning says which steps run at now and where each stands, the longest first (at most
+// ten named).
+func (qs *queues) describeRunning(now time.Time) string {
+	qs.mu.Lock()
+	type run struct {
+		tenant string
+		ph     phase
+		for_   time.Duration
+	}
+	var runs []run
+	for _, q := range qs.byName {
+		if q.where == running {
+			runs = append(runs, run{q.tenant, phase(q.doing.Load()), now.Sub(time.Unix(0, q.doingAt.Load()))})
+		}
+	}
+	qs.mu.Unlock()
+	slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(b.for_, a.for_) })
+	var parts []string
+	for i, r := range runs {
+		if i == 10 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(runs)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s for %s)", r.tenant, r.ph, r.for_.Round(time.Millisecond)))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 type place uint8
@@ -177,7 +248,7 @@ const (
 
 func newQueues(s *Service) *queues {
 	qs := &queues{s: s, byName: map[string]*queue{}, wake: make(chan struct{}, 1), waiting: map[string]uint64{}, old: map[string][]source{},
-		parts: map[int]*part{}, leaving: map[int]chan struct{}{}, pollNow: make(chan struct{}, 1)}
+		parts: map[int]*part{}, last: map[int]*part{}, pollNow: make(chan struct{}, 1)}
 	qs.cond = sync.NewCond(&qs.mu)
 	return qs
 }
@@ -700,6 +771,7 @@ func (qs *queues) takeLocked() (q *queue, budget int64, ok bool) {
 		qs.fresh = qs.fresh[1:]
 		q.deficit += quantum
 		q.where, q.hinted, q.woken, q.poolWoke = running, false, false, false
+		q.enter(taken)
 		return q, q.deficit, true
 	}
 	qs.freshTurn = true
@@ -725,6 +797,7 @@ func (qs *queues) takeLocked() (q *queue, budget int64, ok bool) {
 		}
 	}
 	q.where, q.hinted, q.woken, q.poolWoke, q.expires = running, false, false, false, time.Time{}
+	q.enter(taken)
 	return q, q.deficit, true
 }
 
@@ -810,17 +883,6 @@ func (qs *queues) close() {
 	qs.mu.Unlock()
 }
 
-// all returns every queue this replica runs.
-func (qs *queues) all() []*queue {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	out := make([]*queue, 0, len(qs.byName))
-	for _, q := range qs.byName {
-		out = append(out, q)
-	}
-	return out
-}
-
 // count is the number of queues this replica runs.
 func (qs *queues) count() int {
 	qs.mu.Lock()
@@ -892,10 +954,11 @@ func (qs *queues) poll(ctx context.Context) error {
 		qs.mu.Lock()
 		pos, feedOn := pt.pos, pt.feedOn
 		qs.mu.Unlock()
-		if feedOn && l.last >= pos && !pt.health.deliveredSince(time.Now().Add(-feedGrace)) {
+		if feedOn && l.last >= pos && !pt.health.deliveredSince(time.Now().Add(-s.cfg.DiscoveryInterval)) {
 			// Jobs after the feed's position, and no delivery lately: are any left to deliver?
-			// (A queue reading by subject meanwhile may have removed them.)
-			if msgs, _, err := s.reader.read(pctx, pt.stream, s.in.ps.Filter(pt.index), pos, 1, 1); err == nil && len(msgs) == 0 {
+			// (A queue reading by subject meanwhile may have removed them.) The leader says: a
+			// follower behind would say none are.
+			if _, found, err := s.reader.firstFrom(pctx, pt.stream, s.in.ps.Filter(pt.index), pos); err == nil && !found {
 				l.last = 0 // nothing left for the feed: it is not behind
 			}
 		}
@@ -922,7 +985,7 @@ func (qs *queues) poll(ctx context.Context) error {
 		if l.pt.feedOn {
 			l.pt.health.listed(now, l.last, l.pt.pos)
 		}
-		noFeed[l.pt.index] = !l.pt.feedOn || l.pt.health.broken(now, l.pt.stream) != nil
+		noFeed[l.pt.index] = !l.pt.feedOn || l.pt.health.lagging(now)
 	}
 	for tenant := range waiting {
 		q := qs.byName[tenant]

@@ -24,7 +24,8 @@ func flap(t *testing.T, qs *queues) *part {
 	qs.s.cfg.Policy = testPolicy(t)
 	qs.s.stopPart(0, nil)
 	qs.s.moves.Wait()
-	pt := &part{index: 0, stream: "JOBS", feedOn: true}
+	pt := newPart(qs.s, 0)
+	pt.feedOn, pt.horizon = true, 0
 	qs.mu.Lock()
 	qs.parts[0] = pt
 	qs.mu.Unlock()
@@ -232,5 +233,8 @@ func TestAPartitionTakenWithALateLeaseIsRead(t *testing.T) {
 	qs.mu.Unlock()
 	if pt == nil {
 		t.Fatal("the partition is held and not read")
+	}
+	if err := pt.Stop(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -96,6 +96,7 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if blocked, _ := s.pub.blocked(); blocked {
 		return stepResult{next: 500 * time.Millisecond} // downstream is full: the queue waits with everyone
 	}
+	q.enter(reading)
 	jobs, err := s.readHead(ctx, q, budget)
 	if err != nil {
 		q.errs++
@@ -113,11 +114,13 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	}
 	read := len(jobs)
 	jobs = within(jobs, budget)
+	q.enter(deciding)
 	res := s.decideAndApply(ctx, q, jobs)
 	res.cut = len(jobs) < read
 	if res.gone || q.errs > 0 {
 		return res
 	}
+	q.enter(removing)
 	due, err := s.removeSettled(ctx, q, false)
 	switch {
 	case err != nil:
@@ -369,6 +372,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		}
 	}
 	s.tel.inFlight.Add(ctx, int64(len(outs)))
+	q.enter(publishing)
 	s.pub.publishAll(ctx, outs)
 	s.deadLetterRefused(ctx, jobs, outs, owner)
 	s.tel.inFlight.Add(ctx, -int64(len(outs)))
@@ -696,6 +700,7 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 	if !q.owe.empty() {
 		// Said first: were the removal below to fail, and this replica to die, whoever reads the
 		// jobs again must know they were stored.
+		q.enter(deciding)
 		d := s.cfg.Policy.Step(ctx, q.tenant, nil, q.claim(s.owner))
 		if d.Err != nil {
 			q.errs++
@@ -705,6 +710,7 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 			q.said()
 		}
 	}
+	q.enter(removing)
 	due, err := s.removeSettled(ctx, q, false)
 	switch {
 	case err != nil:
