@@ -167,10 +167,12 @@ type queue struct {
 	// them (see skipExpired).
 	skipped []uint64
 
-	// doing is where its running step stands, since doingAt (unix ns), read without the step's
-	// help.
-	doing   atomic.Uint32
-	doingAt atomic.Int64
+	// readySince is when the queue was made ready, under queues.mu (zero: neither ready nor
+	// running): a queue ready for long without a step that ended is stalled (see stalled). doing
+	// is where its running step stands, since doingAt (unix ns), read without the step's help.
+	readySince time.Time
+	doing      atomic.Uint32
+	doingAt    atomic.Int64
 }
 
 // phase is where a running step stands.
@@ -235,6 +237,32 @@ func (qs *queues) describeRunning(now time.Time) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// stalled says which queues have been ready (or running) for longer than bound at now
+// without a step that ended: a step stuck, or workers that take none; nil when none has.
+func (qs *queues) stalled(now time.Time, bound time.Duration) error {
+	qs.mu.Lock()
+	var late []string
+	var since time.Time
+	for _, q := range qs.byName {
+		if !q.readySince.IsZero() && now.Sub(q.readySince) > bound {
+			late = append(late, q.tenant)
+			if since.IsZero() || q.readySince.Before(since) {
+				since = q.readySince
+			}
+		}
+	}
+	qs.mu.Unlock()
+	if len(late) == 0 {
+		return nil
+	}
+	slices.Sort(late)
+	if len(late) > 10 {
+		late = append(late[:10], fmt.Sprintf("and %d more", len(late)-10))
+	}
+	return fmt.Errorf("no decision since %s for the queues of %s, ready since then; steps running: %s",
+		since.UTC().Format(time.RFC3339), strings.Join(late, ", "), qs.describeRunning(now))
 }
 
 type place uint8
@@ -654,6 +682,9 @@ func (qs *queues) readyLocked(q *queue) {
 	if q.where == scheduled {
 		heap.Remove(&qs.due, q.index)
 	}
+	if q.readySince.IsZero() {
+		q.readySince = time.Now()
+	}
 	q.where = ready
 	qs.ring = append(qs.ring, q)
 	qs.cond.Signal()
@@ -678,6 +709,9 @@ func (qs *queues) readyFreshLocked(q *queue) {
 	}
 	if q.where == scheduled {
 		heap.Remove(&qs.due, q.index)
+	}
+	if q.readySince.IsZero() {
+		q.readySince = time.Now()
 	}
 	q.where = ready
 	qs.fresh = append(qs.fresh, q)
@@ -806,7 +840,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q.deficit -= r.spent
-	q.where, q.headless, q.waitsFor = idle, r.headless, r.waitsFor
+	q.where, q.headless, q.waitsFor, q.readySince = idle, r.headless, r.waitsFor, time.Time{}
 	switch {
 	case r.decided:
 		q.oldest, q.plan = r.oldest, r.plan

@@ -254,8 +254,9 @@ func (s *Service) observeOldest(o metric.Observer, g metric.Float64Observable) {
 }
 
 // Ready reports whether the service can admit jobs now: consuming, NATS connected, the limiter
-// reachable (or the fail mode forwards without it), and no stream it publishes to full. The
-// error says what is missing.
+// reachable (or the fail mode forwards without it), no stream it publishes to full, every feed
+// delivering, and nothing that keeps it from deciding (see stuck). The error says what is
+// missing.
 func (s *Service) Ready(ctx context.Context) error {
 	select {
 	case <-s.stopped:
@@ -268,10 +269,12 @@ func (s *Service) Ready(ctx context.Context) error {
 	if st := s.cfg.JetStream.Conn().Status(); st != nats.CONNECTED {
 		return fmt.Errorf("nats %s", st)
 	}
+	var blocked error
 	if held, why := s.pub.blocked(); held {
-		return errors.New(why)
+		blocked = errors.New(why)
 	}
-	if err := s.feedBroken(time.Now()); err != nil {
+	now := time.Now()
+	if err := errors.Join(blocked, s.feedBroken(now), s.stuck(now)); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -280,6 +283,13 @@ func (s *Service) Ready(ctx context.Context) error {
 		return fmt.Errorf("limiter unreachable and the fail mode is closed: %w", err)
 	}
 	return nil
+}
+
+// stuck says what keeps this replica from deciding at now: tenants' queues with jobs and no
+// step ended for StallAfter (a step stuck, or no worker free to take them), and partitions held
+// whose leases the owners bucket has not confirmed; nil when nothing does.
+func (s *Service) stuck(now time.Time) error {
+	return errors.Join(s.queues.stalled(now, s.cfg.StallAfter), s.owners.waits())
 }
 
 // PlansChanged makes every queue that waits ask again now: the plans, overrides or pauses

@@ -448,3 +448,36 @@ func TestAStuckStepDoesNotHoldTheStop(t *testing.T) {
 		t.Errorf("Run returned %v, want an error naming acme's step, stuck asking the limiter", r.stopErr)
 	}
 }
+
+// TestAStuckStepMakesTheReplicaNotReady: a tenant's queue whose step is stuck in the limiter
+// (deaf to its context) makes the replica not ready once StallAfter has passed without a
+// decision, naming the tenant and where its step stands, and the status says so; once the step
+// ends, the replica is ready again. Before, Ready answered nil throughout: the replica decided
+// nothing and said it was ready.
+func TestAStuckStepMakesTheReplicaNotReady(t *testing.T) {
+	lim := &stuck{Memory: bucket.NewMemory(bucket.Options{}, nil), entered: make(chan struct{}), release: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(lim.release) })
+	defer release()
+	r := newRig(t)
+	r.asks = lim
+	r.run("plans: {p: {limits: [{capacity: 10, rate: 10/s}]}}\ndefault_plan: p\n", Config{StallAfter: 300 * time.Millisecond})
+	r.publish(1, "jobs.submit.acme.email")
+	select {
+	case <-lim.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no step reached the limiter")
+	}
+	var err error
+	waitFor(t, 10*time.Second, "the replica not ready", func() bool {
+		err = r.svc.Ready(context.Background())
+		return err != nil && strings.Contains(err.Error(), "no decision since")
+	})
+	if !strings.Contains(err.Error(), "acme (asking the limiter") {
+		t.Errorf("Ready: %v, want it to name acme's step, asking the limiter", err)
+	}
+	if st := r.svc.Status(context.Background()); st.Stuck == nil {
+		t.Error("the status does not say that the replica decides nothing")
+	}
+	release()
+	waitFor(t, 10*time.Second, "the replica ready again", func() bool { return r.svc.Ready(context.Background()) == nil })
+}
