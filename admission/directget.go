@@ -3,10 +3,12 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,10 +64,11 @@ func (r *reader) route(m *nats.Msg) {
 func (r *reader) close() { _ = r.sub.Unsubscribe() }
 
 type directRequest struct {
-	Seq      uint64 `json:"seq"`
-	NextFor  string `json:"next_by_subj"`
-	Batch    int    `json:"batch"`
-	MaxBytes int    `json:"max_bytes"`
+	Seq       uint64     `json:"seq,omitempty"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+	NextFor   string     `json:"next_by_subj"`
+	Batch     int        `json:"batch"`
+	MaxBytes  int        `json:"max_bytes"`
 }
 
 // read returns up to batch messages of stream on subject at or after seq, in order, stopping
@@ -73,8 +76,18 @@ type directRequest struct {
 // answered (0: the read reached the subject's end; unknown counts as more). An empty result
 // means there is none.
 func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, batch, maxBytes int) ([]*nats.Msg, uint64, error) {
+	return r.get(ctx, stream, directRequest{Seq: max(seq, 1), NextFor: subject, Batch: batch, MaxBytes: maxBytes})
+}
+
+// readSince is read from the first message stored at or after since (the server's clock).
+func (r *reader) readSince(ctx context.Context, stream, subject string, since time.Time, batch, maxBytes int) ([]*nats.Msg, uint64, error) {
+	return r.get(ctx, stream, directRequest{StartTime: &since, NextFor: subject, Batch: batch, MaxBytes: maxBytes})
+}
+
+func (r *reader) get(ctx context.Context, stream string, dr directRequest) ([]*nats.Msg, uint64, error) {
+	subject, seq := dr.NextFor, dr.Seq
 	token := strconv.FormatUint(r.seq.Add(1), 36)
-	ch := make(chan *nats.Msg, batch+1)
+	ch := make(chan *nats.Msg, dr.Batch+1)
 	r.mu.Lock()
 	r.routes[token] = ch
 	r.mu.Unlock()
@@ -83,7 +96,7 @@ func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, b
 		delete(r.routes, token)
 		r.mu.Unlock()
 	}()
-	req, err := json.Marshal(directRequest{Seq: max(seq, 1), NextFor: subject, Batch: batch, MaxBytes: maxBytes})
+	req, err := json.Marshal(dr)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -115,39 +128,59 @@ func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, b
 }
 
 // firstFrom is the sequence of the first message of stream on subject at or after seq, as the
-// stream's leader has it (found false: none). A Direct Get may be answered by a follower that has
-// not applied the latest stores (FIELD-NOTES): a "none" from it is no proof; this asks the leader
-// (STREAM.MSG.GET, which only the leader answers).
+// stream's leader has it (found false: none; see leaderGet).
 func (r *reader) firstFrom(ctx context.Context, stream, subject string, seq uint64) (uint64, bool, error) {
-	req, err := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		NextFor string `json:"next_by_subj"`
-	}{max(seq, 1), subject})
-	if err != nil {
-		return 0, false, err
-	}
-	m, err := r.nc.RequestWithContext(ctx, r.api+"STREAM.MSG.GET."+stream, req)
+	m, found, err := r.leaderGet(ctx, stream, msgGetRequest{Seq: max(seq, 1), NextFor: subject})
 	if err != nil {
 		return 0, false, fmt.Errorf("get the first message of %s on %s from %d: %w", stream, subject, seq, err)
+	}
+	return m.seq, found, nil
+}
+
+type msgGetRequest struct {
+	Seq       uint64     `json:"seq,omitempty"`
+	NextFor   string     `json:"next_by_subj"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+}
+
+// leaderGet is the first message of stream that req asks for, as the stream's leader has it
+// (STREAM.MSG.GET, which only the leader answers; found false: there is none). A Direct Get may
+// be answered by a follower that has not applied the latest stores (FIELD-NOTES): a "none" from
+// it is no proof.
+func (r *reader) leaderGet(ctx context.Context, stream string, req msgGetRequest) (m storedMsg, found bool, err error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return storedMsg{}, false, err
+	}
+	reply, err := r.nc.RequestWithContext(ctx, r.api+"STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return storedMsg{}, false, err
 	}
 	var resp struct {
 		Message *struct {
-			Seq uint64 `json:"seq"`
+			Sequence uint64 `json:"seq"`
+			Header   []byte `json:"hdrs"`
 		} `json:"message"`
 		Error *jetstream.APIError `json:"error"`
 	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return 0, false, fmt.Errorf("get the first message of %s on %s from %d: %w", stream, subject, seq, err)
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return storedMsg{}, false, fmt.Errorf("a reply that does not read: %w", err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, false, nil
+		return storedMsg{}, false, nil
 	case resp.Error != nil:
-		return 0, false, fmt.Errorf("get the first message of %s on %s from %d: %w", stream, subject, seq, resp.Error)
+		return storedMsg{}, false, resp.Error
 	case resp.Message == nil:
-		return 0, false, fmt.Errorf("get the first message of %s on %s from %d: an answer without a message", stream, subject, seq)
+		return storedMsg{}, false, errors.New("a reply without a message")
 	}
-	return resp.Message.Seq, true, nil
+	m.seq = resp.Message.Sequence
+	if len(resp.Message.Header) > 0 {
+		if m.header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return storedMsg{}, false, fmt.Errorf("message %d: headers that do not read: %w", m.seq, err)
+		}
+	}
+	return m, true, nil
 }
 
 // seqOf is the stream sequence of a message read by Direct Get.

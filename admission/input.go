@@ -61,7 +61,7 @@ type part struct {
 	first     uint64
 	compactAt uint64
 	// horizon is the stream's last sequence when this replica took the partition: a job at or
-	// below it may have been forwarded by the partition's earlier holder (see policy.Job.Unasked).
+	// below it may have been forwarded by the partition's earlier holder (see policy.Job.Again).
 	horizon uint64
 	health  feedHealth
 
@@ -428,13 +428,13 @@ func (f *feedHealth) failed(err error) bool {
 	return first
 }
 
-// listed records what a listing of the stream found at now: last, its last sequence, and next,
-// the sequence the feed will deliver next.
+// listed records what a listing of the stream found at now: last, its last sequence (0: nothing
+// left to deliver), and next, the sequence the feed will deliver next (0 before its first).
 func (f *feedHealth) listed(now time.Time, last, next uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case last < next:
+	case last == 0 || last < next:
 		f.stuck, f.logged, f.err = time.Time{}, false, nil // delivered everything
 	case f.stuck.IsZero() || f.deliveredSince(f.stuck):
 		f.stuck = now // jobs it has not delivered: it must deliver before the next listing

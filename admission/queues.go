@@ -158,6 +158,9 @@ type queue struct {
 	fresh     bool // no limiter call has answered for it yet (policy.Queue.Fresh)
 	errs      int
 	waited    int64 // the highest job id told to wait (each counted once)
+	// redeemed are the ids of jobs the limiter answered admitted before (policy.Verdict.Redeemed)
+	// that are not settled yet: asked about again, never expired unasked (policy.Job.Again).
+	redeemed  map[int64]bool
 	head      int64 // the job the last step left waiting, and how many steps asked about it
 	asks      uint64
 	waitedFor string // what the last step's waiting jobs were told they wait for (policy.Queue.WaitedFor)
@@ -592,9 +595,9 @@ func (qs *queues) feedOn(p int) bool {
 
 // claim is what the queue's next limiter call says for owner (see policy.Queue).
 func (q *queue) claim(owner int64) policy.Queue {
-	pq := policy.Queue{Owner: owner, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh, WaitedFor: q.waitedFor}
-	if q.owe.stored > 0 {
-		pq.Stored, pq.Keep = q.owe.stored, storedKeep
+	pq := policy.Queue{Owner: owner, Stored: q.owe.stored, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh, WaitedFor: q.waitedFor}
+	if q.owe.keep {
+		pq.Keep = storedKeep
 	}
 	return pq
 }
@@ -1130,6 +1133,7 @@ func (qs *queues) pollOld(ctx context.Context, held map[int]bool, waiting map[st
 		if err != nil {
 			return nil, fmt.Errorf("list the tenants with jobs on stream %s: %w", o.name, err)
 		}
+		s.unmappedListed(o, info.State.LastSeq, time.Now())
 		for subj, n := range info.State.Subjects {
 			_, tenant, ok := o.published(subj)
 			if !ok || n == 0 || !mine(tenant) {

@@ -24,6 +24,7 @@ import (
 type job struct {
 	tenant  string
 	subject string // the subject it was published on
+	out     string // the subject it is forwarded on (the output's mapping of subject)
 	stream  string // the input stream it was stored in (its Msg-Ids name it)
 	seq     uint64 // its sequence there
 	id      int64  // its id: its lease, its mark in the limiter (wire.JobID)
@@ -33,20 +34,13 @@ type job struct {
 	data    []byte
 	weight  int64
 	wErr    error
-	maxWait time.Duration // its Admit-Max-Wait (0: none)
-	mwErr   error         // why its Admit-Max-Wait does not read
-	src     bool          // read from the queue's first older stream (q.old[0])
-	lane    bool          // from the lanes stream of an earlier version
-	tries   uint64
-	waited  bool            // it was told to wait before
+	maxWait time.Duration   // its Admit-Max-Wait (0: none)
+	mwErr   error           // why its Admit-Max-Wait does not read
+	src     bool            // read from the queue's first older stream (q.old[0])
+	lane    bool            // from the lanes stream of an earlier version
+	tries   uint64          // the decisions it takes, this step's included (Admit-Attempts)
 	ctx     context.Context // the job's trace
 	span    trace.Span
-	verdict policy.Verdict
-	plan    string
-	lease   time.Duration // its plan's lease (0: no concurrency limit)
-	reason  string        // the kind of the limit it waits for
-	limit   string        // the limit that bound the decision
-	skip    bool          // expired behind the job that waits: dead-lettered out of its place (see skipExpired)
 }
 
 // stepResult says what a queue's step found: when to step again, and how.
@@ -114,7 +108,6 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	}
 	read := len(jobs)
 	jobs = within(jobs, budget)
-	q.enter(deciding)
 	res := s.decideAndApply(ctx, q, jobs)
 	res.cut = len(jobs) < read
 	if res.gone || q.errs > 0 {
@@ -255,8 +248,9 @@ func (s *Service) fedJobs(ctx context.Context, q *queue, fs []fed) []job {
 	return jobs
 }
 
-// startJob reads j's weight and starts its trace.
+// startJob reads j's weight and where it goes, and starts its trace.
 func (s *Service) startJob(ctx context.Context, q *queue, j job) job {
+	j.out = s.outSubject(j.subject)
 	j.tries = q.tries(j.id)
 	j.weight, j.wErr = wire.ParseWeight(j.header)
 	j.maxWait, j.mwErr = wire.ParseMaxWait(j.header)
@@ -286,25 +280,55 @@ func (s *Service) sourceJobs(ctx context.Context, q *queue, src *source, msgs []
 	return jobs
 }
 
-// decideAndApply decides jobs at the head of q and applies each verdict in order: forward,
-// dead-letter, or (stored before) nothing; the first that waits stops it, and the jobs behind
-// wait with it. It returns when every message is stored or refused for good, with what the
-// queue does next; q's cursor moves past the jobs settled.
+// decideAndApply decides jobs at the head of q and does what the decision says, in order:
+// forward, dead-letter, or (stored before) nothing; the first that waits stops it, and the jobs
+// behind wait with it (see planStep). It returns when every message is stored or refused for
+// good, with what the queue does next; q's cursor moves past the jobs settled.
 func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) stepResult {
+	q.enter(deciding)
+	d := s.decide(ctx, q, jobs)
+	p := planStep(d.Decision, jobs, d.now, len(q.skipped) < maxSkipped)
+	fwds := s.forwards(q, jobs, &d, p)
+	if len(fwds) > 0 && !s.owners.leased(q.part) {
+		// The partition's lease ran out while the step decided (the replica paused past it): the
+		// next holder makes these forwards (it finds them admitted, looks them up: once.go), and
+		// this replica's would land beside its decisions.
+		for i := range jobs {
+			jobs[i].span.End()
+		}
+		return stepResult{gone: true}
+	}
+	q.enter(publishing)
+	s.send(ctx, q, fwds)
+	return s.settle(ctx, q, jobs, &d, p, fwds)
+}
+
+// decision is a step's decision (policy.Decision), with what its messages and records say of it.
+type decision struct {
+	policy.Decision
+	now   time.Time     // when the step decided
+	plan  string        // the tenant's plan ("" without)
+	limit string        // what bound it, for people ("pool workers: 8 of 8 in flight; acme's share 3 of 5")
+	lease time.Duration // the plan's lease (0: no concurrency limit)
+}
+
+// decide asks the limiter about jobs for q (the queue's claim with them), then looks up the
+// forwards of the jobs it redeemed (once.go), and tells the tenants whose pool capacity the call
+// gave back.
+func (s *Service) decide(ctx context.Context, q *queue, jobs []job) decision {
 	pjobs := make([]policy.Job, len(jobs))
 	horizon := s.queues.horizon(q.part)
 	for i, j := range jobs {
 		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr,
-			Unasked: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited}
+			Again: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited || q.redeemed[j.id]}
 	}
-	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
+	d := decision{Decision: s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner)), now: s.cfg.Now(), limit: ""}
 	if d.Said {
 		q.said()
 	}
-	plan := ""
-	var lease time.Duration
+	s.resolveRedeemed(ctx, q, jobs, &d.Decision)
 	if d.Plan != nil {
-		plan, lease = d.Plan.Name, d.Plan.Lease()
+		d.plan, d.lease = d.Plan.Name, d.Plan.Lease()
 	}
 	for _, t := range d.Wakes {
 		if t != q.tenant {
@@ -316,207 +340,113 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		s.log.Warn("the pool's grants a decision did not use were not given back: their slots stay taken until their leases end",
 			"tenant", q.tenant, "pool", d.Pool.Name, "err", d.GiveBackErr)
 	}
-	limit := d.Limit
+	d.limit = d.Limit
 	switch {
 	case (d.Reason == policy.ReasonPool || d.Reason == policy.ReasonBreaker || d.Reason == policy.ReasonDownstream && d.Limit != bucket.LimitDownstream) && d.Pool != nil && d.Plan != nil:
-		limit = d.Pool.Reason(q.tenant, max(d.Plan.Share, 1)) // "pool workers: 8 of 8 in flight; acme's share 3 of 5"
+		d.limit = d.Pool.Reason(q.tenant, max(d.Plan.Share, 1)) // "pool workers: 8 of 8 in flight; acme's share 3 of 5"
 	case d.Reason == policy.ReasonDownstream:
 		for _, v := range d.Verdicts {
 			if v.Fate == wire.FateDelayed {
-				limit = bucket.DownstreamReason(time.Now().Add(v.Wait)) // "downstream asked to wait until 14:03:10"
+				d.limit = bucket.DownstreamReason(d.now.Add(v.Wait)) // "downstream asked to wait until 14:03:10"
 				break
 			}
 		}
 	}
-	outs := make([]*outMsg, 0, len(jobs))
-	owner := make([]int, 0, len(jobs))
-	msgOf := make([]*outMsg, len(jobs)) // each job's message, if any
-	settled := len(jobs)                // jobs before it are settled once their messages are stored
-	res := stepResult{decided: true, plan: plan}
-	for i := range jobs {
-		j := &jobs[i]
-		j.verdict, j.plan, j.limit, j.lease, j.reason = d.Verdicts[i], plan, limit, lease, d.Reason
-		if settled < len(jobs) {
-			if j.verdict.Code == wire.CodeExpired && s.canSkip(q, j) {
-				// Its bound passed while it waited behind the job that waits: dead-lettered now,
-				// out of its place; the others keep their order.
-				j.skip = true
-				m := &outMsg{msg: s.deadMsg(j, j.verdict.Code, j.verdict.Detail), stream: s.cfg.StreamDead}
-				outs, owner, msgOf[i] = append(outs, m), append(owner, i), m
-				res.spent++
-				continue
-			}
-			j.verdict = policy.Verdict{Fate: jobs[settled].verdict.Fate, Wait: jobs[settled].verdict.Wait} // it waits behind the head, for as long
-			continue
-		}
-		var m *outMsg
-		switch f := j.verdict.Fate; {
-		case f.Forwarded():
-			m = &outMsg{msg: s.forwardMsg(j), stream: s.cfg.StreamOut, forward: true}
-			if j.msgLease() {
-				m.lease = j.lease
-			}
-			res.spent += max(j.weight, 1) // every forward is work downstream, paced or not
-		case f == wire.FateDead:
-			m = &outMsg{msg: s.deadMsg(j, j.verdict.Code, j.verdict.Detail), stream: s.cfg.StreamDead}
-			res.spent++ // a dead letter costs the turn its work, not its weight
-		case f == wire.FateStored:
-		default: // it waits, and every job behind it
-			settled = i
-			continue
-		}
-		if m != nil {
-			outs = append(outs, m)
-			owner = append(owner, i)
-			msgOf[i] = m
-		}
-	}
-	s.tel.inFlight.Add(ctx, int64(len(outs)))
-	q.enter(publishing)
-	s.pub.publishAll(ctx, outs)
-	s.deadLetterRefused(ctx, jobs, outs, owner)
-	s.tel.inFlight.Add(ctx, -int64(len(outs)))
-	if late := q.owe.settle(jobs, outs, owner, s.cfg.Policy.Late()); late > 0 {
+	return d
+}
+
+// settle ends a step whose messages fwds were published: what it owes the limiter, the queue's
+// cursor past the jobs settled in order (up to the first whose message could not be stored:
+// shutting down), those dead-lettered out of place removed, when to step again, and each job's
+// record.
+func (s *Service) settle(ctx context.Context, q *queue, jobs []job, d *decision, p stepPlan, fwds []*forward) stepResult {
+	if late := q.owe.settle(fwds, s.cfg.Policy.Late()); late > 0 {
 		s.tel.lateForwards.Add(ctx, int64(late))
 	}
-	s.renewLate(ctx, q, jobs, outs, owner)
-	// The jobs settled in order, up to the first whose message could not be stored (shutting
-	// down): the queue's cursor moves past them, and they are removed from the input.
-	for k, m := range outs {
-		if m.err != nil {
-			settled = min(settled, owner[k])
+	settled, sent := p.head, make([]*forward, len(jobs)) // each job's message, if any
+	for _, f := range fwds {
+		i := indexOf(jobs, f.job)
+		sent[i] = f
+		if f.err != nil {
+			settled = min(settled, i) // a message out of place is behind the head: no change
 			q.errs++
 		}
 	}
 	var skipped []uint64
-	for i := range jobs {
-		j := &jobs[i]
-		switch {
-		case i < settled:
-			j.waited = j.id <= q.waited
-			s.conclude(j, nil)
-		case j.skip:
-			if err := msgOf[i].err; err != nil || ctx.Err() != nil {
-				s.conclude(j, errors.Join(err, ctx.Err())) // not stored: decided again by the next step
-			} else {
-				s.conclude(j, nil)
-				skipped = append(skipped, j.at)
-			}
-		case j.verdict.Fate.Waits():
-			s.concludeWait(q, j, i == settled)
-		default:
-			s.conclude(j, ctx.Err()) // not stored: read again by the next step
+	for i, f := range sent {
+		if f != nil && f.planned.act == actSkip && f.err == nil && ctx.Err() == nil {
+			skipped = append(skipped, jobs[i].at)
 		}
 	}
+	defer s.concludeAll(ctx, q, jobs, d, p, sent, settled)
 	if settled > 0 {
 		s.advance(q, jobs[:settled])
 	}
 	if len(skipped) > 0 {
 		s.skipExpired(ctx, q, skipped)
 	}
-	if q.errs > 0 && settled < len(jobs) && !jobs[settled].verdict.Fate.Waits() {
-		return stepResult{next: stepRetry(q.errs), spent: res.spent}
-	}
-	q.errs = 0
-	if settled < len(jobs) {
+	res := stepResult{decided: true, plan: d.plan, spent: p.spent}
+	switch {
+	case q.errs > 0 && settled < len(jobs) && p.each[settled].act != actWait:
+		return stepResult{next: stepRetry(q.errs), spent: p.spent}
+	case settled < len(jobs):
+		q.errs = 0
+		head := p.each[settled].verdict
 		q.waits(jobs[settled].id, jobs[settled].tries)
-		q.waitedFor = d.WaitedFor(jobs[settled].verdict)
-		res.oldest = jobs[settled].stored
-		res.next = max(jobs[settled].verdict.Wait, time.Millisecond)
-		// It asks again by the first bound on waiting among the jobs left waiting, if that is
-		// sooner: they expire on time.
-		for k := settled; k < len(jobs); k++ {
-			if dl := d.Verdicts[k].Deadline; !dl.IsZero() && !jobs[k].skip && d.Verdicts[k].Fate.Waits() {
-				res.next = min(res.next, max(time.Until(dl), time.Millisecond))
-			}
-		}
-		if len(skipped) > 0 {
-			res.next = 0 // jobs beyond those read may have expired too: it reads on at once
-		}
-		if jobs[settled].verdict.Fate == wire.FateDelayed {
-			res.waitsFor = jobs[settled].reason
+		q.waitedFor = d.WaitedFor(head)
+		res.oldest, res.next = jobs[settled].stored, p.next
+		if head.Fate == wire.FateDelayed {
+			res.waitsFor = d.Reason
 		}
 		return res
 	}
+	q.errs = 0
 	q.waitedFor = ""
 	res.more = true // everything read went: the queue goes on (or finds itself empty)
 	return res
 }
 
-// msgLease reports whether j's forward carries a lease (see leaseHeader).
-func (j *job) msgLease() bool {
-	return j.lease > 0 && j.verdict.Fate == wire.FateAdmitted && !j.verdict.Shadow
-}
-
-// renewLate starts again the leases of forwards stored a quarter of their lease or more after
-// their decision (a stream electing a leader, a node that stopped answering), before the queue
-// decides anything else: a worker counts a forward's lease from its store, Redis from its grant,
-// and a lease that ended there while the forward was held would give its slot to the next job
-// while the first runs. A start renews the lease, or takes its slots again if they are free; if
-// they are not (another replica's decision, a pool's), the job runs beside the limit: logged.
-// A worker quick enough to finish the job before this start leaves its slot taken for one
-// lease: capacity, not a burst. Rare, and bounded by the step's context.
-func (s *Service) renewLate(ctx context.Context, q *queue, jobs []job, outs []*outMsg, owner []int) {
-	for k, m := range outs {
-		if m.lease == 0 || m.err != nil || m.took < m.lease/4 {
-			continue
+// concludeAll records what became of each job of a step (see settle): settled before settled,
+// dead-lettered out of place, waiting, or to be read again.
+func (s *Service) concludeAll(ctx context.Context, q *queue, jobs []job, d *decision, p stepPlan, sent []*forward, settled int) {
+	for i := range jobs {
+		j, pl := &jobs[i], p.each[i]
+		if f := sent[i]; f != nil {
+			pl = f.planned // a forward refused for good became a dead letter
 		}
-		j := &jobs[owner[k]]
-		res, _, err := s.cfg.Policy.Lease(ctx, policy.LeaseStart, q.tenant, j.id, max(j.weight, 1), bucket.NoCost, bucket.Report{})
 		switch {
-		case err != nil:
-			s.log.Warn("a forward stored after its lease's middle: its lease could not be started again", "tenant", q.tenant, "sequence", j.seq,
-				"stored_after", m.took.Round(time.Millisecond).String(), "lease", m.lease.String(), "err", err)
-		case !res.Held:
-			s.log.Warn("a forward stored after its lease ended runs beside its tenant's concurrency limit or its pool (their slots were taken meanwhile)",
-				"tenant", q.tenant, "sequence", j.seq, "stored_after", m.took.Round(time.Millisecond).String(), "lease", m.lease.String())
+		case i < settled:
+			s.conclude(j, d, pl.verdict, j.id <= q.waited, nil)
+		case pl.act == actSkip:
+			s.conclude(j, d, pl.verdict, false, errors.Join(sent[i].err, ctx.Err())) // not stored: decided again by the next step
+		case pl.act == actWait:
+			s.concludeWait(q, j, d, pl.verdict, i == settled)
+		default:
+			s.conclude(j, d, pl.verdict, false, ctx.Err()) // not stored: read again by the next step
 		}
 	}
 }
 
-// deadLetterRefused dead-letters instead what can never be stored; a dead letter that cannot
-// carry the payload is sent without it.
-func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*outMsg, owner []int) {
-	for round := 0; round < 2 && ctx.Err() == nil; round++ {
-		var again []*outMsg
-		var where []int // index in outs
-		for k, o := range outs {
-			if o.err == nil || !s.pub.permanent(o.err) {
-				continue
-			}
-			j := &jobs[owner[k]]
-			var dm *nats.Msg
-			switch {
-			case o.stream != s.cfg.StreamDead:
-				code, detail := wire.CodeForwardRejected, fmt.Sprintf("stream %s refused it: %v", o.stream, o.err)
-				if errors.Is(o.err, errTooLarge) || tooLargeAPI(o.err) {
-					code, detail = wire.CodeTooLarge, fmt.Sprintf("it can never be stored on stream %s: %v", o.stream, o.err)
-				}
-				j.verdict = policy.Verdict{Fate: wire.FateDead, Code: code, Detail: detail}
-				dm = s.deadMsg(j, code, detail)
-			case len(o.msg.Data) > 0:
-				dm = s.deadMsg(j, j.verdict.Code, j.verdict.Detail+fmt.Sprintf("; the payload (%d bytes) is left out: the dead letter could not carry it (%v); it was sequence %d of stream %s",
-					len(j.data), o.err, j.seq, j.stream))
-				dm.Data = nil
-			default:
-				continue // even without its payload: see conclude
-			}
-			again, where = append(again, &outMsg{msg: dm, stream: s.cfg.StreamDead}), append(where, k)
-		}
-		if len(again) == 0 {
-			return
-		}
-		s.pub.publishAll(ctx, again)
-		for i, k := range where {
-			outs[k] = again[i]
+// indexOf is the index of j in jobs (j points into it).
+func indexOf(jobs []job, j *job) int {
+	for i := range jobs {
+		if &jobs[i] == j {
+			return i
 		}
 	}
+	return -1
 }
 
 // advance moves q past its settled jobs (in order), which are to be removed.
 func (s *Service) advance(q *queue, settled []job) {
 	last := settled[len(settled)-1]
 	q.storedID = max(q.storedID, last.id)
+	for id := range q.redeemed {
+		if id <= q.storedID {
+			delete(q.redeemed, id)
+		}
+	}
+	q.owe.stored = max(q.owe.stored, q.storedID) // said by the queue's next call (see owed)
 	if last.src {
 		src := &q.old[0]
 		src.cursor, src.unpurged = last.at+1, last.at
@@ -650,7 +580,7 @@ func (s *Service) deleteEach(ctx context.Context, q *queue, seqs []uint64, first
 		s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
 			"tenant", q.tenant, "stream", stream, "jobs", len(seqs), "err", errs[0])
 	}
-	q.owe.stored = max(q.owe.stored, q.storedID)
+	q.owe.stored, q.owe.keep = max(q.owe.stored, q.storedID), true
 	return err
 }
 
@@ -678,7 +608,7 @@ func (s *Service) purgeOf(ctx context.Context, q *queue, stream, subject string,
 			s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
 				"tenant", q.tenant, "stream", stream, "through", through, "err", err)
 		}
-		q.owe.stored = max(q.owe.stored, q.storedID)
+		q.owe.stored, q.owe.keep = max(q.owe.stored, q.storedID), true
 	}
 	return err
 }
@@ -747,7 +677,7 @@ func (s *Service) laneJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []jo
 			j.weight, j.wErr = wire.ParseWeight(h)
 			j.maxWait, j.mwErr = wire.ParseMaxWait(h)
 		}
-		j.id = wire.JobID(1, 0, j.seq)
+		j.id, j.out = wire.JobID(1, 0, j.seq), s.outSubject(j.subject)
 		if t, err := time.Parse(time.RFC3339Nano, h.Get(wire.HeaderInputTime)); err == nil {
 			j.stored = t
 		}
@@ -758,9 +688,9 @@ func (s *Service) laneJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []jo
 	return jobs
 }
 
-// conclude settles a job whose verdict was applied (err: what became of its message; nil:
-// stored) and records the decision.
-func (s *Service) conclude(j *job, err error) {
+// conclude settles a job whose verdict v (of decision d) was applied (err: what became of its
+// message; nil: stored) and records the decision; waited: it was told to wait before.
+func (s *Service) conclude(j *job, d *decision, v policy.Verdict, waited bool, err error) {
 	defer j.span.End()
 	if err != nil {
 		j.span.RecordError(err)
@@ -773,93 +703,49 @@ func (s *Service) conclude(j *job, err error) {
 		}
 		return
 	}
-	v := j.verdict
 	if v.Fate == wire.FateStored {
 		return // decided before: no new decision
 	}
 	if v.Fate == wire.FateDead {
 		s.log.Info("dead-lettered", "subject", j.subject, "tenant", j.tenant, "code", string(v.Code), "detail", v.Detail)
 		if v.Code == wire.CodeExpired {
-			s.tel.jobExpired(j)
+			s.tel.jobExpired(j, d.plan, v.WaitedFor)
 		}
 	}
-	s.tel.conclude(j, v.Fate)
-	s.record(j, false)
+	s.tel.conclude(j, d.plan, d.Reason, v)
+	s.record(j, d, v, waited, false)
 }
 
-// concludeWait records a job that waits in its queue: counted as a decision the first time it
-// is told to wait (once per job, whether it is the head or behind it), and the head remembered
-// as the tenant's latest wait every time.
-func (s *Service) concludeWait(q *queue, j *job, head bool) {
+// concludeWait records a job that waits in its queue with verdict v: counted as a decision the
+// first time it is told to wait (once per job, whether it is the head or behind it), and the
+// head remembered as the tenant's latest wait every time.
+func (s *Service) concludeWait(q *queue, j *job, d *decision, v policy.Verdict, head bool) {
 	defer j.span.End()
 	again := j.id <= q.waited
 	if !again {
 		q.waited = j.id
-		s.tel.conclude(j, j.verdict.Fate)
+		s.tel.conclude(j, d.plan, d.Reason, v)
 	}
 	if head || !again {
-		s.record(j, again)
+		s.record(j, d, v, false, again)
 	}
 }
 
-// record tells Config.Activity what became of a job.
-func (s *Service) record(j *job, again bool) {
+// record tells Config.Activity what became of a job: verdict v of decision d (waited: it waited
+// before it went; again: it was told to wait before).
+func (s *Service) record(j *job, d *decision, v policy.Verdict, waited, again bool) {
 	if s.cfg.Activity == nil {
 		return
 	}
-	e := activity.Event{At: s.cfg.Now(), Tenant: j.tenant, Plan: j.plan, Fate: j.verdict.Fate, Weight: j.weight, Limit: j.limit,
-		Wait: j.verdict.Wait, Code: j.verdict.Code, Again: again}
-	if j.verdict.Fate.Forwarded() {
+	e := activity.Event{At: d.now, Tenant: j.tenant, Plan: d.plan, Fate: v.Fate, Weight: j.weight, Limit: d.limit,
+		Wait: v.Wait, Code: v.Code, Again: again}
+	if v.Fate.Forwarded() {
 		e.Wait = 0
-		if j.waited && !j.stored.IsZero() {
+		if waited && !j.stored.IsZero() {
 			e.Wait = max(e.At.Sub(j.stored), 0) // how long it waited
 		}
 	}
 	s.cfg.Activity.Record(e)
-}
-
-// forwardMsg is the admitted job as published to the output.
-func (s *Service) forwardMsg(j *job) *nats.Msg {
-	_, out, err := s.out.Map(j.subject)
-	if err != nil { // cannot happen: the input matched the template
-		out = j.subject
-	}
-	h := s.baseHeader(j, 9)
-	forwardHeader(h, wire.MsgID(wire.KindForward, j.stream, j.seq), j.tenant, j.plan, j.tries, s.cfg.Now().Sub(j.stored), j.verdict)
-	leaseHeader(h, j.id, j.lease, j.verdict)
-	m := &nats.Msg{Subject: out, Data: j.data, Header: h}
-	s.tel.injectSend(j, m, s.cfg.StreamOut)
-	return m
-}
-
-// deadMsg is the job as dead-lettered with code and detail.
-func (s *Service) deadMsg(j *job, code wire.Code, detail string) *nats.Msg {
-	_, dead, err := s.dead.Map(j.subject)
-	if err != nil { // not an input subject (a foreign message in a legacy lane): the tenant's dead subject
-		fill := make([]string, s.cfg.Dead.Wildcards())
-		for i := range fill {
-			fill[i] = "lane"
-		}
-		dead, _ = s.cfg.Dead.Subject(j.tenant, fill...)
-	}
-	h := deadHeader(s.baseHeader(j, 5), wire.MsgID(wire.KindDead, j.stream, j.seq), code, detail)
-	if code == wire.CodeExpired {
-		h.Set(wire.HeaderErrorArrived, j.stored.UTC().Format(time.RFC3339Nano))
-		h.Set(wire.HeaderErrorWaitedFor, j.verdict.WaitedFor)
-	}
-	m := &nats.Msg{Subject: dead, Data: j.data, Header: h}
-	s.tel.injectSend(j, m, s.cfg.StreamDead)
-	return m
-}
-
-// baseHeader is the job's own headers as carried into what the admitter publishes: the
-// producer's, without the stream's read headers (Nats-Sequence, ...) and with its Nats-* kept
-// as Admit-Original-*.
-func (s *Service) baseHeader(j *job, extra int) nats.Header {
-	if j.lane {
-		return fromLane(j.header, extra)
-	}
-	return carried(j.header, extra)
 }
 
 // ownerOf is the limiter's name of a replica (bucket.OwnerID).

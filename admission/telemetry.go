@@ -228,24 +228,25 @@ func (t *telemetry) injectSend(j *job, m *nats.Msg, stream string) {
 	span.End()
 }
 
-// conclude records a job's decision on its span and in the metrics: its fate, counted once per
-// job (a job that waited is counted delayed when first told to wait, then admitted when it
-// goes).
-func (t *telemetry) conclude(j *job, fate wire.Fate) {
+// conclude records a job's decision, verdict v under plan (reason: why it waits), on its span and
+// in the metrics: its fate, counted once per job (a job that waited is counted delayed when first
+// told to wait, then admitted when it goes).
+func (t *telemetry) conclude(j *job, plan, reason string, v policy.Verdict) {
+	fate := v.Fate
 	decision := fate.String()
 	j.span.SetAttributes(AttrDecision.String(decision))
-	key := setKey{plan: j.plan, outcome: decision}
+	key := setKey{plan: plan, outcome: decision}
 	if t.tenantLabel {
 		key.tenant = j.tenant
 	}
 	if fate == wire.FateDelayed {
-		key.reason = j.reason
+		key.reason = reason
 	}
 	t.mu.RLock()
 	set, ok := t.sets[key]
 	t.mu.RUnlock()
 	if !ok {
-		attrs := []attribute.KeyValue{attribute.String("source", string(wire.SourceQueue)), attribute.String("outcome", decision), attribute.String("plan", j.plan)}
+		attrs := []attribute.KeyValue{attribute.String("source", string(wire.SourceQueue)), attribute.String("outcome", decision), attribute.String("plan", plan)}
 		if t.tenantLabel {
 			attrs = append(attrs, attribute.String("tenant", j.tenant))
 		}
@@ -260,13 +261,13 @@ func (t *telemetry) conclude(j *job, fate wire.Fate) {
 	ctx := context.Background()
 	t.decisions.Add(ctx, 1, set)
 	if fate == wire.FateDelayed || fate == wire.FateShadowDelayed {
-		t.waits.Record(ctx, j.verdict.Wait.Seconds(), set)
+		t.waits.Record(ctx, v.Wait.Seconds(), set)
 	}
 }
 
-// jobExpired counts a job dead-lettered expired.
-func (t *telemetry) jobExpired(j *job) {
-	attrs := []attribute.KeyValue{attribute.String("plan", j.plan), attribute.String("reason", policy.WaitedForReason(j.verdict.WaitedFor))}
+// jobExpired counts a job of plan dead-lettered expired, waiting for waitedFor.
+func (t *telemetry) jobExpired(j *job, plan, waitedFor string) {
+	attrs := []attribute.KeyValue{attribute.String("plan", plan), attribute.String("reason", policy.WaitedForReason(waitedFor))}
 	if t.tenantLabel {
 		attrs = append(attrs, attribute.String("tenant", j.tenant))
 	}

@@ -24,7 +24,9 @@ import (
 //	unsure ──refused (another's, or none)──► lost
 //
 // Only a held tenure acts on its partition, until the send time of its last applied write plus
-// lease − heartbeat/2. Its part (input.go) starts when it is first held and stops when it is lost
+// lease − heartbeat/2; until then a held or releasing one is leased: what its part decided may
+// still be published (a step whose lease ran out while it decided publishes nothing: the next
+// holder finds those jobs admitted and forwards them once). Its part (input.go) starts when it is first held and stops when it is lost
 // or given up; an unsure tenure keeps its part, paused: a renewal applied on its revision proves
 // that nobody wrote the key meanwhile, so nobody else held the partition, and it goes on where it
 // was (before, a bucket without a leader for 3 s dropped the partition and read it again from its
@@ -103,7 +105,9 @@ func (t tenure) wrote(o outcome, rev uint64, sent time.Time, valid time.Duration
 	switch o {
 	case applied:
 		if t.state == releasing {
-			t.rev = rev // renewed while its part stops: the key is deleted at this revision
+			// Renewed while its part stops: what it decided may still go (leased), and the key is
+			// deleted at this revision.
+			t.rev, t.until = rev, sent.Add(valid)
 			return t, noEffect
 		}
 		eff := noEffect
@@ -156,6 +160,12 @@ func (t tenure) giveUp() (tenure, effect) {
 
 // acts reports whether this replica may act on the partition at now.
 func (t tenure) acts(now time.Time) bool { return t.state == held && now.Before(t.until) }
+
+// leased reports whether t's lease runs at now, held or being given up: what its part decided
+// may still go. An unsure tenure's has run out (its renewals went unanswered past its validity).
+func (t tenure) leased(now time.Time) bool {
+	return (t.state == held || t.state == releasing) && now.Before(t.until)
+}
 
 // pursued reports whether the tenure counts toward this replica's share (claimed, held or
 // unsure: not being given up or lost).

@@ -71,6 +71,37 @@ func TestALapsedTenureActsFromItsRenewal(t *testing.T) {
 	}
 }
 
+// TestTenureLeased is when what a tenure's part decided may still go (owners.leased, asked by a
+// step before it publishes): while held or being given up, within the validity of its last
+// renewal applied; never once unsure or lost.
+func TestTenureLeased(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	const valid = 2500 * time.Millisecond
+	running := tenure{state: held, id: 1, rev: 5, until: t0.Add(valid), runs: true}
+	releasing, _ := running.giveUp()
+	renewed, _ := releasing.wrote(applied, 6, t0.Add(2*time.Second), valid, "")
+	taken, _ := running.wrote(refused, 0, t0, valid, "another's")
+	for _, c := range []struct {
+		name string
+		tn   tenure
+		at   time.Duration
+		want bool
+	}{
+		{"held within its lease", running, valid - time.Millisecond, true},
+		{"held at its lease's end", running, valid, false},
+		{"unsure (its lease ran out unanswered)", running.at(t0.Add(valid)), valid, false},
+		{"being given up within its lease", releasing, time.Second, true},
+		{"being given up, renewed: from the renewal", renewed, 2*time.Second + valid - time.Millisecond, true},
+		{"being given up past its lease", releasing, valid, false},
+		{"lost", taken, time.Second, false},
+		{"none", tenure{}, 0, false},
+	} {
+		if got := c.tn.leased(t0.Add(c.at)); got != c.want {
+			t.Errorf("%s: leased %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // TestBalance is who claims what, as a table (tenure.go balance): free keys are created, stale
 // ones updated at their revision, live holders' kept, a share never exceeded, those above it
 // given up lowest ranked first, and nothing moved beside a replica of another count.

@@ -181,7 +181,7 @@ func (m *Memory) born() int64 { return m.bornAt.Load() }
 func (sh *memShard) store(tenant string, st *memState, p *Plan, ws []work, now int64, o Options) {
 	cut := now - o.Redeem.Microseconds()
 	first := 0
-	for first < len(st.marks) && abs(st.marks[first].at) < cut {
+	for first < len(st.marks) && (abs(st.marks[first].at) < cut || stored(st.marks[first].job, st.stored)) {
 		first++
 	}
 	if len(st.marks)-first > maxMarks {
@@ -336,7 +336,19 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 	if st == nil {
 		st = &memState{}
 	}
-	redeem, late, horizon := o.Redeem.Microseconds(), o.Late.Microseconds(), o.Horizon.Microseconds()
+	redeem, horizon := o.Redeem.Microseconds(), o.Horizon.Microseconds()
+	if b.Peek {
+		held := st.owner != 0 && st.owner != b.Owner && st.ownerUntil > now
+		for i, j := range b.Jobs {
+			out[i] = int64(JobNotYet)
+			if stored(j.ID, st.stored) {
+				out[i] = int64(JobStored)
+			} else if at, ok := findMark(st, j.ID); ok && !held && at > 0 && at+redeem >= now {
+				out[i] = redeemedAgo + max(now-at, 0)
+			}
+		}
+		return 0, 0, 0, 0
+	}
 	wait = -1
 	changed, schanged := false, false
 	if b.Stored > st.stored {
@@ -383,7 +395,7 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 			out[i] = int64(JobNotYet)
 		case shadow:
 			out[i], swait[i] = int64(JobAdmitted), 0
-			if sat, ok := findMark(sst, j.ID); ok && sat+redeem >= now {
+			if sat, ok := findMark(sst, j.ID); ok && sat+lua.ShadowRedeem >= now {
 				out[i], swait[i] = int64(JobRedeemed), max(sat-now, 0)
 				break
 			}
@@ -399,12 +411,8 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 			if found && (at <= 0 || at+redeem < now) {
 				found = false
 			}
-			if found && wait < 0 {
-				out[i] = int64(JobRedeemed)
-				if now-at >= late {
-					p.chargeLate(ws, now, j.Weight, now-at)
-					st.marks = append(st.marks, mark{j.ID, now})
-				}
+			if found {
+				out[i] = redeemedAgo + max(now-at, 0) // charged nothing, even behind a job that waits (lua/admit.lua: Once)
 				break
 			}
 			if st.hold > now { // the downstream asked for no more until then
@@ -440,7 +448,9 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 		expired = sh.expired
 	}
 	if schanged {
-		sh.store(shadowKey(b.Tenant), sst, p, sws, now, o)
+		so := o
+		so.Redeem = lua.ShadowRedeem * time.Microsecond // a trial's decisions are kept that long (lua/admit.lua)
+		sh.store(shadowKey(b.Tenant), sst, p, sws, now, so)
 	}
 	return wait, bind, r, expired
 }

@@ -276,6 +276,7 @@ const (
 // poolReply is a pool operation's answer.
 type poolReply struct {
 	granted     int   // acquire: the jobs granted (a prefix)
+	before      []int // acquire: the indices (0-based) of the jobs granted before (a lease of theirs held: nothing taken now)
 	wait        int64 // acquire, start: µs until the first job not granted (the job) may fit
 	found       bool  // give back, release, renew: a lease was held
 	weight, ran int64 // release: its weight and the time from its take to now (µs)
@@ -302,6 +303,64 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
 	}
+	known, err := admittedBefore(ctx, b, admit)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	rest := b
+	rest.Jobs = b.Jobs[len(known.Outcomes):]
+	res, err := admitGranted(ctx, pb, rest, admit)
+	if err != nil || len(known.Outcomes) == 0 {
+		return res, err
+	}
+	if res.AdmittedAgo != nil || known.AdmittedAgo != nil {
+		ages := make([]time.Duration, len(b.Jobs))
+		copy(ages, known.AdmittedAgo)
+		if res.AdmittedAgo != nil {
+			copy(ages[len(known.Outcomes):], res.AdmittedAgo)
+		}
+		res.AdmittedAgo = ages
+	}
+	res.Outcomes = append(known.Outcomes, res.Outcomes...)
+	return res, nil
+}
+
+// admittedBefore looks the leading jobs of b that may have been admitted before (Job.Again) up in
+// the tenant's state (Batch.Peek), and returns the answers of those it stored or admitted
+// before: they are not asked of the pool, which would take a slot for a job whose forward may
+// be downstream already (and done: a slot nobody uses). None when no job leads with Again.
+func admittedBefore(ctx context.Context, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
+	n := 0
+	for n < len(b.Jobs) && b.Jobs[n].Again {
+		n++
+	}
+	if n == 0 {
+		return BatchResult{}, nil
+	}
+	peek := b
+	peek.Jobs, peek.Peek = b.Jobs[:n], true
+	r, err := admit(ctx, peek)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	k := 0
+	for k < len(r.Outcomes) && (r.Outcomes[k] == JobStored || r.Outcomes[k] == JobRedeemed) {
+		k++
+	}
+	r.Outcomes = r.Outcomes[:k]
+	if r.AdmittedAgo != nil {
+		r.AdmittedAgo = r.AdmittedAgo[:k]
+	}
+	return r, nil
+}
+
+// admitGranted decides a batch of a plan with a pool, none of whose jobs was admitted before:
+// see admitPooled. Without jobs, it says the batch's claims alone.
+func admitGranted(ctx context.Context, pb poolBackend, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
+	if len(b.Jobs) == 0 {
+		return admit(ctx, b)
+	}
+	p := b.Plan
 	pool, share := p.Pool, p.share()
 	g, err := pb.poolCall(ctx, poolAcquire, pool, b.Tenant, share, b.Jobs, NoCost, Report{})
 	if err != nil {
@@ -323,9 +382,13 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		}
 		return BatchResult{}, err
 	}
+	// What the tenant's limits did not admit goes back, and so does what was granted now to a
+	// job they redeemed: it was admitted before, its forward may be downstream already, and if
+	// it is not, its slots are taken again before it is forwarded (see JobRedeemed). A grant
+	// made before (the job's lease held already) stays: it is the job's own.
 	var unused []Job
 	for i, o := range res.Outcomes {
-		if !o.Admitted() {
+		if !o.Admitted() || o == JobRedeemed && !slices.Contains(g.before, i) {
 			unused = append(unused, sub.Jobs[i])
 		}
 	}
@@ -534,6 +597,14 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 	st := vals[head:]
 	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3], DownstreamUntil: st[4],
 		Breaker: st[5], BreakerUntil: st[6], Probes: st[7], Limit: st[8], Floor: st[9], TimePerJob: st[10], LimitWhy: st[11], BreakerSince: st[12]}
+	if op == poolAcquire {
+		for _, i := range st[poolStateLen:] {
+			if i < 1 || i > vals[0] {
+				return poolReply{}, fmt.Errorf("pool reply: job %d granted before, of %d granted", i, vals[0])
+			}
+			r.before = append(r.before, int(i-1))
+		}
+	}
 	if op == poolInspect {
 		rest := st[poolStateLen:]
 		if len(rest) != 3*len(names) {
@@ -867,9 +938,11 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			return r, more
 		}
 		granted, got, turn, held, broken := 0, int64(0), false, false, false
+		var before []int
 		for i, j := range jobs {
 			if conc > 0 && leaseAt(j.ID) >= 0 {
 				granted = i + 1
+				before = append(before, i)
 				continue
 			}
 			if mp.hold > 0 {
@@ -935,7 +1008,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		t.received += got
 		mp.sweep()
-		return poolReply{granted: granted, wait: wait, state: state(), wakes: wakes}
+		return poolReply{granted: granted, before: before, wait: wait, state: state(), wakes: wakes}
 	case poolGiveBack, poolRelease:
 		var r poolReply
 		before := freeNow()

@@ -73,6 +73,7 @@ type routedReply struct {
 // wirePool is a poolReply as it crosses to another replica.
 type wirePool struct {
 	Granted int          `json:"granted"`
+	Before  []int        `json:"before,omitempty"`
 	Wait    int64        `json:"wait"`
 	Found   bool         `json:"found"`
 	Weight  int64        `json:"weight"`
@@ -84,11 +85,11 @@ type wirePool struct {
 }
 
 func (w *wirePool) reply() poolReply {
-	return poolReply{granted: w.Granted, wait: w.Wait, found: w.Found, weight: w.Weight, ran: w.Ran, ends: w.Ends, state: w.State, wakes: w.Wakes, tenants: w.Tenants}
+	return poolReply{granted: w.Granted, before: w.Before, wait: w.Wait, found: w.Found, weight: w.Weight, ran: w.Ran, ends: w.Ends, state: w.State, wakes: w.Wakes, tenants: w.Tenants}
 }
 
 func wireOf(r poolReply) *wirePool {
-	return &wirePool{Granted: r.granted, Wait: r.wait, Found: r.found, Weight: r.weight, Ran: r.ran, Ends: r.ends, State: r.state, Wakes: r.wakes, Tenants: r.tenants}
+	return &wirePool{Granted: r.granted, Before: r.before, Wait: r.wait, Found: r.found, Weight: r.weight, Ran: r.ran, Ends: r.ends, State: r.state, Wakes: r.wakes, Tenants: r.tenants}
 }
 
 // remote returns the router when key is decided by another replica, nil when here.

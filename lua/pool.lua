@@ -62,7 +62,9 @@
 -- int64s are
 --   acquire  granted (a prefix of the jobs), wait (µs, for the first job not granted: until the
 --            capacity it needs may be free, at most reask; 0 when all were granted), then the
---            pool's state (below); wakes the first waiter when its turn stopped the grant
+--            pool's state (below), then the (1-based) indices of the jobs granted before (a
+--            lease of theirs held already: nothing taken now); wakes the first waiter when its
+--            turn stopped the grant
 --   give back / release  found (0/1), weight, ran (µs from the lease's take to now: the job's
 --            time downstream; 0 when not held), then the pool's state
 --   renew    found, the lease's new end (µs), then the pool's state
@@ -459,10 +461,12 @@ if op == 0 then
     return r
   end
   local granted, got, turn, held, broken = 0, 0, false, false, false
+  local before = {} -- the jobs granted before: their indices
   for i = 1, k do
     local id, w = jid[i], jw[i]
     if conc > 0 and lease_at(id) then
       granted = i -- granted before (its answer was lost): nothing more is taken
+      before[#before + 1] = i
     else
       if hold > 0 then
         held = true -- the downstream asked for no more of the pool's jobs until hold
@@ -532,6 +536,7 @@ if op == 0 then
   save()
   local ints = {granted, wait}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
+  for _, i in ipairs(before) do ints[#ints + 1] = i end
   return reply(ints, wakes)
 elseif op == 1 or op == 2 then
   -- give back unused grants (1), or release a lease (2, one job: the done message's cost is
