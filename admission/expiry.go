@@ -23,12 +23,6 @@ import (
 // waits waits until it is at the head (then it is dead-lettered in order).
 const maxSkipped = 1024
 
-// canSkip reports whether j, expired behind the job that waits, may be dead-lettered out of its
-// place: a job of the partition's own stream (an older stream's are read and removed in order).
-func (s *Service) canSkip(q *queue, j *job) bool {
-	return !j.src && !j.lane && len(q.skipped) < maxSkipped
-}
-
 // skipExpired removes the jobs at input sequences seqs (ascending), dead-lettered out of their
 // place, from q: from its buffer, and from the input (see above).
 func (s *Service) skipExpired(ctx context.Context, q *queue, seqs []uint64) {
