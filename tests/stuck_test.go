@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,10 +13,10 @@ import (
 
 // TestAStuckStepFailsReadinessAndSIGTERMEnds: the output stream takes one message and refuses
 // the next (at most 1, discard new): acme's second forward is held and its step waits for good.
-// /readyz answers 503 naming acme's step (no decision for ADMITTER_STALL_AFTER), and SIGTERM ends
-// the process with exit status 1, the log naming the step and where it stood. Before, the
-// process exited 0 after its bound, naming nothing, and /readyz said only that the output held
-// a forward.
+// /readyz answers 503 naming acme's step (no decision for ADMITTER_STALL_AFTER), the console's
+// overview says so, and SIGTERM ends the process with exit status 1, the log naming the step and
+// where it stood. Before, the process exited 0 after its bound, naming nothing, and /readyz said
+// only that the output held a forward.
 func TestAStuckStepFailsReadinessAndSIGTERMEnds(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, "plans: {p: {limits: [{capacity: 10, rate: 10/s}]}}\ndefault_plan: p\n")
@@ -38,6 +39,9 @@ func TestAStuckStepFailsReadinessAndSIGTERMEnds(t *testing.T) {
 	})
 	if !strings.Contains(body, "acme (storing its forwards") {
 		t.Errorf("/readyz: %q, want acme's step named, storing its forwards", body)
+	}
+	if _, page := httpGet(t, base+"/console/"); !regexp.MustCompile(`id="deciding" class="bad">stalled: [^<]*acme`).MatchString(page) {
+		t.Errorf("the console's overview does not say that acme's queue decides nothing:\n%s", page)
 	}
 	sent := time.Now()
 	code := p.signal(syscall.SIGTERM, 20*time.Second)
