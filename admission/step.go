@@ -90,6 +90,7 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if blocked, _ := s.pub.blocked(); blocked {
 		return stepResult{next: 500 * time.Millisecond} // downstream is full: the queue waits with everyone
 	}
+	q.enter(reading)
 	jobs, err := s.readHead(ctx, q, budget)
 	if err != nil {
 		q.errs++
@@ -112,6 +113,7 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if res.gone || q.errs > 0 {
 		return res
 	}
+	q.enter(removing)
 	due, err := s.removeSettled(ctx, q, false)
 	switch {
 	case err != nil:
@@ -283,6 +285,7 @@ func (s *Service) sourceJobs(ctx context.Context, q *queue, src *source, msgs []
 // behind wait with it (see planStep). It returns when every message is stored or refused for
 // good, with what the queue does next; q's cursor moves past the jobs settled.
 func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) stepResult {
+	q.enter(deciding)
 	d := s.decide(ctx, q, jobs)
 	p := planStep(d.Decision, jobs, d.now, len(q.skipped) < maxSkipped)
 	fwds := s.forwards(q, jobs, &d, p)
@@ -295,6 +298,7 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		}
 		return stepResult{gone: true}
 	}
+	q.enter(publishing)
 	s.send(ctx, q, fwds)
 	return s.settle(ctx, q, jobs, &d, p, fwds)
 }
@@ -628,6 +632,7 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 	if !q.owe.empty() {
 		// Said first: were the removal below to fail, and this replica to die, whoever reads the
 		// jobs again must know they were stored.
+		q.enter(deciding)
 		d := s.cfg.Policy.Step(ctx, q.tenant, nil, q.claim(s.owner))
 		if d.Err != nil {
 			q.errs++
@@ -637,6 +642,7 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 			q.said()
 		}
 	}
+	q.enter(removing)
 	due, err := s.removeSettled(ctx, q, false)
 	switch {
 	case err != nil:
