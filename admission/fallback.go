@@ -20,14 +20,14 @@ type router struct {
 	prefix string    // _ADMITTER.<consumer>.fallback.
 	born   time.Time // the router's start: since when this replica decides the pools it ranks first
 	mu     sync.Mutex
-	// since is when the router first saw each tenure of this replica's (see Since).
-	since map[tenure]time.Time
+	// since is when the router first saw each stretch of this replica's (see Since).
+	since map[stretch]time.Time
 }
 
 var _ bucket.Router = (*router)(nil)
 
 func newRouter(s *Service) *router {
-	return &router{s: s, prefix: "_ADMITTER." + s.cfg.Consumer + ".fallback.", born: time.Now(), since: map[tenure]time.Time{}}
+	return &router{s: s, prefix: "_ADMITTER." + s.cfg.Consumer + ".fallback.", born: time.Now(), since: map[stretch]time.Time{}}
 }
 
 // decider is the live replica that decides for key: this one for a tenant whose partition no
@@ -71,7 +71,7 @@ func (r *router) Since(key string) time.Time {
 		}
 		return time.Time{}
 	}
-	tn, ok := r.tenure(r.s.in.partOf(t))
+	tn, ok := r.stretch(r.s.in.partOf(t))
 	if !ok {
 		return time.Time{}
 	}
@@ -81,7 +81,7 @@ func (r *router) Since(key string) time.Time {
 	if !seen {
 		since = time.Now()
 		for k := range r.since {
-			if now, ok := r.tenure(k.p); !ok || now != k {
+			if now, ok := r.stretch(k.p); !ok || now != k {
 				delete(r.since, k) // ended
 			}
 		}
@@ -90,24 +90,24 @@ func (r *router) Since(key string) time.Time {
 	return since
 }
 
-// tenure is one stretch of time during which this replica decides partition p's tenants: its
-// owners' hold of p (one take), or, with h nil, while no replica is known to hold p.
-type tenure struct {
-	p int
-	h *held
+// stretch is one stretch of time during which this replica decides partition p's tenants: one
+// tenure of p by its owners (id: a partition given up and taken again is a new one), or, with
+// id 0, while no replica is known to hold p.
+type stretch struct {
+	p  int
+	id uint64
 }
 
-// tenure is this replica's tenure of partition p now; false when another replica holds p.
-func (r *router) tenure(p int) (tenure, bool) {
+// stretch is this replica's stretch of partition p now; false when another replica holds p.
+func (r *router) stretch(p int) (stretch, bool) {
 	o := r.s.owners
 	o.mu.Lock()
-	h := o.mine[p]
-	held := h != nil && !h.releasing
+	t := o.tenures[p]
 	o.mu.Unlock()
-	if held {
-		return tenure{p, h}, true
+	if t.state == held || t.state == unsure {
+		return stretch{p, t.id}, true
 	}
-	return tenure{p: p}, o.owner(p) == ""
+	return stretch{p: p}, o.owner(p) == ""
 }
 
 // Ask sends req to the replica that decides for key.

@@ -15,33 +15,35 @@ import (
 func TestTheRouterTellsOneTenureFromTheNext(t *testing.T) {
 	o := newOwners("a", 1, 100*time.Millisecond, slog.New(slog.DiscardHandler))
 	r := newRouter(&Service{cfg: Config{Replica: "a", Consumer: "c"}, owners: o, in: input{ps: subjects.Partitions{N: 1}}})
-	set := func(h *held, other string) {
+	id := uint64(0)
+	set := func(mine bool, other string) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		if h != nil {
-			o.mine[0] = h
+		if mine {
+			id++
+			o.tenures[0] = tenure{state: held, id: id, until: time.Now().Add(time.Minute)}
 		} else {
-			delete(o.mine, 0)
+			delete(o.tenures, 0)
 		}
 		o.keys[0] = seenKey{owner: other, since: time.Now()}
 	}
 	key := "tenant:acme"
-	set(&held{until: time.Now().Add(time.Minute)}, "")
+	set(true, "")
 	first := r.Since(key)
 	if first.IsZero() || !r.Since(key).Equal(first) {
 		t.Fatalf("held: since %v, then %v: want one time for the tenure", first, r.Since(key))
 	}
-	set(nil, "b")
+	set(false, "b")
 	if s := r.Since(key); !s.IsZero() {
 		t.Fatalf("held by b: since %v, want zero", s)
 	}
 	time.Sleep(time.Millisecond) // a later tenure begins at a later time on this host's clock
-	set(&held{until: time.Now().Add(time.Minute)}, "")
+	set(true, "")
 	second := r.Since(key)
 	if !second.After(first) {
 		t.Fatalf("held again: since %v, want later than the first tenure's %v", second, first)
 	}
-	set(nil, "")
+	set(false, "")
 	if s := r.Since(key); s.IsZero() || s.Equal(second) {
 		t.Fatalf("held by none: since %v, want a time of its own", s)
 	}
