@@ -291,7 +291,6 @@ var _ = nats.MsgIdHdr
 // killed; the other continues the queue within 5s (three missed heartbeats, and the dead one's
 // hold on the queue ending), at the plan's pace, and every job is forwarded once.
 func TestSurvivingReplicaTakesOverTheQueue(t *testing.T) {
-	t.Parallel()
 	const capacity, rate, n = 5, 20.0, 200
 	w := newWorld(t, "plans: {p: {limits: [{capacity: 5, rate: 20/s}]}}\ndefault_plan: p\n")
 	var replicas []*proc
