@@ -1,0 +1,609 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/admitter/admitter/subjects"
+	"github.com/admitter/admitter/wire"
+	"github.com/admitter/admitter/worker"
+)
+
+// The takeover drill (issue 39): three replicas over four partitions, a pool and tenants with
+// concurrency limits, a tenant on a bucket alone in every partition, 300 ms jobs run by the
+// worker package; a replica killed (SIGKILL) and started again, one paused (SIGSTOP) past its
+// partitions' lease and its jobs' leases, one restarted (SIGTERM), and then the whole service
+// killed and started again after three duplicate windows. What a user who picked a queue for
+// "never twice" checks at the worker, from the worker's own records:
+//
+//   - every job ran exactly once; none both ran and was dead-lettered;
+//   - never more ran at once than a tenant's concurrency limit or the pool;
+//   - no slot was held by a job nobody runs for more than a second (idleSlots says how it is
+//     measured);
+//   - every tenant's forwards within C + r·t of each bucket of its plan.
+
+const (
+	drillParts  = 4
+	drillWindow = 10 * time.Second // ADMITTER_DUPLICATE_WINDOW, its least
+	drillPool   = 4
+	drillJob    = 300 * time.Millisecond
+)
+
+// drillPlans: the pool's tenants ("two", "three") have a bucket faster than their workers, a
+// concurrency limit and a bound on waiting that the drill's faults leave room for (the longest
+// takeover is about 5 s, and the pool drains a backlog at twice what the tenants publish); the
+// paced tenants a bucket alone, which they publish above, so that each partition has jobs
+// waiting below the ones forwarded (as in any busy deployment).
+const drillPlans = `
+pools:
+  workers: {concurrency: 4, lease: 3s}
+plans:
+  two:   {pool: workers, max_wait: 25s, limits: [{name: burst, capacity: 5, rate: 5/s}, {name: running, kind: concurrency, limit: 2, lease: 3s}]}
+  three: {pool: workers, max_wait: 25s, limits: [{name: burst, capacity: 6, rate: 6/s}, {name: running, kind: concurrency, limit: 3, lease: 3s}]}
+  paced: {limits: [{capacity: 4, rate: 2/s}]}
+`
+
+// drillTenant is a tenant of the drill: its plan, its limits, its load.
+type drillTenant struct {
+	name, plan string
+	conc       int // its concurrency limit (0: none: it is not the pool's)
+	buckets    []bucketLimit
+	rate       float64 // jobs it publishes per second
+}
+
+// drillTenants is one tenant of the pool and one paced tenant in every partition.
+func drillTenants(parts int) []drillTenant {
+	var out []drillTenant
+	for _, kind := range []string{"leased", "paced"} {
+		seen := map[int]bool{}
+		for k := 0; len(seen) < parts; k++ {
+			name := fmt.Sprintf("%s%02d", kind, k)
+			p := subjects.Partition(name, parts)
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			tn := drillTenant{name: name, plan: "paced", buckets: []bucketLimit{{4, 2}}, rate: 2.5}
+			if kind == "leased" {
+				tn = drillTenant{name: name, plan: "two", conc: 2, buckets: []bucketLimit{{5, 5}}, rate: 2}
+				if p%2 == 1 {
+					tn = drillTenant{name: name, plan: "three", conc: 3, buckets: []bucketLimit{{6, 6}}, rate: 2}
+				}
+			}
+			out = append(out, tn)
+		}
+	}
+	return out
+}
+
+// drillFault is one fault the drill injected: when it began and ended, what, on which replica.
+type drillFault struct {
+	from, to time.Time
+	what     string
+}
+
+func TestTakeoverDrill(t *testing.T) {
+	t.Parallel()
+	repeatDrill(t, takeoverDrill)
+}
+
+func takeoverDrill(t *testing.T) {
+	tenants := drillTenants(drillParts)
+	plans := drillPlans + "tenants:\n"
+	var leasedSubjects, pacedSubjects []string
+	var leasedLoads, pacedLoads []loadTenant
+	conc := map[string]int{}
+	for _, tn := range tenants {
+		plans += fmt.Sprintf("  %s: %s\n", tn.name, tn.plan)
+		lt := loadTenant{name: tn.name, rate: tn.rate, maxW: 1}
+		if tn.conc > 0 {
+			conc[tn.name] = tn.conc
+			leasedSubjects, leasedLoads = append(leasedSubjects, "jobs.admitted."+tn.name+".>"), append(leasedLoads, lt)
+		} else {
+			pacedSubjects, pacedLoads = append(pacedSubjects, "jobs.admitted."+tn.name+".>"), append(pacedLoads, lt)
+		}
+	}
+	w := newDrillWorld(t, plans, drillParts)
+	var replicas []*drillReplica
+	for i := range 3 {
+		replicas = append(replicas, w.startReplica(fmt.Sprintf("r%d", i+1), fmt.Sprintf("ADMITTER_DUPLICATE_WINDOW=%v", drillWindow)))
+	}
+	// Three replicas over four partitions hold 2, 1 and 1 or 2, 2 and 0 (at most ceil(4/3)
+	// each): wait until every partition is held.
+	waitFor(t, 20*time.Second, "the replicas to hold every partition", func() bool {
+		sum := 0
+		for _, r := range replicas {
+			sum += max(r.partitions(t), 0)
+		}
+		return sum == drillParts
+	})
+
+	// The worker: one for the pool's tenants (its records are the pool's), one for the paced
+	// tenants; room for more handlers than the pool, so that only the limits hold jobs back.
+	leased := newRunning(func(*worker.Job) time.Duration { return drillJob })
+	leased.over = func(tn string, n, all int) bool { return n > conc[tn] || all > drillPool }
+	w.startPoolWorker("drill-leased", 32, leased.handle, leasedSubjects...)
+	paced := newRunning(func(*worker.Job) time.Duration { return drillJob })
+	w.startPoolWorker("drill-paced", 32, paced.handle, pacedSubjects...)
+	dead := w.subscribeDead()
+	seen := w.subscribeForwards()
+	dones := w.subscribeDones()
+
+	seed := rand.Uint64()
+	t.Logf("load seed %d", seed)
+	leasedLoad := startLoad(t, w.natsURL, seed, leasedLoads, 2)
+	pacedLoad := startLoad(t, w.natsURL, seed+1, pacedLoads, 2)
+	start := leasedLoad.begin
+	idle := watchIdleSlots(replicas, leased, leasedLoad, dead, conc)
+
+	var faults []drillFault
+	at := func(d time.Duration) { time.Sleep(time.Until(start.Add(d))) }
+	mostHeld := func(not ...*drillReplica) *drillReplica {
+		var best *drillReplica
+		bestN := -2
+		for _, r := range replicas {
+			if n := r.partitions(t); !slices.Contains(not, r) && n > bestN {
+				best, bestN = r, n
+			}
+		}
+		return best
+	}
+
+	// 1. The replica holding the most partitions killed, started again 5 s later (its
+	// partitions are taken over meanwhile, and some come back to it).
+	at(6 * time.Second)
+	killed := mostHeld()
+	f := drillFault{from: time.Now(), what: "SIGKILL " + killed.name}
+	killed.away.Store(true)
+	killed.proc.kill()
+	at(11 * time.Second)
+	killed.restart(w)
+	f.to = time.Now()
+	faults = append(faults, f)
+
+	// 2. Another paused for 6 s: past its partitions' lease (3 heartbeats) and its jobs'
+	// leases (3 s); then it goes on.
+	at(17 * time.Second)
+	paused := mostHeld(killed)
+	f = drillFault{from: time.Now(), what: "SIGSTOP " + paused.name}
+	paused.away.Store(true)
+	_ = paused.proc.cmd.Process.Signal(syscall.SIGSTOP)
+	at(23 * time.Second)
+	_ = paused.proc.cmd.Process.Signal(syscall.SIGCONT)
+	paused.away.Store(false)
+	f.to = time.Now()
+	faults = append(faults, f)
+
+	// 3. The third restarted (SIGTERM, then started again).
+	at(30 * time.Second)
+	var third *drillReplica
+	for _, r := range replicas {
+		if r != killed && r != paused {
+			third = r
+		}
+	}
+	f = drillFault{from: time.Now(), what: "restart " + third.name}
+	third.away.Store(true)
+	if code := third.proc.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Errorf("replica %s exited %d after SIGTERM", third.name, code)
+	}
+	third.restart(w)
+	f.to = time.Now()
+	faults = append(faults, f)
+
+	// 4. The pool's tenants stop publishing; once each of their jobs has begun at the worker,
+	// the whole service is killed (an incident) and started again three duplicate windows later.
+	at(36 * time.Second)
+	published := maps.Clone(leasedLoad.finish(t))
+	// unsettled is how many jobs of published neither ran nor were dead-lettered.
+	unsettled := func() (left int) {
+		a, _, _ := leased.runCounts()
+		b, _, _ := paced.runCounts()
+		for p := range published {
+			if a[p]+b[p] == 0 && !dead.has(p) {
+				left++
+			}
+		}
+		return left
+	}
+	if !poll(20*time.Second, func() bool { return unsettled() == 0 }) {
+		t.Logf("%d jobs of the pool's tenants not run 20 s after they stopped publishing: killing the service anyway", unsettled())
+	}
+	f = drillFault{from: time.Now(), what: "SIGKILL r1 r2 r3"}
+	for _, r := range replicas {
+		r.away.Store(true)
+		r.proc.kill()
+	}
+	maps.Copy(published, pacedLoad.finish(t))
+	time.Sleep(3 * drillWindow)
+	for _, r := range replicas {
+		r.restart(w)
+	}
+	f.to = time.Now()
+	faults = append(faults, f)
+
+	// Every job run or dead-lettered, the inputs empty (nothing left to forward again), the
+	// worker idle.
+	if !poll(60*time.Second, func() bool { return unsettled() == 0 }) {
+		t.Errorf("%d jobs neither ran nor were dead-lettered 60 s after the service started again", unsettled())
+	}
+	inputsEmpty := func() bool {
+		for p := range drillParts {
+			if n, err := w.countMsgs(wire.InputStream("JOBS", drillParts, p)); err != nil || n > 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if !poll(30*time.Second, inputsEmpty) {
+		t.Errorf("the input streams still hold jobs 30 s after every job ran or was dead-lettered")
+	}
+	quiet := func() bool {
+		_, _, a := leased.runCounts()
+		_, _, b := paced.runCounts()
+		return a+b == 0
+	}
+	poll(10*time.Second, quiet)
+	time.Sleep(time.Second) // a forward stored as the inputs emptied reaches the worker
+	spans := idle.stop()
+
+	forwards := w.readAll("ADMITTED")
+	deadStored := w.readAll("DEAD")
+	checkTakeoverDrill(t, start, faults, tenants, published, forwards, deadStored, seen, dones, leased, paced, spans)
+}
+
+// poll checks cond every 100 ms until it holds or within passes, and says whether it held.
+func poll(within time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// checkTakeoverDrill fails t for every promise of the drill that did not hold, with figures.
+func checkTakeoverDrill(t *testing.T, start time.Time, faults []drillFault, tenants []drillTenant, published map[string]string,
+	forwards, deadStored []job, seen, dones *seenMsgs, leased, paced *running, spans []idleSpan) {
+	t.Helper()
+	rel := func(at time.Time) string { return fmt.Sprintf("+%.1fs", at.Sub(start).Seconds()) }
+	for _, f := range faults {
+		t.Logf("fault %-17s %s to %s", f.what, rel(f.from), rel(f.to))
+	}
+	deadCodes := map[string][]string{}
+	for _, j := range deadStored {
+		deadCodes[j.payload] = append(deadCodes[j.payload], j.header.Get(wire.HeaderError))
+	}
+	runsOf := func(p string) []jobRun {
+		if rs := leased.runsOf(p); len(rs) > 0 {
+			return rs
+		}
+		return paced.runsOf(p)
+	}
+	storedOf := map[string][]job{}
+	for _, j := range forwards {
+		storedOf[j.payload] = append(storedOf[j.payload], j)
+	}
+
+	// Every job ran exactly once; none both ran and was dead-lettered.
+	var twice, never, both []string
+	for p := range published {
+		rs := runsOf(p)
+		switch {
+		case len(rs) > 1:
+			twice = append(twice, p)
+		case len(rs) == 0:
+			never = append(never, p)
+		}
+		if len(rs) > 0 && len(deadCodes[p]) > 0 {
+			both = append(both, p)
+		}
+	}
+	slices.Sort(twice)
+	slices.Sort(never)
+	slices.Sort(both)
+	describe := func(p string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s:", p)
+		for _, r := range runsOf(p) {
+			fmt.Fprintf(&b, " ran %s (%s, delivery %d)", rel(r.at), r.msgID, r.attempt)
+		}
+		for _, j := range storedOf[p] {
+			fmt.Fprintf(&b, " stored %s", rel(j.stored))
+		}
+		for _, c := range deadCodes[p] {
+			fmt.Fprintf(&b, " dead-lettered %s", c)
+		}
+		return b.String()
+	}
+	examples := func(ps []string) string {
+		var out []string
+		for _, p := range ps[:min(len(ps), 5)] {
+			out = append(out, describe(p))
+		}
+		return "\n  " + strings.Join(out, "\n  ")
+	}
+	if len(twice) > 0 {
+		t.Errorf("%d of %d jobs ran more than once at the worker (each stored again in the output past its duplicate window, %v):%s",
+			len(twice), len(published), drillWindow, examples(twice))
+	}
+	if len(both) > 0 {
+		t.Errorf("%d jobs ran at the worker and were dead-lettered too:%s", len(both), examples(both))
+	}
+	if len(never) > 0 {
+		t.Errorf("%d of %d jobs never ran at the worker (%d dead-lettered without running):%s", len(never), len(published), len(never)-countIn(never, deadCodes), examples(never))
+	}
+
+	// Never more running than a limit or the pool, at the worker.
+	most, mostAll, _ := leased.snapshot()
+	for _, tn := range tenants {
+		if tn.conc > 0 && most[tn.name] > tn.conc {
+			t.Errorf("tenant %s: %d jobs ran at once at the worker, its concurrency limit is %d", tn.name, most[tn.name], tn.conc)
+		}
+	}
+	if mostAll > drillPool {
+		t.Errorf("%d jobs of the pool's tenants ran at once at the worker, the pool allows %d", mostAll, drillPool)
+	}
+	for _, o := range leased.overs {
+		t.Logf("over a limit at the worker %s", o)
+	}
+
+	// No slot held by nobody for more than a second.
+	again := seen.again()
+	againAt := func(from, to time.Time) int {
+		n := 0
+		for _, ts := range again {
+			for _, at := range ts[1:] {
+				if !at.Before(from) && !at.After(to) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	doneAgain := dones.again()
+	doneAgainAt := func(from, to time.Time) int {
+		n := 0
+		for _, ts := range doneAgain {
+			for _, at := range ts[1:] {
+				if !at.Before(from) && !at.After(to) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	faultsAt := func(from, to time.Time) string {
+		var out []string
+		for _, f := range faults {
+			if f.from.Before(to) && f.to.Add(drillWindow).After(from) {
+				out = append(out, f.what)
+			}
+		}
+		return strings.Join(out, ", ")
+	}
+	var longest time.Duration
+	for _, s := range spans {
+		longest = max(longest, s.to.Sub(s.from))
+	}
+	if len(spans) > 0 {
+		var lines []string
+		for _, s := range spans[:min(len(spans), 8)] {
+			lines = append(lines, fmt.Sprintf("%s: %d in flight at the limiter while the worker ran %d, %s to %s (%.1fs); in the 3 s before and during it: %d forwards published again, %d done messages sent again (the first unanswered); faults: %s",
+				s.key, s.inFlight, s.running, rel(s.from), rel(s.to), s.to.Sub(s.from).Seconds(), againAt(s.from.Add(-3*time.Second), s.to),
+				doneAgainAt(s.from.Add(-3*time.Second), s.to), faultsAt(s.from, s.to)))
+		}
+		t.Errorf("%d times a slot was held by a job nobody ran for more than a second while jobs waited (the longest %.1fs):\n  %s",
+			len(spans), longest.Seconds(), strings.Join(lines, "\n  "))
+	}
+
+	// Each bucket within C + r·t.
+	var checked []checkedTenant
+	for _, tn := range tenants {
+		checked = append(checked, checkedTenant{name: tn.name, limits: tn.buckets, slack: 1})
+	}
+	c := checkInvariants(published, forwards, deadStored, checked)
+	for _, p := range c.pacing {
+		if !p.held() {
+			t.Errorf("tenant %s: %.2f over C %v + r %v·t in [%s, %s] (%d forwards there; slack %v)", p.tenant, p.excess,
+				p.limit.capacity, p.limit.rate, rel(p.from), rel(p.to), p.inside, p.slack)
+		}
+	}
+	held, all := c.pacingHeld()
+	storedTwice := len(c.twice)
+	publishedAgain := 0
+	for _, ts := range again {
+		publishedAgain += len(ts) - 1
+	}
+	leasedMost := []string{}
+	for _, tn := range tenants {
+		if tn.conc > 0 {
+			leasedMost = append(leasedMost, fmt.Sprintf("%s %d of %d", tn.name, most[tn.name], tn.conc))
+		}
+	}
+	t.Logf("%d jobs published, %d forwards stored (%d jobs stored twice), %d forwards published again (%d jobs), %d dead letters stored; at the worker: %d ran more than once, %d never, %d ran and were dead-lettered; most running %s, pool %d of %d; %d slots held by nobody past a second (longest %.1fs); pacing held on %d of %d",
+		len(published), len(forwards), storedTwice, publishedAgain, len(again), len(deadStored), len(twice), len(never), len(both),
+		strings.Join(leasedMost, ", "), mostAll, drillPool, len(spans), longest.Seconds(), held, all)
+}
+
+// countIn is how many of ps have an entry in m.
+func countIn(ps []string, m map[string][]string) int {
+	n := 0
+	for _, p := range ps {
+		if len(m[p]) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// idleSpan is a time a slot was held by nobody: key is "pool" or a tenant (its concurrency
+// limit); inFlight and running the figures of its worst sample.
+type idleSpan struct {
+	key               string
+	from, to          time.Time
+	inFlight, running int64
+}
+
+// idleWatch samples the limiter against the worker until stop (see watchIdleSlots); stop is
+// called once.
+type idleWatch struct {
+	quit  chan struct{}
+	done  chan struct{}
+	spans []idleSpan
+}
+
+// idleSample is how long apart the samples are; idleBound how long a slot may be held by
+// nobody; idleGap the longest time between two samples a span may bridge.
+const (
+	idleSample = 250 * time.Millisecond
+	idleBound  = time.Second
+	idleGap    = time.Second
+)
+
+// watchIdleSlots measures the slots held by nobody, until stop. Every 250 ms it reads, through
+// the decision API of a replica that is up (GET /v1/tenants/{tenant}: the limiter's state now),
+// each of the pool's tenants' concurrency limit in use and the pool's weight in flight; and, from
+// the worker's own records just before and just after, what ran of each tenant and of the pool.
+// A limit has idle slots at a sample when the limiter counts more in flight than the most the
+// worker ran across the two readings: slots held by jobs no handler runs. A forward in transit
+// (stored, not yet handed to a handler) or a done message in transit makes a slot idle for some
+// milliseconds. A slot held by nobody for more than a second is a span of samples, none more
+// than idleGap apart, each with an idle slot while jobs waited for it (jobs of the tenant, or of
+// any of the pool's tenants, published and neither run nor dead-lettered), lasting more than
+// idleBound from its first sample to its last. A span broken by a sample without an idle slot
+// starts again.
+func watchIdleSlots(replicas []*drillReplica, run *running, l *load, dead *deadLetters, conc map[string]int) *idleWatch {
+	w := &idleWatch{quit: make(chan struct{}), done: make(chan struct{})}
+	var names []string
+	for tn := range conc {
+		names = append(names, tn)
+	}
+	slices.Sort(names)
+	type open struct {
+		from, last        time.Time
+		inFlight, running int64
+	}
+	spans := map[string]*open{}
+	closeSpan := func(key string) {
+		if o := spans[key]; o != nil && o.last.Sub(o.from) > idleBound {
+			w.spans = append(w.spans, idleSpan{key: key, from: o.from, to: o.last, inFlight: o.inFlight, running: o.running})
+		}
+		delete(spans, key)
+	}
+	client := http.Client{Timeout: 500 * time.Millisecond}
+	read := func(tenant string) (wire.TenantState, bool) {
+		for _, r := range replicas {
+			if r.away.Load() {
+				continue
+			}
+			resp, err := client.Get(r.api + "/v1/tenants/" + tenant)
+			if err != nil {
+				continue
+			}
+			var st wire.TenantState
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && st.Pool != nil {
+				return st, true
+			}
+		}
+		return wire.TenantState{}, false
+	}
+	waiting := func(runs map[string]int) map[string]bool {
+		out := map[string]bool{}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for p, tn := range l.published {
+			if runs[p] == 0 && !dead.has(p) {
+				out[tn], out["pool"] = true, true
+			}
+		}
+		return out
+	}
+	var last time.Time
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(idleSample)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.quit:
+				for key := range spans {
+					closeSpan(key)
+				}
+				return
+			case <-tick.C:
+			}
+			_, before, beforeAll := run.runCounts()
+			used := map[string]int64{}
+			pool := int64(-1)
+			ok := true
+			for _, tn := range names {
+				st, answered := read(tn)
+				if !answered {
+					ok = false
+					break
+				}
+				for _, ls := range st.Limits {
+					if ls.Kind == "concurrency" {
+						used[tn] = ls.Used
+					}
+				}
+				if pool < 0 || st.Pool.InFlight < pool {
+					pool = st.Pool.InFlight
+				}
+			}
+			runs, after, afterAll := run.runCounts()
+			now := time.Now()
+			if !ok || now.Sub(last) > idleGap {
+				for key := range spans {
+					closeSpan(key)
+				}
+			}
+			if !ok {
+				continue
+			}
+			last = now
+			wait := waiting(runs)
+			figures := map[string][2]int64{"pool": {pool, int64(max(beforeAll, afterAll))}}
+			for _, tn := range names {
+				figures[tn] = [2]int64{used[tn], int64(max(before[tn], after[tn]))}
+			}
+			for key, f := range figures {
+				if f[0] <= f[1] || !wait[key] {
+					closeSpan(key)
+					continue
+				}
+				o := spans[key]
+				if o == nil {
+					o = &open{from: now}
+					spans[key] = o
+				}
+				o.last = now
+				if f[0]-f[1] > o.inFlight-o.running {
+					o.inFlight, o.running = f[0], f[1]
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the watch and returns the spans it found, in order.
+func (w *idleWatch) stop() []idleSpan {
+	close(w.quit)
+	<-w.done
+	slices.SortFunc(w.spans, func(a, b idleSpan) int { return a.from.Compare(b.from) })
+	return w.spans
+}
