@@ -1,11 +1,16 @@
 package tests
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +20,7 @@ import (
 
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/wire"
+	"github.com/admitter/admitter/worker"
 	"github.com/nats-io/nats.go"
 )
 
@@ -206,6 +212,25 @@ func (w *world) subscribeBy(subject, header string) *seenMsgs {
 	return f
 }
 
+// againBetween is how many messages of tenant ("": of every tenant) were seen again, each
+// after the first of its key, between from and to.
+func (f *seenMsgs) againBetween(tenant string, from, to time.Time) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for key, ts := range f.got {
+		if tenant != "" && !strings.HasPrefix(key, tenant+" ") {
+			continue
+		}
+		for _, at := range ts[1:] {
+			if !at.Before(from) && !at.After(to) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // again is every message seen more than once: its key → the times.
 func (f *seenMsgs) again() map[string][]time.Time {
 	f.mu.Lock()
@@ -217,4 +242,237 @@ func (f *seenMsgs) again() map[string][]time.Time {
 		}
 	}
 	return out
+}
+
+// startDrillWorker is startPoolWorker whose log (the worker library's warnings: lease messages
+// unanswered, leases found ended, jobs put back) is kept, for a drill's failure.
+func (w *world) startDrillWorker(name string, n int, h worker.Handler, filter ...string) *syncBuffer {
+	w.t.Helper()
+	log := &syncBuffer{}
+	w.startLoggedWorker(name, n, h, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo})), filter...)
+	return log
+}
+
+// stateOf is the tenant's state as the replica reads it now (GET /v1/tenants/{tenant}), in a
+// line: each limit's use, the pool's in flight, the hold.
+func (r *drillReplica) stateOf(tenant string) string {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(r.api + "/v1/tenants/" + tenant)
+	if err != nil {
+		return fmt.Sprintf("tenant %s: %v", tenant, err)
+	}
+	defer resp.Body.Close()
+	var st wire.TenantState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return fmt.Sprintf("tenant %s: %s: %v", tenant, resp.Status, err)
+	}
+	b := fmt.Sprintf("tenant %s (read by %s):", tenant, r.name)
+	for _, l := range st.Limits {
+		b += fmt.Sprintf(" %s %d used of %d, wait %dms;", l.Limit, l.Used, l.Capacity, l.WaitMs)
+	}
+	if st.Pool != nil {
+		b += fmt.Sprintf(" pool %s %d in flight of %d;", st.Pool.Name, st.Pool.InFlight, st.Pool.Concurrency)
+	}
+	if st.HeldUntil != nil {
+		b += fmt.Sprintf(" held until %s", st.HeldUntil.Format("15:04:05.000"))
+	}
+	return b
+}
+
+// runVerdict sorts the jobs published by how they ran at their worker: more than once, never,
+// and those that ran and were dead-lettered too (payloads, sorted). Every other job ran once.
+type runVerdict struct {
+	twice, never, both []string
+}
+
+// judgeRuns is the verdict on published (payload → tenant) given runs (payload → times run)
+// and dead (payload → dead-lettered).
+func judgeRuns(published map[string]string, runs map[string]int, dead func(string) bool) runVerdict {
+	var v runVerdict
+	for p := range published {
+		switch n := runs[p]; {
+		case n > 1:
+			v.twice = append(v.twice, p)
+		case n == 0:
+			v.never = append(v.never, p)
+		}
+		if runs[p] > 0 && dead(p) {
+			v.both = append(v.both, p)
+		}
+	}
+	slices.Sort(v.twice)
+	slices.Sort(v.never)
+	slices.Sort(v.both)
+	return v
+}
+
+// consumerDone reports whether the durable consumer name of the output stream has delivered
+// every forward stored and had each settled (acked, terminated): nothing pending, nothing
+// awaiting its ack. A consumer that cannot be read now is not done.
+func (w *world) consumerDone(name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := w.js.Consumer(ctx, "ADMITTED", name)
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(ctx)
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+// idleSpan is a time a slot was held by nobody: key is "pool" or a tenant (its concurrency
+// limit); inFlight and running the figures of its worst sample.
+type idleSpan struct {
+	key               string
+	from, to          time.Time
+	inFlight, running int64
+}
+
+// idleWatch samples the limiter against the worker until stop (see watchIdleSlots); stop is
+// called once.
+type idleWatch struct {
+	quit  chan struct{}
+	done  chan struct{}
+	spans []idleSpan
+}
+
+// idleSample is how long apart the samples are; idleGap the longest time between two samples
+// a span may bridge.
+const (
+	idleSample = 250 * time.Millisecond
+	idleGap    = time.Second
+)
+
+// watchIdleSlots measures the slots held by nobody, until stop. Every 250 ms it reads, through
+// the decision API of a replica that is up (GET /v1/tenants/{tenant}: the limiter's state now),
+// the concurrency limit in use of each tenant of conc (tenant → its limit) and their pool's
+// weight in flight; and, from the worker's own records (run) just before and just after, what
+// ran of each tenant and in all. A limit has idle slots at a sample when the limiter counts
+// more in flight than the most the worker ran across the two readings: slots held by jobs no
+// handler runs. A forward in transit (stored, not yet handed to a handler) or a done message in
+// transit makes a slot idle for some milliseconds. A slot held by nobody past bound is a span of
+// samples, none more than idleGap apart, each with an idle slot while jobs waited for it
+// (waiting, given how many times each job ran, names the tenants with jobs waiting, and "pool"
+// when any has), lasting more than bound from its first sample to its last. A sample without
+// an idle slot ends a span, and so does a time the limiter is not asked (skip reports true:
+// while Redis is away, each replica's answer is its own copy's, not the limiter's).
+func watchIdleSlots(replicas []*drillReplica, run *running, conc map[string]int, waiting func(runs map[string]int) map[string]bool,
+	bound time.Duration, skip func() bool) *idleWatch {
+	w := &idleWatch{quit: make(chan struct{}), done: make(chan struct{})}
+	var names []string
+	for tn := range conc {
+		names = append(names, tn)
+	}
+	slices.Sort(names)
+	type open struct {
+		from, last        time.Time
+		inFlight, running int64
+	}
+	spans := map[string]*open{}
+	closeSpan := func(key string) {
+		if o := spans[key]; o != nil && o.last.Sub(o.from) > bound {
+			w.spans = append(w.spans, idleSpan{key: key, from: o.from, to: o.last, inFlight: o.inFlight, running: o.running})
+		}
+		delete(spans, key)
+	}
+	client := http.Client{Timeout: 500 * time.Millisecond}
+	read := func(tenant string) (wire.TenantState, bool) {
+		for _, r := range replicas {
+			if r.away.Load() {
+				continue
+			}
+			resp, err := client.Get(r.api + "/v1/tenants/" + tenant)
+			if err != nil {
+				continue
+			}
+			var st wire.TenantState
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && st.Pool != nil {
+				return st, true
+			}
+		}
+		return wire.TenantState{}, false
+	}
+	var last time.Time
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(idleSample)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.quit:
+				for key := range spans {
+					closeSpan(key)
+				}
+				return
+			case <-tick.C:
+			}
+			if skip() {
+				for key := range spans {
+					closeSpan(key)
+				}
+				continue
+			}
+			_, before, beforeAll := run.runCounts()
+			used := map[string]int64{}
+			pool := int64(-1)
+			ok := true
+			for _, tn := range names {
+				st, answered := read(tn)
+				if !answered {
+					ok = false
+					break
+				}
+				for _, ls := range st.Limits {
+					if ls.Kind == "concurrency" {
+						used[tn] = ls.Used
+					}
+				}
+				if pool < 0 || st.Pool.InFlight < pool {
+					pool = st.Pool.InFlight
+				}
+			}
+			runs, after, afterAll := run.runCounts()
+			now := time.Now()
+			if !ok || now.Sub(last) > idleGap {
+				for key := range spans {
+					closeSpan(key)
+				}
+			}
+			if !ok {
+				continue
+			}
+			last = now
+			wait := waiting(runs)
+			figures := map[string][2]int64{"pool": {pool, int64(max(beforeAll, afterAll))}}
+			for _, tn := range names {
+				figures[tn] = [2]int64{used[tn], int64(max(before[tn], after[tn]))}
+			}
+			for key, f := range figures {
+				if f[0] <= f[1] || !wait[key] {
+					closeSpan(key)
+					continue
+				}
+				o := spans[key]
+				if o == nil {
+					o = &open{from: now}
+					spans[key] = o
+				}
+				o.last = now
+				if f[0]-f[1] > o.inFlight-o.running {
+					o.inFlight, o.running = f[0], f[1]
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the watch and returns the spans it found, in order.
+func (w *idleWatch) stop() []idleSpan {
+	close(w.quit)
+	<-w.done
+	slices.SortFunc(w.spans, func(a, b idleSpan) int { return a.from.Compare(b.from) })
+	return w.spans
 }

@@ -135,6 +135,12 @@ func (r *running) runsOf(p string) []jobRun {
 // jobs to their limits.
 func (w *world) startPoolWorker(name string, n int, h worker.Handler, filter ...string) *worker.Worker {
 	w.t.Helper()
+	return w.startLoggedWorker(name, n, h, slog.New(slog.DiscardHandler), filter...)
+}
+
+// startLoggedWorker is startPoolWorker with the worker library's log going to log.
+func (w *world) startLoggedWorker(name string, n int, h worker.Handler, log *slog.Logger, filter ...string) *worker.Worker {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := w.js.CreateOrUpdateConsumer(ctx, "ADMITTED", jetstream.ConsumerConfig{Durable: name, FilterSubjects: filter,
@@ -142,7 +148,7 @@ func (w *world) startPoolWorker(name string, n int, h worker.Handler, filter ...
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	wk, err := worker.New(worker.Config{Consumer: cons, Conn: w.nc, Handler: h, Concurrency: n, Logger: slog.New(slog.DiscardHandler)})
+	wk, err := worker.New(worker.Config{Consumer: cons, Conn: w.nc, Handler: h, Concurrency: n, Logger: log})
 	if err != nil {
 		w.t.Fatal(err)
 	}

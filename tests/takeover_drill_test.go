@@ -1,11 +1,9 @@
 package tests
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"syscall"
@@ -26,8 +24,8 @@ import (
 //
 //   - every job ran exactly once; none both ran and was dead-lettered;
 //   - never more ran at once than a tenant's concurrency limit or the pool;
-//   - no slot was held by a job nobody runs for more than a second (idleSlots says how it is
-//     measured);
+//   - no slot was held by a job nobody runs for more than a second (watchIdleSlots says how
+//     it is measured);
 //   - every tenant's forwards within C + r·t of each bucket of its plan.
 
 const (
@@ -135,14 +133,27 @@ func takeoverDrill(t *testing.T) {
 	w.startPoolWorker("drill-paced", 32, paced.handle, pacedSubjects...)
 	dead := w.subscribeDead()
 	seen := w.subscribeForwards()
-	dones := w.subscribeDones()
+	doneMsgs := w.subscribeDones()
 
 	seed := rand.Uint64()
 	t.Logf("load seed %d", seed)
 	leasedLoad := startLoad(t, w.natsURL, seed, leasedLoads, 2)
 	pacedLoad := startLoad(t, w.natsURL, seed+1, pacedLoads, 2)
 	start := leasedLoad.begin
-	idle := watchIdleSlots(replicas, leased, leasedLoad, dead, conc)
+	// Jobs wait, for a tenant and for the pool, while some are published and neither ran nor
+	// were dead-lettered.
+	waiting := func(runs map[string]int) map[string]bool {
+		out := map[string]bool{}
+		leasedLoad.mu.Lock()
+		defer leasedLoad.mu.Unlock()
+		for p, tn := range leasedLoad.published {
+			if runs[p] == 0 && !dead.has(p) {
+				out[tn], out["pool"] = true, true
+			}
+		}
+		return out
+	}
+	idle := watchIdleSlots(replicas, leased, conc, waiting, time.Second, func() bool { return false })
 
 	var faults []drillFault
 	at := func(d time.Duration) { time.Sleep(time.Until(start.Add(d))) }
@@ -230,8 +241,8 @@ func takeoverDrill(t *testing.T) {
 	f.to = time.Now()
 	faults = append(faults, f)
 
-	// Every job run or dead-lettered, the inputs empty (nothing left to forward again), the
-	// worker idle.
+	// Every job run or dead-lettered, the inputs empty (nothing left to forward again), every
+	// forward stored delivered to the worker and settled.
 	if !poll(60*time.Second, func() bool { return unsettled() == 0 }) {
 		t.Errorf("%d jobs neither ran nor were dead-lettered 60 s after the service started again", unsettled())
 	}
@@ -246,18 +257,14 @@ func takeoverDrill(t *testing.T) {
 	if !poll(30*time.Second, inputsEmpty) {
 		t.Errorf("the input streams still hold jobs 30 s after every job ran or was dead-lettered")
 	}
-	quiet := func() bool {
-		_, _, a := leased.runCounts()
-		_, _, b := paced.runCounts()
-		return a+b == 0
+	if !poll(30*time.Second, func() bool { return w.consumerDone("drill-leased") && w.consumerDone("drill-paced") }) {
+		t.Errorf("the worker's consumers still had forwards to deliver or settle 30 s after the inputs emptied")
 	}
-	poll(10*time.Second, quiet)
-	time.Sleep(time.Second) // a forward stored as the inputs emptied reaches the worker
 	spans := idle.stop()
 
 	forwards := w.readAll("ADMITTED")
 	deadStored := w.readAll("DEAD")
-	checkTakeoverDrill(t, start, faults, tenants, published, forwards, deadStored, seen, dones, leased, paced, spans)
+	checkTakeoverDrill(t, start, faults, tenants, published, forwards, deadStored, seen, doneMsgs, leased, paced, spans)
 }
 
 // poll checks cond every 100 ms until it holds or within passes, and says whether it held.
@@ -274,7 +281,7 @@ func poll(within time.Duration, cond func() bool) bool {
 
 // checkTakeoverDrill fails t for every promise of the drill that did not hold, with figures.
 func checkTakeoverDrill(t *testing.T, start time.Time, faults []drillFault, tenants []drillTenant, published map[string]string,
-	forwards, deadStored []job, seen, dones *seenMsgs, leased, paced *running, spans []idleSpan) {
+	forwards, deadStored []job, seen, doneMsgs *seenMsgs, leased, paced *running, spans []idleSpan) {
 	t.Helper()
 	rel := func(at time.Time) string { return fmt.Sprintf("+%.1fs", at.Sub(start).Seconds()) }
 	for _, f := range faults {
@@ -296,22 +303,11 @@ func checkTakeoverDrill(t *testing.T, start time.Time, faults []drillFault, tena
 	}
 
 	// Every job ran exactly once; none both ran and was dead-lettered.
-	var twice, never, both []string
-	for p := range published {
-		rs := runsOf(p)
-		switch {
-		case len(rs) > 1:
-			twice = append(twice, p)
-		case len(rs) == 0:
-			never = append(never, p)
-		}
-		if len(rs) > 0 && len(deadCodes[p]) > 0 {
-			both = append(both, p)
-		}
-	}
-	slices.Sort(twice)
-	slices.Sort(never)
-	slices.Sort(both)
+	runs, _, _ := leased.runCounts()
+	pacedRuns, _, _ := paced.runCounts()
+	maps.Copy(runs, pacedRuns)
+	v := judgeRuns(published, runs, func(p string) bool { return len(deadCodes[p]) > 0 })
+	twice, never, both := v.twice, v.never, v.both
 	describe := func(p string) string {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s:", p)
@@ -359,29 +355,15 @@ func checkTakeoverDrill(t *testing.T, start time.Time, faults []drillFault, tena
 	}
 
 	// No slot held by nobody for more than a second.
-	again := seen.again()
-	againAt := func(from, to time.Time) int {
-		n := 0
-		for _, ts := range again {
-			for _, at := range ts[1:] {
-				if !at.Before(from) && !at.After(to) {
-					n++
-				}
-			}
+	// What came before and during a span: the forwards published again and the done messages
+	// sent again (their first unanswered), of its tenant (of every tenant for the pool).
+	around := func(sp idleSpan) (forwards, dones int) {
+		tenant := sp.key
+		if tenant == "pool" {
+			tenant = ""
 		}
-		return n
-	}
-	doneAgain := dones.again()
-	doneAgainAt := func(from, to time.Time) int {
-		n := 0
-		for _, ts := range doneAgain {
-			for _, at := range ts[1:] {
-				if !at.Before(from) && !at.After(to) {
-					n++
-				}
-			}
-		}
-		return n
+		from, to := sp.from.Add(-3*time.Second), sp.to.Add(3*time.Second)
+		return seen.againBetween(tenant, from, to), doneMsgs.againBetween(tenant, from, to)
 	}
 	faultsAt := func(from, to time.Time) string {
 		var out []string
@@ -399,9 +381,9 @@ func checkTakeoverDrill(t *testing.T, start time.Time, faults []drillFault, tena
 	if len(spans) > 0 {
 		var lines []string
 		for _, s := range spans[:min(len(spans), 8)] {
-			lines = append(lines, fmt.Sprintf("%s: %d in flight at the limiter while the worker ran %d, %s to %s (%.1fs); in the 3 s before and during it: %d forwards published again, %d done messages sent again (the first unanswered); faults: %s",
-				s.key, s.inFlight, s.running, rel(s.from), rel(s.to), s.to.Sub(s.from).Seconds(), againAt(s.from.Add(-3*time.Second), s.to),
-				doneAgainAt(s.from.Add(-3*time.Second), s.to), faultsAt(s.from, s.to)))
+			forwards, dones := around(s)
+			lines = append(lines, fmt.Sprintf("%s: %d in flight at the limiter while the worker ran %d, %s to %s (%.1fs); from 3 s before to 3 s after: %d forwards published again, %d done messages sent again (the first unanswered); faults: %s",
+				s.key, s.inFlight, s.running, rel(s.from), rel(s.to), s.to.Sub(s.from).Seconds(), forwards, dones, faultsAt(s.from, s.to)))
 		}
 		t.Errorf("%d times a slot was held by a job nobody ran for more than a second while jobs waited (the longest %.1fs):\n  %s",
 			len(spans), longest.Seconds(), strings.Join(lines, "\n  "))
@@ -421,6 +403,7 @@ func checkTakeoverDrill(t *testing.T, start time.Time, faults []drillFault, tena
 	}
 	held, all := c.pacingHeld()
 	storedTwice := len(c.twice)
+	again := seen.again()
 	publishedAgain := 0
 	for _, ts := range again {
 		publishedAgain += len(ts) - 1
@@ -445,165 +428,4 @@ func countIn(ps []string, m map[string][]string) int {
 		}
 	}
 	return n
-}
-
-// idleSpan is a time a slot was held by nobody: key is "pool" or a tenant (its concurrency
-// limit); inFlight and running the figures of its worst sample.
-type idleSpan struct {
-	key               string
-	from, to          time.Time
-	inFlight, running int64
-}
-
-// idleWatch samples the limiter against the worker until stop (see watchIdleSlots); stop is
-// called once.
-type idleWatch struct {
-	quit  chan struct{}
-	done  chan struct{}
-	spans []idleSpan
-}
-
-// idleSample is how long apart the samples are; idleBound how long a slot may be held by
-// nobody; idleGap the longest time between two samples a span may bridge.
-const (
-	idleSample = 250 * time.Millisecond
-	idleBound  = time.Second
-	idleGap    = time.Second
-)
-
-// watchIdleSlots measures the slots held by nobody, until stop. Every 250 ms it reads, through
-// the decision API of a replica that is up (GET /v1/tenants/{tenant}: the limiter's state now),
-// each of the pool's tenants' concurrency limit in use and the pool's weight in flight; and, from
-// the worker's own records just before and just after, what ran of each tenant and of the pool.
-// A limit has idle slots at a sample when the limiter counts more in flight than the most the
-// worker ran across the two readings: slots held by jobs no handler runs. A forward in transit
-// (stored, not yet handed to a handler) or a done message in transit makes a slot idle for some
-// milliseconds. A slot held by nobody for more than a second is a span of samples, none more
-// than idleGap apart, each with an idle slot while jobs waited for it (jobs of the tenant, or of
-// any of the pool's tenants, published and neither run nor dead-lettered), lasting more than
-// idleBound from its first sample to its last. A span broken by a sample without an idle slot
-// starts again.
-func watchIdleSlots(replicas []*drillReplica, run *running, l *load, dead *deadLetters, conc map[string]int) *idleWatch {
-	w := &idleWatch{quit: make(chan struct{}), done: make(chan struct{})}
-	var names []string
-	for tn := range conc {
-		names = append(names, tn)
-	}
-	slices.Sort(names)
-	type open struct {
-		from, last        time.Time
-		inFlight, running int64
-	}
-	spans := map[string]*open{}
-	closeSpan := func(key string) {
-		if o := spans[key]; o != nil && o.last.Sub(o.from) > idleBound {
-			w.spans = append(w.spans, idleSpan{key: key, from: o.from, to: o.last, inFlight: o.inFlight, running: o.running})
-		}
-		delete(spans, key)
-	}
-	client := http.Client{Timeout: 500 * time.Millisecond}
-	read := func(tenant string) (wire.TenantState, bool) {
-		for _, r := range replicas {
-			if r.away.Load() {
-				continue
-			}
-			resp, err := client.Get(r.api + "/v1/tenants/" + tenant)
-			if err != nil {
-				continue
-			}
-			var st wire.TenantState
-			err = json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode == http.StatusOK && st.Pool != nil {
-				return st, true
-			}
-		}
-		return wire.TenantState{}, false
-	}
-	waiting := func(runs map[string]int) map[string]bool {
-		out := map[string]bool{}
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for p, tn := range l.published {
-			if runs[p] == 0 && !dead.has(p) {
-				out[tn], out["pool"] = true, true
-			}
-		}
-		return out
-	}
-	var last time.Time
-	go func() {
-		defer close(w.done)
-		tick := time.NewTicker(idleSample)
-		defer tick.Stop()
-		for {
-			select {
-			case <-w.quit:
-				for key := range spans {
-					closeSpan(key)
-				}
-				return
-			case <-tick.C:
-			}
-			_, before, beforeAll := run.runCounts()
-			used := map[string]int64{}
-			pool := int64(-1)
-			ok := true
-			for _, tn := range names {
-				st, answered := read(tn)
-				if !answered {
-					ok = false
-					break
-				}
-				for _, ls := range st.Limits {
-					if ls.Kind == "concurrency" {
-						used[tn] = ls.Used
-					}
-				}
-				if pool < 0 || st.Pool.InFlight < pool {
-					pool = st.Pool.InFlight
-				}
-			}
-			runs, after, afterAll := run.runCounts()
-			now := time.Now()
-			if !ok || now.Sub(last) > idleGap {
-				for key := range spans {
-					closeSpan(key)
-				}
-			}
-			if !ok {
-				continue
-			}
-			last = now
-			wait := waiting(runs)
-			figures := map[string][2]int64{"pool": {pool, int64(max(beforeAll, afterAll))}}
-			for _, tn := range names {
-				figures[tn] = [2]int64{used[tn], int64(max(before[tn], after[tn]))}
-			}
-			for key, f := range figures {
-				if f[0] <= f[1] || !wait[key] {
-					closeSpan(key)
-					continue
-				}
-				o := spans[key]
-				if o == nil {
-					o = &open{from: now}
-					spans[key] = o
-				}
-				o.last = now
-				if f[0]-f[1] > o.inFlight-o.running {
-					o.inFlight, o.running = f[0], f[1]
-				}
-			}
-		}
-	}()
-	return w
-}
-
-// stop ends the watch and returns the spans it found, in order.
-func (w *idleWatch) stop() []idleSpan {
-	close(w.quit)
-	<-w.done
-	slices.SortFunc(w.spans, func(a, b idleSpan) int { return a.from.Compare(b.from) })
-	return w.spans
 }
