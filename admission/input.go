@@ -58,7 +58,7 @@ type part struct {
 	first     uint64
 	compactAt uint64
 	// horizon is the stream's last sequence when this replica took the partition: a job at or
-	// below it may have been forwarded by the partition's earlier holder (see policy.Job.Unasked).
+	// below it may have been forwarded by the partition's earlier holder (see policy.Job.Again).
 	horizon uint64
 	stop    func() // stops the feed (nil: none)
 	health  feedHealth

@@ -156,6 +156,9 @@ type queue struct {
 	fresh     bool // no limiter call has answered for it yet (policy.Queue.Fresh)
 	errs      int
 	waited    int64 // the highest job id told to wait (each counted once)
+	// redeemed are the ids of jobs the limiter answered admitted before (policy.Verdict.Redeemed)
+	// that are not settled yet: asked about again, never expired unasked (policy.Job.Again).
+	redeemed map[int64]bool
 	head      int64 // the job the last step left waiting, and how many steps asked about it
 	asks      uint64
 	waitedFor string // what the last step's waiting jobs were told they wait for (policy.Queue.WaitedFor)
@@ -498,6 +501,14 @@ func (q *queue) claim(owner int64) policy.Queue {
 		pq.Keep = storedKeep
 	}
 	return pq
+}
+
+// admittedBefore remembers that the limiter answered job id admitted before (see redeemed).
+func (q *queue) admittedBefore(id int64) {
+	if q.redeemed == nil {
+		q.redeemed = map[int64]bool{}
+	}
+	q.redeemed[id] = true
 }
 
 // said clears what a limiter call said.

@@ -292,11 +292,16 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	horizon := s.queues.horizon(q.part)
 	for i, j := range jobs {
 		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr,
-			Unasked: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited}
+			Again: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited || q.redeemed[j.id]}
 	}
 	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
 	if d.Said {
 		q.said()
+	}
+	for i, v := range d.Verdicts {
+		if v.Redeemed {
+			q.admittedBefore(jobs[i].id) // never expired unasked, whatever it waits for now
+		}
 	}
 	s.resolveRedeemed(ctx, q, jobs, &d)
 	plan := ""
@@ -498,6 +503,11 @@ func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*out
 func (s *Service) advance(q *queue, settled []job) {
 	last := settled[len(settled)-1]
 	q.storedID = max(q.storedID, last.id)
+	for id := range q.redeemed {
+		if id <= q.storedID {
+			delete(q.redeemed, id)
+		}
+	}
 	q.owe.stored = max(q.owe.stored, q.storedID) // said by the queue's next call (see owed)
 	if last.src {
 		src := &q.old[0]

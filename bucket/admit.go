@@ -14,6 +14,10 @@ type Job struct {
 	ID int64
 	// Weight is what it costs every limit (≥ 1, ≤ Plan.MaxWeight()).
 	Weight int64
+	// Again: it may have been admitted before (a replica that took the queue over reads it
+	// again): a batch of a plan with a pool first looks such jobs up in the tenant's state, and
+	// asks the pool only for those not admitted before (see Batch.Peek).
+	Again bool `json:"again,omitempty"`
 }
 
 // JobOutcome is what Admit decided for one job of a batch.
@@ -78,6 +82,9 @@ type Batch struct {
 	// Release gives the owner's hold on the queue up after the call (it no longer owns the
 	// tenant: another replica may take the queue at once).
 	Release bool
+	// Peek decides and changes nothing: each job is answered stored, redeemed or not yet (wait
+	// zero), as it stands; nothing is said or charged. See Job.Again.
+	Peek bool
 	// Fresh says the owner's queue is new (its first call since it took the tenant): a local
 	// copy of the tenant's state (Fallback) may predate another owner's decisions and is not
 	// used.

@@ -337,6 +337,18 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 		st = &memState{}
 	}
 	redeem, horizon := o.Redeem.Microseconds(), o.Horizon.Microseconds()
+	if b.Peek {
+		held := st.owner != 0 && st.owner != b.Owner && st.ownerUntil > now
+		for i, j := range b.Jobs {
+			out[i] = int64(JobNotYet)
+			if stored(j.ID, st.stored) {
+				out[i] = int64(JobStored)
+			} else if at, ok := findMark(st, j.ID); ok && !held && at > 0 && at+redeem >= now {
+				out[i] = redeemedAgo + max(now-at, 0)
+			}
+		}
+		return 0, 0, 0, 0
+	}
 	wait = -1
 	changed, schanged := false, false
 	if b.Stored > st.stored {
@@ -399,8 +411,8 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 			if found && (at <= 0 || at+redeem < now) {
 				found = false
 			}
-			if found && wait < 0 {
-				out[i] = redeemedAgo + max(now-at, 0) // charged nothing (lua/admit.lua: Once)
+			if found {
+				out[i] = redeemedAgo + max(now-at, 0) // charged nothing, even behind a job that waits (lua/admit.lua: Once)
 				break
 			}
 			if st.hold > now { // the downstream asked for no more until then

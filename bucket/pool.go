@@ -303,6 +303,64 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
 	}
+	known, err := admittedBefore(ctx, b, admit)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	rest := b
+	rest.Jobs = b.Jobs[len(known.Outcomes):]
+	res, err := admitGranted(ctx, pb, rest, admit)
+	if err != nil || len(known.Outcomes) == 0 {
+		return res, err
+	}
+	if res.AdmittedAgo != nil || known.AdmittedAgo != nil {
+		ages := make([]time.Duration, len(b.Jobs))
+		copy(ages, known.AdmittedAgo)
+		if res.AdmittedAgo != nil {
+			copy(ages[len(known.Outcomes):], res.AdmittedAgo)
+		}
+		res.AdmittedAgo = ages
+	}
+	res.Outcomes = append(known.Outcomes, res.Outcomes...)
+	return res, nil
+}
+
+// admittedBefore looks the leading jobs of b that may have been admitted before (Job.Again) up in
+// the tenant's state (Batch.Peek), and returns the answers of those it stored or admitted
+// before: they are not asked of the pool, which would take a slot for a job whose forward may
+// be downstream already (and done: a slot nobody uses). None when no job leads with Again.
+func admittedBefore(ctx context.Context, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
+	n := 0
+	for n < len(b.Jobs) && b.Jobs[n].Again {
+		n++
+	}
+	if n == 0 {
+		return BatchResult{}, nil
+	}
+	peek := b
+	peek.Jobs, peek.Peek = b.Jobs[:n], true
+	r, err := admit(ctx, peek)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	k := 0
+	for k < len(r.Outcomes) && (r.Outcomes[k] == JobStored || r.Outcomes[k] == JobRedeemed) {
+		k++
+	}
+	r.Outcomes = r.Outcomes[:k]
+	if r.AdmittedAgo != nil {
+		r.AdmittedAgo = r.AdmittedAgo[:k]
+	}
+	return r, nil
+}
+
+// admitGranted decides a batch of a plan with a pool, none of whose jobs was admitted before:
+// see admitPooled. Without jobs, it says the batch's claims alone.
+func admitGranted(ctx context.Context, pb poolBackend, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
+	if len(b.Jobs) == 0 {
+		return admit(ctx, b)
+	}
+	p := b.Plan
 	pool, share := p.Pool, p.share()
 	g, err := pb.poolCall(ctx, poolAcquire, pool, b.Tenant, share, b.Jobs, NoCost, Report{})
 	if err != nil {

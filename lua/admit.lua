@@ -44,13 +44,19 @@
 -- have waited, and its wait to that slot is in the reply. A slot further than `horizon` µs is not
 -- taken, and the wait is given as the horizon: at least that long. No owner is taken.
 --
+-- Peek. With peek set the call decides and changes nothing: it answers each job stored (3),
+-- redeemed (4 + a, see Once) or neither (2, wait 0), held by another owner counting as neither,
+-- so that a pooled batch learns which of its jobs were admitted before asking the pool for them
+-- (bucket/pool.go admitPooled).
+--
 -- KEYS[1]  the tenant's state
 -- KEYS[2]  shadow: the tenant's shadow state (the same layout)
--- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), shadow (0/1), redeem (µs), late (µs),
---          horizon (µs), owner, olife (µs), stored (input sequence, 0: none), keep (µs), lw
---          (weight), lt (µs), k jobs, n limits, extra key life (ms, 0 in production), born (µs,
---          see load), mirror (0/1), the memory marker's tag (-1: none; see memory_of), then
---          k × (job id, weight), then the plan's n limits and calendars (see read_limits).
+-- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), shadow (0/1), redeem (µs), late (µs,
+--          unused), horizon (µs), owner, olife (µs), stored (input sequence, 0: none), keep (µs),
+--          lw (weight), lt (µs), k jobs, n limits, extra key life (ms, 0 in production), born
+--          (µs, see load), mirror (0/1), the memory marker's tag (-1: none; see memory_of), peek
+--          (0/1), then k × (job id, weight), then the plan's n limits and calendars (see
+--          read_limits).
 --
 -- A concurrency limit takes a lease for each job admitted, its id the job's (see lease.lua).
 --
@@ -72,12 +78,12 @@
 --
 -- Redis commands: TIME, GET (two in shadow), and one SET ... PX or DEL (two in shadow).
 local arg = ARGV[1]
-local now, shadow, redeem, late, horizon, owner, olife, stored, keep, lw, lt, k, n, pad, born, mirror, mtag =
-  struct.unpack('<lllllllllllllllll', arg)
+local now, shadow, redeem, late, horizon, owner, olife, stored, keep, lw, lt, k, n, pad, born, mirror, mtag, peek =
+  struct.unpack('<llllllllllllllllll', arg)
 if now == 0 then now = server_now() end
 shadow = shadow == 1
 memory_of(KEYS[1], false, mtag, born)
-local pos = 8 * 17 + 1
+local pos = 8 * 18 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 local lims = read_limits(arg, pos, n)
@@ -85,6 +91,22 @@ check_calendars(lims, n, now)
 local raw = redis.call('GET', KEYS[1])
 local st = read_state(raw, lims, n, now)
 local ws = load(st, lims, n, now, born)
+
+if peek == 1 then
+  local held = st.owner ~= 0 and st.owner ~= owner and st.owner_until > now
+  local vals = {0, 0, 0, 0}
+  for i = 1, k do
+    local job, o = jid[i], 2
+    local at = find_mark(st, job, true)
+    if job <= st.stored and math.floor(job / JOB_SPAN) == math.floor(st.stored / JOB_SPAN) then
+      o = 3
+    elseif not held and at and at > 0 and at + redeem >= now then
+      o = 4 + math.max(now - at, 0)
+    end
+    vals[4 + i] = o
+  end
+  return pack_ints(vals)
+end
 
 local out = {}
 local wait, bind = -1, 0
@@ -128,8 +150,10 @@ for i = 1, k do
   else
     local at = find_mark(st, job, true)
     if at and at + redeem < now then at = nil end
-    if at and at > 0 and wait < 0 then
-      out[i] = 4 + math.max(now - at, 0) -- admitted before, not said stored: charged nothing (see Once)
+    if at and at > 0 then
+      -- Admitted before, not said stored: charged nothing (see Once), even behind a job that
+      -- waits (it waits with it, but is known admitted: never expired as if it were not).
+      out[i] = 4 + math.max(now - at, 0)
     elseif st.hold > now then
       -- The downstream asked for no more of the tenant's jobs until st.hold (see lease.lua):
       -- binding limit -2.

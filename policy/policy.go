@@ -184,11 +184,12 @@ type Job struct {
 	Stored     time.Time
 	MaxWait    time.Duration
 	MaxWaitErr error
-	// Unasked: the job may have been forwarded by an earlier holder of its queue (a replica that
-	// stopped before removing it from the input) and this one has not asked the limiter about it
-	// yet. Its bound having passed, it is asked about once before it may expire: a forward of it
-	// is then found (redeemed, stored), rather than joined by a dead letter.
-	Unasked bool
+	// Again: the job may have been admitted before, and forwarded (by an earlier holder of its
+	// queue that stopped before removing it, or by a call whose answer was lost), and the limiter
+	// has not said otherwise. Its bound having passed, it is asked about rather than expired: a
+	// forward of it is then found (redeemed, stored) rather than joined by a dead letter. A plan
+	// with a pool looks it up in the tenant's state before asking the pool (bucket.Job.Again).
+	Again bool
 }
 
 // A Verdict is the decision for one job.
@@ -341,11 +342,11 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 			d.Verdicts[i] = dead(wire.CodeInvalidMaxWait, j.MaxWaitErr.Error())
 		case j.Weight > plan.MaxWeight():
 			d.Verdicts[i] = dead(wire.CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity or limit of plan %s: it could never be admitted", j.Weight, plan.MaxWeight(), plan.Name))
-		case b > 0 && !now.Before(deadline) && !j.Unasked:
+		case b > 0 && !now.Before(deadline) && !j.Again:
 			d.Verdicts[i] = expired(j, deadline, b, of, waitedFor, now) // not asked about: it spends nothing
 		default:
 			d.Verdicts[i].Deadline = deadline
-			batch.Jobs = append(batch.Jobs, bucket.Job{ID: j.ID, Weight: j.Weight})
+			batch.Jobs = append(batch.Jobs, bucket.Job{ID: j.ID, Weight: j.Weight, Again: j.Again})
 			index = append(index, i)
 		}
 	}

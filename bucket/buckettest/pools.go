@@ -290,4 +290,25 @@ var poolCases = []testCase{
 			t.Fatalf("in flight %d after job 2 admitted, want 1", inFlight(t, r))
 		}
 	}},
+	{name: "pool: jobs that may have been admitted before are looked up before the pool is asked", needs: pools(), run: func(t *testing.T, h *harness) {
+		// Jobs 1 and 2 were admitted and done; the replica stopped before removing them. The pool
+		// is full (job 3 runs) when another replica reads them again (Again): their tenant's state
+		// answers them redeemed without the pool being asked, so a full pool does not make them wait
+		// (and then expire, as jobs never admitted), nor a free one give them slots nobody uses.
+		// Job 4, never admitted, waits for the pool.
+		pool := newPool(t, h, bucket.Pool{Concurrency: 1, Lease: time.Hour})
+		p := pooled(t, "p", pool, 1)
+		h.admit(p, jobs("1"), "A", 0)
+		h.leaseWeighted(p, 1, leaseDone, 1, true)
+		h.admit(p, jobs("2"), "A", 0)
+		h.leaseWeighted(p, 2, leaseDone, 1, true)
+		h.admit(p, jobs("3"), "A", 0)
+		h.c.Advance(time.Minute) // the first replica's hold has ended
+		again := jobs("1", "2", "4")
+		again[0].Again, again[1].Again, again[2].Again = true, true, true
+		r := h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 0, Jobs: again}, "RRN", time.Second)
+		if inFlight(t, r) != 1 || r.AdmittedAgo[0] != time.Minute || r.AdmittedAgo[2] != 0 {
+			t.Fatalf("in flight %d (want 1, job 3's), admitted ago %v (want 1m for jobs 1 and 2)", inFlight(t, r), r.AdmittedAgo)
+		}
+	}},
 }
