@@ -158,7 +158,7 @@ type queue struct {
 	waited    int64 // the highest job id told to wait (each counted once)
 	// redeemed are the ids of jobs the limiter answered admitted before (policy.Verdict.Redeemed)
 	// that are not settled yet: asked about again, never expired unasked (policy.Job.Again).
-	redeemed map[int64]bool
+	redeemed  map[int64]bool
 	head      int64 // the job the last step left waiting, and how many steps asked about it
 	asks      uint64
 	waitedFor string // what the last step's waiting jobs were told they wait for (policy.Queue.WaitedFor)
