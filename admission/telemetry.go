@@ -36,6 +36,7 @@ const (
 	AttrError    = policy.AttrError
 	// AttrReason is the kind of the limit a waiting job waits for: bucket, window, quota or
 	// concurrency; handover (policy.ReasonHandover): another replica holds its tenant's queue;
+	// redeemed (policy.ReasonRedeemed): jobs admitted before, ahead of it, are settled first;
 	// or pool (policy.ReasonPool): its plan's pool.
 	AttrReason = attribute.Key("admitter.reason")
 	// AttrPool is the pool of the job's plan (bucket.Pool).

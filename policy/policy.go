@@ -262,6 +262,11 @@ type Decision struct {
 // replicas has not changed yet; its hold ends within bucket.Options.Hold.
 const ReasonHandover = "handover"
 
+// ReasonRedeemed is the reason of jobs that wait behind jobs admitted before, not decided in the
+// same call (bucket.BatchResult.AfterRedeemed): the next step asks about them, once those are
+// settled or their slots taken again.
+const ReasonRedeemed = "redeemed"
+
 // ReasonPool is the reason of jobs that wait for their plan's pool (bucket.Pool): its capacity
 // is in use, or what is free is the turn of tenants that waited with an earlier start.
 const ReasonPool = "pool"
@@ -384,6 +389,8 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	switch {
 	case res.Handover:
 		d.Reason = ReasonHandover
+	case res.AfterRedeemed:
+		d.Reason = ReasonRedeemed
 	case res.Downstream:
 		d.Reason = ReasonDownstream
 	case res.PoolBound && res.Pool != nil && res.Pool.Breaker != bucket.BreakerClosed:

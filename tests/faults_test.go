@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/wire"
 	"github.com/admitter/admitter/worker"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -39,10 +41,22 @@ type running struct {
 	over  func(tenant string, n, all int) bool
 	jobs  map[*worker.Job]time.Time
 	overs []string
+	// runs is every run of every job (its payload names it), in the order they began.
+	runs map[string][]jobRun
+}
+
+// jobRun is one run of a job at the worker: the forward it was delivered from (its
+// Nats-Msg-Id), the lease it held, the delivery's attempt, and when its handler began.
+type jobRun struct {
+	msgID   string
+	lease   int64
+	attempt uint64
+	at      time.Time
 }
 
 func newRunning(took func(j *worker.Job) time.Duration) *running {
-	return &running{now: map[string]int{}, most: map[string]int{}, starts: map[string][]time.Time{}, ends: map[string][]time.Time{}, took: took}
+	return &running{now: map[string]int{}, most: map[string]int{}, starts: map[string][]time.Time{}, ends: map[string][]time.Time{}, took: took,
+		runs: map[string][]jobRun{}}
 }
 
 func (r *running) handle(ctx context.Context, j *worker.Job) error {
@@ -52,6 +66,7 @@ func (r *running) handle(ctx context.Context, j *worker.Job) error {
 	r.most[j.Tenant] = max(r.most[j.Tenant], r.now[j.Tenant])
 	r.mostAll = max(r.mostAll, r.all)
 	r.starts[j.Tenant] = append(r.starts[j.Tenant], time.Now())
+	r.runs[string(j.Data)] = append(r.runs[string(j.Data)], jobRun{msgID: j.Header.Get(nats.MsgIdHdr), lease: j.Lease, attempt: j.Attempt, at: time.Now()})
 	if r.over != nil {
 		if r.jobs == nil {
 			r.jobs = map[*worker.Job]time.Time{}
@@ -93,10 +108,38 @@ func (r *running) snapshot() (most map[string]int, all int, started int) {
 	return most, r.mostAll, started
 }
 
+// runCounts is how many times each job ran (its payload → runs), and how many run now per
+// tenant and in all.
+func (r *running) runCounts() (runs map[string]int, now map[string]int, all int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	runs, now = make(map[string]int, len(r.runs)), make(map[string]int, len(r.now))
+	for p, rs := range r.runs {
+		runs[p] = len(rs)
+	}
+	for tn, n := range r.now {
+		now[tn] = n
+	}
+	return runs, now, r.all
+}
+
+// runsOf is every run of the job whose payload is p.
+func (r *running) runsOf(p string) []jobRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.runs[p])
+}
+
 // startPoolWorker runs the worker library over every forward (one durable consumer), or only
 // over the subjects filter names, with room for n handlers: the plans, not the worker, hold the
 // jobs to their limits.
 func (w *world) startPoolWorker(name string, n int, h worker.Handler, filter ...string) *worker.Worker {
+	w.t.Helper()
+	return w.startLoggedWorker(name, n, h, slog.New(slog.DiscardHandler), filter...)
+}
+
+// startLoggedWorker is startPoolWorker with the worker library's log going to log.
+func (w *world) startLoggedWorker(name string, n int, h worker.Handler, log *slog.Logger, filter ...string) *worker.Worker {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -105,7 +148,7 @@ func (w *world) startPoolWorker(name string, n int, h worker.Handler, filter ...
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	wk, err := worker.New(worker.Config{Consumer: cons, Conn: w.nc, Handler: h, Concurrency: n, Logger: slog.New(slog.DiscardHandler)})
+	wk, err := worker.New(worker.Config{Consumer: cons, Conn: w.nc, Handler: h, Concurrency: n, Logger: log})
 	if err != nil {
 		w.t.Fatal(err)
 	}
