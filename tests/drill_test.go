@@ -1,3 +1,5 @@
+//go:build drill || soak
+
 package tests
 
 import (
@@ -8,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -54,25 +55,6 @@ func repeatDrill(t *testing.T, drill func(t *testing.T)) {
 			return
 		}
 	}
-}
-
-// natsServerBinary is the nats-server of the module's dependency, built once for the drills.
-var natsServerBinary struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// natsServer builds (once) the nats-server the drills run as a process.
-func natsServer(t *testing.T) string {
-	t.Helper()
-	natsServerBinary.once.Do(func() {
-		natsServerBinary.path, natsServerBinary.err = testenv.BuildNATSServer(filepath.Dir(binary))
-	})
-	if natsServerBinary.err != nil {
-		t.Fatal(natsServerBinary.err)
-	}
-	return natsServerBinary.path
 }
 
 // loggedMapping is the account mapping an admitter told to spread the input over parts
@@ -475,4 +457,16 @@ func (w *idleWatch) stop() []idleSpan {
 	<-w.done
 	slices.SortFunc(w.spans, func(a, b idleSpan) int { return a.from.Compare(b.from) })
 	return w.spans
+}
+
+// poll checks cond every 100 ms until it holds or within passes, and says whether it held.
+func poll(within time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }

@@ -17,19 +17,23 @@ import (
 
 // natsBin is the nats-server of the module's dependency, built once for the tests that run it
 // as processes.
-var natsBin struct {
+// natsServerBinary is the nats-server of the module's dependency, built once for the tests that run it as a process.
+var natsServerBinary struct {
 	once sync.Once
 	path string
 	err  error
 }
 
-func natsServerBinary(t *testing.T) string {
+// natsServer builds (once) the nats-server the tests run as a process (drills, NATS node losses).
+func natsServer(t *testing.T) string {
 	t.Helper()
-	natsBin.once.Do(func() { natsBin.path, natsBin.err = testenv.BuildNATSServer(filepath.Dir(binary)) })
-	if natsBin.err != nil {
-		t.Fatal(natsBin.err)
+	natsServerBinary.once.Do(func() {
+		natsServerBinary.path, natsServerBinary.err = testenv.BuildNATSServer(filepath.Dir(binary))
+	})
+	if natsServerBinary.err != nil {
+		t.Fatal(natsServerBinary.err)
 	}
-	return natsBin.path
+	return natsServerBinary.path
 }
 
 // leaderOf is the name of the node leading stream ("" when it cannot be read now).
@@ -111,7 +115,7 @@ func healed(js jetstream.JetStream, names ...string) bool {
 // again after the round. Every job of a round is stored within 15 s of its loss, and every job
 // once.
 func TestNodeLossesNeverStopTheReplica(t *testing.T) {
-	cluster := testenv.StartNATSProcessCluster(t, natsServerBinary(t), 3, "")
+	cluster := testenv.StartNATSProcessCluster(t, natsServer(t), 3, "")
 	w := newWorldOn(t, "plans: {p: {limits: [{capacity: 10, rate: 50/s}]}}\ndefault_plan: p\n", cluster.URLs(), testenv.StartPersistentRedis(t).URL())
 	httpEnv, metricsURL := metricsPort(t)
 	p := w.start("ADMITTER_STREAM_REPLICAS=3", httpEnv)

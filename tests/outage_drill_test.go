@@ -1,3 +1,5 @@
+//go:build drill
+
 package tests
 
 import (

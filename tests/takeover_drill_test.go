@@ -1,3 +1,5 @@
+//go:build drill
+
 package tests
 
 import (
@@ -82,6 +84,9 @@ func drillTenants(parts int) []drillTenant {
 	}
 	return out
 }
+
+// drillLease is the lease of the drill's pool and concurrency limits (its plans below).
+const drillLease = 3 * time.Second
 
 // drillFault is one fault the drill injected: when it began and ended, what, on which replica.
 type drillFault struct {
@@ -268,18 +273,6 @@ func takeoverDrill(t *testing.T) {
 	checkTakeoverDrill(t, start, faults, tenants, published, forwards, deadStored, seen, doneMsgs, leased, paced, spans)
 }
 
-// poll checks cond every 100 ms until it holds or within passes, and says whether it held.
-func poll(within time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-}
-
 // checkTakeoverDrill fails t for every promise of the drill that did not hold, with figures.
 func checkTakeoverDrill(t *testing.T, start time.Time, faults []drillFault, tenants []drillTenant, published map[string]string,
 	forwards, deadStored []job, seen, doneMsgs *seenMsgs, leased, paced *running, spans []idleSpan) {
@@ -375,6 +368,27 @@ func checkTakeoverDrill(t *testing.T, start time.Time, faults []drillFault, tena
 		}
 		return strings.Join(out, ", ")
 	}
+	// A replica killed or stopped between deciding a job and publishing it leaves that job's
+	// slots taken until its lease ends or the partition's next holder forwards it (design.md
+	// §11): a span that begins within a lease of such a fault and lasts at most a lease (and
+	// a sample's gap) is that hold, bounded, and is told, not failed.
+	inherent := func(sp idleSpan) bool {
+		for _, f := range faults {
+			if (strings.HasPrefix(f.what, "SIGKILL") || strings.HasPrefix(f.what, "SIGSTOP")) &&
+				!sp.from.Before(f.from) && sp.from.Before(f.from.Add(drillLease)) && sp.to.Sub(sp.from) <= drillLease+idleGap {
+				return true
+			}
+		}
+		return false
+	}
+	spans = slices.DeleteFunc(spans, func(sp idleSpan) bool {
+		if inherent(sp) {
+			t.Logf("%s: a slot held by nobody %s to %s (%.1fs), begun within a lease of %s: the hold of a job decided and not yet published",
+				sp.key, rel(sp.from), rel(sp.to), sp.to.Sub(sp.from).Seconds(), faultsAt(sp.from, sp.to))
+			return true
+		}
+		return false
+	})
 	var longest time.Duration
 	for _, s := range spans {
 		longest = max(longest, s.to.Sub(s.from))
