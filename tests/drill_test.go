@@ -1,9 +1,8 @@
-//go:build drill || soak
+//go:build drill
 
 package tests
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -261,47 +260,6 @@ func (r *drillReplica) stateOf(tenant string) string {
 	return b
 }
 
-// runVerdict sorts the jobs published by how they ran at their worker: more than once, never,
-// and those that ran and were dead-lettered too (payloads, sorted). Every other job ran once.
-type runVerdict struct {
-	twice, never, both []string
-}
-
-// judgeRuns is the verdict on published (payload → tenant) given runs (payload → times run)
-// and dead (payload → dead-lettered).
-func judgeRuns(published map[string]string, runs map[string]int, dead func(string) bool) runVerdict {
-	var v runVerdict
-	for p := range published {
-		switch n := runs[p]; {
-		case n > 1:
-			v.twice = append(v.twice, p)
-		case n == 0:
-			v.never = append(v.never, p)
-		}
-		if runs[p] > 0 && dead(p) {
-			v.both = append(v.both, p)
-		}
-	}
-	slices.Sort(v.twice)
-	slices.Sort(v.never)
-	slices.Sort(v.both)
-	return v
-}
-
-// consumerDone reports whether the durable consumer name of the output stream has delivered
-// every forward stored and had each settled (acked, terminated): nothing pending, nothing
-// awaiting its ack. A consumer that cannot be read now is not done.
-func (w *world) consumerDone(name string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := w.js.Consumer(ctx, "ADMITTED", name)
-	if err != nil {
-		return false
-	}
-	info, err := c.Info(ctx)
-	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-}
-
 // idleSpan is a time a slot was held by nobody: key is "pool" or a tenant (its concurrency
 // limit); inFlight and running the figures of its worst sample.
 type idleSpan struct {
@@ -457,16 +415,4 @@ func (w *idleWatch) stop() []idleSpan {
 	<-w.done
 	slices.SortFunc(w.spans, func(a, b idleSpan) int { return a.from.Compare(b.from) })
 	return w.spans
-}
-
-// poll checks cond every 100 ms until it holds or within passes, and says whether it held.
-func poll(within time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
 }

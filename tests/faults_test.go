@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,28 +105,6 @@ func (r *running) snapshot() (most map[string]int, all int, started int) {
 		started += len(r.starts[k])
 	}
 	return most, r.mostAll, started
-}
-
-// runCounts is how many times each job ran (its payload → runs), and how many run now per
-// tenant and in all.
-func (r *running) runCounts() (runs map[string]int, now map[string]int, all int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	runs, now = make(map[string]int, len(r.runs)), make(map[string]int, len(r.now))
-	for p, rs := range r.runs {
-		runs[p] = len(rs)
-	}
-	for tn, n := range r.now {
-		now[tn] = n
-	}
-	return runs, now, r.all
-}
-
-// runsOf is every run of the job whose payload is p.
-func (r *running) runsOf(p string) []jobRun {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.runs[p])
 }
 
 // startPoolWorker runs the worker library over every forward (one durable consumer), or only
