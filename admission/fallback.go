@@ -22,6 +22,11 @@ type router struct {
 	mu     sync.Mutex
 	// since is when the router first saw each stretch of this replica's (see Since).
 	since map[stretch]time.Time
+	// relay answers relayed questions while this replica reaches Redis (see Tell): set by serve;
+	// relaying is its subscription while it does.
+	relay    nats.MsgHandler
+	relaying *nats.Subscription
+	local    bool
 }
 
 var _ bucket.Router = (*router)(nil)
@@ -124,6 +129,41 @@ func (r *router) Back() {
 	_ = r.s.cfg.JetStream.Conn().Publish(r.prefix+"back", nil)
 }
 
+// Tell subscribes this replica to the relayed questions while it reaches Redis (local false),
+// in one queue group with every replica that does, and unsubscribes it while it does not: a
+// relayed question goes to one replica that reaches Redis, and finds no responder when none does.
+func (r *router) Tell(local bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.local = local
+	r.subscribeRelay()
+}
+
+// subscribeRelay makes the relay subscription agree with the mode told, under r.mu.
+func (r *router) subscribeRelay() {
+	switch {
+	case r.local && r.relaying != nil:
+		_ = r.relaying.Unsubscribe()
+		r.relaying = nil
+	case !r.local && r.relaying == nil && r.relay != nil:
+		sub, err := r.s.cfg.JetStream.Conn().QueueSubscribe(r.prefix+"relay", "relay", r.relay)
+		if err != nil {
+			r.s.log.Warn("fail mode local: this replica cannot take relayed questions; a replica cut from Redis decides on its copy", "err", err)
+			return
+		}
+		r.relaying = sub
+	}
+}
+
+// Relay sends req to a replica that reaches Redis (see Tell).
+func (r *router) Relay(ctx context.Context, req []byte) ([]byte, error) {
+	m, err := r.s.cfg.JetStream.Conn().RequestWithContext(ctx, r.prefix+"relay", req)
+	if err != nil {
+		return nil, fmt.Errorf("admission: relay to a replica that reaches Redis: %w", err)
+	}
+	return m.Data, nil
+}
+
 // routeTimeout bounds the answer to a routed question (the asker gives up sooner).
 const routeTimeout = time.Second
 
@@ -144,5 +184,22 @@ func (r *router) serve(ctx context.Context, f Fallback) (unsubscribe func(), err
 		_ = asked.Unsubscribe()
 		return nil, err
 	}
-	return func() { _ = asked.Unsubscribe(); _ = back.Unsubscribe() }, nil
+	r.mu.Lock()
+	r.relay = func(m *nats.Msg) {
+		qctx, cancel := context.WithTimeout(ctx, routeTimeout)
+		defer cancel()
+		_ = m.Respond(f.Serve(qctx, m.Data))
+	}
+	r.subscribeRelay()
+	r.mu.Unlock()
+	return func() {
+		_ = asked.Unsubscribe()
+		_ = back.Unsubscribe()
+		r.mu.Lock()
+		if r.relaying != nil {
+			_ = r.relaying.Unsubscribe()
+		}
+		r.relay, r.relaying = nil, nil
+		r.mu.Unlock()
+	}, nil
 }
