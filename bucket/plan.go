@@ -53,9 +53,9 @@ type Plan struct {
 	// (wire.CodeExpired): see package policy. A job's own Admit-Max-Wait may bound it further.
 	MaxWait time.Duration
 	// PriorityAging lifts a waiting job of the plan one priority level (wire.HeaderPriority)
-	// per period it has waited, from its store in the input (plans file: priority_aging; 0:
-	// never), so that a low priority cannot starve: a priority-5 job waiting 2 periods goes
-	// with the priority-3 jobs, ahead of those stored after it.
+	// per whole period it has waited, from its store in the input, to the highest at most
+	// (plans file: priority_aging; 0: never), so that a low priority cannot starve: a
+	// priority-5 job waiting 2 periods ranks as a priority-3 job just stored, ahead of it.
 	PriorityAging time.Duration
 
 	minCapacity int64

@@ -690,6 +690,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("plans: {w: {limits: [{kind: window, limit: 5, window: 1ns, rate: 1/s}]}}\n"))
 	f.Add([]byte("plans: {w: {max_wait: 1h, limits: [{capacity: 1, rate: 1/s}]}, v: {max_wait: 7d, limits: [{kind: quota, limit: 3, period: month}]}}\n"))
 	f.Add([]byte("plans: {w: {max_wait: 0s, limits: [{capacity: 1, rate: 1/s}]}}\n"))
+	f.Add([]byte("plans: {w: {priority_aging: 10m, limits: [{capacity: 1, rate: 1/s}]}, v: {priority_aging: -1s, limits: [{capacity: 1, rate: 1/s}]}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := plans.Parse("fuzz.yaml", data)
 		if err != nil {
@@ -712,6 +713,9 @@ func FuzzParse(f *testing.F) {
 			}
 			if pl.MaxWait < 0 || pl.MaxWait%time.Microsecond != 0 || pl.MaxWait > bucket.MaxWindow {
 				t.Fatalf("plan %q: max_wait %v", name, pl.MaxWait)
+			}
+			if pl.PriorityAging < 0 || pl.PriorityAging%time.Microsecond != 0 || pl.PriorityAging > bucket.MaxWindow {
+				t.Fatalf("plan %q: priority_aging %v", name, pl.PriorityAging)
 			}
 			for _, l := range pl.Limits {
 				if l.Capacity < 1 || pl.MaxWeight() > l.Capacity {
