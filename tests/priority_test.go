@@ -107,29 +107,33 @@ func TestAPriorityOneJobOvertakesItsTenantsBacklog(t *testing.T) {
 	}
 }
 
-// TestAgingLiftsAStarvedLowPriorityJob: a priority-5 job is published, then priority-3 jobs
-// arrive for 4 s at 20/s, twice what the plan forwards (10/s): without aging the priority-5 job
+// TestAgingLiftsAStarvedLowPriorityJob: a priority-5 job is published behind 4 of priority 3,
+// and more arrive for 4 s at 20/s, twice what the plan forwards (10/s): without aging the priority-5 job
 // waits while its tenant has higher work, and goes last. Under the same plan with
 // priority_aging: 1s every waiting job rises a level a second: two seconds in, the priority-5
 // job ranks with the priority-3 jobs that just arrived, ahead of them, and goes well before the
 // last. Before, it went first (FIFO).
 func TestAgingLiftsAStarvedLowPriorityJob(t *testing.T) {
 	t.Parallel()
-	const arriving, every = 80, 50 * time.Millisecond
+	const arriving, ahead, every = 80, 4, 50 * time.Millisecond
 	w := newWorld(t, `plans:
   aged: {priority_aging: 1s, limits: [{capacity: 1, rate: 10/s}]}
   flat: {limits: [{capacity: 1, rate: 10/s}]}
 tenants: {acme: aged, bob: flat}
 `)
 	w.start()
-	for _, tn := range []string{"acme", "bob"} {
-		w.publish("jobs.submit."+tn+".x", tn+"-low", wire.HeaderPriority, "5")
-	}
 	for i := range arriving {
+		if i == ahead { // a backlog waits already: the priority-5 job is never alone at the head
+			for _, tn := range []string{"acme", "bob"} {
+				w.publish("jobs.submit."+tn+".x", tn+"-low", wire.HeaderPriority, "5")
+			}
+		}
 		for _, tn := range []string{"acme", "bob"} {
 			w.publish("jobs.submit."+tn+".x", fmt.Sprintf("%s-%d", tn, i))
 		}
-		time.Sleep(every)
+		if i >= ahead {
+			time.Sleep(every)
+		}
 	}
 	all := w.read("ADMITTED", 2*(arriving+1), 30*time.Second)
 	of := func(tn string) (out []string, low time.Duration) {
