@@ -11,10 +11,13 @@ import (
 )
 
 // Priorities within a tenant (wire.HeaderPriority: 1 first, 5 last, 3 when absent). A step asks
-// the limiter about the jobs it read highest priority first, FIFO within a priority (rank): the
-// limiter admits in the order asked, so a priority-1 job takes the tenant's next slot, and
-// nothing else changes of what the plan allows or of the tenant's turn among the others. A plan's
-// priority_aging lifts a waiting job one level per period waited (effective).
+// the limiter about the jobs it read highest priority first, FIFO within a priority (askOrder):
+// the limiter admits in the order asked, so a priority-1 job takes the tenant's next slot, and
+// nothing else changes of what the plan allows or of the tenant's turn among the others (the
+// step's budget goes to the jobs asked first: pick). A plan's priority_aging lifts every waiting
+// job one level per period waited (effective): one level is worth a period of waiting. Jobs of
+// priority 4 and 5 wait behind the default-priority jobs read with them; a run of more of them
+// than a read at the head of the queue goes in its place (the default class is not indexed).
 //
 // A tenant's queue is still its jobs in the input in the order they were stored, read densely
 // from its cursor (the lowest sequence not settled). The jobs not of the default priority are
