@@ -180,7 +180,7 @@ func (s *Service) deadLetterRefused(ctx context.Context, fwds []*forward) {
 			if act == actForward {
 				act = actDead
 			}
-			f.planned, f.msg, f.stream, f.lease, f.err = planned{act: act, verdict: v}, dm, s.cfg.StreamDead, 0, nil
+			f.planned, f.msg, f.stream, f.lease, f.err = planned{act: act, verdict: v, out: f.planned.out}, dm, s.cfg.StreamDead, 0, nil
 			again = append(again, f)
 		}
 		if len(again) == 0 {

@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/admitter/admitter/policy"
@@ -22,26 +24,28 @@ const (
 	actWait act = iota
 	// actForward: its forward is published.
 	actForward
-	// actDead: its dead letter is published, in its place.
+	// actDead: its dead letter is published.
 	actDead
-	// actSkip: its dead letter is published out of its place: its bound on waiting passed
-	// while it waited behind the head (see skipExpired). The others keep their order.
-	actSkip
 	// actStored: its forward was stored before: it is settled, nothing is sent.
 	actStored
 )
 
 // sends reports whether the act publishes a message.
-func (a act) sends() bool { return a == actForward || a == actDead || a == actSkip }
+func (a act) sends() bool { return a == actForward || a == actDead }
 
-// stepPlan is what a step does with the jobs it read.
+// stepPlan is what a step does with the jobs it read, in the order it asked about them.
 type stepPlan struct {
 	// each holds each job's act and the verdict it goes with (a job behind the head: the
-	// head's fate and wait), in the order of the jobs read.
+	// head's fate and wait), in the order the jobs were asked about.
 	each []planned
-	// head is the job left waiting at the head of the queue (the first that waits); len(jobs)
-	// when none waits. The jobs before it settle once their messages are stored.
+	// head is the job left waiting at the head of the queue (the first asked about that
+	// waits: every job asked after it waits with it); len(jobs) when none waits.
 	head int
+	// inPlace are the jobs that settle in their place, by sequence: those read in order from
+	// the cursor (job.ordered), up to the first that does not settle. The queue's cursor and
+	// settled mark move past them once their messages are stored. Every other job that settles
+	// does so out of its place (planned.out).
+	inPlace []int
 	// spent is what the step's messages cost its queue's turn: a forward its weight (paced or
 	// not: every forward is work downstream), a dead letter 1.
 	spent int64
@@ -55,20 +59,25 @@ type stepPlan struct {
 type planned struct {
 	act     act
 	verdict policy.Verdict
+	// out: it settles out of its place (a job of the tenant stored before it waits, or was not
+	// read): once its message is stored (at once, stored before) it is removed from the input
+	// by itself, and the queue passes over it (see skipExpired). An expired job behind the head
+	// (its bound passed while it waited), and a job that a higher priority made go before.
+	out bool
 }
 
-// planStep is the plan of a step over jobs, decided by d at now. skips says whether the queue
-// may dead-letter jobs out of their place (its list of those not yet removed has room); only a
-// job of the partition's own stream may be (an older stream's are read and removed in order).
+// planStep is the plan of a step over jobs, in the order they were asked about, decided by d at
+// now. skips says whether the queue may settle jobs out of their place (its list of those not
+// yet removed has room); a job of an older stream never does (it is read by its own cursor).
 func planStep(d policy.Decision, jobs []job, now time.Time, skips bool) stepPlan {
 	p := stepPlan{each: make([]planned, len(jobs)), head: len(jobs)}
+	outOK := func(j *job) bool { return skips && !j.src && !j.lane }
 	skipped := false
 	for i := range jobs {
 		v, pl := d.Verdicts[i], &p.each[i]
 		if p.head < len(jobs) { // behind the job that waits
-			if v.Code == wire.CodeExpired && skips && !jobs[i].src && !jobs[i].lane {
-				*pl, skipped = planned{act: actSkip, verdict: v}, true
-				p.spent++
+			if v.Code == wire.CodeExpired && outOK(&jobs[i]) {
+				*pl, skipped = planned{act: actDead, verdict: v, out: true}, true
 				continue
 			}
 			head := p.each[p.head].verdict
@@ -79,21 +88,46 @@ func planStep(d policy.Decision, jobs []job, now time.Time, skips bool) stepPlan
 		switch f := v.Fate; {
 		case f.Forwarded():
 			pl.act = actForward
-			p.spent += max(jobs[i].weight, 1)
 		case f == wire.FateDead:
 			pl.act = actDead
-			p.spent++ // a dead letter costs the turn its work, not its weight
 		case f == wire.FateStored:
 			pl.act = actStored
 		default:
-			pl.act, p.head = actWait, i // it waits, and every job behind it
+			pl.act, p.head = actWait, i // it waits, and every job asked after it
+		}
+	}
+	p.inPlace = inPlace(jobs, p.each)
+	placed := make([]bool, len(jobs))
+	for _, i := range p.inPlace {
+		placed[i] = true
+	}
+	for i := range jobs {
+		pl := &p.each[i]
+		switch {
+		case pl.act == actWait || placed[i]:
+		case outOK(&jobs[i]):
+			pl.out = true
+		default:
+			// It may not settle out of its place (cannot happen: such a queue asks in order): it
+			// waits, with the head if one waits, and is found admitted when asked again.
+			v := policy.Verdict{Fate: wire.FateDelayed}
+			if p.head < len(jobs) {
+				v = policy.Verdict{Fate: p.each[p.head].verdict.Fate, Wait: p.each[p.head].verdict.Wait}
+			}
+			*pl = planned{act: actWait, verdict: v}
+		}
+		switch pl.act {
+		case actForward:
+			p.spent += max(jobs[i].weight, 1)
+		case actDead:
+			p.spent++ // a dead letter costs the turn its work, not its weight
 		}
 	}
 	if p.head == len(jobs) {
 		return p
 	}
 	p.next = max(p.each[p.head].verdict.Wait, time.Millisecond)
-	for k := p.head; k < len(jobs); k++ {
+	for k := range jobs {
 		if dl := d.Verdicts[k].Deadline; !dl.IsZero() && p.each[k].act == actWait && d.Verdicts[k].Fate.Waits() {
 			p.next = min(p.next, max(dl.Sub(now), time.Millisecond))
 		}
@@ -102,4 +136,22 @@ func planStep(d policy.Decision, jobs []job, now time.Time, skips bool) stepPlan
 		p.next = 0
 	}
 	return p
+}
+
+// inPlace are the jobs read in order from the cursor (job.ordered), by sequence, up to the
+// first that waits or was dead-lettered out of its place.
+func inPlace(jobs []job, each []planned) []int {
+	var ordered []int
+	for i := range jobs {
+		if jobs[i].ordered {
+			ordered = append(ordered, i)
+		}
+	}
+	slices.SortFunc(ordered, func(a, b int) int { return cmp.Compare(jobs[a].at, jobs[b].at) })
+	for k, i := range ordered {
+		if each[i].act == actWait || each[i].out {
+			return ordered[:k]
+		}
+	}
+	return ordered
 }

@@ -80,6 +80,7 @@ type queues struct {
 	// stopped: the limiter hears what the old queues owe before a new one asks).
 	last     map[int]*part
 	bufBytes int
+	indexed  int           // the jobs indexed by priority over every queue (see priorities; at most maxIndexed)
 	pollNow  chan struct{} // asks the discovery loop for a poll now (capacity 1)
 }
 
@@ -148,6 +149,7 @@ type queue struct {
 	mode     mode
 	buf      []fed // following or rejoining: the tenant's jobs not yet settled, in order; behind: a prefix left to serve
 	bufBytes int
+	prio     priorities // the jobs not of the default priority, not yet settled (priority.go)
 
 	// the step's (cursor is also read by floor, under queues.mu)
 	cursor    uint64    // the next input sequence to read: every job of the tenant below it is settled
@@ -323,6 +325,7 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 		}
 		qs.byName[tenant] = q
 	}
+	qs.indexLocked(q, f)
 	if q.mode == behind {
 		switch {
 		case (q.where == idle || q.where == scheduled && q.headless) && fresh(f):
@@ -495,6 +498,7 @@ func (qs *queues) settled(q *queue, seq uint64) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q.cursor = max(q.cursor, seq+1)
+	qs.indexed -= q.prio.below(q.cursor)
 	k := 0
 	for k < len(q.buf) && q.buf[k].seq <= seq {
 		q.bufBytes -= q.buf[k].size
@@ -507,12 +511,13 @@ func (qs *queues) settled(q *queue, seq uint64) {
 	}
 }
 
-// unbuffer drops the jobs at input sequences seqs (ascending) from q's buffer: they were
-// dead-lettered out of their place (skipExpired). A queue behind drops its whole buffer (what
+// unbuffer drops the jobs at input sequences seqs (ascending) from q's buffer and index: they
+// were settled out of their place (skipExpired). A queue behind drops its whole buffer (what
 // it read last): its next step reads from its cursor again, and so reaches the jobs after them.
 func (qs *queues) unbuffer(q *queue, seqs []uint64) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	qs.indexed -= q.prio.remove(seqs...)
 	if q.mode != following {
 		qs.bufBytes -= q.bufBytes
 		q.buf, q.bufBytes = nil, 0
@@ -537,11 +542,18 @@ func (qs *queues) fallBehindLocked(q *queue) {
 	q.buf, q.bufBytes, q.mode = nil, 0, behind
 }
 
-// dropLocked forgets a queue that leaves this replica: its buffer's bytes.
+// dropLocked forgets a queue that leaves this replica (see forgetLocked).
 func (qs *queues) dropLocked(q *queue) {
+	qs.forgetLocked(q)
+	delete(qs.byName, q.tenant)
+}
+
+// forgetLocked drops what q holds of the replica's bounds: its buffer's bytes, its index.
+func (qs *queues) forgetLocked(q *queue) {
 	qs.bufBytes -= q.bufBytes
 	q.buf, q.bufBytes = nil, 0
-	delete(qs.byName, q.tenant)
+	qs.indexed -= q.prio.n
+	q.prio = priorities{}
 }
 
 // floorLocked is the lowest sequence of partition pt this replica may still need: no job of
@@ -870,8 +882,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 		if qs.byName[q.tenant] == q {
 			qs.dropLocked(q)
 		} else {
-			qs.bufBytes -= q.bufBytes
-			q.buf, q.bufBytes = nil, 0
+			qs.forgetLocked(q)
 		}
 		q.gone = true
 	case r.more || ((r.idle || r.headless) && (q.hinted || len(q.buf) > 0 || len(q.more) > 0)):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,8 +35,16 @@ type job struct {
 	data    []byte
 	weight  int64
 	wErr    error
-	maxWait time.Duration   // its Admit-Max-Wait (0: none)
-	mwErr   error           // why its Admit-Max-Wait does not read
+	maxWait time.Duration // its Admit-Max-Wait (0: none)
+	mwErr   error         // why its Admit-Max-Wait does not read
+	// priority is its Admit-Priority (wire.DefaultPriority when absent or unreadable), prErr
+	// why it does not read.
+	priority int
+	prErr    error
+	// ordered: read in order from the queue's cursor, with none of the tenant's jobs left out
+	// before it (not read from the priority index, nor behind one a step left out): it may
+	// settle in its place (see stepPlan.inPlace).
+	ordered bool
 	src     bool            // read from the queue's first older stream (q.old[0])
 	lane    bool            // from the lanes stream of an earlier version
 	tries   uint64          // the decisions it takes, this step's included (Admit-Attempts)
@@ -106,10 +115,9 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if len(jobs) == 0 {
 		return s.settleIdle(ctx, q)
 	}
-	read := len(jobs)
-	jobs = within(jobs, budget)
+	jobs, cut := s.ask(ctx, q, jobs, budget)
 	res := s.decideAndApply(ctx, q, jobs)
-	res.cut = len(jobs) < read
+	res.cut = cut
 	if res.gone || q.errs > 0 {
 		return res
 	}
@@ -192,27 +200,6 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 	return s.fedJobs(ctx, q, head), nil
 }
 
-// within is the head of jobs and the longest run behind it whose weights (1 for a weight that
-// does not read) add up to at most budget: a head heavier than the turn goes alone, and its
-// queue pays the difference back in the rounds after (see queues.take). The jobs left out are
-// read again by a later step (their spans end here).
-func within(jobs []job, budget int64) []job {
-	var sum int64
-	for i := range jobs {
-		w := jobs[i].weight
-		if jobs[i].wErr != nil || w < 1 {
-			w = 1
-		}
-		if sum += w; sum > budget && i > 0 {
-			for k := i; k < len(jobs); k++ {
-				jobs[k].span.End()
-			}
-			return jobs[:i]
-		}
-	}
-	return jobs
-}
-
 // directHeaders are the headers a Direct Get adds to a message: the stream's, not the producer's.
 var directHeaders = []string{jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader,
 	jetstream.TimeStampHeaer, jetstream.LastSequenceHeader, "Nats-Num-Pending", "Nats-UpTo-Sequence"}
@@ -254,6 +241,7 @@ func (s *Service) startJob(ctx context.Context, q *queue, j job) job {
 	j.tries = q.tries(j.id)
 	j.weight, j.wErr = wire.ParseWeight(j.header)
 	j.maxWait, j.mwErr = wire.ParseMaxWait(j.header)
+	j.priority, j.prErr = wire.ParsePriority(j.header)
 	if j.id == 0 && j.wErr == nil {
 		j.wErr = fmt.Errorf("stream %s: sequence %d is beyond the ids of jobs (2^40)", j.stream, j.seq)
 	}
@@ -319,7 +307,7 @@ func (s *Service) decide(ctx context.Context, q *queue, jobs []job) decision {
 	pjobs := make([]policy.Job, len(jobs))
 	horizon := s.queues.horizon(q.part)
 	for i, j := range jobs {
-		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr,
+		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr, PriorityErr: j.prErr,
 			Again: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited || q.redeemed[j.id]}
 	}
 	span := s.tel.startDecide(ctx, jobs)
@@ -358,45 +346,61 @@ func (s *Service) decide(ctx context.Context, q *queue, jobs []job) decision {
 }
 
 // settle ends a step whose messages fwds were published: what it owes the limiter, the queue's
-// cursor past the jobs settled in order (up to the first whose message could not be stored:
-// shutting down), those dead-lettered out of place removed, when to step again, and each job's
-// record.
+// cursor past the jobs settled in their place (up to the first whose message could not be
+// stored: shutting down), those settled out of their place removed, when to step again, and
+// each job's record.
 func (s *Service) settle(ctx context.Context, q *queue, jobs []job, d *decision, p stepPlan, fwds []*forward) stepResult {
 	if late := q.owe.settle(fwds, s.cfg.Policy.Late()); late > 0 {
 		s.tel.lateForwards.Add(ctx, int64(late))
 	}
-	settled, sent := p.head, make([]*forward, len(jobs)) // each job's message, if any
+	sent := make([]*forward, len(jobs)) // each job's message, if any
 	for _, f := range fwds {
-		i := indexOf(jobs, f.job)
-		sent[i] = f
+		sent[indexOf(jobs, f.job)] = f
 		if f.err != nil {
-			settled = min(settled, i) // a message out of place is behind the head: no change
 			q.errs++
 		}
 	}
-	var skipped []uint64
-	for i, f := range sent {
-		if f != nil && f.planned.act == actSkip && f.err == nil && ctx.Err() == nil {
-			skipped = append(skipped, jobs[i].at)
+	settled := p.inPlace
+	for k, i := range settled {
+		if sent[i] != nil && sent[i].err != nil {
+			settled = settled[:k] // those after it stay: no change of order
+			break
 		}
 	}
-	defer s.concludeAll(ctx, q, jobs, d, p, sent, settled)
-	if settled > 0 {
-		s.advance(q, jobs[:settled])
+	var out []uint64 // settled out of their place: removed now
+	for i := range jobs {
+		if p.each[i].out && (sent[i] == nil || sent[i].err == nil) && ctx.Err() == nil {
+			out = append(out, jobs[i].at)
+			delete(q.redeemed, jobs[i].id)
+		}
 	}
-	if len(skipped) > 0 {
-		s.skipExpired(ctx, q, skipped)
+	slices.Sort(out)
+	defer s.concludeAll(ctx, q, jobs, d, p, sent, settled)
+	if len(settled) > 0 {
+		inOrder := make([]job, len(settled))
+		for k, i := range settled {
+			inOrder[k] = jobs[i]
+		}
+		s.advance(q, inOrder)
+	}
+	if len(out) > 0 {
+		s.skipExpired(ctx, q, out)
 	}
 	res := stepResult{decided: true, plan: d.plan, spent: p.spent}
 	switch {
-	case q.errs > 0 && settled < len(jobs) && p.each[settled].act != actWait:
+	case q.errs > 0 && len(settled) < len(p.inPlace):
 		return stepResult{next: stepRetry(q.errs), spent: p.spent}
-	case settled < len(jobs):
+	case p.head < len(jobs):
 		q.errs = 0
-		head := p.each[settled].verdict
-		q.waits(jobs[settled].id, jobs[settled].tries)
+		head := p.each[p.head].verdict
+		q.waits(jobs[p.head].id, jobs[p.head].tries)
 		q.waitedFor = d.WaitedFor(head)
-		res.oldest, res.next = jobs[settled].stored, p.next
+		res.next = p.next
+		for i := range jobs {
+			if p.each[i].act == actWait && (res.oldest.IsZero() || jobs[i].stored.Before(res.oldest)) {
+				res.oldest = jobs[i].stored
+			}
+		}
 		if head.Fate == wire.FateDelayed {
 			res.waitsFor = d.Reason
 		}
@@ -408,21 +412,27 @@ func (s *Service) settle(ctx context.Context, q *queue, jobs []job, d *decision,
 	return res
 }
 
-// concludeAll records what became of each job of a step (see settle): settled before settled,
-// dead-lettered out of place, waiting, or to be read again.
-func (s *Service) concludeAll(ctx context.Context, q *queue, jobs []job, d *decision, p stepPlan, sent []*forward, settled int) {
+// concludeAll records what became of each job of a step (see settle): settled in its place
+// (settled), out of its place, waiting, or to be read again.
+func (s *Service) concludeAll(ctx context.Context, q *queue, jobs []job, d *decision, p stepPlan, sent []*forward, settled []int) {
+	inPlace := make([]bool, len(jobs))
+	for _, i := range settled {
+		inPlace[i] = true
+	}
+	waited := q.waited // as the step found it: the jobs are asked about by priority, not by id
 	for i := range jobs {
 		j, pl := &jobs[i], p.each[i]
+		err := ctx.Err()
 		if f := sent[i]; f != nil {
-			pl = f.planned // a forward refused for good became a dead letter
+			pl, err = f.planned, errors.Join(f.err, err) // a forward refused for good became a dead letter
 		}
 		switch {
-		case i < settled:
-			s.conclude(j, d, pl.verdict, j.id <= q.waited, nil)
-		case pl.act == actSkip:
-			s.conclude(j, d, pl.verdict, false, errors.Join(sent[i].err, ctx.Err())) // not stored: decided again by the next step
+		case inPlace[i]:
+			s.conclude(j, d, pl.verdict, j.id <= waited, nil)
+		case pl.out:
+			s.conclude(j, d, pl.verdict, j.id <= waited, err) // not stored: decided again by the next step
 		case pl.act == actWait:
-			s.concludeWait(q, j, d, pl.verdict, i == settled)
+			s.concludeWait(q, j, d, pl.verdict, i == p.head, waited)
 		default:
 			s.conclude(j, d, pl.verdict, false, ctx.Err()) // not stored: read again by the next step
 		}
@@ -678,6 +688,7 @@ func (s *Service) laneJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []jo
 		} else {
 			j.weight, j.wErr = wire.ParseWeight(h)
 			j.maxWait, j.mwErr = wire.ParseMaxWait(h)
+			j.priority, j.prErr = wire.ParsePriority(h)
 		}
 		j.id, j.out = wire.JobID(1, 0, j.seq), s.outSubject(j.subject)
 		if t, err := time.Parse(time.RFC3339Nano, h.Get(wire.HeaderInputTime)); err == nil {
@@ -719,13 +730,19 @@ func (s *Service) conclude(j *job, d *decision, v policy.Verdict, waited bool, e
 }
 
 // concludeWait records a job that waits in its queue with verdict v: counted as a decision the
-// first time it is told to wait (once per job, whether it is the head or behind it), and the
-// head remembered as the tenant's latest wait every time.
-func (s *Service) concludeWait(q *queue, j *job, d *decision, v policy.Verdict, head bool) {
+// first time it is told to wait (once per job, whether it is the head or behind it: a job above
+// waited, the highest told to wait before this step), and the head remembered as the tenant's
+// latest wait every time.
+func (s *Service) concludeWait(q *queue, j *job, d *decision, v policy.Verdict, head bool, waited int64) {
 	defer j.span.End()
-	again := j.id <= q.waited
+	again := j.id <= waited
 	if !again {
-		q.waited = j.id
+		if j.ordered {
+			// Every job of the tenant up to it was asked about: q.waited says none of them
+			// needs a lookup as admitted before (policy.Job.Again). A job read out of order
+			// (priority.go) leaves it: it may be counted again when it waits again.
+			q.waited = max(q.waited, j.id)
+		}
 		s.tel.conclude(j, d.plan, d.Reason, v)
 	}
 	if head || !again {
