@@ -437,10 +437,17 @@ func giveBackError(pool *Pool, tenant string, n int, err error) error {
 // waiter to wake.
 func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int, lease func(context.Context, LeaseRequest, int) (LeaseResult, error)) (LeaseResult, error) {
 	p := req.Plan
+	// The pool is asked for its slots (a pool with a concurrency), or to hold its forwards (a
+	// release with a Retry-After of the pool's scope, whatever the pool counts). The tenant's
+	// state is asked for its own leases, or, though it holds none, to hold its forwards
+	// (lua/lease.lua); a plan whose pool does not count its jobs in flight holds no lease there
+	// and may still hold the tenant.
+	askPool := p != nil && p.Pool != nil && (p.Pool.Concurrency > 0 || mode == leaseRelease && req.Report.poolHold() > 0)
+	askTenant := p == nil || p.concurrent || p.Pool == nil || p.Pool.Concurrency == 0 || mode == leaseRelease && req.Report.tenantHold() > 0
 	var res LeaseResult
 	var err error
-	if p == nil || p.concurrent || p.Pool == nil || p.Pool.Concurrency == 0 {
-		if res, err = lease(ctx, req, mode); err != nil || p == nil || p.Pool == nil || p.Pool.Concurrency == 0 {
+	if askTenant {
+		if res, err = lease(ctx, req, mode); err != nil || !askPool {
 			return res, err
 		}
 	} else if err := req.check(mode); err != nil {
@@ -448,12 +455,6 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 	}
 	if mode == leaseStart && p.concurrent && !res.Held {
 		return res, nil // the tenant's own slots are taken: the pool is not asked
-	}
-	if mode == leaseRelease && req.Report.tenantHold() > 0 && !p.concurrent {
-		// The tenant's own state holds its forwards (lua/lease.lua), though it holds no lease.
-		if _, err := lease(ctx, req, mode); err != nil {
-			return res, err
-		}
 	}
 	op := map[int]int{leaseRelease: poolRelease, leaseRenew: poolRenew, leaseStart: poolStart}[mode]
 	r, err := pb.poolCall(ctx, op, p.Pool, req.Tenant, p.share(), []Job{{ID: req.Lease, Weight: req.weight()}}, req.Cost, req.Report)
