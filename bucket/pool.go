@@ -271,6 +271,7 @@ const (
 	poolInspect
 	poolStart
 	poolMerge
+	poolLeave
 )
 
 // poolReply is a pool operation's answer.
@@ -297,8 +298,11 @@ type poolBackend interface {
 // Jobs beyond the grant wait for the pool (BatchResult.Pool).
 func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
 	p := b.Plan
-	if p == nil || p.Pool == nil || p.Shadow || len(b.Jobs) == 0 {
+	if p == nil || p.Pool == nil || p.Shadow {
 		return admit(ctx, b)
+	}
+	if len(b.Jobs) == 0 {
+		return leavePool(ctx, pb, b, admit)
 	}
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
@@ -322,6 +326,23 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		res.AdmittedAgo = ages
 	}
 	res.Outcomes = append(known.Outcomes, res.Outcomes...)
+	return res, nil
+}
+
+// leavePool says a batch without jobs (its claims alone) and, with Batch.LeavePool, takes its
+// tenant out of the pool's waiters: the waiters whose turn that gives the capacity free now are
+// in BatchResult.Wakes.
+func leavePool(ctx context.Context, pb poolBackend, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
+	res, err := admit(ctx, b)
+	if err != nil || !b.LeavePool {
+		return res, err
+	}
+	r, err := pb.poolCall(ctx, poolLeave, b.Plan.Pool, b.Tenant, b.Plan.share(), nil, NoCost, Report{})
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("bucket: pool %s: tenant %q leaves its waiters: %w", b.Plan.Pool.Name, b.Tenant, err)
+	}
+	r.state.Name, r.state.Concurrency, r.state.Capacity = b.Plan.Pool.Name, b.Plan.Pool.Concurrency, b.Plan.Pool.Capacity
+	res.Pool, res.Wakes = &r.state, r.wakes
 	return res, nil
 }
 
@@ -580,7 +601,7 @@ func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, sh
 
 // decodePoolReply reads a pool operation's integers (see lua/pool.lua's reply).
 func decodePoolReply(op int, vals []int64, wakes []string, names []string) (poolReply, error) {
-	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0, poolStart: 3, poolMerge: 1}[op]
+	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0, poolStart: 3, poolMerge: 1, poolLeave: 0}[op]
 	if len(vals) < head+poolStateLen {
 		return poolReply{}, fmt.Errorf("pool reply of %d values, want at least %d", len(vals), head+poolStateLen)
 	}
@@ -810,7 +831,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		mp.leases = slices.Insert(mp.leases, j, l)
 	}
 	t := mp.tenants[tenant]
-	if t == nil && op != poolInspect {
+	if t == nil && op != poolInspect && op != poolLeave {
 		t = &memPoolTenant{}
 		mp.tenants[tenant] = t
 	}
@@ -1092,6 +1113,13 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		r.state = state()
 		return r
+	case poolLeave:
+		var wakes []string
+		if t != nil && t.waiting {
+			t.waiting = false
+			wakes = freedWakes(0)
+		}
+		return poolReply{state: state(), wakes: wakes}
 	case poolMerge:
 		if h := rep.poolHold(); h > 0 && now+h > mp.hold {
 			mp.hold = now + h
