@@ -20,7 +20,9 @@ import (
 )
 
 // leases ends and extends the leases of forwarded jobs whose plan has a concurrency limit (see
-// bucket.KindConcurrency). A lease is released when the job is done, by any of:
+// bucket.KindConcurrency), and applies what a done message says of any job, leased or not (its
+// Admit-Retry-After and Admit-Outcome: see policy.Policy.Lease). A lease is released when the
+// job is done, by any of:
 //
 //   - a message on the done subject (Config.Done, e.g. jobs.done.<tenant>.<anything>) carrying
 //     the forwarded job's Admit-Lease or Nats-Msg-Id header, and optionally Admit-Cost;
@@ -203,8 +205,10 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		var plan *bucket.Plan
 		res, plan, err = c.Policy.Lease(ctx, op, tenant, lease, weight, cost, rep)
 		l.s.tel.leasesExpired(ctx, res.LeasesExpired)
-		if err == nil && res.Held && op == policy.LeaseRelease {
-			l.s.tel.jobDone(ctx, plan, tenant, rep.Outcome, res.Ran)
+		if err == nil && op == policy.LeaseRelease && (res.Held || !plan.Leases()) {
+			// A job without a lease is counted by its done message, untimed (nothing says when
+			// it began downstream); one with a lease by the release of the lease, once.
+			l.s.tel.jobDone(ctx, plan, tenant, rep.Outcome, res.Held, res.Ran)
 		}
 		if res.Pool != nil {
 			if l.s.tel.poolSeen(*res.Pool) {
@@ -217,6 +221,8 @@ func (l *leases) handle(ctx context.Context, m *nats.Msg) {
 		case err != nil:
 			result = "error"
 			l.s.log.Warn("lease", "path", path, "tenant", tenant, "lease", lease, "err", err)
+		case !plan.Leases():
+			result = "no-lease" // a done message of a job without a lease: what it said is applied
 		case !res.Held && op == policy.LeaseStart:
 			result = "wait"
 		case !res.Held:

@@ -363,8 +363,9 @@ func (t *telemetry) poolStates() map[string]bucket.PoolState {
 	return out
 }
 
-// jobDone counts a job done downstream under plan (its pool's label) with outcome o, after ran.
-func (t *telemetry) jobDone(ctx context.Context, plan *bucket.Plan, tenant string, o bucket.DownstreamOutcome, ran time.Duration) {
+// jobDone counts a job done downstream under plan (its pool's label) with outcome o, and, when
+// timed, its time downstream ran.
+func (t *telemetry) jobDone(ctx context.Context, plan *bucket.Plan, tenant string, o bucket.DownstreamOutcome, timed bool, ran time.Duration) {
 	pool := ""
 	if plan != nil && plan.Pool != nil {
 		pool = plan.Pool.Name
@@ -373,7 +374,9 @@ func (t *telemetry) jobDone(ctx context.Context, plan *bucket.Plan, tenant strin
 	if t.tenantLabel {
 		attrs = append(attrs, attribute.String("tenant", tenant))
 	}
-	t.jobTime.Record(ctx, ran.Seconds(), metric.WithAttributes(attrs...))
+	if timed {
+		t.jobTime.Record(ctx, ran.Seconds(), metric.WithAttributes(attrs...))
+	}
 	t.outcomes.Add(ctx, 1, metric.WithAttributes(append(attrs, attribute.String("outcome", o.String()))...))
 }
 

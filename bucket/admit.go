@@ -62,7 +62,7 @@ type Batch struct {
 	Tenant string
 	// Plan is the tenant's plan.
 	Plan *Plan
-	// Jobs in queue order; at most MaxBatch (none: only Stored and the late charge).
+	// Jobs in queue order; at most MaxBatch (none: only Stored, the late charge and LeavePool).
 	Jobs []Job
 	// Owner names the replica asking (OwnerID of its name; non-zero).
 	Owner int64
@@ -86,6 +86,11 @@ type Batch struct {
 	// Peek decides and changes nothing: each job is answered stored, redeemed or not yet (wait
 	// zero), as it stands; nothing is said or charged. See Job.Again.
 	Peek bool
+	// LeavePool, in a batch without jobs, says the queue's jobs that waited for the plan's pool
+	// are gone (they outwaited their bound): the tenant leaves the pool's waiters now, and its
+	// turn with it, rather than when the pool stops hearing from it. BatchResult.Wakes names
+	// the waiters whose turn that makes it.
+	LeavePool bool
 }
 
 // MaxBatch bounds the jobs of one Admit call.
@@ -189,6 +194,9 @@ func (b *Batch) check() error {
 	}
 	if len(b.Jobs) > MaxBatch {
 		return fmt.Errorf("bucket: batch of %d jobs, at most %d", len(b.Jobs), MaxBatch)
+	}
+	if b.LeavePool && len(b.Jobs) > 0 {
+		return fmt.Errorf("bucket: tenant %q: a batch of %d jobs leaves the pool: want a batch without jobs (its jobs ask the pool)", b.Tenant, len(b.Jobs))
 	}
 	for _, j := range b.Jobs {
 		if j.ID < 1 || j.ID > maxJobID {

@@ -271,6 +271,7 @@ const (
 	poolInspect
 	poolStart
 	poolMerge
+	poolLeave
 )
 
 // poolReply is a pool operation's answer.
@@ -300,8 +301,11 @@ type poolBackend interface {
 // takes slots, the jobs after them wait (BatchResult.AfterRedeemed).
 func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
 	p := b.Plan
-	if p == nil || p.Pool == nil && !p.Leases() || p.Shadow || len(b.Jobs) == 0 {
+	if p == nil || p.Pool == nil && !p.Leases() || p.Shadow {
 		return admit(ctx, b)
+	}
+	if len(b.Jobs) == 0 {
+		return leavePool(ctx, pb, b, admit)
 	}
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
@@ -340,6 +344,23 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		}
 		res.Wait, res.AfterRedeemed = 0, true
 	}
+	return res, nil
+}
+
+// leavePool says a batch without jobs (its claims alone) and, with Batch.LeavePool, takes its
+// tenant out of the pool's waiters: the waiters whose turn that gives the capacity free now are
+// in BatchResult.Wakes.
+func leavePool(ctx context.Context, pb poolBackend, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
+	res, err := admit(ctx, b)
+	if err != nil || !b.LeavePool || b.Plan.Pool == nil {
+		return res, err
+	}
+	r, err := pb.poolCall(ctx, poolLeave, b.Plan.Pool, b.Tenant, b.Plan.share(), nil, NoCost, Report{})
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("bucket: pool %s: tenant %q leaves its waiters: %w", b.Plan.Pool.Name, b.Tenant, err)
+	}
+	r.state.Name, r.state.Concurrency, r.state.Capacity = b.Plan.Pool.Name, b.Plan.Pool.Concurrency, b.Plan.Pool.Capacity
+	res.Pool, res.Wakes = &r.state, r.wakes
 	return res, nil
 }
 
@@ -456,10 +477,17 @@ func giveBackError(pool *Pool, tenant string, n int, err error) error {
 // waiter to wake.
 func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int, lease func(context.Context, LeaseRequest, int) (LeaseResult, error)) (LeaseResult, error) {
 	p := req.Plan
+	// The pool is asked for its slots (a pool with a concurrency), or to hold its forwards (a
+	// release with a Retry-After of the pool's scope, whatever the pool counts). The tenant's
+	// state is asked for its own leases, or, though it holds none, to hold its forwards
+	// (lua/lease.lua); a plan whose pool does not count its jobs in flight holds no lease there
+	// and may still hold the tenant.
+	askPool := p != nil && p.Pool != nil && (p.Pool.Concurrency > 0 || mode == leaseRelease && req.Report.poolHold() > 0)
+	askTenant := p == nil || p.concurrent || p.Pool == nil || p.Pool.Concurrency == 0 || mode == leaseRelease && req.Report.tenantHold() > 0
 	var res LeaseResult
 	var err error
-	if p == nil || p.concurrent || p.Pool == nil || p.Pool.Concurrency == 0 {
-		if res, err = lease(ctx, req, mode); err != nil || p == nil || p.Pool == nil || p.Pool.Concurrency == 0 {
+	if askTenant {
+		if res, err = lease(ctx, req, mode); err != nil || !askPool {
 			return res, err
 		}
 	} else if err := req.check(mode); err != nil {
@@ -467,12 +495,6 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 	}
 	if mode == leaseStart && p.concurrent && !res.Held {
 		return res, nil // the tenant's own slots are taken: the pool is not asked
-	}
-	if mode == leaseRelease && req.Report.tenantHold() > 0 && !p.concurrent {
-		// The tenant's own state holds its forwards (lua/lease.lua), though it holds no lease.
-		if _, err := lease(ctx, req, mode); err != nil {
-			return res, err
-		}
 	}
 	op := map[int]int{leaseRelease: poolRelease, leaseRenew: poolRenew, leaseStart: poolStart}[mode]
 	r, err := pb.poolCall(ctx, op, p.Pool, req.Tenant, p.share(), []Job{{ID: req.Lease, Weight: req.weight()}}, req.Cost, req.Report)
@@ -604,7 +626,7 @@ func (r *Redis) poolOp(ctx context.Context, op int, p *Pool, tenant string, shar
 
 // decodePoolReply reads a pool operation's integers (see lua/pool.lua's reply).
 func decodePoolReply(op int, vals []int64, wakes []string, names []string) (poolReply, error) {
-	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0, poolStart: 3, poolMerge: 1}[op]
+	head := map[int]int{poolAcquire: 2, poolGiveBack: 3, poolRelease: 3, poolRenew: 2, poolInspect: 0, poolStart: 3, poolMerge: 1, poolLeave: 0}[op]
 	if len(vals) < head+poolStateLen {
 		return poolReply{}, fmt.Errorf("pool reply of %d values, want at least %d", len(vals), head+poolStateLen)
 	}
@@ -848,7 +870,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		mp.leases = slices.Insert(mp.leases, j, l)
 	}
 	t := mp.tenants[tenant]
-	if t == nil && op != poolInspect {
+	if t == nil && op != poolInspect && op != poolLeave {
 		t = &memPoolTenant{}
 		mp.tenants[tenant] = t
 	}
@@ -1133,6 +1155,13 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		r.state = state()
 		return r
+	case poolLeave:
+		var wakes []string
+		if t != nil && t.waiting {
+			t.waiting = false
+			wakes = freedWakes(0)
+		}
+		return poolReply{state: state(), wakes: wakes}
 	}
 	r := poolReply{state: state()}
 	listed := waiters()

@@ -22,8 +22,10 @@
 -- tags, whoever asks first, and a waiter slow to ask again holds back only its own jobs. A
 -- waiter is woken to ask again: a release (or a give back of unused grants) names the waiters
 -- whose reserved jobs the capacity it freed covers; a job refused for the others' turn names
--- the first of them. A waiter not heard from for `ttl` µs is forgotten, and
--- its reservation with it.
+-- the first of them. A tenant whose waiting jobs are gone (they outwaited their bound) leaves
+-- (op 7): its reservation ends at once, and the waiters whose reserved jobs the capacity free now
+-- covers are woken. A waiter not heard from for `ttl` µs is forgotten, and its reservation with
+-- it (one that stopped asking without leaving: its replica stopped).
 --
 -- KEYS[1]  the pool's hash: t (the bucket's tat, µs), u (the weight in flight), v (V, a
 --          decimal), c (a cursor of the sweep below), ws (the shares of the waiters together),
@@ -36,7 +38,7 @@
 -- KEYS[4]  the leases by when they end (sorted set of the ids packed as int64s, µs): each call
 --          touches only the leases it names and those that ended, not every lease
 -- ARGV[1]  packed int64s: op (0 acquire, 1 give back unused grants, 2 release, 3 renew,
---          4 inspect, 5 start, 6 merge), now (µs, 0: the server's TIME), conc, lease (µs), cap,
+--          4 inspect, 5 start, 6 merge, 7 leave), now (µs, 0: the server's TIME), conc, lease (µs), cap,
 --          iv (µs), share, ttl (µs), reask (µs), cost (release; -1: none), scan (the waiters a
 --          call looks at: reservations, wakes), wake_jobs (the reserved jobs a release looks
 --          at), max_conc (the most leases a pool holds), born (µs: when the server lost what it
@@ -72,6 +74,8 @@
 --   start    found, the lease's new end (µs), the wait (µs, not found: until a slot may be
 --            free), then the pool's state
 --   merge    1, then the pool's state (the bucket owes `owed` more: tat = max(tat, now) + owed)
+--   leave    the pool's state; wakes the waiters whose turn the tenant's leaving gives the
+--            capacity free now
 --   inspect  the pool's state, then up to MAX_LISTED tenants as (received, share, waiting) with
 --            their names in the reply's third element (a list), active tenants first by start
 -- the pool's state: weight in flight, tokens now (-1 without a bucket), waiters, their shares
@@ -632,6 +636,16 @@ elseif op == 6 then
   local ints = {1}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints)
+elseif op == 7 then
+  -- leave: the tenant no longer waits (its waiting jobs are gone): its reservation of what is
+  -- free ends now, not at ttl, and the waiters whose reserved jobs what is free covers go
+  local wakes = {}
+  if redis.call('ZSCORE', KEYS[2], tenant) then
+    unwait(tenant)
+    wakes = freed_wakes(0)
+  end
+  save()
+  return reply(state(), wakes)
 end
 -- inspect: nothing is written
 local ints = state()

@@ -173,3 +173,43 @@ func TestShadowPlanExpiresNothing(t *testing.T) {
 		t.Errorf("verdicts %q, want both forwarded", got)
 	}
 }
+
+// TestAStepWhoseWaitingJobsExpiredLeavesThePool: a tenant whose only job waited for its pool
+// (first in turn) and expired leaves the pool's waiters in the step that dead-letters it: the
+// step wakes the tenant whose turn the free slot becomes, and that tenant's job is admitted.
+// Before, the expired tenant kept its turn until the pool forgot it (3 s after it last asked):
+// bob's job was delayed for the pool, the pool empty.
+func TestAStepWhoseWaitingJobsExpiredLeavesThePool(t *testing.T) {
+	p, _ := newPolicy(t, bucket.NewMemory(bucket.Options{}, nil), FailOpen, `
+pools: {workers: {concurrency: 1, lease: 1h}}
+plans:
+  short: {pool: workers, max_wait: 1h, limits: [{capacity: 100, rate: 100/s}]}
+  long: {pool: workers, limits: [{capacity: 100, rate: 100/s}]}
+tenants: {alpha: short, bob: long}
+`)
+	ctx := context.Background()
+	now := time.Now()
+	step := func(tenant string, id int64, stored time.Time, want string) Decision {
+		t.Helper()
+		d := p.Step(ctx, tenant, []Job{{ID: id, Weight: 1, Stored: stored}}, Queue{Owner: 1})
+		if got := actions(d); got != want {
+			t.Fatalf("%s's job %d: %q (%+v), want %s", tenant, id, got, d, want)
+		}
+		return d
+	}
+	step("bob", 1, now, "admitted") // it holds the only slot (job ids are input sequences: one stream's)
+	if d := step("alpha", 3, now, "delayed"); d.Reason != ReasonPool {
+		t.Fatalf("alpha waits for %q, want the pool", d.Reason)
+	}
+	step("bob", 2, now, "delayed") // behind alpha's turn
+	if _, _, err := p.Release(ctx, "bob", 1, bucket.NoCost); err != nil {
+		t.Fatal(err)
+	}
+	step("bob", 2, now, "delayed") // the free slot is alpha's turn
+	// alpha's job is read again past its bound: dead-lettered, and alpha leaves the pool.
+	d := step("alpha", 3, now.Add(-2*time.Hour), "dead")
+	if d.Verdicts[0].Code != wire.CodeExpired || d.Pool == nil || d.Pool.Waiting != 1 || len(d.Wakes) != 1 || d.Wakes[0] != "bob" {
+		t.Fatalf("alpha's expiry: %+v (pool %+v), want expired, bob woken, 1 waiting", d, d.Pool)
+	}
+	step("bob", 2, now, "admitted")
+}

@@ -8,8 +8,8 @@ import (
 	"github.com/admitter/admitter/bucket"
 )
 
-// ErrNoLeases: the tenant's plan has no concurrency limit, so its jobs hold no lease to release
-// or renew.
+// ErrNoLeases: the tenant's plan has no concurrency limit (nor its pool), so its jobs hold no
+// lease to renew or start.
 var ErrNoLeases = errors.New("policy: the plan has no concurrency limit")
 
 // A LeaseOp is what a lease message asks: the job is done (release), still runs (renew), or is
@@ -28,13 +28,21 @@ const (
 // (release only) is its actual cost (bucket.NoCost: none), whose difference is charged or given
 // back; rep (release only) what the worker said of the job. A lease not held is no error:
 // LeaseResult.Held says.
+//
+// A plan without leases (Plan.Leases false) takes no lease to renew or start (ErrNoLeases), but
+// its jobs are done too: a release holds the tenant's forwards, or its pool's, as rep's
+// RetryAfter asks, and is otherwise answered not held without a limiter call. Its cost is not
+// reconciled: only a lease records what a job was charged, and ends once.
 func (p *Policy) Lease(ctx context.Context, op LeaseOp, tenant string, lease, weight, cost int64, rep bucket.Report) (bucket.LeaseResult, *bucket.Plan, error) {
 	plan, err := p.plans.Load().Lookup(tenant)
 	if err != nil {
 		return bucket.LeaseResult{}, nil, err
 	}
-	if !plan.Leases() {
+	if !plan.Leases() && op != LeaseRelease {
 		return bucket.LeaseResult{}, plan, fmt.Errorf("%w: plan %s of tenant %q", ErrNoLeases, plan.Name, tenant)
+	}
+	if !plan.Leases() && rep.RetryAfter == 0 {
+		return bucket.LeaseResult{}, plan, nil // nothing to hold, no lease to end
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()

@@ -335,6 +335,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	if waitedFor == "" && paused {
 		waitedFor = ReasonPaused
 	}
+	someExpired := false // its tenant may have waited for the pool with it
 	for i, j := range jobs {
 		b, of := bound(plan, j)
 		var deadline time.Time
@@ -352,6 +353,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 			d.Verdicts[i] = dead(wire.CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity or limit of plan %s: it could never be admitted", j.Weight, plan.MaxWeight(), plan.Name))
 		case b > 0 && !now.Before(deadline) && !j.Again:
 			d.Verdicts[i] = expired(j, deadline, b, of, waitedFor, now) // not asked about: it spends nothing
+			someExpired = true
 		default:
 			d.Verdicts[i].Deadline = deadline
 			batch.Jobs = append(batch.Jobs, bucket.Job{ID: j.ID, Weight: j.Weight, Again: j.Again})
@@ -364,7 +366,10 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		}
 		return p.sayAlone(ctx, d, batch)
 	}
-	if len(batch.Jobs) == 0 && batch.Stored == 0 && batch.LateWeight == 0 && !batch.Release {
+	// Jobs expired and none is left to ask about: the tenant no longer waits for its pool, whose
+	// turn it may hold (another job asked about waits in its place).
+	batch.LeavePool = someExpired && len(batch.Jobs) == 0 && plan.Pool != nil
+	if len(batch.Jobs) == 0 && batch.Stored == 0 && batch.LateWeight == 0 && !batch.Release && !batch.LeavePool {
 		return d
 	}
 	res, err := p.admit(ctx, &d, batch)

@@ -125,12 +125,30 @@ func within(times []time.Time, from, to time.Time) int {
 	return n
 }
 
-// retryAfterRun gives two tenants a backlog on retryPlans's pool, workers of 50 ms a job, and
-// has acme's fifth job answered RetryAfter(5s) (of the pool's scope with pool); it returns when
-// that was, and every forward's store time of each tenant once the hold is well over.
-func retryAfterRun(t *testing.T, pool bool) (held time.Time, acme, bob []time.Time) {
-	w := newWorld(t, retryPlans)
-	w.start()
+// rateLimitedPlans: two tenants of a plan of a bucket alone, without a lease (issue 42's case),
+// and two of a pool of a bucket alone.
+const (
+	rateLimitedPlans = `
+plans:
+  p: {limits: [{capacity: 5, rate: 5/s}]}
+tenants: {acme: p, bob: p}
+`
+	bucketPoolPlans = `
+pools:
+  api: {capacity: 20, rate: 20/s}
+plans:
+  p: {pool: api, limits: [{capacity: 100000, rate: 100000/s}]}
+tenants: {acme: p, bob: p}
+`
+)
+
+// retryAfterRun gives two tenants of plans a backlog, workers of 50 ms a job, and has acme's
+// fifth job answered RetryAfter(5s) (of the pool's scope with pool); it returns when that was,
+// and every forward's store time of each tenant once the hold is well over. env goes to the
+// admitter.
+func retryAfterRun(t *testing.T, plans string, pool bool, env ...string) (held time.Time, acme, bob []time.Time) {
+	w := newWorld(t, plans)
+	w.start(env...)
 	var heldAt atomic.Int64
 	for _, tenant := range []string{"acme", "bob"} {
 		w.startWorker(tenant, 4, func(ctx context.Context, j *worker.Job) error {
@@ -160,7 +178,7 @@ func retryAfterRun(t *testing.T, pool bool) (held time.Time, acme, bob []time.Ti
 // tenant goes on too.
 func TestRetryAfterHoldsTheTenant(t *testing.T) {
 	t.Parallel()
-	held, acme, bob := retryAfterRun(t, false)
+	held, acme, bob := retryAfterRun(t, retryPlans, false)
 	// The hold begins when the admitter handles the done message, a moment after the handler
 	// returned; forwards decided just before it may be stored just after.
 	from, to := held.Add(300*time.Millisecond), held.Add(5*time.Second)
@@ -180,14 +198,47 @@ func TestRetryAfterHoldsTheTenant(t *testing.T) {
 // no tenant of the pool gets a forward for the 5 s.
 func TestRetryAfterOfThePoolHoldsEveryTenant(t *testing.T) {
 	t.Parallel()
-	held, acme, bob := retryAfterRun(t, true)
+	for _, c := range []struct{ name, plans string }{{"a pool of workers", retryPlans}, {"a pool of a bucket alone", bucketPoolPlans}} {
+		t.Run(c.name, func(t *testing.T) {
+			held, acme, bob := retryAfterRun(t, c.plans, true)
+			from, to := held.Add(300*time.Millisecond), held.Add(5*time.Second)
+			if a, b := within(acme, from, to), within(bob, from, to); a+b != 0 {
+				t.Errorf("%d forwards of acme and %d of bob within the 5 s the downstream asked the pool to wait", a, b)
+			}
+			if a, b := within(acme, to, held.Add(6500*time.Millisecond)), within(bob, to, held.Add(6500*time.Millisecond)); a == 0 || b == 0 {
+				t.Errorf("after the hold: %d forwards of acme, %d of bob, want both to go on", a, b)
+			}
+		})
+	}
+}
+
+// TestRetryAfterHoldsARateLimitedTenant: a tenant whose plan is a bucket alone (its jobs hold no
+// lease) is held the 5 s its worker's done message asks (worker.RetryAfter), while the other
+// tenant of the plan goes on; the outcome is counted, untimed. Before, the worker library sent no
+// done message for a job without a lease, and the admitter refused one ("no-lease"): acme's next
+// jobs were forwarded at once (issue 42: 0.19 s later).
+func TestRetryAfterHoldsARateLimitedTenant(t *testing.T) {
+	t.Parallel()
+	env, metrics, _ := servePorts(t)
+	held, acme, bob := retryAfterRun(t, rateLimitedPlans, false, env...)
 	from, to := held.Add(300*time.Millisecond), held.Add(5*time.Second)
-	if a, b := within(acme, from, to), within(bob, from, to); a+b != 0 {
-		t.Errorf("%d forwards of acme and %d of bob within the 5 s the downstream asked the pool to wait", a, b)
+	if n := within(acme, from, to); n != 0 {
+		t.Errorf("acme: %d forwards within the 5 s the downstream asked it to wait", n)
 	}
-	if a, b := within(acme, to, held.Add(6500*time.Millisecond)), within(bob, to, held.Add(6500*time.Millisecond)); a == 0 || b == 0 {
-		t.Errorf("after the hold: %d forwards of acme, %d of bob, want both to go on", a, b)
+	if n := within(bob, from, to); n < 15 {
+		t.Errorf("bob: %d forwards while acme was held, want it to go on (about 25 in 5 s at 5/s)", n)
 	}
+	if n := within(acme, to, held.Add(6500*time.Millisecond)); n == 0 {
+		t.Errorf("acme: no forward after the hold")
+	}
+	_, body := httpGet(t, metrics)
+	if n := metricValue(body, wire.MetricJobOutcomes.Prom, `pool=""`, `outcome="overloaded"`); n != 1 {
+		t.Errorf("%s{outcome=overloaded} = %v, want 1", wire.MetricJobOutcomes.Prom, n)
+	}
+	if n := metricValue(body, wire.MetricJobTime.Prom+"_count", `pool=""`); n != 0 {
+		t.Errorf("%s_count = %v, want 0: a job without a lease is not timed", wire.MetricJobTime.Prom, n)
+	}
+	t.Logf("while acme was held: acme %d, bob %d forwards", within(acme, from, to), within(bob, from, to))
 }
 
 // tenantPool is the pool section of a tenant's state, read from the decision API.

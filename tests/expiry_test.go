@@ -194,3 +194,54 @@ func TestPausedJobsExpire(t *testing.T) {
 		t.Errorf("dead letters %q, %q and %d forwarded; want 1 then 2, none forwarded", dead[0].payload, dead[1].payload, len(w.readAll("ADMITTED")))
 	}
 }
+
+// poolWaits reports whether the pool of tenant's plan counts who among its waiters, as the
+// decision API reads it.
+func poolWaits(t *testing.T, api, tenant, who string) bool {
+	t.Helper()
+	for _, pt := range tenantPool(t, api, tenant).Tenants {
+		if pt.Tenant == who {
+			return pt.Waiting
+		}
+	}
+	return false
+}
+
+// TestAnExpiredPoolWaiterLeavesThePool: a tenant whose only job waited for a pool (of 1 slot,
+// held by another tenant's job) and expired is no longer among the pool's waiters once its dead
+// letter is stored, and the slot the other tenant frees next goes to that tenant's waiting job
+// at once (issue 42, item 2). Before, the expired tenant kept its turn until the pool forgot it
+// (3 s after it last asked): the pool, empty, granted the other tenant nothing meanwhile (NNN).
+func TestAnExpiredPoolWaiterLeavesThePool(t *testing.T) {
+	w := newWorld(t, `
+pools:
+  workers: {concurrency: 1, lease: 1m}
+plans:
+  short: {pool: workers, max_wait: 2s, limits: [{capacity: 100, rate: 100/s}]}
+  long: {pool: workers, limits: [{capacity: 100, rate: 100/s}]}
+tenants: {alpha: short, bob: long}
+`)
+	env, _, api := servePorts(t)
+	w.start(env...)
+	w.publish("jobs.submit.bob.first", "1")
+	first := w.read("ADMITTED", 1, 10*time.Second) // it holds the pool's only slot
+	w.publish("jobs.submit.alpha.job", "a")        // the first to wait: the next slot is its turn
+	waitFor(t, 5*time.Second, "alpha waiting for the pool", func() bool { return poolWaits(t, api, "alpha", "alpha") })
+	w.publish("jobs.submit.bob.second", "2") // waits behind alpha's turn
+	waitFor(t, 5*time.Second, "bob waiting for the pool", func() bool { return poolWaits(t, api, "bob", "bob") })
+	dead := w.read("DEAD", 1, 10*time.Second)
+	expiredLetter(t, dead[0], "jobs.dead.alpha.job", "pool workers", 2*time.Second, 3*time.Second)
+	if poolWaits(t, api, "bob", "alpha") {
+		t.Errorf("alpha, its only job expired, is still among the pool's waiters")
+	}
+	released := time.Now()
+	if rep := w.doneWith("bob", leaseOf(first[0])); !rep.Held {
+		t.Fatalf("done of bob's first job: %+v, want held", rep)
+	}
+	got := w.read("ADMITTED", 2, 10*time.Second)
+	delay := got[1].stored.Sub(released)
+	if got[1].subject != "jobs.admitted.bob.second" || delay > time.Second {
+		t.Errorf("%s forwarded %v after the pool's slot was freed, want bob's second job at once", got[1].subject, delay)
+	}
+	t.Logf("bob's second job forwarded %v after the slot was freed", delay)
+}

@@ -46,8 +46,10 @@
 // subjects by package subjects, keeping the tenant and what the wildcards matched.
 //
 // A job without a lease (its plan has no concurrency limit, it was forwarded in shadow mode or
-// without a decision) is handled the same way without the lease messages: its cost is not
-// reconciled (admitter reconciles only a lease it holds).
+// without a decision) is handled the same way without renewals or starts; its done message, named
+// by the forward's Nats-Msg-Id, is sent only when the handler has something to say (an error,
+// Overloaded, RetryAfter): its Retry-After holds the tenant as for a job with a lease, and its
+// outcome is counted. Its cost is not reconciled (admitter reconciles only a lease it holds).
 //
 // What it is not: it does not create or change streams or consumers (you pass the consumer you
 // made, with explicit acks); it decides and limits nothing (admitter did, before the job was

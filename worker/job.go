@@ -53,7 +53,8 @@ const noCost = -1
 // SetCost reports what the job really cost, in the units of its weight: the done message then
 // carries it as Admit-Cost, and admitter charges the difference from Weight to the plan's
 // other limits (or gives it back). The last call wins; a negative cost clears it, one above
-// wire.MaxCost is sent as wire.MaxCost. It has no effect on a job without a lease.
+// wire.MaxCost is sent as wire.MaxCost. It has no effect on a job without a lease (admitter
+// reconciles only a lease it holds).
 func (j *Job) SetCost(cost int64) {
 	if cost < 0 {
 		cost = noCost

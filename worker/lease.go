@@ -78,7 +78,8 @@ func (w *Worker) start(ctx context.Context, j *Job) (ok bool, wait time.Duration
 
 // done ends j's lease with a done message carrying its cost and what o says of it, sent again
 // while unanswered (doneTries in all, each try waiting doneWait): a repeat is harmless, admitter
-// releasing and reconciling a lease once.
+// releasing and reconciling a lease once (and a Retry-After again from a moment later). A job
+// without a lease is named by its forward's Nats-Msg-Id.
 func (w *Worker) done(ctx context.Context, j *Job, o outcome) {
 	subject := w.leaseSubject(w.t.toDone, w.t.done, j)
 	var err error
@@ -88,7 +89,7 @@ func (w *Worker) done(ctx context.Context, j *Job, o outcome) {
 		var rep wire.LeaseReply
 		if rep, err = w.request(ctx, wait, subject, j, false, j.cost.Load(), &o); err == nil {
 			// After a try unanswered, a lease not held may be one that try released.
-			if !rep.Held && try == 1 {
+			if !rep.Held && try == 1 && j.Lease > 0 {
 				w.cfg.Logger.Info("worker: the lease had ended before the job was done", "tenant", j.Tenant, "lease", j.Lease, "subject", j.Subject)
 			}
 			return
@@ -130,7 +131,14 @@ func (w *Worker) request(ctx context.Context, timeout time.Duration, subject str
 		return rep, fmt.Errorf("worker: no lease subject for this job (its tenant cannot be a subject token)")
 	}
 	m := nats.NewMsg(subject)
-	m.Header.Set(wire.HeaderLease, strconv.FormatInt(j.Lease, 10))
+	switch id := j.Header.Get(nats.MsgIdHdr); {
+	case j.Lease > 0:
+		m.Header.Set(wire.HeaderLease, strconv.FormatInt(j.Lease, 10))
+	case id != "":
+		m.Header.Set(nats.MsgIdHdr, id) // a job without a lease: its forward names it
+	default:
+		return rep, fmt.Errorf("worker: %s: the forward has neither %s nor %s to name it", subject, wire.HeaderLease, nats.MsgIdHdr)
+	}
 	m.Header.Set(wire.HeaderWeight, strconv.FormatInt(max(j.Weight, 1), 10))
 	if start {
 		m.Header.Set(wire.HeaderStart, "true")

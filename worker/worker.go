@@ -242,6 +242,12 @@ type outcome struct {
 	pool       bool
 }
 
+// says reports whether o tells admitter something beyond the end of a lease: a job that did not
+// go well, or a Retry-After. A job without a lease sends a done message only then.
+func (o outcome) says() bool {
+	return (o.report != "" && o.report != wire.OutcomeOK) || o.retryAfter > 0
+}
+
 // outcomeOf is the outcome of a handler that returned err; hard says its context was
 // cancelled by a hard stop.
 func outcomeOf(err error, hard bool) outcome {
@@ -276,9 +282,10 @@ func termReason(err error) string {
 	return s
 }
 
-// apply sends the done message when o releases the lease, then settles the delivery.
+// apply sends the done message when o releases the lease (for a job without a lease, when o
+// has something to say: see says), then settles the delivery.
 func (w *Worker) apply(base context.Context, m jetstream.Msg, j *Job, o outcome) {
-	if o.release && j.Lease > 0 {
+	if o.release && (j.Lease > 0 || o.says()) {
 		w.done(context.WithoutCancel(base), j, o)
 	}
 	var err error

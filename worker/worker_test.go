@@ -54,6 +54,7 @@ type leaseMsg struct {
 	outcome string // Admit-Outcome, "" when absent
 	retry   string // Admit-Retry-After and Admit-Retry-Scope, "" when absent
 	scope   string
+	id      string // Nats-Msg-Id: names a job without a lease
 }
 
 func (m leaseMsg) done() bool { return strings.HasPrefix(m.subject, "jobs.done.") }
@@ -97,7 +98,7 @@ func (e *env) answer(m *nats.Msg) {
 	lease, _ := strconv.ParseInt(m.Header.Get(wire.HeaderLease), 10, 64)
 	msg := leaseMsg{at: time.Now(), subject: m.Subject, lease: m.Header.Get(wire.HeaderLease), cost: m.Header.Get(wire.HeaderCost),
 		weight: m.Header.Get(wire.HeaderWeight), start: m.Header.Get(wire.HeaderStart) == "true", outcome: m.Header.Get(wire.HeaderOutcome),
-		retry: m.Header.Get(wire.HeaderDownstreamRetryAfter), scope: m.Header.Get(wire.HeaderRetryScope)}
+		retry: m.Header.Get(wire.HeaderDownstreamRetryAfter), scope: m.Header.Get(wire.HeaderRetryScope), id: m.Header.Get(nats.MsgIdHdr)}
 	var floor uint64
 	if !strings.Contains(m.Subject, "renew") {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -773,6 +774,41 @@ func TestRetryAfterHoldsAndPutsBack(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"1   ", "1 overloaded 2 ", "2   ", "2 overloaded 1 pool"}; !slices.Equal(got, want) {
 		t.Errorf("done messages %q, want %q", got, want)
+	}
+}
+
+// TestAJobWithoutALeaseSaysWhatTheDownstreamSaid: a job without a lease (its plan has no
+// concurrency limit) that went well sends no done message; one that failed, was overloaded or
+// was asked to wait sends one saying so, named by its forward's Nats-Msg-Id (failed before: no
+// done message for any of them).
+func TestAJobWithoutALeaseSaysWhatTheDownstreamSaid(t *testing.T) {
+	e := setup(t, time.Minute)
+	var handled atomic.Int32
+	e.start(Config{Concurrency: 4, Handler: func(ctx context.Context, j *Job) error {
+		defer handled.Add(1)
+		switch string(j.Data) {
+		case "payload of jobs.admitted.acme.fail":
+			return errors.New("bad input")
+		case "payload of jobs.admitted.acme.limited":
+			if j.Attempt == 1 {
+				return RetryAfter(5*time.Second, errors.New("429 Too Many Requests"))
+			}
+		}
+		return nil
+	}})
+	for i, what := range []string{"ok", "fail", "limited"} {
+		e.forward("jobs.admitted.acme."+what, 0, 0, nats.MsgIdHdr, fmt.Sprintf("admitter:a:JOBS:%d", i+1))
+	}
+	testenv.WaitFor(t, 10*time.Second, "three jobs handled", func() bool { return handled.Load() == 3 })
+	testenv.WaitFor(t, 5*time.Second, "two done messages", func() bool { return len(e.leaseMsgs()) >= 2 })
+	var got []string
+	for _, m := range e.leaseMsgs() {
+		got = append(got, fmt.Sprintf("%s lease=%q id=%s %s %s", m.subject, m.lease, m.id, m.outcome, m.retry))
+	}
+	slices.Sort(got)
+	want := []string{`jobs.done.acme.fail lease="" id=admitter:a:JOBS:2 failed `, `jobs.done.acme.limited lease="" id=admitter:a:JOBS:3 overloaded 5`}
+	if !slices.Equal(got, want) {
+		t.Errorf("lease messages %q, want %q", got, want)
 	}
 }
 

@@ -111,6 +111,36 @@ var holdCases = []testCase{
 		h.c.Advance(2 * time.Second)
 		a.admit(pa, jobs("2"), "A", 0)
 	}},
+	{name: "downstream: a Retry-After holds a tenant whose plan takes no lease, and a pool that counts no job in flight", needs: downstream(), run: func(t *testing.T, h *harness) {
+		// A plan of a bucket alone: its jobs hold no lease, the done message names one the
+		// limiter never took, and still holds the tenant.
+		p := mustPlan(t, "b", lim("burst", 5, 200*time.Millisecond))
+		h.admit(p, jobs("1", "2"), "AA", 0)
+		if r := h.release(p, 1, bucket.LeaseRequest{Report: bucket.Report{Outcome: bucket.DownstreamOverloaded, RetryAfter: 5 * time.Second}}); r.Held {
+			t.Fatalf("release of a job without a lease: %+v, want not held", r)
+		}
+		if r := h.admit(p, jobs("3"), "N", 5*time.Second); !r.Downstream || r.Limit != bucket.LimitDownstream {
+			t.Fatalf("held by the downstream: %+v", r)
+		}
+		h.c.Advance(5 * time.Second)
+		h.admit(p, jobs("3"), "A", 0)
+		// A pool of a bucket alone: one of the pool's scope holds every tenant of it.
+		pool := newPool(t, h, bucket.Pool{Capacity: 100, Interval: 10 * time.Millisecond})
+		a, b := h.as("a"), h.as("b")
+		pa, pb := pooled(t, "pa", pool, 1), pooled(t, "pb", pool, 1)
+		a.admit(pa, jobs("1"), "A", 0)
+		r := a.release(pa, 1, bucket.LeaseRequest{Report: bucket.Report{RetryAfter: 3 * time.Second, PoolScope: true}})
+		if r.Held || r.Pool == nil || r.Pool.DownstreamUntil != h.c.Now().Add(3*time.Second).UnixMicro() {
+			t.Fatalf("release: %+v (pool %+v), want not held, the pool held for 3s", r, r.Pool)
+		}
+		for _, x := range []*harness{a, b} {
+			if r := x.admit(pb, jobs("2"), "N", 3*time.Second); !r.Downstream || !r.PoolBound {
+				t.Fatalf("%s held by the pool's downstream: %+v", x.tenant, r)
+			}
+		}
+		h.c.Advance(3 * time.Second)
+		b.admit(pb, jobs("2"), "A", 0)
+	}},
 	{name: "downstream: a Retry-After of the pool's scope holds every tenant of the pool", needs: downstream(), run: func(t *testing.T, h *harness) {
 		pool := newPool(t, h, bucket.Pool{Concurrency: 4, Lease: 10 * time.Second})
 		a, b := h.as("a"), h.as("b")

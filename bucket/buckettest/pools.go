@@ -77,6 +77,31 @@ var poolCases = []testCase{
 		a.lease(pa, 2, false, bucket.NoCost, true)
 		a.admit(pa, jobs("5"), "A", 0)
 	}},
+	{name: "pool: a waiter whose jobs are gone leaves, and its turn goes to the next waiter at once", needs: pools(), run: func(t *testing.T, h *harness) {
+		pool := newPool(t, h, bucket.Pool{Concurrency: 1, Lease: time.Minute})
+		a, b := h.as("a"), h.as("b")
+		pa, pb := pooled(t, "pa", pool, 1), pooled(t, "pb", pool, 1)
+		b.admit(pb, jobs("1"), "A", 0)
+		a.admit(pa, jobs("10"), "N", time.Second) // the first waiter: the slot freed next is its turn
+		h.c.Advance(ms)
+		b.admit(pb, jobs("2"), "N", time.Second)
+		if rel := b.lease(pb, 1, false, bucket.NoCost, true); !slices.Equal(rel.Wakes, []string{a.tenant}) {
+			t.Fatalf("the release woke %q, want %q (its turn)", rel.Wakes, a.tenant)
+		}
+		b.admit(pb, jobs("2"), "N", time.Second) // a's turn, though a asks nothing more
+		// a's job expired: a leaves, and the free slot is b's at once, not when a is forgotten.
+		r := a.step(bucket.Batch{Plan: pa, Owner: 1, LeavePool: true}, "", 0)
+		if !slices.Equal(r.Wakes, []string{b.tenant}) || r.Pool == nil || r.Pool.Waiting != 1 {
+			t.Fatalf("a leaves: wakes %q, pool %+v; want %q woken, 1 waiting", r.Wakes, r.Pool, b.tenant)
+		}
+		if r := b.admit(pb, jobs("2"), "A", 0); r.Pool.Waiting != 0 {
+			t.Fatalf("b's job granted, %d waiting, want none", r.Pool.Waiting)
+		}
+		// Leaving again, or without having waited, changes nothing and wakes nobody.
+		if r := a.step(bucket.Batch{Plan: pa, Owner: 1, LeavePool: true}, "", 0); len(r.Wakes) != 0 || r.Pool.InFlight != 1 {
+			t.Fatalf("a leaves again: %+v (pool %+v), want no wakes, 1 in flight", r, r.Pool)
+		}
+	}},
 	{name: "pool: what is freed is reserved for the waiters' jobs in turn; one slow to ask holds back only its own", needs: pools(), run: func(t *testing.T, h *harness) {
 		pool := newPool(t, h, bucket.Pool{Concurrency: 3, Lease: time.Hour})
 		a, w1, w2, c := h.as("a"), h.as("w1"), h.as("w2"), h.as("c")
