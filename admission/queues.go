@@ -150,6 +150,10 @@ type queue struct {
 	buf      []fed // following or rejoining: the tenant's jobs not yet settled, in order; behind: a prefix left to serve
 	bufBytes int
 	prio     priorities // the jobs not of the default priority, not yet settled (priority.go)
+	// unkept is the highest input sequence the feed handed the queue while it did not keep what
+	// it was handed (behind, or its buffer full): a read must reach it before the queue follows
+	// again (see endRead).
+	unkept uint64
 
 	// the step's (cursor is also read by floor, under queues.mu)
 	cursor    uint64    // the next input sequence to read: every job of the tenant below it is settled
@@ -327,6 +331,7 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 	}
 	qs.indexLocked(q, f)
 	if q.mode == behind {
+		q.unkept = max(q.unkept, f.seq)
 		switch {
 		case (q.where == idle || q.where == scheduled && q.headless) && fresh(f):
 			qs.readyFreshLocked(q) // an arrival: behind because the buffers are full
@@ -338,7 +343,7 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 		return
 	}
 	if len(q.buf) >= 2*qs.s.cfg.Batch || qs.bufBytes+f.size > qs.s.cfg.InFlightBytes {
-		q.mode = behind // its jobs from here on are read from the input
+		q.mode, q.unkept = behind, max(q.unkept, f.seq) // its jobs from here on are read from the input
 		switch {
 		case (q.where == idle || q.where == scheduled && q.headless) && len(q.buf) == 0 && fresh(f):
 			qs.readyFreshLocked(q) // a new tenant's queue, or one emptied, while the buffers are full
@@ -442,23 +447,30 @@ func (qs *queues) startRead(q *queue) bool {
 	return true
 }
 
-// endRead ends a read of the input from q's cursor that returned read: if it found the tenant's end (end) and nothing broke the rejoining meanwhile,
-// the queue follows again, and its buffer is what it read followed by the feed's newer jobs;
-// otherwise it stays behind, with what it read as its buffer, and the read jobs are its head
-// (returned).
-func (qs *queues) endRead(q *queue, read []fed, end bool) (head []fed, follows bool) {
+// endRead ends a read of the input from q's cursor that returned read: if it found the
+// tenant's end (end), reached every job the feed handed q without its keeping it (unkept), and
+// nothing broke the rejoining meanwhile, the queue follows again, and its buffer is what it read
+// followed by the feed's newer jobs; otherwise it stays behind, with what it read as its buffer,
+// and the read jobs are its head (returned). short says where a read said to end before a job
+// the feed did not keep ends (from zero: it did not): a Direct Get of a replicated input may be answered by
+// a follower that has not applied the latest stores, and the queue, following, would never see
+// that job; the floor would pass it once a later job is settled (issue 39, item 6).
+func (qs *queues) endRead(q *queue, read []fed, end bool) (head []fed, follows bool, short shortRead) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	// The last sequence the read covered: the job at the cursor itself when nothing was read
+	// (one stored, and handed over by the feed, while the read ran is kept).
+	var last uint64
+	if q.cursor > 0 {
+		last = q.cursor - 1
+	}
+	if len(read) > 0 {
+		last = read[len(read)-1].seq
+	}
+	if end && last < q.unkept {
+		end, short = false, shortRead{from: last + 1, unkept: q.unkept}
+	}
 	if q.mode == rejoining && end {
-		// The last sequence the read covered: the job at the cursor itself when nothing was
-		// read (one stored, and handed over by the feed, while the read ran is kept).
-		var last uint64
-		if q.cursor > 0 {
-			last = q.cursor - 1
-		}
-		if len(read) > 0 {
-			last = read[len(read)-1].seq
-		}
 		keep := q.buf[:0:0]
 		for _, f := range q.buf {
 			if f.seq > last {
@@ -471,8 +483,8 @@ func (qs *queues) endRead(q *queue, read []fed, end bool) (head []fed, follows b
 			q.bufBytes += f.size
 		}
 		qs.bufBytes += q.bufBytes
-		q.mode = following
-		return nil, true
+		q.mode, q.unkept = following, 0
+		return nil, true, shortRead{}
 	}
 	if q.mode == rejoining {
 		q.mode = behind
@@ -489,7 +501,23 @@ func (qs *queues) endRead(q *queue, read []fed, end bool) (head []fed, follows b
 		q.buf, q.bufBytes = read, size
 		qs.bufBytes += size
 	}
-	return read, false
+	return read, false, short
+}
+
+// shortRead is a read that said the tenant has no job from from on, though the feed handed the
+// queue one there (unkept, the highest) without its keeping it (see endRead).
+type shortRead struct{ from, unkept uint64 }
+
+// unkeptGone forgets the jobs the feed handed q without its keeping them, as r saw them: the
+// stream's leader has none of the tenant's from r.from on (they were dead-lettered out of their
+// place, or removed). The queue's next read that finds the tenant's end follows again, unless
+// the feed handed it a job meanwhile.
+func (qs *queues) unkeptGone(q *queue, r shortRead) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q.unkept == r.unkept {
+		q.unkept = 0
+	}
 }
 
 // settled moves q past its settled jobs, through input sequence seq: its cursor, and its

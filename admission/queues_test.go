@@ -279,7 +279,7 @@ func TestRejoiningKeepsWhatArrivesDuringTheRead(t *testing.T) {
 	}
 	feed(qs, "t", fedJob(7)) // arrives while the read is under way; the read returns it too
 	feed(qs, "t", fedJob(9))
-	_, follows := qs.endRead(q, []fed{fedJob(5), fedJob(7)}, true)
+	_, follows, _ := qs.endRead(q, []fed{fedJob(5), fedJob(7)}, true)
 	got, m := qs.buffered(q, 10)
 	if !follows || m != following || !slices.Equal(seqs(got), []uint64{5, 7, 9}) {
 		t.Fatalf("after a read to the end: follows %v, mode %d, buffered %v; want following with 5 7 9", follows, m, seqs(got))
@@ -289,7 +289,7 @@ func TestRejoiningKeepsWhatArrivesDuringTheRead(t *testing.T) {
 	q.mode = behind
 	qs.startRead(q)
 	feed(qs, "t", fedJob(30))
-	head, follows := qs.endRead(q, []fed{fedJob(20)}, false) // more in the input: still behind
+	head, follows, _ := qs.endRead(q, []fed{fedJob(20)}, false) // more in the input: still behind
 	if follows || !slices.Equal(seqs(head), []uint64{20}) {
 		t.Fatalf("after a read that did not reach the end: follows %v, head %v; want behind with 20", follows, seqs(head))
 	}
@@ -484,7 +484,7 @@ func TestAnEmptyReadKeepsTheJobAtTheCursor(t *testing.T) {
 	qs.mu.Unlock()
 	qs.startRead(q)
 	feed(qs, "t", fedJob(11)) // stored and handed over while the read ran
-	_, follows := qs.endRead(q, nil, true)
+	_, follows, _ := qs.endRead(q, nil, true)
 	if got, _ := qs.buffered(q, 10); !follows || len(got) != 1 || got[0].seq != 11 {
 		t.Fatalf("follows %v with %v buffered, want job 11; floor %d", follows, seqs(got), floor(qs))
 	}
@@ -580,5 +580,36 @@ func TestAnArrivalTakesAQueueBackInTheRingToTheFreshRing(t *testing.T) {
 	}
 	if !slices.Contains(order[:2], "new") {
 		t.Fatalf("turns %v: the arrival's tenant is not within the first two", order)
+	}
+}
+
+// TestAReadEndingBeforeAJobTheFeedSkippedDoesNotFollow: a queue behind is handed job 12 by the
+// feed and does not keep it (its buffer is full); its read from the input then says the tenant
+// has no job from sequence 12 on: a Direct Get of a replicated input answered by a follower that
+// has not applied the latest stores. The queue must not follow the feed again without job 12.
+// Before, it did: job 13 was kept, the cursor passed 12 once 13 was settled, and the floor let
+// the compaction remove job 12 unforwarded (issue 39, item 6).
+func TestAReadEndingBeforeAJobTheFeedSkippedDoesNotFollow(t *testing.T) {
+	qs := feedRig(t, 1, 1<<20) // 2 jobs per buffer
+	for _, seq := range []uint64{10, 11, 12} {
+		feed(qs, "t", fedJob(seq))
+	}
+	q, _, _ := qs.take()
+	if q.mode != behind {
+		t.Fatalf("mode %d after a third job, want behind (the buffer holds 2)", q.mode)
+	}
+	qs.settled(q, 11) // cursor 12
+	qs.startRead(q)
+	_, follows, short := qs.endRead(q, nil, true) // the follower's answer: nothing from 12 on
+	feed(qs, "t", fedJob(13))
+	if short.from != 12 {
+		t.Errorf("the short read is said to end before %d, want 12 (the leader is asked from there)", short.from)
+	}
+	if follows {
+		got, _ := qs.buffered(q, 10)
+		t.Errorf("the queue follows with %v buffered after a read that ended before job 12, which the feed skipped", seqs(got))
+	}
+	if f := floor(qs); f > 12 {
+		t.Errorf("floor %d: job 12 may be compacted away unforwarded", f)
 	}
 }

@@ -193,9 +193,25 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 		qs.endRead(q, nil, false)
 		return nil, err
 	}
-	head, follows := qs.endRead(q, read, pending == 0)
+	head, follows, short := qs.endRead(q, read, pending == 0)
 	if follows {
 		head, _ = qs.buffered(q, n)
+	}
+	if short.from > 0 {
+		// The read said the tenant has no job from short on, yet the feed handed the queue one
+		// there: a replica behind the stream's leader answered it, or that job was removed
+		// meanwhile (dead-lettered out of its place). The leader says which (see endRead).
+		stream := s.in.stream(q.part)
+		at, found, err := s.reader.firstFrom(rctx, stream, q.filter, short.from)
+		switch {
+		case err != nil:
+			return nil, err
+		case !found:
+			qs.unkeptGone(q, short)
+		case len(head) == 0:
+			return nil, fmt.Errorf("stream %s, subjects %s: a read from sequence %d found none, and the stream's leader has sequence %d: a replica behind it answered; read again",
+				stream, q.filter, short.from, at)
+		}
 	}
 	return s.fedJobs(ctx, q, head), nil
 }

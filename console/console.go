@@ -52,7 +52,7 @@ const Prefix = "/console/"
 type Queue interface {
 	Status(ctx context.Context) admission.Status
 	Waiting(ctx context.Context) (map[string]uint64, error)
-	WaitingFor(ctx context.Context, tenant string) (uint64, error)
+	QueueOf(ctx context.Context, tenant string) admission.TenantQueue
 }
 
 // PlanControl changes tenants' plans and pauses, saying who asked (by); *plansource.State

@@ -496,3 +496,22 @@ func TestPoolChartDrawsTheLimit(t *testing.T) {
 		t.Errorf("summary %q, want it to start %q", ch.Summary, want)
 	}
 }
+
+// TestTheTenantPageCountsItsQueueNow: a tenant's page counts the jobs waiting in its queue when
+// it is asked, in the stream that holds them, named: the replica serving the console need not
+// hold the tenant's partition nor have listed the input. Before, it showed the replica's last
+// listing (0 here: the input had not been listed) and named no stream (issue 39, item 5).
+func TestTheTenantPageCountsItsQueueNow(t *testing.T) {
+	r := newRig(t, testPlans(t, 0), "", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 3 {
+		if _, err := r.js.Publish(ctx, "jobs.submit.acme.x", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, body := r.get(t, "/console/tenants/acme")
+	if code != 200 || !strings.Contains(body, `<span id="tenant-waiting">3</span> jobs waiting in its queue (<span id="tenant-streams">JOBS</span>)`) {
+		t.Fatalf("tenant page: %d, want 3 jobs waiting in JOBS:\n%s", code, body)
+	}
+}

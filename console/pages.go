@@ -383,12 +383,15 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request, _ caller, b *B
 // ---- A tenant ----
 
 type tenantData struct {
-	Tenant  string
-	State   wire.TenantState
-	Err     string
-	Weight  int64
-	Why     Why
+	Tenant string
+	State  wire.TenantState
+	Err    string
+	Weight int64
+	Why    Why
+	// Waiting is how many jobs wait in its queue, counted now; Where names the streams that
+	// hold them (see admission.TenantQueue.Where).
 	Waiting uint64
+	Where   wire.QueueStreams
 	Paused  time.Time
 	// Activity is its activity over every replica that answered (Seen: one did see it),
 	// Replica the one that decided its latest job, Also the others that decided some.
@@ -436,8 +439,10 @@ func (c *Console) tenant(w http.ResponseWriter, r *http.Request, _ caller, b *Ba
 		d.Paused = until
 		d.State.PausedUntil = &until
 	}
-	if d.Waiting, err = b.Queue.WaitingFor(ctx, name); err != nil {
-		d.Err = strings.TrimSpace(d.Err + " The jobs waiting could not be counted: " + err.Error())
+	queue := b.Queue.QueueOf(ctx, name)
+	d.Waiting, d.Where = queue.Jobs(), queue.Where()
+	if queue.Err != nil {
+		d.Err = strings.TrimSpace(d.Err + " The jobs waiting could not all be counted: " + queue.Err.Error())
 	}
 	if len(st.Limits) > 0 {
 		d.Why = explain(st, d.Weight, d.Waiting, d.Paused, now)

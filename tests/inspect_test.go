@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/admitter/admitter/internal/testenv"
+	"github.com/admitter/admitter/subjects"
 )
 
 // TestInspectAsksTheService: `admitter inspect` from a shell without the service's plans (only
@@ -53,10 +54,10 @@ func TestInspectAsksTheService(t *testing.T) {
 		"  plan    override to plan enterprise, set by ops@bastion at ",
 		"in bucket admitter_state; plans: file " + w.plans,
 		"  limits  Redis redis://",
-		"  queue   stream JOBS as replica ",
+		"  queue   stream JOBS, counted now by replica ",
 		"  pause   set by ops@bastion",
-		"queue: 25 jobs waiting in the input (counted ",
-		"; the oldest, sequence 1, was stored ",
+		"queue: 25 jobs waiting in the input (JOBS) (counted ",
+		"; the oldest, sequence 1 of JOBS, was stored ",
 		"paused until ",
 		"why jobs wait: the tenant is paused for ",
 	} {
@@ -91,5 +92,62 @@ func TestInspectAsksTheService(t *testing.T) {
 	}
 	if code, out, errOut := runBinary(t, overNATS, "inspect", "startup"); code != 1 || !strings.Contains(errOut, "no running admitter answered") || !strings.Contains(errOut, "ADMITTER_REDIS_URL is unset") {
 		t.Errorf("inspect with no replica and no Redis: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestInspectCountsTheQueueWhicheverReplicaHoldsIt: two replicas over four partitions; a
+// tenant of partition 3 has 9 jobs waiting. `admitter inspect`, asking either replica (the one
+// that holds the partition, and the one that does not: a holder a moment after a takeover
+// stands where it did, its listing of the partition not made yet), counts the 9 jobs and names
+// the stream that holds them as the server does. Before, the replica that did not hold the
+// partition said "queue: 0 jobs waiting" (it counts the partitions it listed), and both named
+// the stream "JOBS" (issue 39, item 5).
+func TestInspectCountsTheQueueWhicheverReplicaHoldsIt(t *testing.T) {
+	t.Parallel()
+	const parts = 4
+	w := newPartitionedWorld(t, "plans: {p: {limits: [{name: burst, capacity: 1, rate: 1/h}]}}\ndefault_plan: p\n", parts)
+	var addrs, metrics []string
+	for range 2 {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		w.start("ADMITTER_HTTP_ADDR=" + addr)
+		addrs, metrics = append(addrs, addr), append(metrics, "http://"+addr+"/metrics")
+	}
+	w.waitShared(metrics...)
+	tenant := ""
+	for k := 0; tenant == ""; k++ {
+		if tn := fmt.Sprintf("q%03d", k); subjects.Partition(tn, parts) == 3 {
+			tenant = tn
+		}
+	}
+	w.publishMany("jobs.submit."+tenant+".x", "j", 10, 0)
+	w.read("ADMITTED", 1, 10*time.Second) // its burst of 1 went; 9 wait
+	waitFor(t, 10*time.Second, "the forwarded job's removal", func() bool { return w.streamMsgs("JOBS_4_3") == 9 })
+	bare := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	for _, addr := range addrs {
+		// The jobs are counted when asked: the first answer is right (the replicas' listings
+		// come every second; answers over 3 s would see one).
+		var out string
+		for try := 0; try < 4; try++ {
+			if try > 0 {
+				time.Sleep(time.Second)
+			}
+			code, o, errOut := runBinary(t, append(bare, "ADMITTER_REDIS_URL="+w.redisURL, "ADMITTER_HTTP_ADDR="+addr), "inspect", tenant)
+			if code != 0 {
+				t.Fatalf("inspect through %s: exit %d\n%s%s", addr, code, o, errOut)
+			}
+			if out = o; !strings.Contains(out, "queue: 9 jobs waiting in the input (JOBS_4_3) (counted ") {
+				t.Errorf("inspect through %s, answer %d, does not count 9 jobs in JOBS_4_3:\n%s", addr, try+1, out)
+			}
+		}
+		for _, want := range []string{"  queue   stream JOBS_4_3, counted now by replica ", "; the oldest, sequence 2 of JOBS_4_3, was stored "} {
+			if !strings.Contains(out, want) {
+				t.Errorf("inspect through %s lacks %q:\n%s", addr, want, out)
+			}
+		}
+		t.Logf("admitter inspect %s through %s:\n%s", tenant, addr, out)
 	}
 }

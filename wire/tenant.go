@@ -1,6 +1,10 @@
 package wire
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // TenantState is a tenant's buckets at one instant and why a request or job would wait now:
 // the body of GET /v1/tenants/{tenant} on the decision API and of /inspect, and what `admitter
@@ -43,20 +47,45 @@ type TenantState struct {
 	Sources *Sources `json:"sources,omitempty"`
 }
 
-// QueueState is a tenant's queue: the jobs waiting for it in the input stream.
+// QueueState is a tenant's queue: the jobs waiting for it in the input.
 type QueueState struct {
-	// Waiting is how many jobs of the tenant the input stream held when the answering replica
-	// last listed it (every ADMITTER_DISCOVERY_INTERVAL), at ListedAt; jobs forwarded in the
-	// last seconds may still be counted until they are removed.
-	Waiting  uint64    `json:"waiting"`
-	ListedAt time.Time `json:"listed_at"`
-	// OldestAt and OldestSeq: the tenant's first job in the input stream, read now (absent:
-	// none); OldestAgeMs how long ago it was stored, at the answer's At.
-	OldestAt    *time.Time `json:"oldest_at,omitempty"`
-	OldestSeq   uint64     `json:"oldest_seq,omitempty"`
-	OldestAgeMs int64      `json:"oldest_age_ms,omitempty"`
+	// Waiting is how many jobs of the tenant the input's streams held when the answering
+	// replica counted them, at ListedAt (whichever replica holds the tenant's partition); jobs
+	// forwarded in the last seconds may still be counted until they are removed. Streams says
+	// which streams hold them, in the order its jobs go.
+	Waiting  uint64       `json:"waiting"`
+	ListedAt time.Time    `json:"listed_at"`
+	Streams  QueueStreams `json:"streams,omitempty"`
+	// OldestAt, OldestSeq and OldestStream: the tenant's first job in the input, read then
+	// (absent: none); OldestAgeMs how long ago it was stored, at the answer's At.
+	OldestAt     *time.Time `json:"oldest_at,omitempty"`
+	OldestSeq    uint64     `json:"oldest_seq,omitempty"`
+	OldestStream string     `json:"oldest_stream,omitempty"`
+	OldestAgeMs  int64      `json:"oldest_age_ms,omitempty"`
 	// Error says what could not be read.
 	Error string `json:"error,omitempty"`
+}
+
+// QueueStream is how many of a tenant's jobs one stream holds (a partition's stream is named
+// as the server knows it: JOBS_4_3 is partition 3 of 4).
+type QueueStream struct {
+	Stream string `json:"stream"`
+	Jobs   uint64 `json:"jobs"`
+}
+
+// QueueStreams are the streams that hold a tenant's queue, in the order its jobs go.
+type QueueStreams []QueueStream
+
+// String names them: "JOBS_4_3" for one, "3 in JOBS, 9 in JOBS_4_3" for several.
+func (ss QueueStreams) String() string {
+	if len(ss) == 1 {
+		return ss[0].Stream
+	}
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = strconv.FormatUint(s.Jobs, 10) + " in " + s.Stream
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Sources says where the figures of an answer came from, in words.

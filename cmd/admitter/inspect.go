@@ -121,39 +121,28 @@ func planReason(snap *plansource.Snapshot, tenant string) string {
 	return fmt.Sprintf("override to plan %s, %s", o.Plan, o.Setter())
 }
 
-// queue reads tenant's queue: how many jobs wait, as this replica last listed the input, and
-// its oldest job, read now by Direct Get of the first message on the tenant's input subjects.
+// queue reads tenant's queue now: how many jobs wait in each stream that holds some (its
+// partition's stream, and older streams), and its oldest job, the first of the first of them.
 func (ti *tenantInspector) queue(ctx context.Context, tenant string, at time.Time) (*wire.QueueState, string) {
-	q := &wire.QueueState{}
-	status := ti.st.svc.Status(ctx)
-	q.ListedAt = status.Polled.UTC()
-	n, err := ti.st.svc.WaitingFor(ctx, tenant)
-	if err != nil {
-		q.Error = err.Error()
+	counted := time.Now().UTC()
+	tq := ti.st.svc.QueueOf(ctx, tenant)
+	q := &wire.QueueState{Waiting: tq.Jobs(), ListedAt: counted, Streams: tq.Where()}
+	names := make([]string, len(tq.Streams))
+	for i, sj := range tq.Streams {
+		names[i] = sj.Stream
 	}
-	q.Waiting = n
-	where := fmt.Sprintf("stream %s as replica %s last listed it", ti.c.StreamIn, ti.st.replica)
-	filter, err := ti.c.in.TenantFilter(tenant)
-	if err != nil {
-		q.Error = err.Error()
-		return q, where
+	if tq.Err != nil {
+		q.Error = tq.Err.Error()
 	}
-	where += "; the oldest job: the first message on " + filter + ", read now"
-	stream, err := ti.st.js.Stream(ctx, ti.c.StreamIn)
-	if err != nil {
-		q.Error = fmt.Sprintf("stream %s: %v", ti.c.StreamIn, err)
-		return q, where
+	if o, ok := tq.Oldest(); ok {
+		stored := o.OldestAt.UTC()
+		q.OldestAt, q.OldestSeq, q.OldestStream, q.OldestAgeMs = &stored, o.OldestSeq, o.Stream, max(at.Sub(stored).Milliseconds(), 0)
 	}
-	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
-		q.Error = fmt.Sprintf("the oldest job on %s: %v", filter, err)
-	default:
-		stored := m.Time.UTC()
-		q.OldestAt, q.OldestSeq, q.OldestAgeMs = &stored, m.Sequence, max(at.Sub(stored).Milliseconds(), 0)
+	where := "stream " + strings.Join(names, "")
+	if len(names) > 1 {
+		where = "streams " + strings.Join(names, " then ")
 	}
-	return q, where
+	return q, where + ", counted now by replica " + ti.st.replica
 }
 
 // inspectStatus is the HTTP status of an inspection's error (and of its NATS twin's reply).
@@ -456,11 +445,18 @@ func printInspection(w io.Writer, r *wire.TenantState, source string) {
 	if q := r.Queue; q != nil {
 		waiting = q.Waiting
 		fmt.Fprintf(f, "queue: %s waiting in the input", plural(q.Waiting, "job", "jobs"))
+		if len(q.Streams) > 0 {
+			fmt.Fprintf(f, " (%s)", q.Streams)
+		}
 		if !q.ListedAt.IsZero() {
 			fmt.Fprintf(f, " (counted %s ago)", human(max(r.At.Sub(q.ListedAt), 0).Round(time.Millisecond)))
 		}
 		if q.OldestAt != nil {
-			fmt.Fprintf(f, "; the oldest, sequence %d, was stored %s ago (%s)", q.OldestSeq, human((time.Duration(q.OldestAgeMs) * time.Millisecond).Round(time.Second)),
+			seq := strconv.FormatUint(q.OldestSeq, 10)
+			if q.OldestStream != "" { // absent from an earlier version's answer
+				seq += " of " + q.OldestStream
+			}
+			fmt.Fprintf(f, "; the oldest, sequence %s, was stored %s ago (%s)", seq, human((time.Duration(q.OldestAgeMs) * time.Millisecond).Round(time.Second)),
 				q.OldestAt.Format(time.RFC3339))
 		}
 		fmt.Fprintln(f)

@@ -173,10 +173,11 @@ func TestPrintInspectionQueue(t *testing.T) {
 	oldest, paused := at.Add(-72*time.Second), at.Add(42*time.Minute)
 	res := &wire.TenantState{Tenant: "startup", Plan: "enterprise", At: at, PausedUntil: &paused,
 		Limits: []wire.LimitState{{Limit: "burst", Kind: "bucket", Rule: "50 at 10/s", Capacity: 50, Tokens: 50}},
-		Queue:  &wire.QueueState{Waiting: 25, ListedAt: at.Add(-400 * time.Millisecond), OldestAt: &oldest, OldestSeq: 1234, OldestAgeMs: 72_000},
-		Pool:   &wire.PoolState{Name: "workers", Rule: "8 in flight, lease 30s", Concurrency: 8, InFlight: 8, Tokens: -1, Waiting: 1, WaitingShares: 3, Share: 3},
+		Queue: &wire.QueueState{Waiting: 25, ListedAt: at.Add(-400 * time.Millisecond), Streams: wire.QueueStreams{{Stream: "JOBS", Jobs: 3}, {Stream: "JOBS_4_3", Jobs: 22}},
+			OldestAt: &oldest, OldestSeq: 1234, OldestStream: "JOBS", OldestAgeMs: 72_000},
+		Pool: &wire.PoolState{Name: "workers", Rule: "8 in flight, lease 30s", Concurrency: 8, InFlight: 8, Tokens: -1, Waiting: 1, WaitingShares: 3, Share: 3},
 		Sources: &wire.Sources{Replica: "r1", Plans: "file /etc/admitter/plans.yaml", Plan: "override to plan enterprise, set by ops@bastion at 2026-11-25T04:00:00Z in bucket admitter_state",
-			Limits: "Redis redis://redis:6379, shared by every replica", Queue: "stream JOBS as replica r1 last listed it", Pause: "set by ops@bastion in bucket admitter_state"}}
+			Limits: "Redis redis://redis:6379, shared by every replica", Queue: "streams JOBS then JOBS_4_3, counted now by replica r1", Pause: "set by ops@bastion in bucket admitter_state"}}
 	var out bytes.Buffer
 	printInspection(&out, res, "the admitter at 127.0.0.1:9090 (ADMITTER_HTTP_ADDR)")
 	text := out.String()
@@ -184,9 +185,9 @@ func TestPrintInspectionQueue(t *testing.T) {
 		"tenant startup, plan enterprise, read from the admitter at 127.0.0.1:9090 (ADMITTER_HTTP_ADDR) (replica r1) at 2026-11-25T04:31:26Z\n",
 		"  plan    override to plan enterprise, set by ops@bastion at 2026-11-25T04:00:00Z in bucket admitter_state; plans: file /etc/admitter/plans.yaml\n",
 		"  limits  Redis redis://redis:6379, shared by every replica\n",
-		"  queue   stream JOBS as replica r1 last listed it\n",
+		"  queue   streams JOBS then JOBS_4_3, counted now by replica r1\n",
 		"  pause   set by ops@bastion in bucket admitter_state\n",
-		"queue: 25 jobs waiting in the input (counted 400ms ago); the oldest, sequence 1234, was stored 1m12s ago (2026-11-25T04:30:14Z)\n",
+		"queue: 25 jobs waiting in the input (3 in JOBS, 22 in JOBS_4_3) (counted 400ms ago); the oldest, sequence 1234 of JOBS, was stored 1m12s ago (2026-11-25T04:30:14Z)\n",
 		"paused until 2026-11-25T05:13:26Z (42m0s from now): its jobs wait in its queue, in order, and its requests are denied\n",
 		"pool workers (8 in flight, lease 30s): 8 of 8 in flight; 1 tenant waiting for it, with shares 3 in all; startup's share is 3\n",
 		"why jobs wait: the tenant is paused for 42m0s more\n",
