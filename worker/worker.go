@@ -98,8 +98,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
+	running := w.running.Load() // at the bound: once cancelled, they return
 	w.cancel()
-	return fmt.Errorf("worker: stop: %d handlers still running: %w", w.running.Load(), ctx.Err())
+	return fmt.Errorf("worker: stop: %d handlers still running: %w", running, ctx.Err())
 }
 
 // Stopped is closed once the Worker has stopped: every handler has returned and its delivery
