@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -61,10 +62,11 @@ func (r *reader) route(m *nats.Msg) {
 func (r *reader) close() { _ = r.sub.Unsubscribe() }
 
 type directRequest struct {
-	Seq      uint64 `json:"seq"`
-	NextFor  string `json:"next_by_subj"`
-	Batch    int    `json:"batch"`
-	MaxBytes int    `json:"max_bytes"`
+	Seq       uint64     `json:"seq,omitempty"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+	NextFor   string     `json:"next_by_subj"`
+	Batch     int        `json:"batch"`
+	MaxBytes  int        `json:"max_bytes"`
 }
 
 // read returns up to batch messages of stream on subject at or after seq, in order, stopping
@@ -72,8 +74,18 @@ type directRequest struct {
 // answered (0: the read reached the subject's end; unknown counts as more). An empty result
 // means there is none.
 func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, batch, maxBytes int) ([]*nats.Msg, uint64, error) {
+	return r.get(ctx, stream, directRequest{Seq: max(seq, 1), NextFor: subject, Batch: batch, MaxBytes: maxBytes})
+}
+
+// readSince is read from the first message stored at or after since (the server's clock).
+func (r *reader) readSince(ctx context.Context, stream, subject string, since time.Time, batch, maxBytes int) ([]*nats.Msg, uint64, error) {
+	return r.get(ctx, stream, directRequest{StartTime: &since, NextFor: subject, Batch: batch, MaxBytes: maxBytes})
+}
+
+func (r *reader) get(ctx context.Context, stream string, dr directRequest) ([]*nats.Msg, uint64, error) {
+	subject, seq := dr.NextFor, dr.Seq
 	token := strconv.FormatUint(r.seq.Add(1), 36)
-	ch := make(chan *nats.Msg, batch+1)
+	ch := make(chan *nats.Msg, dr.Batch+1)
 	r.mu.Lock()
 	r.routes[token] = ch
 	r.mu.Unlock()
@@ -82,7 +94,7 @@ func (r *reader) read(ctx context.Context, stream, subject string, seq uint64, b
 		delete(r.routes, token)
 		r.mu.Unlock()
 	}()
-	req, err := json.Marshal(directRequest{Seq: max(seq, 1), NextFor: subject, Batch: batch, MaxBytes: maxBytes})
+	req, err := json.Marshal(dr)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
@@ -16,13 +17,17 @@ import (
 // replica that ranks highest for the pool's key (rendezvous hashing), each on its own subject.
 type router struct {
 	s      *Service
-	prefix string // _ADMITTER.<consumer>.fallback.
+	prefix string    // _ADMITTER.<consumer>.fallback.
+	born   time.Time // the router's start: since when this replica decides the pools it ranks first
+	mu     sync.Mutex
+	// since is when the router first saw each tenure of this replica's (see Since).
+	since map[tenure]time.Time
 }
 
 var _ bucket.Router = (*router)(nil)
 
 func newRouter(s *Service) *router {
-	return &router{s: s, prefix: "_ADMITTER." + s.cfg.Consumer + ".fallback."}
+	return &router{s: s, prefix: "_ADMITTER." + s.cfg.Consumer + ".fallback.", born: time.Now(), since: map[tenure]time.Time{}}
 }
 
 // decider is the live replica that decides for key: this one for a tenant whose partition no
@@ -53,8 +58,57 @@ func rank(live []string, key string) string {
 	return best
 }
 
-// Decides reports whether this replica decides for key.
-func (r *router) Decides(key string) bool { return r.decider(key) == r.s.cfg.Replica }
+// Since is since when this replica decides for key (zero: another does). A tenant's: its
+// partition's tenure here, one take of it by the owners (a partition given up and taken again is
+// a new tenure), or, while no replica is known to hold it, that time; each as the router first
+// saw it, which is no earlier than it began. A pool's: since the router began (no copy of a pool
+// is ever trusted: it only needs to be said whose it is).
+func (r *router) Since(key string) time.Time {
+	t, ok := strings.CutPrefix(key, "tenant:")
+	if !ok {
+		if r.decider(key) == r.s.cfg.Replica {
+			return r.born
+		}
+		return time.Time{}
+	}
+	tn, ok := r.tenure(r.s.in.partOf(t))
+	if !ok {
+		return time.Time{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, seen := r.since[tn]
+	if !seen {
+		since = time.Now()
+		for k := range r.since {
+			if now, ok := r.tenure(k.p); !ok || now != k {
+				delete(r.since, k) // ended
+			}
+		}
+		r.since[tn] = since
+	}
+	return since
+}
+
+// tenure is one stretch of time during which this replica decides partition p's tenants: its
+// owners' hold of p (one take), or, with h nil, while no replica is known to hold p.
+type tenure struct {
+	p int
+	h *held
+}
+
+// tenure is this replica's tenure of partition p now; false when another replica holds p.
+func (r *router) tenure(p int) (tenure, bool) {
+	o := r.s.owners
+	o.mu.Lock()
+	h := o.mine[p]
+	held := h != nil && !h.releasing
+	o.mu.Unlock()
+	if held {
+		return tenure{p, h}, true
+	}
+	return tenure{p: p}, o.owner(p) == ""
+}
 
 // Ask sends req to the replica that decides for key.
 func (r *router) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {

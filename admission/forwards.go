@@ -1,8 +1,12 @@
 package admission
 
 import (
+	"context"
+	"sync"
 	"time"
 
+	"github.com/admitter/admitter/bucket"
+	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 )
 
@@ -18,22 +22,30 @@ import (
 //     window), and awaited: the step ends only when every forward is stored or refused for good;
 //   - stored late (Options.Late or more after its decision): its weight is owed, and the
 //     queue's next limiter call charges it before deciding anything (owed.late);
-//   - stored: its job is removed from the input with the step's other settled jobs (one purge);
-//     if the removal fails, the queue's next call tells the limiter it was stored (owed.stored),
-//     so that whoever reads it again does not forward it again, and the removal is retried.
+//   - stored: its job is removed from the input with the step's other settled jobs (one purge),
+//     and the queue's next call tells the limiter it was stored (owed.stored: the limiter
+//     forgets its admission, and answers "stored" to whoever reads it again); if the removal
+//     fails, that call asks the limiter to remember it for storedKeep (owed.keep), and the
+//     removal is retried.
+//
+// A job read again before the limiter heard it was stored (a retried call, a replica that took
+// the queue over) is redeemed: its forward is looked up before it is made again (once.go).
 //
 // owed is what a queue's next limiter call must say: it is cleared when a call said it.
 type owed struct {
-	// stored is the highest job id of the tenant whose forward was stored and whose removal
-	// from the input is not confirmed (0: none).
+	// stored is the highest id of the jobs the queue settled in order whose forwards the
+	// limiter has not been told were stored (0: none); keep: their removal from the input
+	// failed (a call is owed for it alone).
 	stored int64
+	keep   bool
 	// lateWeight and late: the weight of forwards stored late and the most late of them.
 	lateWeight int64
 	late       time.Duration
 }
 
-// empty reports whether nothing is owed.
-func (o owed) empty() bool { return o.stored == 0 && o.lateWeight == 0 }
+// empty reports whether nothing is owed that needs a call of its own: the stored mark alone
+// rides on the queue's next call, whenever that is.
+func (o owed) empty() bool { return !o.keep && o.lateWeight == 0 }
 
 // storedKeep is how long the limiter keeps a queue's owed stored sequence (see bucket.Batch):
 // past the output's duplicate window a repeated forward would be stored again, and the
@@ -46,12 +58,57 @@ const storedKeep = time.Hour
 func (o *owed) settle(jobs []job, outs []*outMsg, owner []int, late time.Duration) (n int) {
 	for k, m := range outs {
 		j := &jobs[owner[k]]
-		if m.err != nil || m.took < late || !m.forward || j.verdict.Fate != wire.FateAdmitted || j.verdict.Shadow {
+		took := m.took + j.verdict.AdmittedAgo // a redeemed job's forward made only now: late by as much
+		if m.err != nil || took < late || !m.forward || j.verdict.Fate != wire.FateAdmitted || j.verdict.Shadow {
 			continue
 		}
 		o.lateWeight += max(j.weight, 1)
-		o.late = max(o.late, m.took)
+		o.late = max(o.late, took)
 		n++
 	}
 	return n
+}
+
+// holdLeases renews the leases of the step's forwards every quarter of a lease until done is
+// called (once publishAll returned): a forward that NATS holds (a leader election, a node lost,
+// the output full) keeps its slots until it is stored, so that the worker, which counts its
+// lease from the store, and the limiter agree on when it ends. Without it a lease ended while
+// its forward waited, its slot went to the next job, and the forward, stored late, ran beside
+// it (issue 39 item 7: 3 running of a limit of 2, 8 of a pool of 6). A renewal of a job done
+// meanwhile holds nothing. Steps whose forwards hold no lease start nothing.
+func (s *Service) holdLeases(ctx context.Context, q *queue, jobs []job, outs []*outMsg, owner []int) (done func()) {
+	var leased []*job
+	every := time.Duration(0)
+	for k, m := range outs {
+		if m.lease > 0 {
+			leased = append(leased, &jobs[owner[k]])
+			if every == 0 || m.lease/4 < every {
+				every = m.lease / 4
+			}
+		}
+	}
+	if len(leased) == 0 {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(max(every, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for _, j := range leased {
+				if _, _, err := s.cfg.Policy.Lease(ctx, policy.LeaseRenew, q.tenant, j.id, max(j.weight, 1), bucket.NoCost, bucket.Report{}); err != nil && ctx.Err() == nil {
+					s.log.Warn("a forward waiting to be stored: its lease could not be renewed", "tenant", q.tenant, "sequence", j.seq, "err", err)
+				}
+			}
+		}
+	})
+	return func() { close(stop); wg.Wait() }
 }

@@ -58,7 +58,7 @@ type part struct {
 	first     uint64
 	compactAt uint64
 	// horizon is the stream's last sequence when this replica took the partition: a job at or
-	// below it may have been forwarded by the partition's earlier holder (see policy.Job.Unasked).
+	// below it may have been forwarded by the partition's earlier holder (see policy.Job.Again).
 	horizon uint64
 	stop    func() // stops the feed (nil: none)
 	health  feedHealth
@@ -301,13 +301,13 @@ func (f *feedHealth) failed(err error) bool {
 	return first
 }
 
-// listed records what a listing of the stream found at now: last, its last sequence, and next,
-// the sequence the feed will deliver next.
+// listed records what a listing of the stream found at now: last, its last sequence (0: nothing
+// left to deliver), and next, the sequence the feed will deliver next (0 before its first).
 func (f *feedHealth) listed(now time.Time, last, next uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case last < next || f.last.Load() > now.Add(-feedGrace).UnixNano():
+	case last == 0 || last < next || f.last.Load() > now.Add(-feedGrace).UnixNano():
 		f.stuck, f.logged, f.err = time.Time{}, false, nil // delivered everything, or lately
 	case f.stuck.IsZero():
 		f.stuck = now

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/admitter/admitter/bucket"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -69,7 +70,7 @@ func NewLayout(cfg Config) Layout {
 		},
 		Out: jetstream.StreamConfig{
 			Name: c.StreamOut, Subjects: []string{c.Out.Filter()}, Retention: jetstream.LimitsPolicy,
-			Storage: jetstream.FileStorage, MaxAge: max(DefaultOutMaxAge, dup), Duplicates: dup,
+			Storage: jetstream.FileStorage, MaxAge: max(DefaultOutMaxAge, dup), Duplicates: dup, AllowDirect: true,
 			Description: "admitter: admitted jobs, paced per tenant",
 		},
 		Dead: jetstream.StreamConfig{
@@ -117,14 +118,18 @@ var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 // an error wrapping ErrSetup. It does not create the buckets (see Service.Setup).
 func (l Layout) Ensure(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
 	for _, want := range append([]jetstream.StreamConfig{l.In, l.Out, l.Dead}, l.Partitions...) {
-		if err := ensureStream(ctx, js, want, log); err != nil {
+		if err := ensureStream(ctx, js, want, want.Name != l.Out.Name && want.Name != l.Dead.Name, log); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log *slog.Logger) error {
+// lookupKeep is how long the output should keep a forward: as long as the limiter remembers an
+// admission (bucket.DefaultRedeem), a job read again may be looked up there (once.go).
+const lookupKeep = bucket.DefaultRedeem
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, input bool, log *slog.Logger) error {
 	filter := want.Subjects[0]
 	st, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -160,8 +165,8 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		}
 		log.Info("raised the duplicate window of a stream the admitter made", "stream", want.Name, "duplicates", want.Duplicates.String())
 	}
-	if !want.AllowDirect { // the input is the only one with requirements of its own
-		return nil
+	if !input {
+		return ensureOutput(ctx, js, want, have, log)
 	}
 	// The input: every tenant's queue. A work-queue input (made by an earlier version, whose
 	// consumer acknowledged what it took) holds jobs until they are removed as well.
@@ -185,6 +190,28 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if have.Storage == jetstream.MemoryStorage {
 		log.Warn("the input stream is in memory: reading and removing each tenant's jobs costs a memory store a scan of the stream (FIELD-NOTES: 549 removals/s), and a restart of the server loses every waiting job; use file storage", "stream", want.Name)
 	}
+	return nil
+}
+
+// ensureOutput checks a stream the admitter publishes to (have, made by want): a forward found
+// there is not repeated (once.go), so the output keeps them, and an output the admitter made
+// allows Direct Get (a lookup reads a tenant's forwards in batches).
+func ensureOutput(ctx context.Context, js jetstream.JetStream, want, have jetstream.StreamConfig, log *slog.Logger) error {
+	if !want.AllowDirect {
+		return nil // the dead letters
+	}
+	if have.Retention != jetstream.LimitsPolicy || (have.MaxAge > 0 && have.MaxAge < lookupKeep) {
+		log.Warn("the output does not keep forwards an hour: a job forwarded just before its replica stopped, read again by the next, is forwarded again if its forward is gone (work-queue or interest retention, or a shorter max age)",
+			"stream", want.Name, "retention", have.Retention.String(), "max_age", have.MaxAge.String(), "want_max_age", lookupKeep.String())
+	}
+	if have.AllowDirect || !strings.HasPrefix(have.Description, "admitter:") {
+		return nil
+	}
+	have.AllowDirect = true
+	if _, err := js.UpdateStream(ctx, have); err != nil {
+		return fmt.Errorf("%w: stream %s: allow direct get (forwards are looked up with it): %w", ErrSetup, want.Name, err)
+	}
+	log.Info("allowed direct get on stream", "stream", want.Name)
 	return nil
 }
 

@@ -58,7 +58,24 @@ type owners struct {
 	unsure map[int]bool
 	ready  bool   // the watch's initial values are in
 	other  string // a live replica of another count, as logged ("" when none)
+	// gone are the replicas gone lately, for operators (replicas): forgotten after forgetAfter
+	// heartbeats of silence, or stopped (their heartbeat deleted); at most maxGone, for goneFor.
+	gone map[string]goneReplica
 }
+
+// goneReplica is a replica gone: when (its last heartbeat, or the deletion of its heartbeat, as
+// the server stored them) and whether it stopped (deleted its heartbeat) rather than fell silent.
+type goneReplica struct {
+	at      time.Time
+	stopped bool
+}
+
+// A replica gone is listed for goneFor after it was last heard from (the server's times,
+// against this replica's own heartbeat), maxGone of them at most: the latest.
+const (
+	goneFor = 10 * time.Minute
+	maxGone = 32
+)
 
 // seenKey is a partition's key as the watch delivered it: its owner ("" when deleted), its
 // revision, and when this replica first saw that revision (its monotonic clock).
@@ -78,7 +95,8 @@ type held struct {
 
 func newOwners(self string, n int, beat time.Duration, log *slog.Logger) *owners {
 	return &owners{self: self, n: max(n, 1), beat: beat, lease: 3 * beat, log: log, released: make(chan release, max(n, 1)),
-		keys: map[int]seenKey{}, seen: map[string]time.Time{}, counts: map[string]int{}, mine: map[int]*held{}, unsure: map[int]bool{}}
+		keys: map[int]seenKey{}, seen: map[string]time.Time{}, counts: map[string]int{}, mine: map[int]*held{}, unsure: map[int]bool{},
+		gone: map[string]goneReplica{}}
 }
 
 const (
@@ -105,6 +123,15 @@ func (o *owners) holds(p int) bool {
 	defer o.mu.Unlock()
 	h := o.mine[p]
 	return h != nil && !h.releasing && time.Now().Before(h.until)
+}
+
+// leased reports whether this replica's lease of partition p has not run out, given up or not:
+// what it decided may still go (see Service.decideAndApply).
+func (o *owners) leased(p int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h := o.mine[p]
+	return h != nil && time.Now().Before(h.until)
 }
 
 // tenure reports whether partition p is this replica's (taken and not given up or lost), whatever
@@ -251,9 +278,11 @@ func (o *owners) heard(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(o.seen, id)
 			delete(o.counts, id)
+			o.goneLocked(id, goneReplica{at: e.Created(), stopped: true})
 			return
 		}
 		o.seen[id] = e.Created()
+		delete(o.gone, id)
 		if n, err := strconv.Atoi(string(e.Value())); err == nil {
 			o.counts[id] = n
 		}
@@ -263,6 +292,7 @@ func (o *owners) heard(e jetstream.KeyValueEntry) {
 				if at.Before(o.selfAt.Add(-forgetAfter * o.beat)) {
 					delete(o.seen, other)
 					delete(o.counts, other)
+					o.goneLocked(other, goneReplica{at: at})
 				}
 			}
 		}
@@ -561,16 +591,62 @@ func (o *owners) leave() {
 	_ = o.kv.Delete(ctx, replicaKeyPrefix+o.self)
 }
 
-// replicas lists every replica seen, this one included, sorted by name.
+// goneLocked records replica id gone, and keeps the latest maxGone within goneFor.
+func (o *owners) goneLocked(id string, g goneReplica) {
+	if id == o.self {
+		return
+	}
+	o.gone[id] = g
+	for other, og := range o.gone {
+		if !o.selfAt.IsZero() && og.at.Before(o.selfAt.Add(-goneFor)) {
+			delete(o.gone, other)
+		}
+	}
+	for len(o.gone) > maxGone {
+		oldest := ""
+		for other, og := range o.gone {
+			if oldest == "" || og.at.Before(o.gone[oldest].at) {
+				oldest = other
+			}
+		}
+		delete(o.gone, oldest)
+	}
+}
+
+// replicas lists every replica seen, this one included, and those gone within goneFor, sorted
+// by name, each live one with the partitions it holds as last seen.
 func (o *owners) replicas() []Replica {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	cut := o.selfAt.Add(-3 * o.beat)
-	out := []Replica{{Name: o.self, Self: true, Live: true}}
+	held := map[string][]int{}
+	for p, h := range o.mine {
+		if !h.releasing {
+			held[o.self] = append(held[o.self], p)
+		}
+	}
+	for p, k := range o.keys {
+		if k.owner != "" && k.owner != o.self {
+			held[k.owner] = append(held[k.owner], p)
+		}
+	}
+	out := []Replica{{Name: o.self, Self: true, Live: true, Partitions: held[o.self]}}
 	for id, at := range o.seen {
 		if id != o.self {
-			out = append(out, Replica{Name: id, LastSeen: at, Live: !o.selfAt.IsZero() && at.After(cut)})
+			r := Replica{Name: id, LastSeen: at, Live: !o.selfAt.IsZero() && at.After(cut)}
+			if r.Live {
+				r.Partitions = held[id]
+			}
+			out = append(out, r)
 		}
+	}
+	for id, g := range o.gone {
+		if o.selfAt.IsZero() || !g.at.Before(o.selfAt.Add(-goneFor)) {
+			out = append(out, Replica{Name: id, LastSeen: g.at, Stopped: g.stopped})
+		}
+	}
+	for i := range out {
+		slices.Sort(out[i].Partitions)
 	}
 	slices.SortFunc(out, func(a, b Replica) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -26,8 +26,8 @@ type outMsg struct {
 	// took is, once stored, how long from the start of publishAll until its store was confirmed:
 	// an upper bound on how late after its decision it was stored.
 	took time.Duration
-	// lease is the length of the lease the forward's job holds (0: none): a forward stored a
-	// quarter of it or more after its decision has its lease renewed (Service.renewLate).
+	// lease is the length of the lease the forward's job holds (0: none): renewed while the
+	// forward waits to be stored (Service.holdLeases).
 	lease time.Duration
 }
 

@@ -153,9 +153,11 @@ type queue struct {
 	unremoved unremoved // settled input jobs not removed yet
 	storedID  int64     // the highest job id settled (forwarded, dead, or stored before)
 	owe       owed
-	fresh     bool // no limiter call has answered for it yet (policy.Queue.Fresh)
 	errs      int
 	waited    int64 // the highest job id told to wait (each counted once)
+	// redeemed are the ids of jobs the limiter answered admitted before (policy.Verdict.Redeemed)
+	// that are not settled yet: asked about again, never expired unasked (policy.Job.Again).
+	redeemed  map[int64]bool
 	head      int64 // the job the last step left waiting, and how many steps asked about it
 	asks      uint64
 	waitedFor string // what the last step's waiting jobs were told they wait for (policy.Queue.WaitedFor)
@@ -190,7 +192,7 @@ func (qs *queues) newQueueLocked(tenant string) (*queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &queue{tenant: tenant, part: p, filter: filter, index: -1, old: slices.Clone(qs.old[tenant]), mode: behind, fresh: true}, nil
+	return &queue{tenant: tenant, part: p, filter: filter, index: -1, old: slices.Clone(qs.old[tenant]), mode: behind}, nil
 }
 
 // feed hands a job partition pt's feed delivered to its tenant's queue, while this replica
@@ -493,15 +495,23 @@ func (qs *queues) feedOn(p int) bool {
 
 // claim is what the queue's next limiter call says for owner (see policy.Queue).
 func (q *queue) claim(owner int64) policy.Queue {
-	pq := policy.Queue{Owner: owner, LateWeight: q.owe.lateWeight, Late: q.owe.late, Fresh: q.fresh, WaitedFor: q.waitedFor}
-	if q.owe.stored > 0 {
-		pq.Stored, pq.Keep = q.owe.stored, storedKeep
+	pq := policy.Queue{Owner: owner, Stored: q.owe.stored, LateWeight: q.owe.lateWeight, Late: q.owe.late, WaitedFor: q.waitedFor}
+	if q.owe.keep {
+		pq.Keep = storedKeep
 	}
 	return pq
 }
 
+// admittedBefore remembers that the limiter answered job id admitted before (see redeemed).
+func (q *queue) admittedBefore(id int64) {
+	if q.redeemed == nil {
+		q.redeemed = map[int64]bool{}
+	}
+	q.redeemed[id] = true
+}
+
 // said clears what a limiter call said.
-func (q *queue) said() { q.owe, q.fresh = owed{}, false }
+func (q *queue) said() { q.owe = owed{} }
 
 // tries is the Admit-Attempts of the job id in the step about to ask about it: the decisions it
 // took, this one included: 1, and 1 more for each step that left it waiting at the head (the
@@ -1033,6 +1043,7 @@ func (qs *queues) pollOld(ctx context.Context, held map[int]bool, waiting map[st
 		if err != nil {
 			return nil, fmt.Errorf("list the tenants with jobs on stream %s: %w", o.name, err)
 		}
+		s.unmappedListed(o, info.State.LastSeq, time.Now())
 		for subj, n := range info.State.Subjects {
 			_, tenant, ok := o.published(subj)
 			if !ok || n == 0 || !mine(tenant) {

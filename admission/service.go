@@ -51,6 +51,9 @@ type Service struct {
 	stopped   chan struct{}
 	running   atomic.Bool
 	gauges    metric.Registration
+
+	// unmapped: jobs stored in an older input stream while this replica runs (unmapped.go).
+	unmapped unmapped
 }
 
 // New validates the configuration and returns a service.
@@ -129,6 +132,13 @@ func (s *Service) Setup(ctx context.Context) error {
 	}
 	if err := l.Ensure(ctx, s.cfg.JetStream, s.log); err != nil {
 		return err
+	}
+	if s.in.n() > 1 { // what the configured stream holds now was stored before: not unmapped
+		st, err := s.streams.get(ctx, s.cfg.StreamIn)
+		if err != nil {
+			return fmt.Errorf("%w: stream %s: %w", ErrSetup, s.cfg.StreamIn, err)
+		}
+		s.unmapped.from(s.cfg.StreamIn, st.CachedInfo().State.LastSeq)
 	}
 	for _, name := range []string{s.cfg.StreamOut, s.cfg.StreamDead} {
 		st, err := s.streams.get(ctx, name)

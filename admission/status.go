@@ -30,12 +30,20 @@ type Status struct {
 	Err error
 }
 
-// A Replica is one replica as this one sees it.
+// A Replica is one replica as this one sees it: live (heard from within three heartbeats),
+// silent, or gone (for 10 minutes after it was last heard from, the 32 latest).
 type Replica struct {
-	Name     string
-	LastSeen time.Time // zero for this replica
+	Name string
+	// LastSeen is its last heartbeat (zero for this replica); for one that stopped, when it
+	// deleted its heartbeat.
+	LastSeen time.Time
 	Self     bool
 	Live     bool
+	// Stopped: it is gone and said so (a clean stop); gone without (killed, cut off) it is not.
+	Stopped bool
+	// Partitions are the partitions a live replica holds, as this one last saw their keys,
+	// sorted: none, it stands by.
+	Partitions []int
 }
 
 // Status reads the service's state (the NATS round trip bounded by the connection's own

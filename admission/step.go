@@ -292,12 +292,18 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 	horizon := s.queues.horizon(q.part)
 	for i, j := range jobs {
 		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr,
-			Unasked: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited}
+			Again: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited || q.redeemed[j.id]}
 	}
 	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
 	if d.Said {
 		q.said()
 	}
+	for i, v := range d.Verdicts {
+		if v.Redeemed {
+			q.admittedBefore(jobs[i].id) // never expired unasked, whatever it waits for now
+		}
+	}
+	s.resolveRedeemed(ctx, q, jobs, &d)
 	plan := ""
 	var lease time.Duration
 	if d.Plan != nil {
@@ -368,14 +374,24 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 			msgOf[i] = m
 		}
 	}
+	if len(outs) > 0 && !s.owners.leased(q.part) {
+		// The partition's lease ran out while the step decided (the replica paused past it): the
+		// next holder makes these forwards (it finds them admitted, looks them up: once.go), and
+		// this replica's would land beside its decisions.
+		for i := range jobs {
+			jobs[i].span.End()
+		}
+		return stepResult{gone: true}
+	}
 	s.tel.inFlight.Add(ctx, int64(len(outs)))
+	held := s.holdLeases(ctx, q, jobs, outs, owner)
 	s.pub.publishAll(ctx, outs)
+	held()
 	s.deadLetterRefused(ctx, jobs, outs, owner)
 	s.tel.inFlight.Add(ctx, -int64(len(outs)))
 	if late := q.owe.settle(jobs, outs, owner, s.cfg.Policy.Late()); late > 0 {
 		s.tel.lateForwards.Add(ctx, int64(late))
 	}
-	s.renewLate(ctx, q, jobs, outs, owner)
 	// The jobs settled in order, up to the first whose message could not be stored (shutting
 	// down): the queue's cursor moves past them, and they are removed from the input.
 	for k, m := range outs {
@@ -444,32 +460,6 @@ func (j *job) msgLease() bool {
 	return j.lease > 0 && j.verdict.Fate == wire.FateAdmitted && !j.verdict.Shadow
 }
 
-// renewLate starts again the leases of forwards stored a quarter of their lease or more after
-// their decision (a stream electing a leader, a node that stopped answering), before the queue
-// decides anything else: a worker counts a forward's lease from its store, Redis from its grant,
-// and a lease that ended there while the forward was held would give its slot to the next job
-// while the first runs. A start renews the lease, or takes its slots again if they are free; if
-// they are not (another replica's decision, a pool's), the job runs beside the limit: logged.
-// A worker quick enough to finish the job before this start leaves its slot taken for one
-// lease: capacity, not a burst. Rare, and bounded by the step's context.
-func (s *Service) renewLate(ctx context.Context, q *queue, jobs []job, outs []*outMsg, owner []int) {
-	for k, m := range outs {
-		if m.lease == 0 || m.err != nil || m.took < m.lease/4 {
-			continue
-		}
-		j := &jobs[owner[k]]
-		res, _, err := s.cfg.Policy.Lease(ctx, policy.LeaseStart, q.tenant, j.id, max(j.weight, 1), bucket.NoCost, bucket.Report{})
-		switch {
-		case err != nil:
-			s.log.Warn("a forward stored after its lease's middle: its lease could not be started again", "tenant", q.tenant, "sequence", j.seq,
-				"stored_after", m.took.Round(time.Millisecond).String(), "lease", m.lease.String(), "err", err)
-		case !res.Held:
-			s.log.Warn("a forward stored after its lease ended runs beside its tenant's concurrency limit or its pool (their slots were taken meanwhile)",
-				"tenant", q.tenant, "sequence", j.seq, "stored_after", m.took.Round(time.Millisecond).String(), "lease", m.lease.String())
-		}
-	}
-}
-
 // deadLetterRefused dead-letters instead what can never be stored; a dead letter that cannot
 // carry the payload is sent without it.
 func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*outMsg, owner []int) {
@@ -513,6 +503,12 @@ func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*out
 func (s *Service) advance(q *queue, settled []job) {
 	last := settled[len(settled)-1]
 	q.storedID = max(q.storedID, last.id)
+	for id := range q.redeemed {
+		if id <= q.storedID {
+			delete(q.redeemed, id)
+		}
+	}
+	q.owe.stored = max(q.owe.stored, q.storedID) // said by the queue's next call (see owed)
 	if last.src {
 		src := &q.old[0]
 		src.cursor, src.unpurged = last.at+1, last.at
@@ -646,7 +642,7 @@ func (s *Service) deleteEach(ctx context.Context, q *queue, seqs []uint64, first
 		s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
 			"tenant", q.tenant, "stream", stream, "jobs", len(seqs), "err", errs[0])
 	}
-	q.owe.stored = max(q.owe.stored, q.storedID)
+	q.owe.stored, q.owe.keep = max(q.owe.stored, q.storedID), true
 	return err
 }
 
@@ -674,7 +670,7 @@ func (s *Service) purgeOf(ctx context.Context, q *queue, stream, subject string,
 			s.log.Warn("removing forwarded jobs from the input failed: the limiter is told they were stored, and the removal is tried again",
 				"tenant", q.tenant, "stream", stream, "through", through, "err", err)
 		}
-		q.owe.stored = max(q.owe.stored, q.storedID)
+		q.owe.stored, q.owe.keep = max(q.owe.stored, q.storedID), true
 	}
 	return err
 }

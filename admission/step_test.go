@@ -86,10 +86,10 @@ func TestClaimNotSaidIsKept(t *testing.T) {
 	}
 	s := &Service{cfg: Config{Policy: pol}, owner: 1}
 	owes := owed{stored: 7, lateWeight: 3, late: time.Second}
-	q := &queue{tenant: "gone", owe: owes, fresh: true}
+	q := &queue{tenant: "gone", owe: owes}
 	res := s.settleIdle(context.Background(), q)
-	if q.owe != owes || !q.fresh {
-		t.Errorf("after a step that could not say it: owes %+v (fresh %v), want %+v still owed", q.owe, q.fresh, owes)
+	if q.owe != owes {
+		t.Errorf("after a step that could not say it: owes %+v, want %+v still owed", q.owe, owes)
 	}
 	if res.idle || res.next <= 0 {
 		t.Errorf("step %+v: want the queue to wait (not idle: idle drops it and its claim)", res)

@@ -14,6 +14,10 @@ type Job struct {
 	ID int64
 	// Weight is what it costs every limit (≥ 1, ≤ Plan.MaxWeight()).
 	Weight int64
+	// Again: it may have been admitted before (a replica that took the queue over reads it
+	// again): a batch of a plan with a pool first looks such jobs up in the tenant's state, and
+	// asks the pool only for those not admitted before (see Batch.Peek).
+	Again bool `json:"again,omitempty"`
 }
 
 // JobOutcome is what Admit decided for one job of a batch.
@@ -22,8 +26,11 @@ type JobOutcome uint8
 const (
 	// JobAdmitted: admitted now and charged.
 	JobAdmitted JobOutcome = iota
-	// JobRedeemed: admitted by a call less than Options.Redeem ago; charged nothing now (but
-	// for a late redeem, see Batch).
+	// JobRedeemed: admitted before, by a call whose job its owner has not said stored since
+	// (Batch.Stored), less than Options.Redeem ago: charged nothing now. Its forward may be
+	// downstream already (the call's answer was lost, or the replica that made it stopped
+	// before its removal): look it up before forwarding it again, and a forward made only now
+	// is late (Batch.LateWeight). BatchResult.AdmittedAgo says when it was admitted.
 	JobRedeemed
 	// JobNotYet: it does not fit yet; it or a job ahead of it fits after Wait.
 	JobNotYet
@@ -75,10 +82,9 @@ type Batch struct {
 	// Release gives the owner's hold on the queue up after the call (it no longer owns the
 	// tenant: another replica may take the queue at once).
 	Release bool
-	// Fresh says the owner's queue is new (its first call since it took the tenant): a local
-	// copy of the tenant's state (Fallback) may predate another owner's decisions and is not
-	// used.
-	Fresh bool
+	// Peek decides and changes nothing: each job is answered stored, redeemed or not yet (wait
+	// zero), as it stands; nothing is said or charged. See Job.Again.
+	Peek bool
 }
 
 // MaxBatch bounds the jobs of one Admit call.
@@ -143,6 +149,9 @@ type BatchResult struct {
 	// taken until their leases end (the pool runs below its capacity meanwhile): the caller
 	// should count and log it.
 	GiveBackErr error
+	// AdmittedAgo holds, for each job redeemed, how long before this call it was admitted (on
+	// the limiter's clock), zero for the others; nil when no job was redeemed.
+	AdmittedAgo []time.Duration
 	// ShadowWaits is set when the plan is in shadow mode (Plan.Shadow): one wait per job, how
 	// long the plan would have delayed it (zero: it fitted at once). Every job not stored is
 	// then admitted, and the plan is charged on the tenant's shadow state, apart from the state
@@ -186,6 +195,10 @@ func (b *Batch) check() error {
 	return nil
 }
 
+// redeemedAgo is the outcome of a job redeemed at once after its admission, in the integers both
+// backends compute (lua/admit.lua: 4 + how long ago, µs).
+const redeemedAgo = 4
+
 // bindDownstream is the binding limit of a batch held by the downstream (admit.lua's -2).
 const bindDownstream = -2
 
@@ -214,10 +227,17 @@ func (p *Plan) batchResult(wait, limit, remaining, expired int64, outcomes, shad
 		res.Limit = LimitDownstream
 	}
 	for i, o := range outcomes {
-		if o < 0 || o > int64(JobStored) {
+		switch {
+		case o >= redeemedAgo: // redeemed, admitted o - redeemedAgo µs ago (lua/admit.lua)
+			if res.AdmittedAgo == nil {
+				res.AdmittedAgo = make([]time.Duration, len(outcomes))
+			}
+			res.Outcomes[i], res.AdmittedAgo[i] = JobRedeemed, time.Duration(o-redeemedAgo)*time.Microsecond
+		case o < 0:
 			return BatchResult{}, fmt.Errorf("bucket: unexpected job outcome %d", o)
+		default:
+			res.Outcomes[i] = JobOutcome(o)
 		}
-		res.Outcomes[i] = JobOutcome(o)
 	}
 	if shadow != nil {
 		res.ShadowWaits = make([]time.Duration, len(shadow))

@@ -104,10 +104,10 @@ func TestRedisCoalescedErrorStaysWithItsBatch(t *testing.T) {
 	r.pin(c.Now)
 	q := mustPlan(t, "q", quota("q", 5, Minute, nil))
 	now := c.Now().UnixMicro()
-	bad := packInts(nil, now, 0, r.redeem, r.late, r.horizon, 1, r.hold, 0, 0, 0, 0, 1, 1, r.pad, 0, 0, -1, 1, 1)
+	bad := packInts(nil, now, 0, r.redeem, r.late, r.horizon, 1, r.hold, 0, 0, 0, 0, 1, 1, r.pad, 0, 0, -1, 0, 1, 1)
 	bad = append(append(bad, q.packed...), newCalendar(&q.Limits[0], now+10*60e6-calMargin, now+10*60e6+calMargin).packed...)
 	p := mustPlan(t, "p", lim("", 2, 100*ms))
-	good := packInts(nil, now, 0, r.redeem, r.late, r.horizon, 1, r.hold, 0, 0, 0, 0, 1, 1, r.pad, 0, 0, -1, 1, 1)
+	good := packInts(nil, now, 0, r.redeem, r.late, r.horizon, 1, r.hold, 0, 0, 0, 0, 1, 1, r.pad, 0, 0, -1, 0, 1, 1)
 	good = append(good, p.packed...)
 	calls := []*admitCall{
 		{keys: []string{r.stateKey(uniqueTenant("bad"))}, jobs: 1, size: admitReplyLen(1, false), arg: func() string { return string(bad) }, done: make(chan struct{})},

@@ -91,14 +91,14 @@ type Options struct {
 	// MarkerTTL is how long a request admitted by Decide with a JobID is remembered so that
 	// asking again is free (default 1 minute).
 	MarkerTTL time.Duration
-	// Redeem is how long a queued job decided by Admit is remembered (default 2 seconds): asked
-	// about again within it (a retried call, two replicas on one queue), it gets the same answer
-	// and is not charged twice; asked later, it is decided afresh and charged again. A job
-	// admitted by a replica that died before forwarding it is therefore paid for twice rather
-	// than forwarded in a burst after the slot it was given has passed.
+	// Redeem bounds how long a queued job admitted by Admit is remembered while its owner has
+	// not said its forward was stored (default 1 hour; Batch.Stored ends it sooner, in the
+	// owner's next call): asked about again meanwhile (a retried call, a replica that took the
+	// queue over from one that stopped before removing it), it is redeemed, charged nothing
+	// (JobRedeemed). Asked later, it is decided afresh.
 	Redeem time.Duration
 	// Late is how late a forward may reach downstream after its admission before its tenant is
-	// charged again for it (default 100 ms): Batch.LateWeight, and a job redeemed that late.
+	// charged again for it (default 100 ms): Batch.LateWeight.
 	// The usual store round trip under load stays well below it; what is stored less late
 	// than this is not charged, so downstream may see up to r × Late beside C + r·t.
 	Late time.Duration
@@ -112,6 +112,10 @@ type Options struct {
 	// (see born.go).
 	Born time.Time
 }
+
+// DefaultRedeem is Options.Redeem's default: as long as a job whose removal failed is
+// remembered as stored (see Batch.Keep's use in package admission).
+const DefaultRedeem = time.Hour
 
 // DefaultLate is Options.Late's default.
 const DefaultLate = 100 * time.Millisecond
@@ -128,7 +132,7 @@ func (o Options) withDefaults() Options {
 		o.MarkerTTL = time.Minute
 	}
 	if o.Redeem <= 0 {
-		o.Redeem = 2 * time.Second
+		o.Redeem = DefaultRedeem
 	}
 	if o.Late <= 0 {
 		o.Late = DefaultLate

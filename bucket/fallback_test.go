@@ -21,6 +21,11 @@ func fallbackRedis(t *testing.T, clock func() time.Time, o Options) (*Redis, *te
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A reply later than the connection's write timeout fails the call, which turns the
+	// fallback local: on a loaded machine redis-server can be starved past the service's 300 ms.
+	// The tests' calls are bounded by their contexts (those that pause Redis) or meet a closed
+	// connection (those that kill it).
+	opt.ConnWriteTimeout = 10 * time.Second
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +79,7 @@ func TestMirrorCopiesTheState(t *testing.T) {
 		if m.now != c.Now().UnixMicro() {
 			t.Fatalf("step %d: mirrored at %d, want the call's time %d", step, m.now, c.Now().UnixMicro())
 		}
-		cp.restore(b.Tenant, st)
+		cp.restore(b.Tenant, st, 0)
 		want, err := red.Inspect(ctx, b.Tenant, p)
 		if err != nil {
 			t.Fatal(err)
@@ -101,7 +106,8 @@ func TestFallbackChangesNothing(t *testing.T) {
 	opts := Options{Redeem: 700 * ms, Hold: 1500 * ms}
 	red, srv := fallbackRedis(t, c.Now, opts)
 	downs, ups := 0, []Outage{}
-	f := NewFallback(red, opts, time.Second, FallbackHooks{Down: func(error) { downs++ }, Up: func(o Outage) { ups = append(ups, o) }})
+	f := NewFallback(red, opts, time.Second, FallbackHooks{Down: func(err error) { downs++; t.Logf("outage %d begins at %v: %v", downs, c.Now(), err) }, Up: func(o Outage) { ups = append(ups, o) }})
+	f.Watch()
 	t.Cleanup(f.Close)
 	ref := NewMemory(opts, c.Now)
 	plans := []*Plan{
@@ -167,8 +173,11 @@ func TestFallbackChangesNothing(t *testing.T) {
 			t.Fatalf("step %d (%d jobs of %s) at %v, Redis away %v:\nfallback %+v\nmemory   %+v", step, len(b.Jobs), p.Name, c.Now(), step >= 300 && step < 600, got, want)
 		}
 	}
-	if local < 250 || downs != 1 || len(ups) != 1 {
-		t.Fatalf("%d answers decided on the copy, %d outages begun and %v ended: want about 300, one", local, downs, ups)
+	// A restarted server slow to answer its first calls (an i/o timeout under a loaded machine)
+	// makes another outage, which changes nothing either.
+	testenv.WaitFor(t, 20*time.Second, "the fallback to be back on Redis", func() bool { return !f.Local() })
+	if local < 250 || downs < 1 || len(ups) != downs {
+		t.Fatalf("%d answers decided on the copy, %d outages begun and %v ended: want about 300, each outage ended", local, downs, ups)
 	}
 	if ups[0].Tenants != len(plans) || ups[0].Admitted == 0 || ups[0].Waited == 0 {
 		t.Errorf("the outage's summary %+v: want every tenant, admissions and waits", ups[0])
@@ -195,6 +204,7 @@ func TestFallbackHoldsLeasesUntilTheyReport(t *testing.T) {
 	opts := Options{}
 	red, srv := fallbackRedis(t, c.Now, opts)
 	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	f.Watch()
 	t.Cleanup(f.Close)
 	p := mustPlan(t, "c", conc("c", 3, 10*time.Second))
 	tn := uniqueTenant("h")
@@ -239,27 +249,6 @@ func TestFallbackHoldsLeasesUntilTheyReport(t *testing.T) {
 	admit(6, JobNotYet)
 }
 
-// directRouter routes between Fallbacks of one process: deciders names, per key, the one that
-// decides it.
-type directRouter struct {
-	self     *Fallback
-	deciders map[string]*Fallback
-}
-
-func (r directRouter) Decides(key string) bool {
-	return r.deciders[key] == nil || r.deciders[key] == r.self
-}
-
-func (r directRouter) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {
-	return r.deciders[key].Serve(ctx, req), nil
-}
-
-func (r directRouter) Back() {
-	for _, f := range r.deciders {
-		f.Probe()
-	}
-}
-
 // TestFallbackRoutesBetweenReplicas: two replicas share Redis and a pool of 3; each runs one
 // tenant's queue; the pool's slots are the first's to decide. Redis is killed with the pool
 // full. While it is away, the pool never holds more than 3 however both replicas' queues ask;
@@ -272,6 +261,8 @@ func TestFallbackRoutesBetweenReplicas(t *testing.T) {
 	red, srv := fallbackRedis(t, c.Now, opts)
 	fa := NewFallback(red, opts, time.Second, FallbackHooks{})
 	fb := NewFallback(red, opts, time.Second, FallbackHooks{})
+	fa.Watch()
+	fb.Watch()
 	t.Cleanup(fa.Close)
 	t.Cleanup(fb.Close)
 	pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 3, Lease: 10 * time.Second})
@@ -285,9 +276,12 @@ func TestFallbackRoutesBetweenReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deciders := map[string]*Fallback{RouteTenant(a): fa, RouteTenant(b): fb, RoutePool(pool.Name): fa}
-	fa.Route(directRouter{fa, deciders}, func() *Plans { return plans })
-	fb.Route(directRouter{fb, deciders}, func() *Plans { return plans })
+	n := newRoutes()
+	n.move(RouteTenant(a), fa, c.Now())
+	n.move(RouteTenant(b), fb, c.Now())
+	n.move(RoutePool(pool.Name), fa, c.Now())
+	n.router(fa, plans)
+	n.router(fb, plans)
 	ctx := context.Background()
 	admit := func(f *Fallback, tenant string, id int64) BatchResult {
 		t.Helper()
@@ -350,11 +344,17 @@ func TestFallbackKeepsTheDownstreamsHold(t *testing.T) {
 	opts := Options{}
 	red, srv := fallbackRedis(t, c.Now, opts)
 	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	f.Watch()
 	t.Cleanup(f.Close)
 	p := mustPlan(t, "c", conc("c", 5, 10*time.Second))
 	tn := uniqueTenant("h")
 	ctx := context.Background()
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 500*time.Millisecond) }
+	// A call that outlasts its bound turns the limiter local, so while Redis answers the bound is
+	// long (a busy machine once took over 500 ms for a pooled admission: decided on the copy, the
+	// pool taken as forgotten: not-yet, wait 1s); once Redis is paused, the bound ends the first
+	// call's wait.
+	bound := 10 * time.Second
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, bound) }
 	admit := func(id int64, want JobOutcome, wait time.Duration) BatchResult {
 		t.Helper()
 		cctx, cancel := call()
@@ -379,6 +379,7 @@ func TestFallbackKeepsTheDownstreamsHold(t *testing.T) {
 	admit(3, JobNotYet, 4*time.Second) // on Redis, which mirrors the state and its hold
 	c.Advance(time.Second)
 	srv.Pause() // not killed: a port nobody listens on can connect to itself, and seem to answer
+	bound = 500 * time.Millisecond
 	if r := admit(3, JobNotYet, 3*time.Second); !r.Local || !r.Downstream {
 		t.Fatalf("on the copy: %+v, want decided locally, held by the downstream", r)
 	}
@@ -406,6 +407,7 @@ func TestFallbackKeepsThePoolsDownstream(t *testing.T) {
 	opts := Options{}
 	red, srv := fallbackRedis(t, c.Now, opts)
 	f := NewFallback(red, opts, time.Second, FallbackHooks{})
+	f.Watch()
 	t.Cleanup(f.Close)
 	pool, err := NewPool(Pool{Name: uniqueTenant("pool"), Concurrency: 8, Lease: 10 * time.Second,
 		Breaker: &Breaker{Failures: 50, Window: 10 * time.Second, Cooldown: 3 * time.Second, MinJobs: 2}, Adaptive: &Adaptive{Min: 3}})
@@ -416,7 +418,12 @@ func TestFallbackKeepsThePoolsDownstream(t *testing.T) {
 	p.Pool = pool
 	tn := uniqueTenant("t")
 	ctx := context.Background()
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 500*time.Millisecond) }
+	// A call that outlasts its bound turns the limiter local, so while Redis answers the bound is
+	// long (a busy machine once took over 500 ms for a pooled admission: decided on the copy, the
+	// pool taken as forgotten: not-yet, wait 1s); once Redis is paused, the bound ends the first
+	// call's wait.
+	bound := 10 * time.Second
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, bound) }
 	admit := func(id int64, want JobOutcome, wait time.Duration) BatchResult {
 		t.Helper()
 		cctx, cancel := call()
@@ -445,6 +452,7 @@ func TestFallbackKeepsThePoolsDownstream(t *testing.T) {
 		t.Fatalf("2 of 2 failed on Redis: breaker %d, want open", r.Pool.Breaker)
 	}
 	srv.Pause() // not killed: a port nobody listens on can connect to itself, and seem to answer
+	bound = 500 * time.Millisecond
 	if r := admit(4, JobNotYet, 3*time.Second); !r.Local || r.Pool.Breaker != BreakerOpen || r.Pool.Limit != 3 {
 		t.Fatalf("on the copy: %+v (pool %+v), want decided locally, the breaker open, the limit in force 3", r, r.Pool)
 	}

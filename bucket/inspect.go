@@ -105,15 +105,15 @@ func (p *Plan) snapshot(now int64, ws []work) Snapshot {
 
 // Inspect reads the tenant's state under plan without changing it.
 func (m *Memory) Inspect(ctx context.Context, tenant string, plan *Plan) (Snapshot, error) {
-	snap, err := m.inspect(tenant, plan)
+	snap, err := m.inspectTenant(ctx, tenant, plan)
 	if err == nil {
 		snap.Pool, err = inspectPool(ctx, m, tenant, plan)
 	}
 	return snap, err
 }
 
-// inspect reads the tenant's own state.
-func (m *Memory) inspect(tenant string, plan *Plan) (Snapshot, error) {
+// inspectTenant reads the tenant's own state.
+func (m *Memory) inspectTenant(_ context.Context, tenant string, plan *Plan) (Snapshot, error) {
 	if err := checkTenant(tenant); err != nil {
 		return Snapshot{}, err
 	}

@@ -268,12 +268,15 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 			}
 		}
 	}
-	heldMore := false
+	changed := false // the state changed though no lease was found
+	if !held && mode == leaseRelease && p.concurrent && st != nil && st.outage != 0 && len(st.released) < maxReported {
+		st.released, changed = append(st.released, req.Lease), true // a copy's (see Fallback)
+	}
 	if h := req.Report.tenantHold(); mode == leaseRelease && h > 0 && now+h > st.holdAt() {
 		if st == nil {
 			st = &memState{}
 		}
-		st.hold, heldMore = now+h, true
+		st.hold, changed = now+h, true
 	}
 	if found == 0 && mode == leaseStart {
 		fits := true
@@ -298,7 +301,7 @@ func (sh *memShard) lease(now, born int64, st *memState, req *LeaseRequest, mode
 		}
 	}
 	if found == 0 {
-		if heldMore {
+		if changed {
 			sh.store(req.Tenant, st, p, ws, now, o)
 		}
 		return 0, 0, 0, 0, wait, 0

@@ -46,6 +46,12 @@ type memState struct {
 	booked            []entry // Decide's slots booked and not yet claimed: see booked.go
 	expiry            int64   // µs; the state is gone (everything full, nothing held) from then on
 	hold              int64   // µs; the downstream holds the tenant's forwards until then (0: no)
+	// outage and released are a copy's own (see Fallback): the latest outage during which the
+	// copy decided the tenant (0: none; see adopt and restore), and the leases released on it
+	// then that it did not hold (Redis may: they are dropped there when it is charged), at most
+	// maxReported.
+	outage   int64
+	released []int64
 }
 
 type mark struct{ job, at int64 } // admitted at
@@ -74,7 +80,7 @@ func NewMemory(opts Options, now func() time.Time) *Memory {
 	if now == nil {
 		now = time.Now
 	}
-	m := &Memory{opts: opts.withDefaults(), now: now, seed: maphash.MakeSeed()}
+	m := &Memory{opts: opts.withDefaults(), now: now, seed: maphash.MakeSeed(), pools: memPools{pools: map[string]*memPool{}}}
 	m.Forgot(opts.Born)
 	for i := range m.shards {
 		m.shards[i].tenants = make(map[string]*memState)
@@ -181,7 +187,7 @@ func (m *Memory) born() int64 { return m.bornAt.Load() }
 func (sh *memShard) store(tenant string, st *memState, p *Plan, ws []work, now int64, o Options) {
 	cut := now - o.Redeem.Microseconds()
 	first := 0
-	for first < len(st.marks) && abs(st.marks[first].at) < cut {
+	for first < len(st.marks) && (abs(st.marks[first].at) < cut || stored(st.marks[first].job, st.stored)) {
 		first++
 	}
 	if len(st.marks)-first > maxMarks {
@@ -306,11 +312,11 @@ func (sh *memShard) decide(now, born int64, st *memState, req *Request, o Option
 
 // Admit decides the head of one tenant's queue at the backend's current time (see Batch).
 func (m *Memory) Admit(ctx context.Context, b Batch) (BatchResult, error) {
-	return admitPooled(ctx, m, b, m.admit)
+	return admitPooled(ctx, m, b, m.admitTenant)
 }
 
-// admit decides a batch on the tenant's limits alone.
-func (m *Memory) admit(_ context.Context, b Batch) (BatchResult, error) {
+// admitTenant decides a batch on the tenant's limits alone.
+func (m *Memory) admitTenant(_ context.Context, b Batch) (BatchResult, error) {
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
 	}
@@ -336,7 +342,19 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 	if st == nil {
 		st = &memState{}
 	}
-	redeem, late, horizon := o.Redeem.Microseconds(), o.Late.Microseconds(), o.Horizon.Microseconds()
+	redeem, horizon := o.Redeem.Microseconds(), o.Horizon.Microseconds()
+	if b.Peek {
+		held := st.owner != 0 && st.owner != b.Owner && st.ownerUntil > now
+		for i, j := range b.Jobs {
+			out[i] = int64(JobNotYet)
+			if stored(j.ID, st.stored) {
+				out[i] = int64(JobStored)
+			} else if at, ok := findMark(st, j.ID); ok && !held && at > 0 && at+redeem >= now {
+				out[i] = redeemedAgo + max(now-at, 0)
+			}
+		}
+		return 0, 0, 0, 0
+	}
 	wait = -1
 	changed, schanged := false, false
 	if b.Stored > st.stored {
@@ -383,7 +401,7 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 			out[i] = int64(JobNotYet)
 		case shadow:
 			out[i], swait[i] = int64(JobAdmitted), 0
-			if sat, ok := findMark(sst, j.ID); ok && sat+redeem >= now {
+			if sat, ok := findMark(sst, j.ID); ok && sat+lua.ShadowRedeem >= now {
 				out[i], swait[i] = int64(JobRedeemed), max(sat-now, 0)
 				break
 			}
@@ -399,12 +417,8 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 			if found && (at <= 0 || at+redeem < now) {
 				found = false
 			}
-			if found && wait < 0 {
-				out[i] = int64(JobRedeemed)
-				if now-at >= late {
-					p.chargeLate(ws, now, j.Weight, now-at)
-					st.marks = append(st.marks, mark{j.ID, now})
-				}
+			if found {
+				out[i] = redeemedAgo + max(now-at, 0) // charged nothing, even behind a job that waits (lua/admit.lua: Once)
 				break
 			}
 			if st.hold > now { // the downstream asked for no more until then
@@ -440,7 +454,9 @@ func (sh *memShard) admit(now, born int64, st *memState, b *Batch, out, swait []
 		expired = sh.expired
 	}
 	if schanged {
-		sh.store(shadowKey(b.Tenant), sst, p, sws, now, o)
+		so := o
+		so.Redeem = lua.ShadowRedeem * time.Microsecond // a trial's decisions are kept that long (lua/admit.lua)
+		sh.store(shadowKey(b.Tenant), sst, p, sws, now, so)
 	}
 	return wait, bind, r, expired
 }
@@ -486,28 +502,39 @@ func (m *Memory) Len() (tenants, jobs int) {
 	return tenants, jobs
 }
 
-// restore makes st the tenant's state (nil: none), as another backend left it (see Fallback):
-// the state is the backend's from now on.
-func (m *Memory) restore(tenant string, st *memState) {
-	sh, _, _ := m.lock(tenant)
+// restore makes st the tenant's state (nil: none), as another backend left it in a call made
+// before outage since+1 began (see Fallback), unless the copy decided the tenant during that
+// outage or a later one: then st is older than what the copy knows, and it reports false.
+func (m *Memory) restore(tenant string, st *memState, since int64) bool {
+	sh, cur, _ := m.lock(tenant)
 	defer sh.mu.Unlock()
-	if st == nil {
+	switch {
+	case cur != nil && cur.outage > since:
+		return false
+	case st == nil:
 		delete(sh.tenants, tenant)
-		return
+	default:
+		sh.tenants[tenant] = st
 	}
-	sh.tenants[tenant] = st
+	return true
 }
 
 // copyOf returns a copy of the tenant's live state, nil when it has none.
 func (m *Memory) copyOf(tenant string) *memState {
 	sh, st, _ := m.lock(tenant)
 	defer sh.mu.Unlock()
+	return st.clone()
+}
+
+// clone is a deep copy of st (nil: nil).
+func (st *memState) clone() *memState {
 	if st == nil {
 		return nil
 	}
 	c := *st
 	c.marks = slices.Clone(st.marks)
 	c.booked = slices.Clone(st.booked)
+	c.released = slices.Clone(st.released)
 	c.limits = make([]memLimit, len(st.limits))
 	for i, l := range st.limits {
 		c.limits[i] = l
@@ -517,37 +544,43 @@ func (m *Memory) copyOf(tenant string) *memState {
 	return &c
 }
 
-// forget takes tenant's limits as used at born (µs) to the bound Plan.forgotten states, whatever
-// its state held: the state of a tenant this backend was not told of (see Fallback).
-func (m *Memory) forget(tenant string, p *Plan, born int64) {
-	sh, _, now := m.lock(tenant)
-	defer sh.mu.Unlock()
-	ws := sh.load(nil, p, now, born)
-	sh.store(tenant, &memState{}, p, ws, now, m.opts)
-}
-
-// holdLeases keeps every named lease of tenant's concurrency limits held until at least the end
-// of the slots forgotten at born (µs): a lease copied from Redis may have been renewed there since
-// (see Fallback).
-func (m *Memory) holdLeases(tenant string, p *Plan, born int64) {
+// adopt begins deciding tenant under p on this copy at at (µs) during outage (see Fallback) and
+// returns its state then (nil: forgotten; without a record of a limit: the limit is full). An exact copy keeps its state, each named lease of a
+// concurrency limit held until at least the slots forgotten at at would end (it may have been
+// renewed on Redis since it was copied); any other is taken as used at at, to the bound
+// Plan.forgotten states, as a Redis that lost it would. From then on, the releases of leases the
+// copy does not hold are kept (memState.released), and no mirror replaces the state until the
+// outage is charged (restore).
+func (m *Memory) adopt(tenant string, p *Plan, at int64, exact bool, outage int64) *memState {
 	sh, st, now := m.lock(tenant)
 	defer sh.mu.Unlock()
-	if st == nil || !p.concurrent {
-		return
+	if !exact {
+		sh.store(tenant, &memState{outage: outage}, p, sh.load(nil, p, now, at), now, m.opts)
+		return nil
 	}
-	ws := sh.load(st, p, now, 0)
-	for i := range p.specs {
-		if p.specs[i].kind != KindConcurrency {
-			continue
-		}
-		end := phantomEnd(born, p.specs[i].span)
-		for j := len(ws[i].log) - 1; j >= 0; j-- {
-			if e := ws[i].log[j]; ws[i].tags[j].id != 0 && e.death < end {
-				t := ws[i].tags[j]
-				ws[i].leaseDrop(j)
-				ws[i].leasePut(end, e.weight, t)
+	if st == nil {
+		return &memState{} // every limit full
+	}
+	st.outage, st.released = outage, nil
+	if p.concurrent {
+		ws := sh.load(st, p, now, 0)
+		for i := range p.specs {
+			if p.specs[i].kind != KindConcurrency {
+				continue
+			}
+			end := phantomEnd(at, p.specs[i].span)
+			for j := len(ws[i].log) - 1; j >= 0; j-- {
+				if e := ws[i].log[j]; ws[i].tags[j].id != 0 && e.death < end {
+					t := ws[i].tags[j]
+					ws[i].leaseDrop(j)
+					ws[i].leasePut(end, e.weight, t)
+				}
 			}
 		}
+		sh.store(tenant, st, p, ws, now, m.opts)
+		if st = sh.tenants[tenant]; st == nil {
+			return nil
+		}
 	}
-	sh.store(tenant, st, p, ws, now, m.opts)
+	return st.clone()
 }

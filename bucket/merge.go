@@ -11,8 +11,9 @@ import (
 // charged to Redis when it answers again as a difference: the copy at the outage's start (its
 // base) against the copy now, applied on top of what Redis holds (lua/merge.lua). A difference
 // rather than the copy itself, so that what another replica charged Redis meanwhile is kept, and
-// so that what the copy took for forgotten at the switch (a tenant it did not know: see
-// Plan.forgotten) is not charged as if it had been used.
+// so that what the copy took for forgotten (a tenant it did not know: see Plan.forgotten) is not
+// charged as if it had been used; but the leases released on the copy are dropped on Redis,
+// whether the copy held them or not (memState.released).
 
 // tenantDelta is the difference of one tenant's copy over an outage, ready for merge.lua.
 type tenantDelta struct {
@@ -23,13 +24,17 @@ type tenantDelta struct {
 	empty  bool // nothing to charge
 }
 
-// outageDelta is what tenant's copy cur (nil: none) holds beyond base (nil: the copy did not
-// know the tenant when the outage began at born, µs) under plan p at now (µs).
-func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
+// outageDelta is what tenant's copy cur (nil: none) holds beyond base under plan p at now (µs):
+// base is the copy when it began deciding the tenant at from (µs), nil when the copy took it as
+// forgotten then; a limit without a record is then used as Plan.forgotten says, otherwise full.
+func outageDelta(p *Plan, base, cur *memState, from, now int64) tenantDelta {
 	var sh memShard
-	var bs, cs []work
-	bs = slices.Clone(sh.loadInto(&[]work{}, base, p, born, born))
-	cs = sh.loadInto(&[]work{}, cur, p, now, born)
+	born := int64(0)
+	if base == nil {
+		born = from
+	}
+	bs := slices.Clone(sh.loadInto(&[]work{}, base, p, from, born))
+	cs := sh.loadInto(&[]work{}, cur, p, now, born)
 	d := tenantDelta{empty: true}
 	b := make([]byte, 0, 64)
 	for i := range p.specs {
@@ -57,12 +62,17 @@ func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
 			}
 			var drop []int64
 			for j := range bs[i].log {
-				id := bs[i].tags[j].id
 				// released on the copy, or ended there (counted there: not by Redis again)
-				if id != 0 && !slices.ContainsFunc(cs[i].tags, func(t leaseTag) bool { return t.id == id }) {
-					drop = append(drop, id)
-				}
+				drop = append(drop, bs[i].tags[j].id)
 			}
+			if cur != nil {
+				drop = append(drop, cur.released...) // released on the copy, which did not hold them
+			}
+			drop = slices.DeleteFunc(drop, func(id int64) bool {
+				return id == 0 || slices.ContainsFunc(cs[i].tags, func(t leaseTag) bool { return t.id == id })
+			})
+			slices.Sort(drop)
+			drop = slices.Compact(drop)
 			b = packInts(b, int64(len(put)))
 			b = packInts(b, put...)
 			b = packInts(b, int64(len(drop)))
@@ -89,7 +99,7 @@ func outageDelta(p *Plan, base, cur *memState, born, now int64) tenantDelta {
 	var marks []int64
 	if cur != nil {
 		for _, m := range cur.marks {
-			if m.at >= born && (base == nil || !slices.Contains(base.marks, m)) {
+			if m.at >= from && (base == nil || !slices.Contains(base.marks, m)) {
 				marks = append(marks, m.job, m.at)
 			}
 		}
@@ -126,18 +136,27 @@ func (r *Redis) mergeTenant(ctx context.Context, tenant string, p *Plan, d tenan
 }
 
 // mergePool charges pool p on Redis with what the copy holds of it after an outage (see
-// memPools.outageLeases): the leases taken on the copy, and the Redis leases released meanwhile;
-// and the downstream's hold the copy keeps (µs, 0: none), at now.
-func (r *Redis) mergePool(ctx context.Context, p *Pool, leases []Job, hold, now int64) error {
-	if (len(leases) == 0 && hold == 0) || p.Concurrency == 0 {
+// poolDelta): the tokens its bucket took, the leases taken on the copy, the Redis leases released
+// meanwhile, and the downstream's hold.
+func (r *Redis) mergePool(ctx context.Context, p *Pool, d poolDelta) error {
+	if len(d.leases) == 0 && d.hold == 0 && d.owed == 0 {
 		return nil
 	}
 	var rep Report
-	if hold > now {
-		rep = Report{RetryAfter: time.Duration(hold-now) * time.Microsecond, PoolScope: true}
+	if d.hold > 0 {
+		rep = Report{RetryAfter: time.Duration(d.hold) * time.Microsecond, PoolScope: true}
 	}
-	if _, err := r.poolCall(ctx, poolMerge, p, "", 1, leases, NoCost, rep); err != nil {
+	if _, err := r.poolOp(ctx, poolMerge, p, "", 1, d.leases, NoCost, d.owed, rep); err != nil {
 		return fmt.Errorf("bucket: redis merge of pool %s after an outage: %w", p.Name, err)
 	}
 	return nil
+}
+
+// probe reports whether Redis answers, and learns when its servers' memory began (see born):
+// what a decision needs before it is made again after an outage.
+func (r *Redis) probe(ctx context.Context) error {
+	if err := r.Ping(ctx); err != nil {
+		return err
+	}
+	return r.refreshBorn(ctx)
 }

@@ -276,6 +276,7 @@ const (
 // poolReply is a pool operation's answer.
 type poolReply struct {
 	granted     int   // acquire: the jobs granted (a prefix)
+	before      []int // acquire: the indices (0-based) of the jobs granted before (a lease of theirs held: nothing taken now)
 	wait        int64 // acquire, start: µs until the first job not granted (the job) may fit
 	found       bool  // give back, release, renew: a lease was held
 	weight, ran int64 // release: its weight and the time from its take to now (µs)
@@ -283,6 +284,7 @@ type poolReply struct {
 	state       PoolState
 	wakes       []string // the waiters to wake
 	tenants     []PoolTenant
+	local       bool // decided on a copy of the pool (see Fallback)
 }
 
 // poolBackend is a backend's side of the pools: one operation on one pool, for tenant (with
@@ -302,6 +304,64 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 	if err := b.check(); err != nil {
 		return BatchResult{}, err
 	}
+	known, err := admittedBefore(ctx, b, admit)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	rest := b
+	rest.Jobs = b.Jobs[len(known.Outcomes):]
+	res, err := admitGranted(ctx, pb, rest, admit)
+	if err != nil || len(known.Outcomes) == 0 {
+		return res, err
+	}
+	if res.AdmittedAgo != nil || known.AdmittedAgo != nil {
+		ages := make([]time.Duration, len(b.Jobs))
+		copy(ages, known.AdmittedAgo)
+		if res.AdmittedAgo != nil {
+			copy(ages[len(known.Outcomes):], res.AdmittedAgo)
+		}
+		res.AdmittedAgo = ages
+	}
+	res.Outcomes = append(known.Outcomes, res.Outcomes...)
+	return res, nil
+}
+
+// admittedBefore looks the leading jobs of b that may have been admitted before (Job.Again) up in
+// the tenant's state (Batch.Peek), and returns the answers of those it stored or admitted
+// before: they are not asked of the pool, which would take a slot for a job whose forward may
+// be downstream already (and done: a slot nobody uses). None when no job leads with Again.
+func admittedBefore(ctx context.Context, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
+	n := 0
+	for n < len(b.Jobs) && b.Jobs[n].Again {
+		n++
+	}
+	if n == 0 {
+		return BatchResult{}, nil
+	}
+	peek := b
+	peek.Jobs, peek.Peek = b.Jobs[:n], true
+	r, err := admit(ctx, peek)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	k := 0
+	for k < len(r.Outcomes) && (r.Outcomes[k] == JobStored || r.Outcomes[k] == JobRedeemed) {
+		k++
+	}
+	r.Outcomes = r.Outcomes[:k]
+	if r.AdmittedAgo != nil {
+		r.AdmittedAgo = r.AdmittedAgo[:k]
+	}
+	return r, nil
+}
+
+// admitGranted decides a batch of a plan with a pool, none of whose jobs was admitted before:
+// see admitPooled. Without jobs, it says the batch's claims alone.
+func admitGranted(ctx context.Context, pb poolBackend, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
+	if len(b.Jobs) == 0 {
+		return admit(ctx, b)
+	}
+	p := b.Plan
 	pool, share := p.Pool, p.share()
 	g, err := pb.poolCall(ctx, poolAcquire, pool, b.Tenant, share, b.Jobs, NoCost, Report{})
 	if err != nil {
@@ -323,13 +383,18 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		}
 		return BatchResult{}, err
 	}
+	// What the tenant's limits did not admit goes back, and so does what was granted now to a
+	// job they redeemed: it was admitted before, its forward may be downstream already, and if
+	// it is not, its slots are taken again before it is forwarded (see JobRedeemed). A grant
+	// made before (the job's lease held already) stays: it is the job's own.
 	var unused []Job
 	for i, o := range res.Outcomes {
-		if !o.Admitted() {
+		if !o.Admitted() || o == JobRedeemed && !slices.Contains(g.before, i) {
 			unused = append(unused, sub.Jobs[i])
 		}
 	}
 	res.Wakes = g.wakes // whose turn refused a job of this batch
+	res.Local = res.Local || g.local
 	if len(unused) > 0 {
 		r, err := pb.poolCall(ctx, poolGiveBack, pool, b.Tenant, share, unused, NoCost, Report{})
 		if err != nil {
@@ -402,7 +467,7 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 			// The tenant's slots were taken for a job the pool has no room for: they go back.
 			_, _ = lease(ctx, req, leaseRelease)
 		}
-		return LeaseResult{Wait: time.Duration(r.wait) * time.Microsecond, Wakes: r.wakes, LeasesExpired: res.LeasesExpired}, nil
+		return LeaseResult{Wait: time.Duration(r.wait) * time.Microsecond, Wakes: r.wakes, LeasesExpired: res.LeasesExpired, Local: res.Local || r.local}, nil
 	}
 	r.state.Name, r.state.Concurrency, r.state.Capacity = p.Pool.Name, p.Pool.Concurrency, p.Pool.Capacity
 	res.Pool = &r.state
@@ -416,6 +481,7 @@ func leasePooled(ctx context.Context, pb poolBackend, req LeaseRequest, mode int
 		}
 	}
 	res.Wakes = r.wakes
+	res.Local = res.Local || r.local
 	return res, nil
 }
 
@@ -453,12 +519,12 @@ func inspectPool(ctx context.Context, pb poolBackend, tenant string, p *Plan) (*
 	return &PoolSnapshot{PoolState: r.state, Tenants: r.tenants}, nil
 }
 
-// poolArgs packs a pool call's argument (see lua/pool.lua).
-func poolArgs(now, born, memTag int64, op int, p *Pool, share int64, jobs []Job, cost int64, rep Report) []byte {
-	arg := make([]byte, 0, 8*(24+2*len(jobs)))
+// poolArgs packs a pool call's argument (see lua/pool.lua); owed is the merge's.
+func poolArgs(now, born, memTag int64, op int, p *Pool, share int64, jobs []Job, cost, owed int64, rep Report) []byte {
+	arg := make([]byte, 0, 8*(25+2*len(jobs)))
 	arg = packInts(arg, int64(op), now, p.Concurrency, p.Lease.Microseconds(), p.Capacity, p.Interval.Microseconds(), share,
 		poolTTL.Microseconds(), poolReask.Microseconds(), cost, poolScan, poolWakeJobs, MaxConcurrency, born,
-		int64(rep.Outcome), rep.poolHold())
+		int64(rep.Outcome), rep.poolHold(), owed)
 	arg = packInts(arg, p.Breaker.args()...)
 	arg = packInts(arg, p.Adaptive.args()...)
 	arg = packInts(arg, memTag, int64(len(jobs)))
@@ -477,8 +543,13 @@ func (r *Redis) poolKeys(p *Pool) []string {
 
 // poolCall runs lua/pool.lua.
 func (r *Redis) poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
+	return r.poolOp(ctx, op, p, tenant, share, jobs, cost, 0, rep)
+}
+
+// poolOp is poolCall with a merge's owed µs.
+func (r *Redis) poolOp(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost, owed int64, rep Report) (poolReply, error) {
 	res := r.exec(ctx, r.pool, func() (keys, args []string) {
-		arg := poolArgs(r.now(), r.born.at.Load(), r.markerTag(), op, p, share, jobs, cost, rep)
+		arg := poolArgs(r.now(), r.born.at.Load(), r.markerTag(), op, p, share, jobs, cost, owed, rep)
 		return r.poolKeys(p), []string{unsafe.String(&arg[0], len(arg)), tenant}
 	})
 	parts, err := res.ToArray()
@@ -534,6 +605,14 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 	st := vals[head:]
 	r.state = PoolState{InFlight: st[0], Tokens: st[1], Waiting: st[2], WaitingShares: st[3], DownstreamUntil: st[4],
 		Breaker: st[5], BreakerUntil: st[6], Probes: st[7], Limit: st[8], Floor: st[9], TimePerJob: st[10], LimitWhy: st[11], BreakerSince: st[12]}
+	if op == poolAcquire {
+		for _, i := range st[poolStateLen:] {
+			if i < 1 || i > vals[0] {
+				return poolReply{}, fmt.Errorf("pool reply: job %d granted before, of %d granted", i, vals[0])
+			}
+			r.before = append(r.before, int(i-1))
+		}
+	}
 	if op == poolInspect {
 		rest := st[poolStateLen:]
 		if len(rest) != 3*len(names) {
@@ -546,26 +625,29 @@ func decodePoolReply(op int, vals []int64, wakes []string, names []string) (pool
 	return r, nil
 }
 
-// Memory's pools: poolCall mirrors lua/pool.lua step by step.
+// Memory's pools: poolCall mirrors lua/pool.lua step by step, but for its merge (only Redis is
+// charged with an outage: see Fallback).
 
 // memPool is a pool's state in memory.
 type memPool struct {
-	brk      breakerState
-	ad       adaptState
-	tat      int64
-	hold     int64          // until when the downstream holds the pool's forwards (µs; 0: it does not)
-	leases   []memPoolLease // by death
-	v        float64
-	tenants  map[string]*memPoolTenant
-	reported []int64 // leases taken out of the forgotten slots (see forgottenReport)
+	brk     breakerState
+	ad      adaptState
+	tat     int64
+	hold    int64          // until when the downstream holds the pool's forwards (µs; 0: it does not)
+	leases  []memPoolLease // by death
+	v       float64
+	tenants map[string]*memPoolTenant
+	// released is a copy's own (see Fallback): the leases released on it during an outage
+	// (Redis may hold them: they are dropped there when it is charged), at most maxReported;
+	// nil when none are kept (not a copy taken on during an outage: see adoptPool).
+	released []int64
 }
 
 type memPoolLease struct{ death, weight, id, at int64 }
 
 // forgottenReport takes weight w of a lease the pool does not hold out of its forgotten slots
-// (the lease of id 0: see lua/pool.lua), if they are still counted, and remembers the lease's id
-// (a release of one of Redis's leases during an outage: see outageLeases).
-func (mp *memPool) forgottenReport(id, w int64) bool {
+// (the lease of id 0: see lua/pool.lua), if they are still counted.
+func (mp *memPool) forgottenReport(w int64) bool {
 	z := slices.IndexFunc(mp.leases, func(l memPoolLease) bool { return l.id == 0 })
 	if z < 0 {
 		return false
@@ -574,9 +656,6 @@ func (mp *memPool) forgottenReport(id, w int64) bool {
 		mp.leases[z].weight -= w
 	} else {
 		mp.leases = slices.Delete(mp.leases, z, z+1)
-	}
-	if len(mp.reported) < maxReported {
-		mp.reported = append(mp.reported, id)
 	}
 	return true
 }
@@ -596,39 +675,44 @@ type memPools struct {
 	mu    sync.Mutex
 	pools map[string]*memPool
 	seeds map[string]PoolState // the pools as Redis last answered (see seen)
-	born  int64                // µs: the pools were forgotten then (see reset); 0: as the backend's born says
 }
 
-// maxReported bounds the leases a pool remembers having taken out of its forgotten slots (see
-// outageLeases).
+// maxReported bounds the leases a copy remembers released during an outage (memPool.released,
+// memState.released).
 const maxReported = 4096
 
 func (m *Memory) poolCall(_ context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error) {
 	m.pools.mu.Lock()
 	defer m.pools.mu.Unlock()
-	if m.pools.pools == nil {
-		m.pools.pools = map[string]*memPool{}
-	}
 	now := m.now().UnixMicro()
 	mp := m.pools.pools[p.Name]
 	if mp == nil {
-		mp = &memPool{tenants: map[string]*memPoolTenant{}}
+		mp = m.pools.forgotten(p, m.born(), now)
 		if op != poolInspect {
 			m.pools.pools[p.Name] = mp
 		}
-		if born := max(m.born(), m.pools.born); born > 0 { // a pool this backend does not know was forgotten at born
-			if p.Capacity > 0 {
-				mp.tat = born + p.Capacity*p.Interval.Microseconds()
-			}
-			if end := phantomEnd(born, p.Lease.Microseconds()); p.Concurrency > 0 && end > now {
-				mp.leases = append(mp.leases, memPoolLease{end, p.Concurrency, 0, born})
-			}
-			if sd, ok := m.pools.seeds[p.Name]; ok { // what the downstream said, as Redis last told it
-				mp.seed(sd, now)
-			}
-		}
 	}
 	return mp.call(now, op, p, tenant, share, jobs, cost, rep), nil
+}
+
+// forgotten is pool p as a backend that forgot it at born (µs; 0: it never knew it, the pool is
+// unused) holds it at now, under mp.mu: every slot held until the running jobs report, its
+// bucket empty at born, and what Redis last said of its downstream (see seen).
+func (mp *memPools) forgotten(p *Pool, born, now int64) *memPool {
+	pl := &memPool{tenants: map[string]*memPoolTenant{}}
+	if born == 0 {
+		return pl
+	}
+	if p.Capacity > 0 {
+		pl.tat = born + p.Capacity*p.Interval.Microseconds()
+	}
+	if end := phantomEnd(born, p.Lease.Microseconds()); p.Concurrency > 0 && end > now {
+		pl.leases = append(pl.leases, memPoolLease{end, p.Concurrency, 0, born})
+	}
+	if sd, ok := mp.seeds[p.Name]; ok {
+		pl.seed(sd, now)
+	}
+	return pl
 }
 
 // seed takes what Redis last said of a pool's downstream into a copy of the pool that is
@@ -643,58 +727,67 @@ func (mp *memPool) seed(st PoolState, now int64) {
 
 // seen keeps st, a pool's state as Redis answered it, to seed the copy of the pool when an
 // outage begins (see seed).
-func (mp *memPools) seen(st PoolState) {
-	mp.mu.Lock()
-	defer mp.mu.Unlock()
-	if mp.seeds == nil {
-		mp.seeds = map[string]PoolState{}
+func (m *Memory) seen(st PoolState) {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	if m.pools.seeds == nil {
+		m.pools.seeds = map[string]PoolState{}
 	}
-	mp.seeds[st.Name] = st
+	m.pools.seeds[st.Name] = st
 }
 
-// downstreamHold is until when the copy of pool name holds its forwards (µs; 0: it does not),
-// for Redis after an outage.
-func (mp *memPools) downstreamHold(name string, now int64) int64 {
-	mp.mu.Lock()
-	defer mp.mu.Unlock()
-	if p := mp.pools[name]; p != nil && p.hold > now {
-		return p.hold
-	}
-	return 0
+// adoptPool takes pool p as forgotten at at (µs): the copy of a pool as this replica begins to
+// decide it during an outage (see Fallback). It returns its bucket's tat then.
+func (m *Memory) adoptPool(p *Pool, at int64) int64 {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	mp := m.pools.forgotten(p, at, m.now().UnixMicro())
+	mp.released = []int64{}
+	m.pools.pools[p.Name] = mp
+	return mp.tat
 }
 
-// reset forgets every pool at born (µs): the copy knows no pool when an outage begins (see
-// Fallback), and takes each as forgotten then.
-func (mp *memPools) reset(born int64) {
-	mp.mu.Lock()
-	defer mp.mu.Unlock()
-	clear(mp.pools)
-	mp.born = born
+// poolDelta is what a copy of a pool holds that Redis must be told after an outage.
+type poolDelta struct {
+	// leases are the leases taken on the copy and still held, as merge pairs of (id, weight),
+	// (death, taken at), and the leases the copy did not know that were released meanwhile
+	// (weight 0: to drop).
+	leases []Job
+	// hold is how long from now (µs) the downstream holds the pool's forwards on the copy (0:
+	// it does not).
+	hold int64
+	// owed is what the copy's bucket took beyond what it owed at base and has not refilled by
+	// now (µs); tat is the copy's bucket now (the base of a later merge).
+	owed, tat int64
 }
 
-// outageLeases is what the copy of pool name holds that Redis must be told after an outage that
-// began at born (µs): the leases taken on the copy and still held, as merge pairs of (id,
-// weight), (death, taken at), and the leases the copy did not know that were released meanwhile
-// (weight 0: to drop).
-func (mp *memPools) outageLeases(name string, born, now int64) []Job {
-	mp.mu.Lock()
-	defer mp.mu.Unlock()
-	p := mp.pools[name]
-	if p == nil {
-		return nil
+// poolDelta is what the copy of pool p holds at now beyond its bucket's base (its tat then)
+// that Redis must be told after an outage.
+func (m *Memory) poolDelta(p *Pool, base, now int64) poolDelta {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	mp := m.pools.pools[p.Name]
+	if mp == nil {
+		return poolDelta{tat: base}
 	}
-	var out []Job
-	for _, l := range p.leases {
+	d := poolDelta{tat: max(mp.tat, now)}
+	if p.Capacity > 0 {
+		d.owed = max(d.tat-max(base, now), 0)
+	}
+	for _, l := range mp.leases {
 		if l.id != 0 && l.death > now {
-			out = append(out, Job{ID: l.id, Weight: l.weight}, Job{ID: l.death, Weight: l.at})
+			d.leases = append(d.leases, Job{ID: l.id, Weight: l.weight}, Job{ID: l.death, Weight: l.at})
 		}
 	}
-	for _, id := range p.reported {
-		if !slices.ContainsFunc(p.leases, func(l memPoolLease) bool { return l.id == id }) {
-			out = append(out, Job{ID: id}, Job{})
+	for _, id := range mp.released {
+		if !slices.ContainsFunc(mp.leases, func(l memPoolLease) bool { return l.id == id }) {
+			d.leases = append(d.leases, Job{ID: id}, Job{})
 		}
 	}
-	return out
+	if mp.hold > now {
+		d.hold = mp.hold - now
+	}
+	return d
 }
 
 func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) poolReply {
@@ -867,9 +960,11 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			return r, more
 		}
 		granted, got, turn, held, broken := 0, int64(0), false, false, false
+		var before []int
 		for i, j := range jobs {
 			if conc > 0 && leaseAt(j.ID) >= 0 {
 				granted = i + 1
+				before = append(before, i)
 				continue
 			}
 			if mp.hold > 0 {
@@ -935,7 +1030,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		t.received += got
 		mp.sweep()
-		return poolReply{granted: granted, wait: wait, state: state(), wakes: wakes}
+		return poolReply{granted: granted, before: before, wait: wait, state: state(), wakes: wakes}
 	case poolGiveBack, poolRelease:
 		var r poolReply
 		before := freeNow()
@@ -944,6 +1039,9 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		back := int64(0)
 		for _, j := range jobs {
+			if op == poolRelease && mp.released != nil && len(mp.released) < maxReported {
+				mp.released = append(mp.released, j.ID)
+			}
 			w, held := j.Weight, false
 			if conc > 0 {
 				if k := leaseAt(j.ID); k >= 0 {
@@ -956,7 +1054,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 					w, held = l.weight, true
 				}
 			}
-			if !held && op == poolRelease && conc > 0 && mp.forgottenReport(j.ID, max(j.Weight, 1)) {
+			if !held && op == poolRelease && conc > 0 && mp.forgottenReport(max(j.Weight, 1)) {
 				r.found, r.weight = true, max(j.Weight, 1)
 			}
 			if !held && (conc > 0 || op == poolRelease) {
@@ -1000,7 +1098,7 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 			r.found, r.ends = true, l.death
 		} else if conc > 0 && op == poolStart && mp.hold > 0 {
 			r.wait = mp.hold - now
-		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(id, w)) || (op == poolStart && inuse+w <= limit() && mp.brk.admits(p.Breaker))) {
+		} else if conc > 0 && ((op == poolRenew && mp.forgottenReport(w)) || (op == poolStart && inuse+w <= limit() && mp.brk.admits(p.Breaker))) {
 			r.ends = now + lease
 			leasePut(memPoolLease{r.ends, w, id, now})
 			r.found = true
@@ -1018,24 +1116,6 @@ func (mp *memPool) call(now int64, op int, p *Pool, tenant string, share int64, 
 		}
 		r.state = state()
 		return r
-	case poolMerge:
-		if h := rep.poolHold(); h > 0 && now+h > mp.hold {
-			mp.hold = now + h
-		}
-		for i := 0; i+1 < len(jobs); i += 2 {
-			id, w, death, at := jobs[i].ID, jobs[i].Weight, jobs[i+1].ID, jobs[i+1].Weight
-			if k := leaseAt(id); k >= 0 {
-				mp.leases = slices.Delete(mp.leases, k, k+1)
-			}
-			if w > 0 && death > now {
-				leasePut(memPoolLease{death, w, id, at})
-			}
-		}
-		inuse = 0
-		for _, l := range mp.leases {
-			inuse += l.weight
-		}
-		return poolReply{found: true, state: state()}
 	}
 	r := poolReply{state: state()}
 	listed := waiters()

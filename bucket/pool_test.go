@@ -227,8 +227,8 @@ func TestPooledAdmissionKeepsEveryWake(t *testing.T) {
 		c.Advance(time.Millisecond)
 		return res
 	}
-	ask(m, "a", m.admit, 1, 2)
-	if r := ask(m, "a", m.admit, 3, 4); r.Outcomes[1] != JobNotYet || !r.PoolBound {
+	ask(m, "a", m.admitTenant, 1, 2)
+	if r := ask(m, "a", m.admitTenant, 3, 4); r.Outcomes[1] != JobNotYet || !r.PoolBound {
 		t.Fatalf("a's job 4 in a full pool: %+v, want it waiting for the pool", r)
 	}
 	for _, id := range []int64{1, 2} {

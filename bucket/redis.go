@@ -202,7 +202,7 @@ func (r *Redis) admitState(ctx context.Context, b Batch, mirror bool) (BatchResu
 		return BatchResult{}, mirrored{}, fmt.Errorf("bucket: redis admit for tenant %q: %w", b.Tenant, err)
 	}
 	shadow := (*p).Shadow
-	mirror = mirror && !shadow
+	mirror = mirror && !shadow && !b.Peek
 	c := &admitCall{jobs: len(b.Jobs), done: make(chan struct{}), shadow: shadow, mirror: mirror}
 	c.keys = r.keys(b.Tenant)
 	if shadow {
@@ -215,9 +215,9 @@ func (r *Redis) admitState(ctx context.Context, b Batch, mirror bool) (BatchResu
 	}
 	c.arg = func() string {
 		plan := *p
-		arg := make([]byte, 0, 8*(17+2*len(b.Jobs))+len(plan.packed)+plan.calendarsLen())
+		arg := make([]byte, 0, 8*(18+2*len(b.Jobs))+len(plan.packed)+plan.calendarsLen())
 		arg = packInts(arg, r.now(), b2i(shadow), r.redeem, r.late, r.horizon, b.Owner, hold, b.Stored, b.Keep.Microseconds(),
-			b.LateWeight, b.Late.Microseconds(), int64(len(b.Jobs)), int64(len(plan.Limits)), r.pad, r.born.at.Load(), b2i(mirror), r.markerTag())
+			b.LateWeight, b.Late.Microseconds(), int64(len(b.Jobs)), int64(len(plan.Limits)), r.pad, r.born.at.Load(), b2i(mirror), r.markerTag(), b2i(b.Peek))
 		for _, j := range b.Jobs {
 			arg = packInts(arg, j.ID, j.Weight)
 		}

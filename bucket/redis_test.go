@@ -277,7 +277,7 @@ func TestRedisRefusesACalendarThatMissesItsClock(t *testing.T) {
 	tenant := uniqueTenant("skew")
 	now := c.Now().UnixMicro()
 	for _, est := range []int64{now + 10*60e6, now - 10*60e6} {
-		arg := packInts(nil, now, 0, r.redeem, r.late, r.horizon, 1, r.hold, 0, 0, 0, 0, 1, 1, r.pad, 0, 0, -1, 1, 1)
+		arg := packInts(nil, now, 0, r.redeem, r.late, r.horizon, 1, r.hold, 0, 0, 0, 0, 1, 1, r.pad, 0, 0, -1, 0, 1, 1)
 		arg = append(arg, p.packed...)
 		arg = append(arg, newCalendar(&p.Limits[0], est-calMargin, est+calMargin).packed...)
 		c := &admitCall{keys: []string{r.stateKey(tenant)}, jobs: 1, size: admitReplyLen(1, false), arg: func() string { return string(arg) }, done: make(chan struct{})}

@@ -3,24 +3,28 @@ package bucket
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 )
 
 // Several replicas share Redis. While it is away, each decides on its own copy, and what the
 // copies of two replicas would both decide must be decided by one of them, or each could give a
-// limit away in full: a tenant's requests and lease messages (which reach any replica) are
-// decided by the replica that runs the tenant's queue, whose copy holds its state; a pool's slots
-// (taken for the tenants of every replica) by one replica for the whole pool. A Router names that
-// replica and carries the question to it (package admission: over NATS); the replica answers with
-// Serve. A tenant's question that finds no answer is decided here, on this replica's copy (which
-// does not know the tenant: it is taken as forgotten); a pool's is an error (the job waits).
+// limit away in full: a tenant's requests, lease messages and inspections (which reach any
+// replica) are decided by the replica that runs the tenant's queue, whose copy holds its state; a
+// pool's slots (taken for the tenants of every replica) by one replica for the whole pool. A
+// Router names that replica and carries the question to it (package admission: over NATS); the
+// replica answers with Serve. A question is one decision about one key: answering it never asks
+// another replica. A tenant's question that finds no answer is decided here, on this replica's
+// copy (which does not know the tenant: it is taken as forgotten); a pool's is an error (the job
+// waits).
 
 // A Router routes what the copy decides to the replica that decides it (see above).
 type Router interface {
-	// Decides reports whether this replica decides for key: RouteTenant or RoutePool of a name.
-	Decides(key string) bool
+	// Since is since when this replica decides for key (RouteTenant or RoutePool of a name)
+	// without a break: the start of its tenure (it may be later than the real start, never
+	// earlier), the same time for every call within one tenure; zero when another replica
+	// decides key. A copy of a tenant's state mirrored in an earlier tenure is not trusted.
+	Since(key string) time.Time
 	// Ask sends req to the replica that decides for key and returns what its Fallback.Serve
 	// answered.
 	Ask(ctx context.Context, key string, req []byte) ([]byte, error)
@@ -44,35 +48,129 @@ type routing struct {
 	plans func() *Plans
 }
 
-// routed is a question sent to the replica that decides it, and its answer.
+// since is Router.Since in µs (one replica, no Router: it decides everything, in one tenure).
+func (f *Fallback) since(key string) int64 {
+	rt := f.router.Load()
+	if rt == nil {
+		return 1
+	}
+	if t := rt.r.Since(key); !t.IsZero() {
+		return max(t.UnixMicro(), 1)
+	}
+	return 0
+}
+
+// routed is a question sent to the replica that decides it: one decision (see Fallback.decide,
+// lease, pool, inspect).
 type routed struct {
-	Op     string `json:"op"` // decide, release, renew, start, pool
+	Op     string `json:"op"`             // opDecide, opLease, opPool, opInspect
+	Mode   int    `json:"mode,omitempty"` // a lease's mode, a pool's operation
 	Tenant string `json:"tenant"`
 	Plan   string `json:"plan,omitempty"`
-	// decide
+	Pool   string `json:"pool,omitempty"`
 	Weight int64  `json:"weight,omitempty"`
 	JobID  string `json:"job_id,omitempty"`
-	// leases
-	Lease  int64   `json:"lease,omitempty"`
-	Cost   int64   `json:"cost,omitempty"`
-	Report *Report `json:"report,omitempty"`
-	// pool
-	Pool   string `json:"pool,omitempty"`
-	PoolOp int    `json:"pool_op,omitempty"`
+	Lease  int64  `json:"lease,omitempty"`
+	Cost   int64  `json:"cost,omitempty"`
+	Report Report `json:"report,omitzero"`
 	Share  int64  `json:"share,omitempty"`
 	Jobs   []Job  `json:"jobs,omitempty"`
 }
 
+const (
+	opDecide  = "decide"
+	opLease   = "lease"
+	opPool    = "pool"
+	opInspect = "inspect"
+)
+
+// routedReply is a question's answer: the decision's result as JSON, or its error.
 type routedReply struct {
-	Error  string       `json:"error,omitempty"`
-	Result *Result      `json:"result,omitempty"`
-	Lease  *LeaseResult `json:"lease,omitempty"`
-	Pool   *wirePool    `json:"pool,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// askFor is how long a routed question may wait for its answer (within its caller's bound).
+const askFor = time.Second
+
+// ask sends q for key to the replica that decides it; answered is false when none answered
+// (then the caller decides).
+func ask[R any](ctx context.Context, f *Fallback, key string, q routed) (r R, answered bool, err error) {
+	b, err := json.Marshal(q)
+	if err != nil {
+		return r, false, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, askFor)
+	defer cancel()
+	raw, err := f.router.Load().r.Ask(actx, key, b)
+	if err != nil {
+		return r, false, nil
+	}
+	var rep routedReply
+	if json.Unmarshal(raw, &rep) != nil {
+		return r, false, nil
+	}
+	if rep.Error != "" {
+		return r, true, fmt.Errorf("bucket: the replica deciding %s: %s", key, rep.Error)
+	}
+	if err := json.Unmarshal(rep.Result, &r); err != nil {
+		return r, true, fmt.Errorf("bucket: the replica deciding %s answered %q: %w", key, rep.Result, err)
+	}
+	return r, true, nil
+}
+
+// Serve answers a question another replica routed here (see Router): it is decided on this
+// replica's copy when Redis is away here too, else on Redis; never asked of another replica.
+func (f *Fallback) Serve(ctx context.Context, req []byte) []byte {
+	res, err := f.serve(ctx, req)
+	var rep routedReply
+	if err == nil {
+		rep.Result, err = json.Marshal(res)
+	}
+	if err != nil {
+		rep = routedReply{Error: err.Error()}
+	}
+	b, _ := json.Marshal(rep)
+	return b
+}
+
+func (f *Fallback) serve(ctx context.Context, req []byte) (any, error) {
+	var q routed
+	if err := json.Unmarshal(req, &q); err != nil {
+		return nil, fmt.Errorf("bucket: a routed question that does not parse: %w", err)
+	}
+	rt := f.router.Load()
+	if rt == nil {
+		return nil, fmt.Errorf("bucket: this replica routes nothing")
+	}
+	plans := rt.plans()
+	if q.Op == opPool {
+		for _, p := range plans.Pools() {
+			if p.Name == q.Pool {
+				return f.pool(ctx, q.Mode, p, q.Tenant, q.Share, q.Jobs, q.Cost, q.Report, false)
+			}
+		}
+		return nil, fmt.Errorf("bucket: no pool %q in the plans in force here", q.Pool)
+	}
+	plan, ok := plans.Plan(q.Plan)
+	if !ok {
+		return nil, fmt.Errorf("bucket: no plan %q in the plans in force here", q.Plan)
+	}
+	switch q.Op {
+	case opDecide:
+		return f.decide(ctx, Request{Tenant: q.Tenant, Plan: plan, Weight: q.Weight, JobID: q.JobID}, false)
+	case opLease:
+		return f.lease(ctx, LeaseRequest{Tenant: q.Tenant, Plan: plan, Lease: q.Lease, Cost: q.Cost, Weight: q.Weight, Report: q.Report}, q.Mode, false)
+	case opInspect:
+		return f.inspect(ctx, q.Tenant, plan, false)
+	}
+	return nil, fmt.Errorf("bucket: a routed question of unknown op %q", q.Op)
 }
 
 // wirePool is a poolReply as it crosses to another replica.
 type wirePool struct {
 	Granted int          `json:"granted"`
+	Before  []int        `json:"before,omitempty"`
 	Wait    int64        `json:"wait"`
 	Found   bool         `json:"found"`
 	Weight  int64        `json:"weight"`
@@ -81,109 +179,20 @@ type wirePool struct {
 	State   PoolState    `json:"state"`
 	Wakes   []string     `json:"wakes,omitempty"`
 	Tenants []PoolTenant `json:"tenants,omitempty"`
+	Local   bool         `json:"local,omitempty"`
 }
 
-func (w *wirePool) reply() poolReply {
-	return poolReply{granted: w.Granted, wait: w.Wait, found: w.Found, weight: w.Weight, ran: w.Ran, ends: w.Ends, state: w.State, wakes: w.Wakes, tenants: w.Tenants}
+func (r poolReply) MarshalJSON() ([]byte, error) {
+	return json.Marshal(wirePool{Granted: r.granted, Before: r.before, Wait: r.wait, Found: r.found, Weight: r.weight, Ran: r.ran, Ends: r.ends,
+		State: r.state, Wakes: r.wakes, Tenants: r.tenants, Local: r.local})
 }
 
-func wireOf(r poolReply) *wirePool {
-	return &wirePool{Granted: r.granted, Wait: r.wait, Found: r.found, Weight: r.weight, Ran: r.ran, Ends: r.ends, State: r.state, Wakes: r.wakes, Tenants: r.tenants}
-}
-
-// remote returns the router when key is decided by another replica, nil when here.
-func (f *Fallback) remote(key string) Router {
-	rt := f.router.Load()
-	if rt == nil || rt.r.Decides(key) {
-		return nil
+func (r *poolReply) UnmarshalJSON(b []byte) error {
+	var w wirePool
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
 	}
-	return rt.r
-}
-
-// askFor is how long a routed question may wait for its answer (within its caller's bound).
-const askFor = time.Second
-
-// ask sends q for key to the replica that decides it; ok is false when none answered (then the
-// caller decides here).
-func (f *Fallback) ask(ctx context.Context, r Router, key string, q routed) (routedReply, bool) {
-	b, err := json.Marshal(q)
-	if err != nil {
-		return routedReply{}, false
-	}
-	actx, cancel := context.WithTimeout(ctx, askFor)
-	defer cancel()
-	raw, err := r.Ask(actx, key, b)
-	if err != nil {
-		return routedReply{}, false
-	}
-	var rep routedReply
-	if json.Unmarshal(raw, &rep) != nil {
-		return routedReply{}, false
-	}
-	return rep, true
-}
-
-// Serve answers a question another replica routed here (see Router): it is decided on this
-// replica's copy when Redis is away here too, else on Redis.
-func (f *Fallback) Serve(ctx context.Context, req []byte) []byte {
-	rep := f.serve(ctx, req)
-	b, _ := json.Marshal(rep)
-	return b
-}
-
-func (f *Fallback) serve(ctx context.Context, req []byte) routedReply {
-	var q routed
-	if err := json.Unmarshal(req, &q); err != nil {
-		return routedReply{Error: fmt.Sprintf("bucket: a routed question that does not parse: %v", err)}
-	}
-	rt := f.router.Load()
-	if rt == nil {
-		return routedReply{Error: "bucket: this replica routes nothing"}
-	}
-	plans := rt.plans()
-	fail := func(err error) routedReply { return routedReply{Error: err.Error()} }
-	if q.Op == "pool" {
-		var pool *Pool
-		for _, p := range plans.Pools() {
-			if p.Name == q.Pool {
-				pool = p
-			}
-		}
-		if pool == nil {
-			return fail(fmt.Errorf("bucket: no pool %q in the plans in force here", q.Pool))
-		}
-		var rep Report
-		if q.Report != nil {
-			rep = *q.Report
-		}
-		r, err := f.poolHere(ctx, q.PoolOp, pool, q.Tenant, q.Share, q.Jobs, q.Cost, rep)
-		if err != nil {
-			return fail(err)
-		}
-		return routedReply{Pool: wireOf(r)}
-	}
-	plan, ok := plans.Plan(q.Plan)
-	if !ok {
-		return fail(fmt.Errorf("bucket: no plan %q in the plans in force here", q.Plan))
-	}
-	switch q.Op {
-	case "decide":
-		res, err := f.decideHere(ctx, Request{Tenant: q.Tenant, Plan: plan, Weight: q.Weight, JobID: q.JobID})
-		if err != nil {
-			return fail(err)
-		}
-		return routedReply{Result: &res}
-	case "release", "renew", "start":
-		req := LeaseRequest{Tenant: q.Tenant, Plan: plan, Lease: q.Lease, Cost: q.Cost, Weight: q.Weight}
-		if q.Report != nil {
-			req.Report = *q.Report
-		}
-		mode := map[string]int{"release": leaseRelease, "renew": leaseRenew, "start": leaseStart}[q.Op]
-		res, err := f.leaseHere(ctx, req, mode)
-		if err != nil {
-			return fail(err)
-		}
-		return routedReply{Lease: &res}
-	}
-	return fail(errors.New("bucket: a routed question of unknown op " + q.Op))
+	*r = poolReply{granted: w.Granted, before: w.Before, wait: w.Wait, found: w.Found, weight: w.Weight, ran: w.Ran, ends: w.Ends, state: w.State,
+		wakes: w.Wakes, tenants: w.Tenants, local: w.Local}
+	return nil
 }

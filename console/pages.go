@@ -73,6 +73,14 @@ var funcs = template.FuncMap{
 		}
 		return 0, fmt.Errorf("console: no fate %q", name)
 	},
+	// ints lists numbers (a replica's partitions): "0, 3".
+	"ints": func(xs []int) string {
+		s := make([]string, len(xs))
+		for i, x := range xs {
+			s[i] = strconv.Itoa(x)
+		}
+		return strings.Join(s, ", ")
+	},
 }
 
 func rateDigits(f float64) int {

@@ -9,7 +9,8 @@
 //     ([Steady]), or idle and then a burst ([IdleThenBurst]);
 //   - a downstream consumer: an ordered consumer of the output and dead-letter streams, from the
 //     moment the demo starts, that counts each tenant's admitted jobs from the headers admitter
-//     sets (Admit-Tenant, Admit-Attempts: the decisions each took, Admit-Delay-Ms);
+//     sets (Admit-Tenant, Admit-Attempts: the times each was asked about at the head of its
+//     queue, Admit-Delay-Ms);
 //   - a live table, one row per tenant, refreshed every second: redrawn in place with ANSI
 //     escape codes on a terminal, printed as plain lines otherwise.
 //

@@ -356,8 +356,9 @@ func (r *runner) intro() string {
 		b.WriteString(l + "\n")
 	}
 	b.WriteString("Table: jobs and tokens admitted in the last second against the plan's rate;\n")
-	b.WriteString("waiting = published - admitted - dead; decisions per job = mean Admit-Attempts of\n")
-	b.WriteString("the admitted jobs (1, and 1 more each time a job waited at the head of its queue);\n")
+	b.WriteString("waiting = published - admitted - dead; attempts per job = mean Admit-Attempts of\n")
+	b.WriteString("the admitted jobs (1, and 1 more each time a job was left waiting at the head of\n")
+	b.WriteString("its queue; admitter_decisions_total counts a job once delayed, once admitted);\n")
 	b.WriteString("time waited from stored to forwarded (Admit-Delay-Ms). Ctrl-C ends early.\n\n")
 	return b.String()
 }

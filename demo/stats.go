@@ -28,7 +28,7 @@ func newTenantInfo(t Tenant, plan *bucket.Plan, duration time.Duration) tenantIn
 type arrival struct {
 	at       time.Time // when the downstream consumer received it
 	weight   int64
-	attempts int64         // Admit-Attempts: the decisions it took
+	attempts int64         // Admit-Attempts: the times it was asked about at the head of its queue
 	delay    time.Duration // Admit-Delay-Ms
 }
 
@@ -143,7 +143,7 @@ type Row struct {
 	TokensLastSecond      int64
 	PlanRate              float64 // tokens/s of the binding limit
 	Limit                 string  // the binding limit's label
-	MeanAttempts          float64 // mean Admit-Attempts, decisions per admitted job; NaN when nothing was admitted
+	MeanAttempts          float64 // mean Admit-Attempts, attempts per admitted job; NaN when nothing was admitted
 	P50, P99              time.Duration
 }
 
@@ -254,7 +254,7 @@ type TenantSummary struct {
 	// acknowledged (a publish that timed out but was stored, or a job of an earlier run).
 	Unmatched int64 `json:"unmatched"`
 
-	MeanAttempts float64 `json:"mean_attempts"` // mean Admit-Attempts (decisions per admitted job); 0 when nothing was admitted
+	MeanAttempts float64 `json:"mean_attempts"` // mean Admit-Attempts (attempts per admitted job); 0 when nothing was admitted
 	WaitP50Ms    int64   `json:"wait_p50_ms"`   // -1 when nothing was admitted
 	WaitP99Ms    int64   `json:"wait_p99_ms"`
 

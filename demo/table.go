@@ -105,7 +105,7 @@ var (
 		{head: "waiting", right: true}, {head: "per job", right: true},
 		{head: "p50", right: true, min: 5}, {head: "p99", right: true, min: 5}, // 999ms, 59.9s, 1m05s
 	}
-	liveGroups = []group{{"last second", 3, 4}, {"decisions", 7, 7}, {"waited", 8, 9}} // decisions per job: the mean Admit-Attempts
+	liveGroups = []group{{"last second", 3, 4}, {"attempts", 7, 7}, {"waited", 8, 9}} // attempts per job: the mean Admit-Attempts
 )
 
 // tableLines renders f as the terminal table.
@@ -128,7 +128,7 @@ func tableLines(f frame) []string {
 func plainLines(f frame) []string {
 	out := make([]string, 0, len(f.Rows))
 	for _, r := range f.Rows {
-		out = append(out, fmt.Sprintf("%s %s: published %d, admitted %d (last 1s: %d jobs, %d tokens; plan %s tokens/s), waiting %d, decisions per job %s, waited p50 %s p99 %s",
+		out = append(out, fmt.Sprintf("%s %s: published %d, admitted %d (last 1s: %d jobs, %d tokens; plan %s tokens/s), waiting %d, attempts per job %s, waited p50 %s p99 %s",
 			formatElapsed(f.Elapsed), r.Tenant, r.Published, r.Admitted, r.JobsLastSecond, r.TokensLastSecond,
 			formatRate(r.PlanRate), r.Waiting, formatAttempts(r.MeanAttempts), formatDuration(r.P50), formatDuration(r.P99)))
 	}
@@ -212,7 +212,7 @@ func (s *screen) printf(format string, args ...any) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// formatAttempts formats a mean Admit-Attempts (decisions per admitted job); "-" when there is
+// formatAttempts formats a mean Admit-Attempts (attempts per admitted job); "-" when there is
 // none.
 func formatAttempts(a float64) string {
 	if math.IsNaN(a) {
@@ -237,7 +237,7 @@ var (
 		{head: "dead", right: true}, {head: "waiting", right: true}, {head: "lost", right: true},
 		{head: "per job", right: true}, {head: "p50", right: true, min: 5}, {head: "p99", right: true, min: 5},
 	}
-	summaryGroups = []group{{"decisions", 7, 7}, {"waited", 8, 9}}
+	summaryGroups = []group{{"attempts", 7, 7}, {"waited", 8, 9}}
 )
 
 // summaryLines renders the summary; streamIn names the input stream in the explanation.

@@ -26,7 +26,7 @@ func TestDemoTableLines(t *testing.T) {
 	got := strings.Join(tableLines(testFrame()), "\n")
 	want := strings.Join([]string{
 		"12s of 30s · publishing",
-		"                          last second                    decisions   waited",
+		"                          last second                    attempts    waited",
 		"tenant   plan  published  jobs  tokens  plan/s  waiting  per job    p50    p99",
 		"acme     free        612     4       5       5      540     1.98   3.1s   9.8s",
 		"globex   gold        168    10      14      20        0     1.00    3ms   12ms",
@@ -42,11 +42,11 @@ func TestDemoPlainLines(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("%d lines, want one per tenant: %q", len(lines), lines)
 	}
-	want := "12s acme: published 612, admitted 72 (last 1s: 4 jobs, 5 tokens; plan 5 tokens/s), waiting 540, decisions per job 1.98, waited p50 3.1s p99 9.8s"
+	want := "12s acme: published 612, admitted 72 (last 1s: 4 jobs, 5 tokens; plan 5 tokens/s), waiting 540, attempts per job 1.98, waited p50 3.1s p99 9.8s"
 	if lines[0] != want {
 		t.Errorf("line:\n%s\nwant:\n%s", lines[0], want)
 	}
-	if !strings.Contains(lines[2], "decisions per job -, waited p50 - p99 -") {
+	if !strings.Contains(lines[2], "attempts per job -, waited p50 - p99 -") {
 		t.Errorf("a tenant with nothing admitted: %s", lines[2])
 	}
 }
@@ -118,7 +118,7 @@ func TestDemoSummaryLines(t *testing.T) {
 	got := strings.Join(summaryLines(sum, "JOBS"), "\n")
 	for _, want := range []string{
 		"summary: 6.0s of load, then 1.0s for the pipeline to settle",
-		"                                                         decisions   waited",
+		"                                                         attempts    waited",
 		"tenant   plan  published  admitted  dead  waiting  lost  per job    p50    p99",
 		"acme     free        200        30     0      170     0     1.90   2.1s   5.8s",
 		"initech  pro           0         0     0        0     0        -      -      -",

@@ -54,13 +54,7 @@ func partitioning(env map[string]string) (subjects.Partitions, error) {
 
 // mappingLine is the NATS server configuration admitter logs at start for ps (cmd/admitter,
 // serve.go): mappings { "<source>": "<destination>" }; "" for one partition.
-func mappingLine(ps subjects.Partitions) string {
-	src, dst := ps.Mapping()
-	if src == "" {
-		return ""
-	}
-	return fmt.Sprintf("mappings { %q: %q }", src, dst)
-}
+func mappingLine(ps subjects.Partitions) string { return ps.MappingLine() }
 
 // natsConfigPath is the configuration file named on a nats-server command line (-c, --config,
 // -config, with or without =), "" if none.

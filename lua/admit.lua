@@ -27,15 +27,16 @@
 --
 -- Late. The owner's forwards stored `late` µs or more after their decision reach downstream
 -- beside what the limits gave meanwhile: their weight lw, `lt` µs late, is charged again before
--- anything is decided (charge_late). A job redeemed `late` µs or more after its admission (the
--- answer of the call that admitted it was lost) is charged the same way, and its admission
--- becomes now.
+-- anything is decided (charge_late).
 --
--- Idempotency: a job admitted less than `redeem` ago is answered 1 (redeemed) and charged nothing
--- (but for a late redeem, above); a job asked about later is decided afresh. That makes a retried
--- call harmless (a call that timed out may have run), and a crash cost capacity rather than a
--- burst: a job admitted by a replica that died before forwarding it is charged again when
--- another replica forwards it later.
+-- Once. An admission is remembered (a recent decision: see state.lua) until the owner says its
+-- forward was stored (stored passes it), or `redeem` after it: a job asked about again meanwhile
+-- is answered "redeemed", with how long ago it was admitted, and charged nothing. Whoever asks
+-- (a retried call whose answer was lost, a replica that took the queue over from one that died
+-- between its forward and its removal) learns that the job may be downstream already: it looks
+-- the forward up before repeating it, and a forward it makes only now is late (charged then, as
+-- lw). So a job is charged once and forwarded once, however long after its decision it is read
+-- again.
 --
 -- Shadow (a plan trialled, not enforced): every job not stored is admitted now (outcome 0), and
 -- the plan's decision is computed on the tenant's shadow state (KEYS[2]) instead: the job takes
@@ -43,13 +44,19 @@
 -- have waited, and its wait to that slot is in the reply. A slot further than `horizon` µs is not
 -- taken, and the wait is given as the horizon: at least that long. No owner is taken.
 --
+-- Peek. With peek set the call decides and changes nothing: it answers each job stored (3),
+-- redeemed (4 + a, see Once) or neither (2, wait 0), held by another owner counting as neither,
+-- so that a pooled batch learns which of its jobs were admitted before asking the pool for them
+-- (bucket/pool.go admitPooled).
+--
 -- KEYS[1]  the tenant's state
 -- KEYS[2]  shadow: the tenant's shadow state (the same layout)
--- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), shadow (0/1), redeem (µs), late (µs),
---          horizon (µs), owner, olife (µs), stored (input sequence, 0: none), keep (µs), lw
---          (weight), lt (µs), k jobs, n limits, extra key life (ms, 0 in production), born (µs,
---          see load), mirror (0/1), the memory marker's tag (-1: none; see memory_of), then
---          k × (job id, weight), then the plan's n limits and calendars (see read_limits).
+-- ARGV[1]  packed int64s: now (µs, 0 = the server's TIME), shadow (0/1), redeem (µs), late (µs,
+--          unused), horizon (µs), owner, olife (µs), stored (input sequence, 0: none), keep (µs),
+--          lw (weight), lt (µs), k jobs, n limits, extra key life (ms, 0 in production), born
+--          (µs, see load), mirror (0/1), the memory marker's tag (-1: none; see memory_of), peek
+--          (0/1), then k × (job id, weight), then the plan's n limits and calendars (see
+--          read_limits).
 --
 -- A concurrency limit takes a lease for each job admitted, its id the job's (see lease.lua).
 --
@@ -60,7 +67,8 @@
 -- Reply: packed int64s {wait (µs), binding limit (0-based; -1: held by another owner; -2: held by
 -- the downstream),
 -- remaining, leases expired (ended unreleased, dropped from the state by this call), then one
--- outcome per job}: 0 admitted, 1 admitted before (redeemed), 2 not yet, 3 stored before. wait
+-- outcome per job}: 0 admitted, 2 not yet, 3 stored before, 4 + a (a ≥ 0) admitted a µs ago and
+-- not said stored since (redeemed), 1 redeemed in shadow. wait
 -- and the binding limit concern the first job not admitted (0 when all were); otherwise the
 -- limit holding the fewest tokens. Shadow adds one value per job: its shadow wait (µs; 0 when it
 -- fitted at once), and remaining and the binding limit are the shadow state's. Mirror (not with
@@ -70,12 +78,12 @@
 --
 -- Redis commands: TIME, GET (two in shadow), and one SET ... PX or DEL (two in shadow).
 local arg = ARGV[1]
-local now, shadow, redeem, late, horizon, owner, olife, stored, keep, lw, lt, k, n, pad, born, mirror, mtag =
-  struct.unpack('<lllllllllllllllll', arg)
+local now, shadow, redeem, late, horizon, owner, olife, stored, keep, lw, lt, k, n, pad, born, mirror, mtag, peek =
+  struct.unpack('<llllllllllllllllll', arg)
 if now == 0 then now = server_now() end
 shadow = shadow == 1
 memory_of(KEYS[1], false, mtag, born)
-local pos = 8 * 17 + 1
+local pos = 8 * 18 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 local lims = read_limits(arg, pos, n)
@@ -83,6 +91,22 @@ check_calendars(lims, n, now)
 local raw = redis.call('GET', KEYS[1])
 local st = read_state(raw, lims, n, now)
 local ws = load(st, lims, n, now, born)
+
+if peek == 1 then
+  local held = st.owner ~= 0 and st.owner ~= owner and st.owner_until > now
+  local vals = {0, 0, 0, 0}
+  for i = 1, k do
+    local job, o = jid[i], 2
+    local at = find_mark(st, job, true)
+    if job <= st.stored and math.floor(job / JOB_SPAN) == math.floor(st.stored / JOB_SPAN) then
+      o = 3
+    elseif not held and at and at > 0 and at + redeem >= now then
+      o = 4 + math.max(now - at, 0)
+    end
+    vals[4 + i] = o
+  end
+  return pack_ints(vals)
+end
 
 local out = {}
 local wait, bind = -1, 0
@@ -112,7 +136,7 @@ for i = 1, k do
   elseif shadow then
     out[i], swait[i] = 0, 0
     local sat = find_mark(sst, job)
-    if sat and sat + redeem >= now then
+    if sat and sat + SHADOW_REDEEM >= now then
       out[i], swait[i] = 1, math.max(sat - now, 0)
     else
       local s = slot(lims, sws, n, now, w)
@@ -126,14 +150,10 @@ for i = 1, k do
   else
     local at = find_mark(st, job, true)
     if at and at + redeem < now then at = nil end
-    if at and at > 0 and wait < 0 then
-      out[i] = 1
-      if now - at >= late then
-        -- Admitted by a call whose answer was lost, forwarded only now: charged for what the
-        -- limits gave since (see charge_late), and its admission is now.
-        charge_late(lims, ws, n, now, w, now - at)
-        add_mark(st, job, now)
-      end
+    if at and at > 0 then
+      -- Admitted before, not said stored: charged nothing (see Once), even behind a job that
+      -- waits (it waits with it, but is known admitted: never expired as if it were not).
+      out[i] = 4 + math.max(now - at, 0)
     elseif st.hold > now then
       -- The downstream asked for no more of the tenant's jobs until st.hold (see lease.lua):
       -- binding limit -2.
@@ -156,7 +176,7 @@ end
 local r, rb = remaining(lims, sws or ws, n, now)
 if wait < 0 then wait, bind = 0, rb end
 if changed then raw = write_state(KEYS[1], st, lims, ws, n, now, redeem, pad) end
-if schanged then write_state(KEYS[2], sst, lims, sws, n, now, redeem, pad) end
+if schanged then write_state(KEYS[2], sst, lims, sws, n, now, SHADOW_REDEEM, pad) end
 local expired = 0
 if changed then expired = st.expired end
 local vals = {wait, bind, r, expired}

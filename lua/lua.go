@@ -17,8 +17,13 @@ var state string
 // Limits the scripts and the Go code share, defined once here: constants() writes them into the
 // scripts' prelude, and package bucket reads them from here.
 const (
-	// MaxMarks is the most recent decisions a tenant's state keeps (state.lua MAX_MARKS).
-	MaxMarks = 64
+	// MaxMarks is the most recent decisions a tenant's state keeps (state.lua MAX_MARKS): an
+	// admission is kept until its owner says its forward was stored, so this is at least what
+	// one call may admit (bucket.MaxBatch).
+	MaxMarks = 512
+	// ShadowRedeem is how long a shadow state keeps its trial decisions (µs): a job asked about
+	// again within it is answered as before (admit.lua SHADOW_REDEEM).
+	ShadowRedeem = 2_000_000
 	// MaxBooked is the most entries of booked slots a tenant's state keeps (MAX_BOOKED).
 	MaxBooked = 16
 	// MaxListed is the most tenants a pool's inspection lists (pool.lua MAX_LISTED).
@@ -53,9 +58,9 @@ const (
 
 // constants is the Lua prelude that defines the shared limits.
 func constants() string {
-	return fmt.Sprintf("local MAX_MARKS, MAX_BOOKED, MAX_LISTED, PHANTOM_PERCENT, JOB_SPAN = %d, %d, %d, %d, %d\n"+
+	return fmt.Sprintf("local MAX_MARKS, MAX_BOOKED, MAX_LISTED, PHANTOM_PERCENT, JOB_SPAN, SHADOW_REDEEM = %d, %d, %d, %d, %d, %d\n"+
 		"local ADAPT_WINDOW, ADAPT_SAMPLES, ADAPT_PROBE_EVERY, ADAPT_TOLERANCE, ADAPT_GROW, ADAPT_DECREASE = %d, %d, %d, %d, %d, %d\n",
-		MaxMarks, MaxBooked, MaxListed, PhantomPercent, JobSpan, AdaptWindow, AdaptSamples, AdaptProbeEvery, AdaptTolerance, AdaptGrow, AdaptDecrease)
+		MaxMarks, MaxBooked, MaxListed, PhantomPercent, JobSpan, ShadowRedeem, AdaptWindow, AdaptSamples, AdaptProbeEvery, AdaptTolerance, AdaptGrow, AdaptDecrease)
 }
 
 // prelude is every script's beginning: the shared limits, then state.lua.

@@ -42,7 +42,8 @@
 --          at), max_conc (the most leases a pool holds), born (µs: when the server lost what it
 --          knew, 0: nothing known lost), outcome (release: 0 ok, 1 failed, 2 overloaded), phold
 --          (release: µs from now the downstream asked for no more of the pool's jobs; 0: none),
---          the breaker's bfail (percent; 0: none), bwin, bcool (µs), bprobes, bmin, the adaptive
+--          owed (merge: µs the bucket owes beyond what the server holds, see merge; else 0), the
+--          breaker's bfail (percent; 0: none), bwin, bcool (µs), bprobes, bmin, the adaptive
 --          limit's amin (0: not adaptive), the memory marker's tag (-1: none; see memory_of), k,
 --          then k × (job id, weight); for merge, k/2 leases,
 --          each two pairs (id, weight), (death, taken at): put in place of any lease of the same
@@ -62,13 +63,15 @@
 -- int64s are
 --   acquire  granted (a prefix of the jobs), wait (µs, for the first job not granted: until the
 --            capacity it needs may be free, at most reask; 0 when all were granted), then the
---            pool's state (below); wakes the first waiter when its turn stopped the grant
+--            pool's state (below), then the (1-based) indices of the jobs granted before (a
+--            lease of theirs held already: nothing taken now); wakes the first waiter when its
+--            turn stopped the grant
 --   give back / release  found (0/1), weight, ran (µs from the lease's take to now: the job's
 --            time downstream; 0 when not held), then the pool's state
 --   renew    found, the lease's new end (µs), then the pool's state
 --   start    found, the lease's new end (µs), the wait (µs, not found: until a slot may be
 --            free), then the pool's state
---   merge    1, then the pool's state
+--   merge    1, then the pool's state (the bucket owes `owed` more: tat = max(tat, now) + owed)
 --   inspect  the pool's state, then up to MAX_LISTED tenants as (received, share, waiting) with
 --            their names in the reply's third element (a list), active tenants first by start
 -- the pool's state: weight in flight, tokens now (-1 without a bucket), waiters, their shares
@@ -100,11 +103,11 @@
 local PAGE = 8 -- the waiters read at once
 local arg = ARGV[1]
 local tenant = ARGV[2]
-local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, outcome, phold,
-  bfail, bwin, bcool, bprobes, bmin, amin, mtag, k = struct.unpack('<llllllllllllllllllllllll', arg)
+local op, now, conc, lease, cap, iv, share, ttl, reask, cost, SCAN, WAKE_JOBS, MAX_CONC, born, outcome, phold, owed,
+  bfail, bwin, bcool, bprobes, bmin, amin, mtag, k = struct.unpack('<lllllllllllllllllllllllll', arg)
 if now == 0 then now = server_now() end
 memory_of(KEYS[1], true, mtag, born)
-local pos = 8 * 24 + 1
+local pos = 8 * 25 + 1
 local jid, jw = {}, {}
 for i = 1, k do jid[i], jw[i], pos = struct.unpack('<ll', arg, pos) end
 
@@ -459,10 +462,12 @@ if op == 0 then
     return r
   end
   local granted, got, turn, held, broken = 0, 0, false, false, false
+  local before = {} -- the jobs granted before: their indices
   for i = 1, k do
     local id, w = jid[i], jw[i]
     if conc > 0 and lease_at(id) then
       granted = i -- granted before (its answer was lost): nothing more is taken
+      before[#before + 1] = i
     else
       if hold > 0 then
         held = true -- the downstream asked for no more of the pool's jobs until hold
@@ -532,6 +537,7 @@ if op == 0 then
   save()
   local ints = {granted, wait}
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
+  for _, i in ipairs(before) do ints[#ints + 1] = i end
   return reply(ints, wakes)
 elseif op == 1 or op == 2 then
   -- give back unused grants (1), or release a lease (2, one job: the done message's cost is
@@ -612,9 +618,10 @@ elseif op == 3 or op == 5 then
   for _, x in ipairs(state()) do ints[#ints + 1] = x end
   return reply(ints)
 elseif op == 6 then
-  -- merge: what a replica decided on its own copy of the pool while Redis was away, and the
-  -- downstream's hold it keeps (phold)
+  -- merge: what a replica decided on its own copy of the pool while Redis was away: the tokens
+  -- it took and not yet refilled (owed), its leases, and the downstream's hold it keeps (phold)
   if phold > 0 and now + phold > hold then hold = now + phold end
+  if cap > 0 then tat = tat + owed end
   for i = 1, k - 1, 2 do
     local id, w, death, at = jid[i], jw[i], jid[i + 1], jw[i + 1]
     local lw = lease_at(id)

@@ -18,9 +18,10 @@
 --   [9] hwm        the highest job id ever marked (below): a job above it was never decided, and
 --                  its decision is not looked up (the common case: input sequences only grow)
 --   [10] hwa       the highest job id ever marked admitted (at > 0), likewise
---   then m pairs   (job, at): a job admitted at `at` within the redeem window. Oldest first;
---                  they are read only when a job at or below hwm is asked about, and otherwise
---                  carried over as bytes
+--   then m pairs   (job, at): a job admitted at `at` whose forward its owner has not said
+--                  stored yet (above stored), within the redeem window. Oldest first; they are
+--                  read only when a job at or below hwm is asked about, and otherwise carried
+--                  over as bytes
 --   then n records (limit id, len*4 + kind, then len values): a limit's state, keyed by the
 --                  limit's stable id (a hash of its name) and its kind, so a plan that reorders,
 --                  adds or removes limits keeps the state of every limit it still has, and a
@@ -482,19 +483,27 @@ local function lease_put(ws, i, d, w, id, at)
   table.insert(tags, j + 2, id)
 end
 
--- write_state stores the state with the limits' states ws, keeping only the recent decisions
--- younger than redeem (at most MAX_MARKS, the newest). The key lives as long as any of it
--- matters: a bucket not yet full, a take a window or quota still counts, a recent decision, an
--- owner's hold on the queue, or stored while keep says so. When nothing matters the key is
--- deleted. pad is extra ms on every TTL (tests with a pinned clock). It returns what it stored,
--- nil when it deleted the key.
+-- write_state stores the state with the limits' states ws, keeping the recent decisions
+-- younger than redeem whose job is above stored (at most MAX_MARKS, the newest): an admission is
+-- remembered until its owner says its forward was stored (admit.lua). The key lives as long as
+-- any of it matters: a bucket not yet full, a take a window or quota still counts, a recent
+-- decision, an owner's hold on the queue, or stored while keep says so. When nothing matters the
+-- key is deleted. pad is extra ms on every TTL (tests with a pinned clock). It returns what it
+-- stored, nil when it deleted the key.
 local function write_state(key, st, lims, ws, n, now, redeem, pad)
-  -- The oldest recent decisions go: those older than redeem (a prefix: they are kept in the
-  -- order they were made), then those beyond MAX_MARKS. Decisions made now are never older.
+  -- The oldest recent decisions go: those older than redeem, and those of jobs at or below
+  -- stored in its span of ids (a prefix: they are kept in the order they were made, and a
+  -- tenant's jobs are admitted in the order of their ids), then those beyond MAX_MARKS.
+  -- Decisions made now are never older, nor stored.
   local cut = now - redeem
   local old, raw, new = st.m, st.mraw, st.new
+  local span = math.floor(st.stored / JOB_SPAN)
   local first = 0 -- old decisions dropped
-  while first < old and math.abs(struct.unpack('<l', raw, 16 * first + 9)) < cut do first = first + 1 end
+  while first < old do
+    local job, at = struct.unpack('<ll', raw, 16 * first + 1)
+    if math.abs(at) >= cut and (job > st.stored or math.floor(job / JOB_SPAN) ~= span) then break end
+    first = first + 1
+  end
   local m = old - first + #new / 2
   local drop_new = 0
   if m > MAX_MARKS then

@@ -153,12 +153,12 @@ func TestStepExpiresPausedJobs(t *testing.T) {
 	}
 }
 
-// TestStepAsksAnUnaskedJobBeforeItExpires: a job past its bound that an earlier holder of its
-// queue may have forwarded (Unasked) is asked about: admitted when it fits, not dead-lettered.
-func TestStepAsksAnUnaskedJobBeforeItExpires(t *testing.T) {
+// TestStepAsksAJobAdmittedBeforeMaybeBeforeItExpires: a job past its bound that an earlier holder of its
+// queue may have forwarded (Again) is asked about: admitted when it fits, not dead-lettered.
+func TestStepAsksAJobAdmittedBeforeMaybeBeforeItExpires(t *testing.T) {
 	p, _ := newPolicy(t, bucket.NewMemory(bucket.Options{}, nil), FailOpen, expiryPlans)
 	old := time.Now().Add(-2 * time.Hour)
-	d := p.Step(context.Background(), "acme", []Job{{ID: 1, Weight: 1, Stored: old, Unasked: true}, {ID: 2, Weight: 1, Stored: old}}, owner)
+	d := p.Step(context.Background(), "acme", []Job{{ID: 1, Weight: 1, Stored: old, Again: true}, {ID: 2, Weight: 1, Stored: old}}, owner)
 	if got := actions(d); got != "admitted dead" {
 		t.Errorf("verdicts %q, want the unasked job admitted, the other expired", got)
 	}

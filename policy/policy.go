@@ -184,12 +184,12 @@ type Job struct {
 	Stored     time.Time
 	MaxWait    time.Duration
 	MaxWaitErr error
-	// Unasked: the job may have been forwarded by an earlier holder of its queue (a replica that
-	// stopped before removing it from the input) and this one has not asked the limiter about it
-	// yet. Its bound having passed, it is asked about once before it may expire: a forward of it
-	// is then found (redeemed, stored) or made again, within the output's duplicate window,
-	// rather than joined by a dead letter.
-	Unasked bool
+	// Again: the job may have been admitted before, and forwarded (by an earlier holder of its
+	// queue that stopped before removing it, or by a call whose answer was lost), and the limiter
+	// has not said otherwise. Its bound having passed, it is asked about rather than expired: a
+	// forward of it is then found (redeemed, stored) rather than joined by a dead letter. A plan
+	// with a pool looks it up in the tenant's state before asking the pool (bucket.Job.Again).
+	Again bool
 }
 
 // A Verdict is the decision for one job.
@@ -200,9 +200,11 @@ type Verdict struct {
 	// pause); for a job forwarded under a plan in shadow mode, how long the plan would have
 	// delayed it.
 	Wait time.Duration
-	// Redeemed: the job was admitted by a call less than the limiter's redeem window ago;
-	// nothing was charged now.
-	Redeemed bool
+	// Redeemed: the job was admitted before, AdmittedAgo ago, and its owner has not said its
+	// forward was stored since (bucket.JobRedeemed): nothing was charged now. Its forward may be
+	// downstream already: the queue looks it up before forwarding it again.
+	Redeemed    bool
+	AdmittedAgo time.Duration
 	// Shadow: forwarded under a plan in shadow mode (trialled, not enforced).
 	Shadow bool
 	// Local: decided on this replica's copy of the tenant's state while the limiter is
@@ -281,8 +283,10 @@ const ReasonPaused = "paused"
 type Queue struct {
 	// Owner names the replica (bucket.OwnerID).
 	Owner int64
-	// Stored and Keep: the highest input sequence whose forward the owner saw stored, while
-	// its removal from the input is not confirmed, and how long to remember it.
+	// Stored is the queue's settled mark: the highest id of the jobs it settled in order (their
+	// forwards or dead letters stored). Said with every call, it ends what the limiter remembers
+	// of their admissions (bucket.Batch.Stored). Keep, while their removal from the input is not
+	// confirmed: how long the limiter must remember it.
 	Stored int64
 	Keep   time.Duration
 	// LateWeight and Late: the owner's forwards stored Late or more after their decision.
@@ -290,8 +294,6 @@ type Queue struct {
 	Late       time.Duration
 	// Release gives the owner's hold on the queue up (it stops owning the tenant).
 	Release bool
-	// Fresh: the queue's first call since this replica took the tenant (bucket.Batch.Fresh).
-	Fresh bool
 	// WaitedFor is what the queue's waiting jobs were last told they wait for
 	// (Decision.WaitedFor of its last step that left a job waiting; empty: none did on this
 	// replica): what a job whose bound passed meanwhile waited for.
@@ -317,7 +319,7 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	}
 	d.Plan = plan
 	batch := bucket.Batch{Tenant: tenant, Plan: plan, Owner: q.Owner, Stored: q.Stored, Keep: q.Keep,
-		LateWeight: q.LateWeight, Late: q.Late, Release: q.Release, Fresh: q.Fresh, Jobs: make([]bucket.Job, 0, len(jobs))}
+		LateWeight: q.LateWeight, Late: q.Late, Release: q.Release, Jobs: make([]bucket.Job, 0, len(jobs))}
 	index := make([]int, 0, len(jobs)) // batch position → job position
 	now := p.now()
 	until, paused := p.PausedUntil(tenant)
@@ -338,11 +340,11 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 			d.Verdicts[i] = dead(wire.CodeInvalidMaxWait, j.MaxWaitErr.Error())
 		case j.Weight > plan.MaxWeight():
 			d.Verdicts[i] = dead(wire.CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity or limit of plan %s: it could never be admitted", j.Weight, plan.MaxWeight(), plan.Name))
-		case b > 0 && !now.Before(deadline) && !j.Unasked:
+		case b > 0 && !now.Before(deadline) && !j.Again:
 			d.Verdicts[i] = expired(j, deadline, b, of, waitedFor, now) // not asked about: it spends nothing
 		default:
 			d.Verdicts[i].Deadline = deadline
-			batch.Jobs = append(batch.Jobs, bucket.Job{ID: j.ID, Weight: j.Weight})
+			batch.Jobs = append(batch.Jobs, bucket.Job{ID: j.ID, Weight: j.Weight, Again: j.Again})
 			index = append(index, i)
 		}
 	}
@@ -397,6 +399,9 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 		switch o {
 		case bucket.JobAdmitted, bucket.JobRedeemed:
 			*v = Verdict{Fate: wire.FateAdmitted, Redeemed: o == bucket.JobRedeemed}
+			if v.Redeemed && res.AdmittedAgo != nil {
+				v.AdmittedAgo = res.AdmittedAgo[k]
+			}
 			if res.ShadowWaits != nil {
 				v.Shadow, v.Wait = true, res.ShadowWaits[k]
 				if v.Wait > 0 {

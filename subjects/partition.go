@@ -129,3 +129,14 @@ func (ps Partitions) Mapping() (source, destination string) {
 	}
 	return ps.In.Filter(), b.String()
 }
+
+// MappingLine is [Partitions.Mapping] as a line of a NATS server's configuration, the one
+// admitter logs at start and names when jobs arrive without it: mappings { "<source>":
+// "<destination>" }. It is empty for one partition.
+func (ps Partitions) MappingLine() string {
+	src, dst := ps.Mapping()
+	if src == "" {
+		return ""
+	}
+	return fmt.Sprintf("mappings { %q: %q }", src, dst)
+}

@@ -436,3 +436,82 @@ func TestConsoleShowsEveryReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleShowsWhatEachReplicaDoes: three replicas on two partitions, so one stands by. The
+// overview, in a browser, says which replicas read (and which partitions) and which stands by;
+// a replica killed stays in the table as gone, since its last heartbeat, past the ten heartbeats
+// after which the replicas forget it (15 s here), and one stopped by SIGTERM shows as stopped.
+// Before, every replica heard from was "live", reading or not, and a replica that died vanished
+// from the table ten heartbeats after its last one (one that stopped, at once).
+func TestConsoleShowsWhatEachReplicaDoes(t *testing.T) {
+	w := newPartitionedWorld(t, onePlan+"default_plan: free\n", 2)
+	names := []string{"alpha", "beta", "gamma"}
+	base, procs := map[string]string{}, map[string]*proc{}
+	for _, name := range names {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		base[name] = fmt.Sprintf("http://127.0.0.1:%d", port)
+		procs[name] = w.start("ADMITTER_REPLICA="+name, fmt.Sprintf("ADMITTER_HTTP_ADDR=127.0.0.1:%d", port))
+	}
+	var standby string
+	var readers []string
+	waitFor(t, 30*time.Second, "the replicas to see each other and share the 2 partitions", func() bool {
+		standby, readers = "", nil
+		for _, name := range names {
+			_, body := httpGet(t, base[name]+"/metrics")
+			if metricValue(body, wire.MetricReplicas.Prom) != 3 {
+				return false
+			}
+			switch metricValue(body, wire.MetricPartitions.Prom) {
+			case 0:
+				standby = name
+			case 1:
+				readers = append(readers, name)
+			}
+		}
+		return standby != "" && len(readers) == 2
+	})
+	page, killed := readers[0], readers[1]
+	t.Logf("%s and %s read, %s stands by; the page is %s's", readers[0], readers[1], standby, page)
+	b := newBrowser(t)
+	row := func(name string) string {
+		b.do("overview", chromedp.Navigate(base[page]+"/console/"), chromedp.WaitVisible(chromedp.CSS("#replicas")))
+		return b.tryText(`#replicas tr[data-replica="` + name + `"]`)
+	}
+	waitFor(t, 10*time.Second, "the overview to say who reads and who stands by", func() bool {
+		return strings.Contains(row(standby), "standby") && strings.Contains(row(readers[0]), "reading partition") &&
+			strings.Contains(row(readers[1]), "reading partition")
+	})
+	for _, name := range names {
+		t.Logf("%s's row: %q", name, row(name))
+	}
+
+	procs[killed].kill()
+	killedAt := time.Now()
+	waitFor(t, 15*time.Second, "the killed replica to show as gone", func() bool {
+		r := row(killed)
+		return strings.Contains(r, "gone since") && strings.Contains(r, "no heartbeat")
+	})
+	for time.Since(killedAt) < 15*time.Second { // past the ten heartbeats after which it is forgotten
+		if r := row(killed); !strings.Contains(r, "gone since") {
+			t.Fatalf("%v after it was killed, %s's row is %q, want it shown as gone", time.Since(killedAt).Round(time.Second), killed, r)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("%s's row 15 s after it was killed: %q", killed, row(killed))
+
+	if code := procs[standby].signal(syscall.SIGTERM, 15*time.Second); code != 0 {
+		t.Errorf("%s exited %d", standby, code)
+	}
+	waitFor(t, 10*time.Second, "the stopped replica to show as stopped", func() bool {
+		r := row(standby)
+		return strings.Contains(r, "gone since") && strings.Contains(r, "stopped")
+	})
+	t.Logf("%s's row after SIGTERM: %q", standby, row(standby))
+	b.shot(os.Getenv("ADMITTER_CONSOLE_SHOTS"), "overview-replicas")
+	if e := b.errors(); len(e) > 0 {
+		t.Errorf("console messages: %q", e)
+	}
+}

@@ -180,7 +180,7 @@ func TestPausedJobsExpire(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, "plans:\n  p: {max_wait: 2s, limits: [{capacity: 5, rate: 5/s}]}\ndefault_plan: p\n")
 	p := w.start()
-	if code, out, errOut := w.plansCLI(nil, "pause", "acme", "--for", "1h"); code != 0 {
+	if code, out, errOut := w.plansCLI(nil, "pause", "acme", "--for", "1h", "--yes"); code != 0 { // past max_wait: --yes
 		t.Fatalf("pause: exit %d\n%s%s", code, out, errOut)
 	}
 	waitFor(t, 5*time.Second, "the pause to apply", func() bool { return strings.Contains(p.logs.String(), "paused: acme until") })

@@ -54,3 +54,44 @@ func TestReadmeNamesWhatExists(t *testing.T) {
 		t.Fatal("no name of admitter's packages checked in README's Go examples")
 	}
 }
+
+// TestReadmeSaysHowToInstallWhatItRuns: every program the README's commands run beside admitter
+// (the nats CLI, a nats-server of your own) is installed by a `go install` line of the README,
+// at a version, and the nats-server it installs is the one admitter is built and tested against
+// (go.mod). Before, the README used `nats pub` and a server of your own without saying where
+// either comes from.
+func TestReadmeSaysHowToInstallWhatItRuns(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	installs := map[string]string{} // package path → version
+	for _, m := range regexp.MustCompile(`go install ([\w./-]+)@(v[0-9]+\.[0-9]+\.[0-9]+)\b`).FindAllStringSubmatch(string(readme), -1) {
+		installs[m[1]] = m[2]
+	}
+	for _, c := range []struct {
+		program, uses, pkg string // the program, a command of the README that runs it, its package
+	}{
+		{"nats", "    nats pub jobs.submit.", "github.com/nats-io/natscli/nats"},
+		{"nats-server", "nats-server -js", "github.com/nats-io/nats-server/v2"},
+	} {
+		if !strings.Contains(string(readme), c.uses) {
+			t.Errorf("the README does not run %s (%q)", c.program, c.uses)
+		}
+		if installs[c.pkg] == "" {
+			t.Errorf("the README runs %s but never says how to install it (go install %s@<version>)", c.program, c.pkg)
+		}
+	}
+	server := regexp.MustCompile(`(?m)^\s*github\.com/nats-io/nats-server/v2 (v\S+)`).FindSubmatch(gomod)
+	if server == nil {
+		t.Fatal("go.mod requires no nats-server")
+	}
+	if got := installs["github.com/nats-io/nats-server/v2"]; got != "" && got != string(server[1]) {
+		t.Errorf("the README installs nats-server %s, admitter is tested against %s (go.mod)", got, server[1])
+	}
+}

@@ -21,9 +21,10 @@ const (
 	HeaderTenant = "Admit-Tenant"
 	// HeaderPlan, on output: the tenant's plan.
 	HeaderPlan = "Admit-Plan"
-	// HeaderAttempts, on output: the decisions the job took: 1, and 1 more for each step of its
-	// tenant's queue that left it waiting at the head (a job waiting behind that head is not
-	// counted). Jobs are read, not delivered: it counts no redelivery.
+	// HeaderAttempts, on output: the times the job was asked about at the head of its tenant's
+	// queue: 1, and 1 more for each step of the queue that left it waiting at the head (a job
+	// waiting behind that head is not counted). Jobs are read, not delivered: it counts no
+	// redelivery. MetricDecisions counts otherwise: a job once per outcome (delayed once).
 	HeaderAttempts = "Admit-Attempts"
 	// HeaderDelayMs, on output: milliseconds from the input being stored to being forwarded.
 	HeaderDelayMs = "Admit-Delay-Ms"
@@ -273,7 +274,7 @@ type Metric struct{ Name, Prom, Help string }
 // The admitter's metrics.
 var (
 	MetricDecisions = Metric{"admitter.decisions", "admitter_decisions_total",
-		"Decisions by source (queue, http, nats, rls), plan and outcome: queued jobs admitted, delayed (waiting in the input for their time), paused, dead, degraded or held; requests admitted, throttled, delayed (a slot booked), paused, rejected, degraded or unavailable."}
+		"Decisions by source (queue, http, nats, rls), plan and outcome: queued jobs, each once per outcome (a job that waits is delayed once, then admitted), admitted, delayed (waiting in the input for their time), paused, dead, degraded or held; requests admitted, throttled, delayed (a slot booked), paused, rejected, degraded or unavailable."}
 	MetricWait         = Metric{"admitter.wait", "admitter_wait_seconds", ""}
 	MetricDecisionTime = Metric{"admitter.decision.duration", "admitter_decision_duration_seconds",
 		"Time one limiter call took (a queue call decides a batch of one tenant's jobs, a request's call one request)."}

@@ -37,8 +37,8 @@ func Example() {
 	w, err := worker.New(worker.Config{Consumer: cons, Conn: nc, Concurrency: 4,
 		Handler: func(ctx context.Context, j *worker.Job) error {
 			fmt.Printf("%s: %s of weight %d, lease %d of %v\n", j.Tenant, j.Data, j.Weight, j.Lease, j.LeaseLength)
-			rows := 3000 // the export's work
-			j.SetCost(int64(rows / 1000))
+			rows := 300_000 // the export's work: 3 units of 100,000 rows, the unit its weight counts
+			j.SetCost(int64(rows / 100_000))
 			return nil // done: the lease is released, then the job acked
 		}})
 	if err != nil {

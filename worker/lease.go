@@ -16,7 +16,7 @@ import (
 )
 
 // doneTries is how many times a done message is sent while unanswered.
-const doneTries = 3
+const doneTries = 4
 
 // keepAlive keeps j's lease (renewals) and its delivery (InProgress) alive while its handler
 // runs; the function it returns stops that and waits for it, a renewal in flight included, so
@@ -84,7 +84,7 @@ func (w *Worker) done(ctx context.Context, j *Job, o outcome) {
 	var err error
 	for try := 1; try <= doneTries; try++ {
 		var rep wire.LeaseReply
-		if rep, err = w.request(ctx, w.cfg.RequestTimeout, subject, j, false, j.cost.Load(), &o); err == nil {
+		if rep, err = w.request(ctx, doneWait(w.cfg.RequestTimeout, try), subject, j, false, j.cost.Load(), &o); err == nil {
 			if !rep.Held {
 				w.cfg.Logger.Info("worker: the lease had ended before the job was done", "tenant", j.Tenant, "lease", j.Lease, "subject", j.Subject)
 			}
@@ -98,6 +98,14 @@ func (w *Worker) done(ctx context.Context, j *Job, o outcome) {
 		}
 	}
 	w.cfg.Logger.Warn("worker: done message unanswered: the lease ends by itself", "tenant", j.Tenant, "lease", j.Lease, "subject", subject, "err", err)
+}
+
+// doneWait is how long the try-th done message waits for its answer: 500 ms more at each try, at
+// most timeout. An answer takes a limiter call (milliseconds); one that does not come was most
+// likely taken by a replica that stopped answering (paused, dying), and the message sent again
+// reaches another: the job's slot is held by nobody meanwhile.
+func doneWait(timeout time.Duration, try int) time.Duration {
+	return min(timeout, time.Duration(try)*500*time.Millisecond)
 }
 
 // request sends a done, renew or start message (start: Admit-Start) for j's lease, with its

@@ -229,36 +229,26 @@ var admitCases = []testCase{
 		}
 		h.expectTokens(p, 0, 0) // burst refilled to 2, took 2; daily 2-2; job 3 took nothing
 	}},
-	{name: "a retried call is answered as before, a later one is charged again", needs: queues(), opts: bucket.Options{Redeem: time.Second}, run: func(t *testing.T, h *harness) {
-		p := mustPlan(t, "p", lim("", 2, 100*ms))
-		h.admit(p, jobs("1", "2", "3"), "AAN", 100*ms)
-		h.admit(p, jobs("1", "2", "3"), "RRN", 100*ms) // nothing charged twice
-		h.expectTokens(p, 0)
-		// After the redeem window the same jobs are new: a replica that admitted them and died
-		// before forwarding them costs the tenant their weight again, never a burst.
-		h.c.Advance(1100 * ms)
-		h.admit(p, jobs("1", "2", "3"), "AAN", 100*ms)
-		h.expectTokens(p, 0)
-	}},
-	{name: "a job redeemed late is charged for what the limits gave since its admission", needs: queues(bucket.KindWindow), opts: bucket.Options{Redeem: 2 * time.Second}, run: func(t *testing.T, h *harness) {
-		// A call admits jobs 1 to 3 but its answer is lost (the server was paused, the client
-		// timed out); asked again 1 s later they are redeemed and forwarded only now. The bucket
-		// refilled meanwhile as if they had gone out at their admission: it takes that back,
-		// min(weight, late × rate), and a window counts them again, now.
+	{name: "an admission is redeemed until its owner says it was stored, charged nothing", needs: queues(), opts: bucket.Options{Redeem: time.Minute}, run: func(t *testing.T, h *harness) {
+		// A call admits jobs 1 to 3 (its answer may be lost: the server was paused, the client
+		// timed out, the replica died before removing them from the input). Asked again, by
+		// anyone and however late within Redeem, they are redeemed: charged nothing, with when
+		// they were admitted, so that whoever asks looks their forwards up before repeating them.
 		p := mustPlan(t, "p", lim("rate", 4, 250*ms), win("w", 100, time.Hour))
 		h.admit(p, jobs("1", "2", "3"), "AAA", 0)
 		h.expectTokens(p, 1, 97)
-		h.c.Advance(time.Second) // the bucket is full again
-		h.expectTokens(p, 4, 97)
-		h.admit(p, jobs("1", "2", "3"), "RRR", 0)
-		h.expectTokens(p, 1, 94)
-		// Redeemed again at once (a retried retry): nothing more, the admission is now.
-		h.admit(p, jobs("1", "2", "3"), "RRR", 0)
-		h.expectTokens(p, 1, 94)
-		// Redeemed within Options.Late of the admission (a plain retry): charged nothing.
-		h.c.Advance(50 * ms)
-		h.admit(p, jobs("3"), "R", 0)
-		h.expectTokens(p, 1, 94)
+		h.c.Advance(40 * time.Second) // the bucket is full again
+		r := h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("1", "2", "3", "4")}, "RRRA", 0)
+		h.expectTokens(p, 3, 96)
+		if len(r.AdmittedAgo) != 4 || r.AdmittedAgo[0] != 40*time.Second || r.AdmittedAgo[2] != 40*time.Second || r.AdmittedAgo[3] != 0 {
+			t.Fatalf("admitted ago %v, want 40s for the three redeemed, 0 for the one admitted now", r.AdmittedAgo)
+		}
+		// The owner says jobs through 2 were stored: they are stored from then on, to anyone,
+		// and job 3 (its forward not said stored) is still redeemed, until Redeem passes.
+		h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 2, Jobs: jobs("1", "2", "3")}, "SSR", 0)
+		h.c.Advance(20*time.Second + time.Microsecond)
+		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("3", "4")}, "AR", 0) // 3 decided afresh: a minute after its admission
+		h.expectTokens(p, 3, 95)
 	}},
 	{name: "one owner at a time: another admits nothing while the holder's hold stands", needs: queues(), opts: bucket.Options{Hold: 2 * time.Second}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 10, 100*ms))

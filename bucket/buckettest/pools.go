@@ -270,4 +270,45 @@ var poolCases = []testCase{
 			t.Fatalf("in flight %d, want 2", inFlight(t, r))
 		}
 	}},
+	{name: "pool: a job redeemed after it was done takes no slot", needs: pools(), run: func(t *testing.T, h *harness) {
+		// Job 1 ran and was done; a replica that took the queue over (the first stopped before
+		// removing it) reads it again: redeemed, its forward may be downstream already. What the
+		// pool granted it in the call is given back at once, not held by a job nobody runs (were
+		// it not downstream, a start takes its slot again before it is forwarded), and its tenant
+		// is woken for it. Job 2, which the grant kept out of the one slot, goes next.
+		pool := newPool(t, h, bucket.Pool{Concurrency: 1, Lease: time.Hour})
+		p := pooled(t, "p", pool, 1)
+		h.admit(p, jobs("1"), "A", 0)
+		h.leaseWeighted(p, 1, leaseDone, 1, true)
+		h.c.Advance(time.Minute) // the first replica's hold has ended
+		r := h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("1", "2")}, "RN", time.Second)
+		if inFlight(t, r) != 0 || !slices.Contains(r.Wakes, h.tenant) {
+			t.Fatalf("in flight %d, wakes %v after job 1 redeemed: want 0, its tenant woken", inFlight(t, r), r.Wakes)
+		}
+		// Its forward was found downstream: settled, said stored.
+		if r := h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 1, Jobs: jobs("2")}, "A", 0); inFlight(t, r) != 1 {
+			t.Fatalf("in flight %d after job 2 admitted, want 1", inFlight(t, r))
+		}
+	}},
+	{name: "pool: jobs that may have been admitted before are looked up before the pool is asked", needs: pools(), run: func(t *testing.T, h *harness) {
+		// Jobs 1 and 2 were admitted and done; the replica stopped before removing them. The pool
+		// is full (job 3 runs) when another replica reads them again (Again): their tenant's state
+		// answers them redeemed without the pool being asked, so a full pool does not make them wait
+		// (and then expire, as jobs never admitted), nor a free one give them slots nobody uses.
+		// Job 4, never admitted, waits for the pool.
+		pool := newPool(t, h, bucket.Pool{Concurrency: 1, Lease: time.Hour})
+		p := pooled(t, "p", pool, 1)
+		h.admit(p, jobs("1"), "A", 0)
+		h.leaseWeighted(p, 1, leaseDone, 1, true)
+		h.admit(p, jobs("2"), "A", 0)
+		h.leaseWeighted(p, 2, leaseDone, 1, true)
+		h.admit(p, jobs("3"), "A", 0)
+		h.c.Advance(time.Minute) // the first replica's hold has ended
+		again := jobs("1", "2", "4")
+		again[0].Again, again[1].Again, again[2].Again = true, true, true
+		r := h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 0, Jobs: again}, "RRN", time.Second)
+		if inFlight(t, r) != 1 || r.AdmittedAgo[0] != time.Minute || r.AdmittedAgo[2] != 0 {
+			t.Fatalf("in flight %d (want 1, job 3's), admitted ago %v (want 1m for jobs 1 and 2)", inFlight(t, r), r.AdmittedAgo)
+		}
+	}},
 }

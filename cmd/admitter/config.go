@@ -436,6 +436,8 @@ func (c *config) describe() string {
 			val = "(unset: retry connecting for ever)"
 		case name == "ADMITTER_CONSOLE_TOKEN" && val == "":
 			val = "(unset: the console is read-only)"
+		case name == "ADMITTER_PARTITIONS" && c.Partitions > 1:
+			val += " (every NATS server needs " + c.partitions().MappingLine() + ")"
 		}
 		fmt.Fprintf(&b, "%s=%s\n", name, val)
 	}

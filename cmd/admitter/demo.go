@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -16,15 +15,11 @@ import (
 	"github.com/admitter/admitter/plans"
 )
 
-// demoPlans are the plans of `admitter demo`.
-//
-//go:embed demo-plans.yaml
-var demoPlans []byte
-
-// demoTenants publish in the demo; demo-plans.yaml assigns their plans.
+// demoTenants publish in the demo, on the built-in example plans (example-plans.yaml, the
+// README's: what `admitter run` gives them); bob has the default plan.
 var demoTenants = []demo.Tenant{
-	{Name: "acme", Plan: "free", Profile: demo.Burst},
-	{Name: "globex", Plan: "gold", Profile: demo.Steady},
+	{Name: "acme", Plan: "gold", Profile: demo.Steady},
+	{Name: "bob", Plan: "free", Profile: demo.Burst},
 	{Name: "initech", Plan: "pro", Profile: demo.IdleThenBurst},
 }
 
@@ -32,8 +27,9 @@ const demoUsageLine = "admitter demo [-duration 30s] [-nats URL] [-redis URL] [-
 
 const demoUsage = "usage: " + demoUsageLine + `
 
-Runs admitter with three demo tenants on three plans (free, gold, pro), publishes their load
-and shows, every second, what each tenant publishes, what is admitted and how long jobs wait.
+Runs admitter with three demo tenants on the built-in example plans (acme on gold, bob on free,
+initech on pro: see the README), publishes their load and shows, every second, what each tenant
+publishes, what is admitted and how long jobs wait.
 At the end (or at Ctrl-C) it prints a summary: each tenant's admitted tokens against its plan's
 allowance, and the jobs lost (counted, not assumed).
 
@@ -82,7 +78,7 @@ func runDemo(ctx context.Context, args []string, environ map[string]string, stdo
 		fmt.Fprintf(stderr, "admitter demo: -duration must be positive, got %v (usage: %s)\n", *duration, demoUsageLine)
 		return 2
 	}
-	ps, err := plans.Parse("demo-plans.yaml", demoPlans)
+	ps, err := plans.Parse("built-in example plans", examplePlans)
 	if err != nil {
 		fmt.Fprintf(stderr, "admitter demo: %v\n", err)
 		return 1

@@ -227,9 +227,11 @@ const plansUsage = `usage: admitter plans COMMAND
 
   show                                  the plans as read here, with every override and pause
   pauses                                the pauses: tenant, until when, who set them and when
-  pause TENANT (--for D | --until T) [--by WHO]
+  pause TENANT (--for D | --until T) [--by WHO] [--yes]
                                         hold TENANT's jobs and deny its requests for a duration
-                                        or until an RFC 3339 time
+                                        or until an RFC 3339 time; a pause longer than the
+                                        plan's max_wait dead-letters the jobs it holds
+                                        (expired): refused unless --yes
   resume TENANT                         end TENANT's pause now
   set TENANT PLAN [--by WHO]            move TENANT to PLAN
   unset TENANT                          move TENANT back to the document's plan for it
@@ -251,6 +253,7 @@ type plansArgs struct {
 	args  []string  // the positional arguments after the command
 	until time.Time // pause
 	by    string    // pause, set
+	yes   bool      // pause: even past the plan's max_wait
 }
 
 // parsePlansArgs reads the arguments of `admitter plans`: flags before or after the positional
@@ -272,6 +275,7 @@ func parsePlansArgs(args []string, now time.Time, by string) (plansArgs, error) 
 	if a.cmd == "pause" {
 		fs.DurationVar(&d, "for", 0, "")
 		fs.StringVar(&u, "until", "", "")
+		fs.BoolVar(&a.yes, "yes", false, "")
 	}
 	if a.cmd == "pause" || a.cmd == "set" {
 		fs.StringVar(&a.by, "by", by, "")
@@ -459,9 +463,27 @@ func runPlans(ctx context.Context, args []string, env map[string]string, stdout,
 			fmt.Fprintf(stdout, "tenant %s: back on the document's plan\n", a.args[0])
 		}
 	case "pause":
+		now, expiry := time.Now(), ""
+		d, err := doc()
+		var ts plansource.Tenants
+		if err == nil {
+			ts, err = loadState()
+		}
+		if err != nil { // a pause is not held up by the plans: it says what it could not check
+			fmt.Fprintf(stderr, "admitter plans pause: the plans could not be read to compare the pause with the plan's max_wait: %v\n", err)
+		} else {
+			expiry = pauseExpiry(d.With(ts), a.args[0], now, a.until)
+		}
+		if expiry != "" && !a.yes {
+			fmt.Fprintf(stderr, "admitter plans pause: not paused: %s; pause for less, or add --yes to pause anyway\n", expiry)
+			return 2
+		}
 		if opErr = state.Pause(ctx, a.args[0], a.until, a.by); opErr == nil {
 			fmt.Fprintf(stdout, "tenant %s: paused until %s (%v from now), set by %s in bucket %s; every replica applies it within 2s\n",
-				a.args[0], a.until.UTC().Format(time.RFC3339), time.Until(a.until).Round(time.Second), a.by, state.Name())
+				a.args[0], a.until.UTC().Format(time.RFC3339), a.until.Sub(now).Round(time.Second), a.by, state.Name())
+			if expiry != "" {
+				fmt.Fprintf(stdout, "%s (admitter dead replay --code expired --tenant %s replays them)\n", expiry, a.args[0])
+			}
 		}
 	case "resume":
 		if opErr = state.Resume(ctx, a.args[0]); opErr == nil {
@@ -476,6 +498,18 @@ func runPlans(ctx context.Context, args []string, env map[string]string, stdout,
 		return 2
 	}
 	return 0
+}
+
+// pauseExpiry says what a pause of tenant from now until until does to its jobs under the plans
+// s when its plan's max_wait is shorter ("" when it is not, or the plan has none, or is in
+// shadow mode, or the tenant has no plan): every job the pause holds expires before it ends.
+func pauseExpiry(s *plansource.Snapshot, tenant string, now, until time.Time) string {
+	plan, err := s.Plans.Lookup(tenant)
+	if err != nil || plan.Shadow || plan.MaxWait <= 0 || until.Sub(now) <= plan.MaxWait {
+		return ""
+	}
+	return fmt.Sprintf("tenant %s's plan %s has max_wait %v, shorter than the pause (%v): its jobs waiting now, and those stored before %s, are dead-lettered expired (waited for paused) before the pause ends",
+		tenant, plan.Name, plan.MaxWait, until.Sub(now).Round(time.Second), until.Add(-plan.MaxWait).UTC().Format(time.RFC3339))
 }
 
 func printSnapshot(w io.Writer, s *plansource.Snapshot, state string, now time.Time) {

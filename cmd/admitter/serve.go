@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,10 +69,17 @@ func serve(ctx context.Context, c *config, log *slog.Logger) error {
 	}
 	if c.HTTPAddr != "off" {
 		degraded := func() string {
-			if ti := inspector.Load(); ti != nil {
-				return degradedDetail(ti.st.policy)
+			ti := inspector.Load()
+			if ti == nil {
+				return ""
 			}
-			return ""
+			var out []string
+			for _, d := range []string{degradedDetail(ti.st.policy), ti.st.svc.Detail()} {
+				if d != "" {
+					out = append(out, d)
+				}
+			}
+			return strings.Join(out, "; ")
 		}
 		stop, err := startHTTP(c.HTTPAddr, tel.registry, b.Ready, degraded, map[string]http.Handler{
 			"GET /inspect": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -177,9 +185,9 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		})
 		st.natsURL = srv.ClientURL()
 	}
-	if src, dst := c.partitions().Mapping(); src != "" && c.NATSURL != "" {
+	if line := c.partitions().MappingLine(); line != "" && c.NATSURL != "" {
 		log.Info("the input is spread over partitions by the NATS server's account mapping: configure it on every server (jobs published without it are forwarded too, after a detour)",
-			"partitions", c.Partitions, "mapping", fmt.Sprintf("mappings { %q: %q }", src, dst))
+			"partitions", c.Partitions, "mapping", line)
 	}
 	auth, err := c.natsOptions()
 	if err != nil {
@@ -318,6 +326,7 @@ func newLimiter(ctx context.Context, c *config, log *slog.Logger, b *boot, js je
 		return r, r, r.Close, nil
 	}
 	f := bucket.NewFallback(r, opts, 4*c.RedisTimeout, hooks)
+	f.Watch()
 	return f, r, func() { f.Close(); r.Close() }, nil
 }
 

@@ -1,11 +1,17 @@
 // Command worker is an example downstream worker for admitter, built on package worker: it
 // exports tenants' data from the jobs admitter forwards to jobs.admitted.<tenant>.export.<...>,
-// at most -concurrency at once, and reports each export's real cost (a unit per 1,000 rows)
-// so that admitter reconciles it with the job's weight. Under a plan with a concurrency limit
-// the library renews each job's lease while it runs and releases it when the job is done.
+// at most -concurrency at once, and reports each export's real cost so that admitter reconciles
+// it with the job's weight. Under a plan with a concurrency limit the library renews each job's
+// lease while it runs and releases it when the job is done.
+//
+// A cost is counted in the unit of the job's weight, which its producer chose: here a unit per
+// 100,000 rows started, so that an export of 250,000 rows is published with Admit-Weight: 3, and
+// one that exported 400,000 reports a cost of 4 (admitter charges the plan 1 more). A cost in
+// another unit would charge the tenant's plan for work it never did: a unit per 1,000 rows
+// charged 250 for a job weighed 1.
 //
 //	go run ./examples/worker -nats nats://127.0.0.1:4222
-//	nats pub jobs.submit.acme.export.csv 'rows=250000' --count 10
+//	nats pub jobs.submit.acme.export.csv 'rows=250000' -H Admit-Weight:3 --count 10
 //
 // It creates (or updates) its own durable consumer on admitter's output stream: that is the
 // worker's choice, not the library's. SIGINT or SIGTERM stops taking jobs and waits up to
@@ -83,8 +89,11 @@ func run(ctx context.Context, url, stream, durable, filter string, concurrency i
 	return w.Stop(stopCtx)
 }
 
-// export exports the rows a job names ("rows=250000"): 1 ms per 1,000 rows here, one unit of
-// cost per 1,000 rows started.
+// rowsPerUnit is the rows an export's weight and cost count as one unit.
+const rowsPerUnit = 100_000
+
+// export exports the rows a job names ("rows=250000"): 1 ms per 1,000 rows here, and reports a
+// unit of cost per rowsPerUnit rows started (see the package comment).
 func export(ctx context.Context, j *worker.Job) error {
 	rows, err := strconv.Atoi(strings.TrimPrefix(string(j.Data), "rows="))
 	if err != nil || rows < 0 {
@@ -99,7 +108,7 @@ func export(ctx context.Context, j *worker.Job) error {
 	// be delivered again holding the job's slot; one that is overloaded: worker.Overloaded(err),
 	// or worker.RetryAfter(30*time.Second, err) when it says how long (an HTTP call's response:
 	// worker.ResponseError(resp, err)), so that admitter forwards less, or none for a while.
-	j.SetCost(int64((rows + 999) / 1000))
+	j.SetCost(int64((rows + rowsPerUnit - 1) / rowsPerUnit))
 	slog.Info("exported", "tenant", j.Tenant, "plan", j.Plan, "rows", rows, "weight", j.Weight,
 		"lease", j.Lease, "lease_deadline", j.LeaseDeadline(), "attempt", j.Attempt)
 	return nil

@@ -132,7 +132,7 @@ func (b *Backlog) BacklogRatios() {
 func (e *env) backlog(ctx context.Context, p *progress) (*Backlog, error) {
 	o := e.o
 	b := &Backlog{Jobs: o.BacklogJobs, Tenants: o.BacklogTenants, NewTenant: backlogNewTenant, NewRate: o.BacklogNewRate, Partitions: o.Partitions}
-	admitterBin, natsBin, err := buildProcesses(e.tb)
+	admitterBin, natsBin, err := e.bins.build()
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +233,7 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 		return fail(err)
 	}
 	defer col.stop()
-	if err := e.flush(ctx); err != nil {
+	if err := e.admin.flush(ctx); err != nil {
 		return fail(err)
 	}
 	pub, err := newAsyncPublisher(srv.url, "bench-producer")
@@ -332,7 +332,11 @@ func (e *env) backlogRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	}
 	bound := time.Minute + time.Duration(o.BacklogJobs)*time.Millisecond // at least 1000 jobs/s
 	if err := waitUntil(ctx, bound, failed, func() bool { return received() >= o.BacklogJobs }); err != nil {
-		return fail(fmt.Errorf("%d of %d jobs of the backlog received: %w", received(), o.BacklogJobs, err))
+		err = fmt.Errorf("%d of %d jobs of the backlog received: %w", received(), o.BacklogJobs, err)
+		for _, a := range procs {
+			err = a.annotate(ctx, err)
+		}
+		return fail(err)
 	}
 	admCPU, natsCPU := sumCPU(pids), cpuTime(srv.proc.cmd.Process.Pid)-natsCPU0
 	stopWatching()

@@ -31,7 +31,7 @@ func TestQuickRun(t *testing.T) {
 		"-large-jobs", "20", "-large-kib", "256", "-fair-tenants", "20", "-fair-jobs", "50", "-crowd-tenants", "50", "-crowd-jobs", "10",
 		"-pool-tenants", "12", "-pool-jobs", "10", "-pool-concurrency", "4", "-pool-quiet", "2",
 		"-downstream-tenants", "6", "-downstream-phase", "2s", "-replicas-jobs", "1000", "-replicas-tenants", "50",
-		"-backlog-jobs", "1000", "-backlog-tenants", "100"}, &out, &errOut, t)
+		"-backlog-jobs", "1000", "-backlog-tenants", "100"}, &out, &errOut)
 	t.Logf("exit %d after %v\n%s%s", code, time.Since(begin).Round(time.Millisecond), out.String(), errOut.String())
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
@@ -177,7 +177,7 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("overload admissions: %+v", o)
 	}
 	if o.AttemptsMean < 1 || o.AttemptsMax < 1 || float64(o.AttemptsMax) < o.AttemptsMean {
-		t.Errorf("overload decisions per admitted job: mean %g max %d", o.AttemptsMean, o.AttemptsMax)
+		t.Errorf("overload attempts per admitted job: mean %g max %d", o.AttemptsMean, o.AttemptsMax)
 	}
 	var sum int64
 	for _, n := range o.AdmittedPerSecond {

@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-
-	"github.com/admitter/admitter/internal/testenv"
 )
 
 // ParseArgs reads the command line of admitter-bench: the options and the JSON path ("" for
@@ -32,6 +30,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	fs.Float64Var(&o.LatencyRate, "latency-rate", def.LatencyRate, "end to end: paced rate in jobs/s (0: half the relay's measured rate; -quick: 2000)")
 	fs.IntVar(&o.RelayPipelines, "relay-pipelines", def.RelayPipelines, "end to end: the relay's consume→publish→ack pipelines")
 	fs.IntVar(&o.Workers, "workers", def.Workers, "admitter's Workers (0: admission's default)")
+	fs.StringVar(&o.DecisionsProfile, "decisions-cpuprofile", "", "decisions: write a CPU profile of the bench process during the ours run (single decisions through bucket.Redis, warm-up excluded) to this `path`")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of admitter's end-to-end throughput run to this `path`")
 	fs.StringVar(&o.LatencyProfile, "latency-cpuprofile", "", "write a CPU profile of the bench process (the admitter, nats-server, producer and subscriber) during admitter's paced latency run to this `path`")
 	fs.IntVar(&o.ReplicasJobs, "replicas-jobs", def.ReplicasJobs, "replicas: jobs published at once, drained by the relay and by 1, 2 and 4 admitter replicas (-quick: 5000)")
@@ -133,11 +132,11 @@ func ParseArgs(args []string, stderr io.Writer) (Options, string, error) {
 	return o, *jsonPath, nil
 }
 
-// Main is admitter-bench: it parses args, runs the scenarios on servers started through tb,
-// prints progress and the table to stdout, writes the JSON, and returns the exit status: 0 when
-// everything was measured (goals met or not), 1 on an error, 2 for bad flags, 130 when ctx ended
-// first (Ctrl-C). tb owns the servers: its clean-up stops them.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer, tb testenv.TB) int {
+// Main is admitter-bench: it parses args, runs the scenarios on servers it starts (and stops),
+// prints progress and the table to stdout, writes the JSON, and returns the exit status (see
+// finish): 1 as well when nothing could be measured, 2 for bad flags, 130 when ctx ended first
+// (Ctrl-C).
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, jsonPath, err := ParseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -148,15 +147,23 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, tb teste
 	}
 	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	fmt.Fprintf(stdout, "admitter-bench: scenarios %s%s; servers on 127.0.0.1\n", strings.Join(o.Scenarios, ", "), map[bool]string{true: " (quick)"}[o.Quick])
-	rep, err := Run(ctx, tb, o, stdout)
+	rep, err := Run(ctx, o, stdout)
 	if ctx.Err() != nil {
-		fmt.Fprintln(stderr, "admitter-bench: interrupted: stopping the servers, nothing written")
+		fmt.Fprintln(stderr, "admitter-bench: interrupted: the servers stopped, nothing written")
 		return 130
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "admitter-bench: %v\n", err)
 		return 1
 	}
+	return finish(rep, jsonPath, stdout, stderr)
+}
+
+// finish prints rep's table to stdout and writes its JSON to jsonPath ("" for none), and returns
+// the exit status: 0 when every scenario was measured (goals met or not: they are results), 1
+// when one failed (its row says so, its error is in the JSON) or the figures could not be
+// written.
+func finish(rep *Report, jsonPath string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout)
 	if err := rep.WriteTable(stdout); err != nil {
 		fmt.Fprintf(stderr, "admitter-bench: %v\n", err)
@@ -168,6 +175,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, tb teste
 			return 1
 		}
 		fmt.Fprintf(stdout, "\nfigures written to %s\n", jsonPath)
+	}
+	if len(rep.Failures) > 0 {
+		fmt.Fprintf(stderr, "admitter-bench: %d of %d scenarios failed: %s\n", len(rep.Failures), len(rep.Options.Scenarios), rep.failed())
+		return 1
 	}
 	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -103,13 +104,41 @@ func TestParseArgsErrors(t *testing.T) {
 
 func TestMainBadFlagsExit2(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := Main(t.Context(), []string{"-tenants", "0"}, &out, &errOut, t); code != 2 {
+	if code := Main(t.Context(), []string{"-tenants", "0"}, &out, &errOut); code != 2 {
 		t.Errorf("exit %d, want 2", code)
 	}
 	if !strings.HasPrefix(errOut.String(), "admitter-bench: -tenants must be") || out.Len() != 0 {
 		t.Errorf("stderr %q, stdout %q", errOut.String(), out.String())
 	}
-	if code := Main(t.Context(), []string{"-h"}, &out, io.Discard, t); code != 0 {
+	if code := Main(t.Context(), []string{"-h"}, &out, io.Discard); code != 0 {
 		t.Errorf("-h: exit %d, want 0", code)
+	}
+}
+
+// TestARunWithAFailedScenarioPrintsItsFiguresAndExits1: the table and the JSON are written with
+// what was measured and what failed, and the exit status says that one failed.
+func TestARunWithAFailedScenarioPrintsItsFiguresAndExits1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "results.json")
+	rep := &Report{Options: OptionsJSON{Scenarios: []string{ScenarioSync, ScenarioCrowd}},
+		Crowd:    &Crowd{Tenants: 2000, JobsPerTenant: 20, Capacity: 5, RatePerSecond: 5, PlanS: 3, DoneMaxS: 3.3, Forwarded: 40000},
+		Failures: []Failure{{Scenario: ScenarioSync, Error: "the NATS decision endpoint admitter.decide answers: not done within 30s (124 tries), the last: nats: no responders available for request", AfterS: 31.2}}}
+	rep.EvaluateGoals()
+	var out, errOut bytes.Buffer
+	if code := finish(rep, path, &out, &errOut); code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if !strings.Contains(out.String(), "crowd slowest tenant done s") || !strings.Contains(out.String(), "figures written to "+path) ||
+		errOut.String() != "admitter-bench: 1 of 2 scenarios failed: sync\n" {
+		t.Errorf("stdout:\n%s\nstderr: %q", out.String(), errOut.String())
+	}
+	back, err := ReadJSON(path)
+	if err != nil || back.Crowd == nil || len(back.Failures) != 1 {
+		t.Errorf("JSON: %v, %+v", err, back)
+	}
+	rep.Failures = nil
+	out.Reset()
+	errOut.Reset()
+	if code := finish(rep, "", &out, &errOut); code != 0 || errOut.Len() != 0 {
+		t.Errorf("every scenario measured: exit %d, stderr %q; want 0 and nothing", code, errOut.String())
 	}
 }

@@ -190,8 +190,9 @@ func newRueidis(redisURL string) (rueidis.Client, error) {
 }
 
 // measureDecisions runs c from concurrency goroutines for warmup (not recorded), then for
-// duration, recording the latency of every call.
-func measureDecisions(ctx context.Context, c contender, concurrency int, warmup, duration time.Duration) (DecisionRun, error) {
+// duration, recording the latency of every call; with profile set, the process is CPU-profiled
+// into it for that duration.
+func measureDecisions(ctx context.Context, c contender, concurrency int, warmup, duration time.Duration, profile string) (DecisionRun, error) {
 	var seq atomic.Int64
 	if warmup > 0 {
 		if _, _, _, err := load(ctx, c, concurrency, warmup, &seq, false); err != nil {
@@ -199,7 +200,12 @@ func measureDecisions(ctx context.Context, c contender, concurrency int, warmup,
 		}
 	}
 	runtime.GC()
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return DecisionRun{}, err
+	}
 	samples, elapsed, denied, err := load(ctx, c, concurrency, duration, &seq, true)
+	stopProfile()
 	if err != nil {
 		return DecisionRun{}, fmt.Errorf("%s: %w", c.name, err)
 	}

@@ -624,7 +624,7 @@ func (e *env) downstreamRun(ctx context.Context, p *progress, variant, pool stri
 		case err := <-adm.exited:
 			return "", err
 		case <-time.After(30 * time.Second):
-			return "", errors.New("the downstream had no job within 30s of the admitter's start")
+			return "", adm.annotate(ctx, errors.New("the downstream had no job within 30s of the admitter's start"))
 		case <-sim.first:
 		}
 		_, t0 := sim.result()

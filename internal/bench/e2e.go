@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
@@ -18,14 +18,17 @@ import (
 
 // env is what the scenarios share: the servers' starter, Redis, the plans and the options.
 type env struct {
-	tb       testenv.TB
+	// tb starts the scenario's servers and owns them: its clean-up stops them when the scenario
+	// ends (see runScenarios).
+	tb testenv.TB
+	// bins are the binaries of the scenarios that run admitter and nats-server as processes.
+	bins     *binaries
 	redisURL string
-	flush    func(context.Context) error // empties Redis between runs
-	// persist turns Redis's append-only file on or off (CONFIG SET appendonly), waiting until
-	// it is in effect.
-	persist func(ctx context.Context, on bool) error
-	plans   *bucket.Plans
-	o       Options
+	// admin is the bench's own client of that Redis: it empties it between runs, and reads
+	// what the runs cost it.
+	admin *redisAdmin
+	plans *bucket.Plans
+	o     Options
 }
 
 // prepare starts the forwarder of the given kind against a NATS server.
@@ -56,7 +59,7 @@ func (e *env) prepare(ctx context.Context, kind, url string) (*forwarder, error)
 		}
 		return fw, nil
 	}
-	if err := e.flush(ctx); err != nil {
+	if err := e.admin.flush(ctx); err != nil {
 		return nil, err
 	}
 	n := 1
@@ -75,13 +78,14 @@ const (
 // freshNATS starts a new JetStream server (an empty store) with admitter's three streams.
 func (e *env) freshNATS(ctx context.Context, kind string) (*testenv.NATSServer, error) {
 	srv := testenv.StartNATS(e.tb)
-	nc, js, err := connect(srv.URL(), "bench-setup")
-	if err != nil {
-		srv.Stop()
-		return nil, err
-	}
-	defer nc.Close()
-	if err := createStreams(ctx, js, kind); err != nil {
+	if err := retry(ctx, "the "+kind+" streams on "+srv.URL(), readyWithin, func(ctx context.Context) error {
+		nc, js, err := connect(srv.URL(), "bench-setup")
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		return createStreams(ctx, js, kind)
+	}); err != nil {
 		srv.Stop()
 		return nil, err
 	}
@@ -112,20 +116,14 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 	}
 	defer fw.stop()
 	runtime.GC()
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return Throughput{}, fmt.Errorf("cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return Throughput{}, fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return Throughput{}, err
 	}
+	defer stopProfile()
 	var before redisState
 	if kind == "admitter" {
-		if before, err = readRedisState(ctx, e.redisURL); err != nil {
+		if before, err = e.admin.state(ctx); err != nil {
 			return Throughput{}, err
 		}
 	}
@@ -140,7 +138,7 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 	}
 	var cost RedisCost
 	if kind == "admitter" {
-		after, err := readRedisState(ctx, e.redisURL)
+		after, err := e.admin.state(ctx)
 		if err != nil {
 			return Throughput{}, err
 		}
@@ -154,9 +152,7 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 			KeysPerJobPerSec: round(float64(after.keys)/rate, 4),
 		}
 	}
-	if profile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	// Not timed, but checked: a forwarder that does not acknowledge what it forwarded would be
 	// measured unfairly fast.
 	if err := waitForEmpty(ctx, js, streamIn, 10*time.Second+time.Duration(e.o.Jobs)*100*time.Microsecond); err != nil {
@@ -164,43 +160,6 @@ func (e *env) throughput(ctx context.Context, kind, profile string) (Throughput,
 	}
 	d := last.Sub(start)
 	return Throughput{Jobs: e.o.Jobs, Seconds: round(d.Seconds(), 4), PerSecond: round(PerSecond(int64(e.o.Jobs), d), 1), redis: cost}, nil
-}
-
-// redisState is what readRedisState reads of a Redis server: every command call so far, its
-// CPU time (µs, user and system), its memory in use and its keys.
-type redisState struct{ calls, cpuMicros, memory, keys int64 }
-
-func readRedisState(ctx context.Context, url string) (redisState, error) {
-	c, err := newRueidis(url)
-	if err != nil {
-		return redisState{}, err
-	}
-	defer c.Close()
-	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Section("cpu").Section("memory").Section("keyspace").Build()).ToString()
-	if err != nil {
-		return redisState{}, fmt.Errorf("redis info: %w", err)
-	}
-	var st redisState
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
-			if _, v, ok := strings.Cut(rest, ":calls="); ok {
-				v, _, _ = strings.Cut(v, ",")
-				n, _ := strconv.ParseInt(v, 10, 64)
-				st.calls += n
-			}
-		}
-	}
-	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
-		v, _ := strconv.ParseFloat(infoField(info, f), 64)
-		st.cpuMicros += int64(v * 1e6)
-	}
-	st.memory, _ = strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
-	if db := infoField(info, "db0"); db != "" {
-		keys, _, _ := strings.Cut(strings.TrimPrefix(db, "keys="), ",")
-		st.keys, _ = strconv.ParseInt(keys, 10, 64)
-	}
-	return st, nil
 }
 
 // latency publishes at rate jobs/s for LatencyDuration through the forwarder of the given kind,
@@ -248,18 +207,14 @@ func (e *env) latency(ctx context.Context, kind string, rate float64) (Latency, 
 		subj[i] = prefixIn + tenantName(i) + ".work"
 	}
 	runtime.GC()
-	if kind == "admitter" && e.o.LatencyProfile != "" {
+	if kind == "admitter" {
 		// The profile is the bench's whole process at the paced rate: the in-process admitter,
 		// nats-server, the producer and the subscriber (Redis runs apart).
-		f, err := os.Create(e.o.LatencyProfile)
+		stopProfile, err := startCPUProfile(e.o.LatencyProfile)
 		if err != nil {
-			return Latency{}, fmt.Errorf("cpu profile: %w", err)
+			return Latency{}, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return Latency{}, fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	sent, _, err := pace(ctx, pub, rate, e.o.LatencyDuration, func(i int64) *nats.Msg {
 		h := nats.Header{}
@@ -347,4 +302,24 @@ func (e *env) endToEnd(ctx context.Context, p *progress) (*EndToEnd, error) {
 	r.Latency.AddedP99Ms = round(r.Latency.Admitter.P99Ms-r.Latency.Relay.P99Ms, 3)
 	r.Latency.AddedP50Ms = round(r.Latency.Admitter.P50Ms-r.Latency.Relay.P50Ms, 3)
 	return r, nil
+}
+
+// startCPUProfile starts a CPU profile of the bench process into path, until the returned stop
+// is called (stopping twice is safe); with path empty it does nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return sync.OnceFunc(func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}), nil
 }

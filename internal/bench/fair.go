@@ -256,7 +256,7 @@ func (e *env) fair(ctx context.Context, p *progress) (*Fair, error) {
 		natsCPU0 := cpuSeconds(srv.proc.cmd.Process.Pid)
 		bound := time.Minute + time.Duration(total)*time.Millisecond // at least 1000 jobs/s
 		if err := col.waitCount(ctx, int64(total), bound, adm.exited); err != nil {
-			return "", err
+			return "", adm.annotate(ctx, err)
 		}
 		admCPU, natsCPU := cpuSeconds(adm.proc.cmd.Process.Pid), cpuSeconds(srv.proc.cmd.Process.Pid)-natsCPU0
 		jobs := col.stop()

@@ -18,7 +18,6 @@ import (
 
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/nats-io/nats.go"
-	"github.com/redis/rueidis"
 )
 
 // Flood is the deep-flood scenario: one tenant with a backlog far beyond anything a window of
@@ -61,26 +60,28 @@ type Flood struct {
 	PeakConsumers      int     `json:"peak_consumers"`
 }
 
-// processes builds the admitter and nats-server binaries once per run.
-var processes struct {
-	once     sync.Once
+// binaries are the admitter and nats-server that the scenarios running them as processes use,
+// built into dir once per run (the first scenario that asks builds them).
+type binaries struct {
 	dir      string
+	once     sync.Once
 	admitter string
 	nats     string
 	err      error
 }
 
-func buildProcesses(tb testenv.TB) (admitter, natsServer string, err error) {
-	processes.once.Do(func() {
-		processes.dir = tb.TempDir()
-		processes.admitter = filepath.Join(processes.dir, "admitter")
-		if out, err := exec.Command("go", "build", "-o", processes.admitter, "github.com/admitter/admitter/cmd/admitter").CombinedOutput(); err != nil {
-			processes.err = fmt.Errorf("go build admitter: %v\n%s", err, out)
+// build builds the binaries, or returns those built before (or why they could not be).
+func (b *binaries) build() (admitter, natsServer string, err error) {
+	b.once.Do(func() {
+		admitter := filepath.Join(b.dir, "admitter")
+		if out, err := exec.Command("go", "build", "-o", admitter, "github.com/admitter/admitter/cmd/admitter").CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build admitter: %v\n%s", err, out)
 			return
 		}
-		processes.nats, processes.err = testenv.BuildNATSServer(processes.dir)
+		b.admitter = admitter
+		b.nats, b.err = testenv.BuildNATSServer(b.dir)
 	})
-	return processes.admitter, processes.nats, processes.err
+	return b.admitter, b.nats, b.err
 }
 
 // child is a process the flood scenario started, stopped at the end.
@@ -184,24 +185,6 @@ func (m monitor) sentBy(name string) (int64, error) {
 	for _, c := range connz.Connections {
 		if c.Name == name {
 			n += c.InMsgs
-		}
-	}
-	return n, nil
-}
-
-// redisCalls sums the calls of the commands a client of admitter sends.
-func redisCalls(ctx context.Context, c rueidis.Client) (int64, error) {
-	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, cmd := range []string{"fcall", "fcall_ro", "evalsha", "eval", "info", "ping"} {
-		v := infoField(info, "cmdstat_"+cmd)
-		if calls, ok := strings.CutPrefix(v, "calls="); ok {
-			calls, _, _ = strings.Cut(calls, ",")
-			k, _ := strconv.ParseInt(calls, 10, 64)
-			n += k
 		}
 	}
 	return n, nil
@@ -354,11 +337,6 @@ default_plan: quiet
 	f.AbsorbNATSMicrosPerJob = round(f.AbsorbNATSCPUS*1e6/float64(o.FloodJobs), 1)
 	p.say(fmt.Sprintf("deep flood: stored %.1fs after the first publish; CPU while it arrived: admitter %.1fs, nats-server %.1fs (%.1f µs a job)",
 		f.AbsorbS, f.AbsorbAdmitterCPUS, f.AbsorbNATSCPUS, f.AbsorbNATSMicrosPerJob))
-	rc, err := newRueidis(e.redisURL)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
 	if err := p.phase(fmt.Sprintf("deep flood: %v beside the backlog, after %v to settle", o.FloodDuration, floodSettle), func() (string, error) {
 		// What was published while the flood arrived is through, and the streams' own work
 		// after a million acknowledgements has settled.
@@ -370,7 +348,7 @@ default_plan: quiet
 		absorbedAt.Store(time.Now().UnixNano())
 		api0, _, err1 := mon.apiAndConsumers()
 		msgs0, err2 := mon.sentBy("admitter")
-		calls0, err3 := redisCalls(ctx, rc)
+		calls0, err3 := e.admin.calls(ctx)
 		mu.Lock()
 		n0, q0 := len(noisyTimes), len(quiet)
 		mu.Unlock()
@@ -382,7 +360,7 @@ default_plan: quiet
 		}
 		api1, _, err4 := mon.apiAndConsumers()
 		msgs1, err5 := mon.sentBy("admitter")
-		calls1, err6 := redisCalls(ctx, rc)
+		calls1, err6 := e.admin.calls(ctx)
 		mu.Lock()
 		n1, q1 := len(noisyTimes), len(quiet)
 		mu.Unlock()

@@ -305,10 +305,13 @@ func prepareRelay(ctx context.Context, url string, pipelines int, msgID bool, pu
 	if err != nil {
 		return nil, err
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, streamIn, consumerConfig("relay"))
-	if err != nil {
+	var cons jetstream.Consumer
+	if err := retry(ctx, "the relay's consumer of "+streamIn, setUpWithin, func(ctx context.Context) (err error) {
+		cons, err = js.CreateOrUpdateConsumer(ctx, streamIn, consumerConfig("relay"))
+		return err
+	}); err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("relay consumer: %w", err)
+		return nil, err
 	}
 	type pending struct {
 		in  jetstream.Msg
@@ -451,7 +454,7 @@ func prepareAdmitterFailing(ctx context.Context, url, redisURL string, plans *bu
 		release()
 		return nil, err
 	}
-	if err := svc.Setup(ctx); err != nil {
+	if err := retry(ctx, "the admitter's set-up", setUpWithin, svc.Setup); err != nil {
 		release()
 		return nil, err
 	}

@@ -124,7 +124,7 @@ func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (
 			return LargeRun{}, err
 		}
 	default:
-		if err := e.flush(ctx); err != nil {
+		if err := e.admin.flush(ctx); err != nil {
 			return LargeRun{}, err
 		}
 		start = time.Now()
@@ -137,6 +137,9 @@ func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (
 	}
 	bound := time.Minute + time.Duration(o.LargeJobs)*100*time.Millisecond // at least 10 jobs/s
 	last, err := waitForMessages(ctx, js, streamOut, o.LargeJobs, bound, failed)
+	if err != nil && adm != nil {
+		err = adm.annotate(ctx, err)
+	}
 	if err != nil {
 		return LargeRun{}, fmt.Errorf("%s: %w", kind, err)
 	}
@@ -164,7 +167,7 @@ func (e *env) largeRun(ctx context.Context, kind, admitterBin, natsBin string) (
 func (e *env) large(ctx context.Context, p *progress) (*Large, error) {
 	o := e.o
 	l := &Large{Jobs: o.LargeJobs, SizeBytes: o.LargeSize, Tenants: o.LargeTenants, MaxPayload: largeMaxPayload(o.LargeSize)}
-	admitterBin, natsBin, err := buildProcesses(e.tb)
+	admitterBin, natsBin, err := e.bins.build()
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,13 @@ const (
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioDecisions, ScenarioSync, ScenarioEndToEnd, ScenarioReplicas, ScenarioBacklog, ScenarioLarge, ScenarioOverload, ScenarioFlood, ScenarioFair, ScenarioCrowd, ScenarioPool, ScenarioDownstream}
+var AllScenarios = func() []string {
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.name
+	}
+	return names
+}()
 
 // Options say what to run and for how long. Start from Defaults or Quick.
 type Options struct {
@@ -44,6 +50,9 @@ type Options struct {
 	Warmup      time.Duration
 	Concurrency int
 	Tenants     int
+	// DecisionsProfile, when set, receives a CPU profile of the process during the decisions
+	// scenario's ours run (single decisions through bucket.Redis), warm-up excluded.
+	DecisionsProfile string
 
 	// End to end: Jobs pre-published over Tenants, forwarded by the relay and by admitter; then
 	// LatencyDuration of paced publishing at LatencyRate jobs/s (default 5000; 0: half the

@@ -22,7 +22,7 @@ type forwarded struct {
 }
 
 // OverloadFigures computes scenario 3's figures from what the subscriber saw: jobs admitted by
-// loadEnd against capacity + rate·t, t from the first admission to loadEnd; decisions per
+// loadEnd against capacity + rate·t, t from the first admission to loadEnd; attempts per
 // admitted job (Admit-Attempts); Admit-Delay-Ms. Jobs seen after tailEnd are left out.
 func OverloadFigures(jobs []forwarded, capacity int64, rate float64, loadStart, loadEnd, tailEnd time.Time) Overload {
 	o := Overload{Capacity: capacity, RatePerSecond: rate}

@@ -476,12 +476,7 @@ func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 	}
 	defer stopWorkers() // a second Stop does nothing
 
-	rc, err := newRueidis(e.redisURL)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	calls0, err := redisCalls(ctx, rc)
+	calls0, err := e.admin.calls(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redis INFO commandstats: %w", err)
 	}
@@ -512,7 +507,7 @@ func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 				return
 			case <-t.C:
 			}
-			if n, err := redisCalls(side, rc); err == nil {
+			if n, err := e.admin.calls(side); err == nil {
 				calls = append(calls, callSample{at: time.Now(), calls: n})
 			}
 		}
@@ -556,7 +551,7 @@ func (e *env) pool(ctx context.Context, p *progress) (*Pool, error) {
 		case err := <-adm.exited:
 			return "", err
 		case <-time.After(bound):
-			return "", fmt.Errorf("no tenant received its whole backlog within %v", bound)
+			return "", adm.annotate(ctx, fmt.Errorf("no tenant received its whole backlog within %v", bound))
 		case <-ranOut:
 		}
 		admCPU, natsCPU = cpuSeconds(adm.proc.cmd.Process.Pid)-admCPU0, cpuSeconds(srv.proc.cmd.Process.Pid)-natsCPU0
@@ -675,12 +670,13 @@ func (e *env) startPoolWorkers(ctx context.Context, js jetstream.JetStream, nc *
 // startWorkers starts the worker library on a durable consumer of ADMITTED named durable, with
 // room for concurrency handlers running handler (and four times as many deliveries pending).
 func (e *env) startWorkers(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, durable string, concurrency int, handler worker.Handler) (*worker.Worker, error) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	cons, err := js.CreateOrUpdateConsumer(cctx, streamOut, jetstream.ConsumerConfig{Durable: durable,
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 4 * concurrency})
-	if err != nil {
-		return nil, fmt.Errorf("consumer of %s: %w", streamOut, err)
+	var cons jetstream.Consumer
+	if err := retry(ctx, "the workers' consumer of "+streamOut, setUpWithin, func(ctx context.Context) (err error) {
+		cons, err = js.CreateOrUpdateConsumer(ctx, streamOut, jetstream.ConsumerConfig{Durable: durable,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 4 * concurrency})
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	wk, err := worker.New(worker.Config{Consumer: cons, Conn: nc, Concurrency: concurrency, Logger: e.o.logger(), Handler: handler})
 	if err != nil {

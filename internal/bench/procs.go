@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/admitter/admitter/internal/testenv"
@@ -24,11 +26,11 @@ type natsProc struct {
 // own: both built, Redis emptied, and a nats-server started for the admitter; the caller stops
 // it (srv.proc.stop).
 func (e *env) processWorld(ctx context.Context) (admitterBin string, srv *natsProc, err error) {
-	admitterBin, natsBin, err := buildProcesses(e.tb)
+	admitterBin, natsBin, err := e.bins.build()
 	if err != nil {
 		return "", nil, err
 	}
-	if err := e.flush(ctx); err != nil {
+	if err := e.admin.flush(ctx); err != nil {
 		return "", nil, err
 	}
 	srv, err = e.startNATSProc(ctx, natsBin, 0, "admitter")
@@ -38,7 +40,7 @@ func (e *env) processWorld(ctx context.Context) (admitterBin string, srv *natsPr
 	return admitterBin, srv, nil
 }
 
-// startNATSProc starts a nats-server process (natsBin, see buildProcesses) with its monitoring
+// startNATSProc starts a nats-server process (natsBin, see binaries) with its monitoring
 // port, a max_payload of maxPayload bytes (0: the server's default), and the streams of kind's
 // forwarder, and waits until it answers.
 func (e *env) startNATSProc(ctx context.Context, natsBin string, maxPayload int, kind string) (*natsProc, error) {
@@ -72,22 +74,24 @@ func (e *env) startNATSProcOf(ctx context.Context, natsBin string, maxPayload in
 		return nil, err
 	}
 	s := &natsProc{proc: proc, url: fmt.Sprintf("nats://127.0.0.1:%d", port), mon: monitor{base: fmt.Sprintf("http://127.0.0.1:%d", mport)}}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	if err := retry(ctx, fmt.Sprintf("nats-server on %s answers with the %s streams", s.url, kind), readyWithin, func(ctx context.Context) error {
+		select {
+		case <-proc.done:
+			return permanent{errors.New("nats-server exited")}
+		default:
+		}
 		nc, js, err := connect(s.url, "bench-setup")
-		if err == nil {
-			err = createStreamsOf(ctx, js, kind, partitions)
-			nc.Close()
-			if err == nil {
-				return s, nil
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			proc.stop()
-			log, _ := os.ReadFile(filepath.Join(dir, "nats-server.log"))
-			return nil, fmt.Errorf("nats-server did not start: %v\n%s", errors.Join(err, ctx.Err()), log)
-		}
-		time.Sleep(100 * time.Millisecond)
+		defer nc.Close()
+		return createStreamsOf(ctx, js, kind, partitions)
+	}); err != nil {
+		proc.stop()
+		log, _ := os.ReadFile(filepath.Join(dir, "nats-server.log"))
+		return nil, fmt.Errorf("%w\n%s", err, log)
 	}
+	return s, nil
 }
 
 // admitterProc is the admitter as a process of its own, on a natsProc and the bench's Redis.
@@ -99,7 +103,7 @@ type admitterProc struct {
 	exited <-chan error
 }
 
-// startAdmitterProc starts the admitter (admitterBin, see buildProcesses) against natsURL and
+// startAdmitterProc starts the admitter (admitterBin, see binaries) against natsURL and
 // the bench's Redis with plans (a plans file's YAML) and extra environment (ADMITTER_…=…, which
 // wins over the bench's own), logging warnings and errors to a file of its own. Its HTTP server
 // listens on a free loopback port; its decision APIs are off.
@@ -133,28 +137,47 @@ func (e *env) startAdmitterProc(admitterBin, natsURL, plans string, extra ...str
 // stop stops the process (bounded, see child.stop).
 func (a *admitterProc) stop() { a.proc.stop() }
 
-// waitReady polls /readyz until the admitter answers that it admits, for at most within.
-func (a *admitterProc) waitReady(ctx context.Context, within time.Duration) error {
-	c := http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(within)
-	for {
-		resp, err := c.Get("http://" + a.http + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = errors.New(resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the admitter was not ready within %v: %v", within, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-a.exited:
-			return err
-		case <-time.After(50 * time.Millisecond):
-		}
+// readyz asks the admitter's /readyz once: nil when it admits, else what it answered (a 503's
+// body says what the admitter waits for) or why it did not answer.
+func (a *admitterProc) readyz(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.http+"/readyz", nil)
+	if err != nil {
+		return err
 	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+}
+
+// waitReady polls /readyz until the admitter answers that it admits, for at most within; it
+// fails at once if the process exits.
+func (a *admitterProc) waitReady(ctx context.Context, within time.Duration) error {
+	return retry(ctx, "the admitter's http://"+a.http+"/readyz answers 200", within, func(ctx context.Context) error {
+		select {
+		case err := <-a.exited:
+			return permanent{err}
+		default:
+		}
+		return a.readyz(ctx)
+	})
+}
+
+// annotate adds what the admitter's /readyz says now to err, a wait's whose bound passed from
+// the admitter's start (a scenario that times its drain from the process's start does not wait
+// for readiness first): whether the admitter ever became ready.
+func (a *admitterProc) annotate(ctx context.Context, err error) error {
+	now := "ready"
+	if e := a.readyz(context.WithoutCancel(ctx)); e != nil {
+		now = e.Error()
+	}
+	return fmt.Errorf("%w (the admitter's /readyz: %s)", err, now)
 }

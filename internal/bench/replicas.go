@@ -141,7 +141,7 @@ const fastPlans = "plans:\n  fast: {limits: [{capacity: 1000000, rate: 1000000/s
 func (e *env) replicas(ctx context.Context, p *progress) (*Replicas, error) {
 	o := e.o
 	r := &Replicas{Jobs: o.ReplicasJobs, Tenants: o.ReplicasTenants, Partitions: o.Partitions}
-	admitterBin, natsBin, err := buildProcesses(e.tb)
+	admitterBin, natsBin, err := e.bins.build()
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func (e *env) replicaRun(ctx context.Context, natsBin, admitterBin string, n, pa
 		}
 	} else {
 		conn = "admitter"
-		if err := e.flush(ctx); err != nil {
+		if err := e.admin.flush(ctx); err != nil {
 			return run, err
 		}
 		begin := time.Now()
@@ -265,12 +265,7 @@ func (e *env) replicaRun(ctx context.Context, natsBin, admitterBin string, n, pa
 		run.AdmitterIdleMsPerS = round((sumCPU(pids)-idle0)*1e3/secs, 1)
 		run.NATSIdleMsPerS = round((cpuTime(srv.proc.cmd.Process.Pid)-natsIdle0)*1e3/secs, 1)
 	}
-	rc, err := newRueidis(e.redisURL)
-	if err != nil {
-		return run, err
-	}
-	defer rc.Close()
-	calls0, err := redisCalls(ctx, rc)
+	calls0, err := e.admin.calls(ctx)
 	if err != nil {
 		return run, err
 	}
@@ -305,7 +300,7 @@ func (e *env) replicaRun(ctx context.Context, natsBin, admitterBin string, n, pa
 	if err != nil {
 		return run, err
 	}
-	calls1, err := redisCalls(ctx, rc)
+	calls1, err := e.admin.calls(ctx)
 	if err != nil {
 		return run, err
 	}

@@ -11,13 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/plans"
-	"github.com/redis/rueidis"
 )
 
 // logger is o.Logger, or one that discards.
@@ -77,7 +75,14 @@ func (p *progress) say(line string) {
 func (p *progress) phase(what string, f func() (string, error)) error {
 	begin := time.Now()
 	fmt.Fprintf(p.w, "[%6.1fs] %s ... ", begin.Sub(p.start).Seconds(), what)
+	ended := false
+	defer func() {
+		if !ended { // f panicked, or a server it started could not: the line ends before the scenario's failure is said
+			fmt.Fprintf(p.w, "failed after %.1fs\n", time.Since(begin).Seconds())
+		}
+	}()
 	res, err := f()
+	ended = true
 	took := time.Since(begin).Seconds()
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -91,11 +96,12 @@ func (p *progress) phase(what string, f func() (string, error)) error {
 	return nil
 }
 
-// Run starts a redis-server (testenv.StartRedis) and, per run, a fresh in-process JetStream
-// server (testenv.StartNATS), both through tb, which also owns their clean-up; runs the
-// selected scenarios, printing progress to w; and returns the report with its goals evaluated.
-// It stops early, with ctx's error, when ctx ends.
-func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, error) {
+// Run starts a redis-server, then runs the selected scenarios in turn (runScenarios: each on
+// servers and processes of its own, stopped when it ends), printing progress to w. It returns
+// the report with its goals evaluated and the scenarios that failed in its Failures; an error
+// when nothing could be measured (the options, Redis), or ctx's when ctx ends first. What it
+// started is stopped when it returns.
+func Run(ctx context.Context, o Options, w io.Writer) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,155 +111,37 @@ func Run(ctx context.Context, tb testenv.TB, o Options, w io.Writer) (*Report, e
 	}
 	p := &progress{w: w, start: time.Now()}
 	rep := &Report{Meta: newMeta(ctx, p.start, o.Quick), Options: optionsJSON(o)}
-	e := &env{tb: tb, plans: plans, o: o}
-	var admin rueidis.Client
-	if err := p.phase("start redis-server", func() (string, error) {
-		srv := testenv.StartRedis(tb)
-		e.redisURL = srv.URL()
-		admin, err = newRueidis(e.redisURL)
-		if err != nil {
-			return "", err
-		}
-		info, err := admin.Do(ctx, admin.B().Info().Section("server").Build()).ToString()
-		if err != nil {
-			return "", fmt.Errorf("redis INFO: %w", err)
-		}
-		rep.Meta.RedisVersion = infoField(info, "redis_version")
-		return fmt.Sprintf("redis %s on %s", rep.Meta.RedisVersion, srv.Addr), nil
-	}); err != nil {
-		return nil, err
-	}
-	defer admin.Close()
-	e.flush = func(ctx context.Context) error {
-		if err := admin.Do(ctx, admin.B().Flushall().Build()).Error(); err != nil {
-			return fmt.Errorf("redis FLUSHALL: %w", err)
-		}
-		return nil
-	}
-	e.persist = func(ctx context.Context, on bool) error {
-		want := map[bool]string{true: "yes", false: "no"}[on]
-		if err := admin.Do(ctx, admin.B().ConfigSet().ParameterValue().ParameterValue("appendonly", want).Build()).Error(); err != nil {
-			return fmt.Errorf("redis CONFIG SET appendonly %s: %w", want, err)
-		}
-		enabled := map[bool]string{true: "1", false: "0"}[on]
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			info, err := admin.Do(ctx, admin.B().Info().Section("persistence").Build()).ToString()
-			if err != nil {
-				return fmt.Errorf("redis INFO persistence: %w", err)
+	run := &scope{log: o.logger()}
+	defer run.close()
+	e := &env{plans: plans, o: o}
+	if err := run.run(func() error {
+		e.bins = &binaries{dir: run.TempDir()}
+		return p.phase("start redis-server", func() (string, error) {
+			srv := testenv.StartRedis(run)
+			e.redisURL = srv.URL()
+			if e.admin, err = newRedisAdmin(e.redisURL); err != nil {
+				return "", err
 			}
-			if infoField(info, "aof_enabled") == enabled && infoField(info, "aof_rewrite_in_progress") == "0" {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("redis appendonly %s not in effect after 10s", want)
-			}
-		}
-	}
-
-	if o.Has(ScenarioDecisions) {
-		if rep.Decisions, err = e.decisions(ctx, p); err != nil {
-			return nil, fmt.Errorf("decisions: %w", err)
-		}
-		d := rep.Decisions
-		denied := d.Ours.Denied + d.RedisRate.Denied + d.Ceiling.Denied
-		for _, k := range d.Kinds {
-			denied += k.Denied
-		}
-		if denied > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("decisions denied (expected none): %d", denied))
-		}
-	}
-	if o.Has(ScenarioSync) {
-		if rep.Sync, err = e.synchronous(ctx, p); err != nil {
-			return nil, fmt.Errorf("sync: %w", err)
-		}
-		if s := rep.Sync; s.HTTP.Denied+s.NATS.Denied+s.Peer.Denied > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("sync decisions denied (expected none): http %d, nats %d, redis_rate net/http %d", s.HTTP.Denied, s.NATS.Denied, s.Peer.Denied))
-		}
-	}
-	if o.Has(ScenarioEndToEnd) {
-		if rep.EndToEnd, err = e.endToEnd(ctx, p); err != nil {
-			return nil, fmt.Errorf("end to end: %w", err)
-		}
-		rep.Notes = append(rep.Notes, rep.EndToEnd.Notes...)
-	}
-	if o.Has(ScenarioReplicas) {
-		if rep.Replicas, err = e.replicas(ctx, p); err != nil {
-			return nil, fmt.Errorf("replicas: %w", err)
-		}
-	}
-	if o.Has(ScenarioBacklog) {
-		if rep.Backlog, err = e.backlog(ctx, p); err != nil {
-			return nil, fmt.Errorf("backlog: %w", err)
-		}
-		for _, r := range rep.Backlog.Runs {
-			if r.Duplicates > 0 {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("backlog at start, %s: %d jobs of the backlog forwarded twice (the same Nats-Msg-Id received again by a subscriber on jobs.admitted.>; ADMITTED stores %d for %d jobs and %d of the new tenant)",
-					r.Name, r.Duplicates, r.Stored, r.Received, r.New.Samples))
-			}
-		}
-	}
-	if o.Has(ScenarioLarge) {
-		if rep.Large, err = e.large(ctx, p); err != nil {
-			return nil, fmt.Errorf("large: %w", err)
-		}
-	}
-	if o.Has(ScenarioOverload) {
-		what := fmt.Sprintf("overload: tenant %s (%d at %d/s) at %g× for %v, watched %v more", overloadTenant,
-			o.OverloadCapacity, o.OverloadRate, o.OverloadFactor, o.OverloadDuration, o.OverloadTail)
-		if err := p.phase(what, func() (string, error) {
-			rep.Overload, err = e.overload(ctx)
+			run.Cleanup(e.admin.close) // before the server stops
+			info, err := e.admin.info(ctx, "server")
 			if err != nil {
 				return "", err
 			}
-			ov := rep.Overload
-			return fmt.Sprintf("%d admitted at load end vs %.1f expected (%+.2f%%), worst lag %s jobs at t=%.1fs, %.2f decisions/job",
-				ov.AdmittedAtEnd, ov.Expected, ov.ErrorPct, count(ov.WorstLagJobs), ov.WorstLagAtS, ov.AttemptsMean), nil
-		}); err != nil {
-			return nil, fmt.Errorf("overload: %w", err)
+			rep.Meta.RedisVersion = infoField(info, "redis_version")
+			return fmt.Sprintf("redis %s on %s", rep.Meta.RedisVersion, srv.Addr), nil
+		})
+	}); err != nil {
+		return nil, err
+	}
+
+	var chosen []scenario
+	for _, sc := range scenarios {
+		if o.Has(sc.name) {
+			chosen = append(chosen, sc)
 		}
 	}
-	if o.Has(ScenarioFlood) {
-		if rep.Flood, err = e.flood(ctx, p); err != nil {
-			return nil, fmt.Errorf("deep flood: %w", err)
-		}
-	}
-	if o.Has(ScenarioFair) {
-		if rep.Fair, err = e.fair(ctx, p); err != nil {
-			return nil, fmt.Errorf("fair: %w", err)
-		}
-		if f := rep.Fair; f.Forwarded != int64(f.Tenants*f.JobsPerTenant) {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("fair: %d forwards received for %d jobs", f.Forwarded, f.Tenants*f.JobsPerTenant))
-		}
-	}
-	if o.Has(ScenarioCrowd) {
-		if rep.Crowd, err = e.crowd(ctx, p); err != nil {
-			return nil, fmt.Errorf("crowd: %w", err)
-		}
-		if c := rep.Crowd; c.Forwarded != int64(c.Tenants*c.JobsPerTenant) {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("crowd: %d forwards received for %d jobs", c.Forwarded, c.Tenants*c.JobsPerTenant))
-		}
-	}
-	if o.Has(ScenarioPool) {
-		if rep.Pool, err = e.pool(ctx, p); err != nil {
-			return nil, fmt.Errorf("pool: %w", err)
-		}
-		if f := rep.Pool; f.QuietMissing > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("pool: %d quiet jobs published in the window were not forwarded within %v of its end (counted with their wait so far)", f.QuietMissing, poolQuietGrace))
-		}
-		if f := rep.Pool; f.RanOutEarly > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("pool: %d tenants received their whole backlog before every tenant had been served (the first queues found had the pool to themselves): left out of the figures", f.RanOutEarly))
-		}
-	}
-	if o.Has(ScenarioDownstream) {
-		if rep.Downstream, err = e.downstream(ctx, p); err != nil {
-			return nil, fmt.Errorf("downstream: %w", err)
-		}
-		for _, r := range []*DownstreamRun{&rep.Downstream.Adaptive, &rep.Downstream.Fixed} {
-			if r.RanOut > 0 {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("downstream (pool %s): %d tenants had their whole backlog done before the end (their share no longer held)", r.Pool, r.RanOut))
-			}
-		}
+	if err := runScenarios(ctx, *e, p, rep, chosen); err != nil {
+		return nil, err
 	}
 	rep.Meta.ElapsedS = round(time.Since(p.start).Seconds(), 1)
 	rep.EvaluateGoals()
@@ -297,14 +185,14 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 		}
 		runs = append(runs, run{&d.Kinds[i], func() (contender, error) { return oursContender("ours "+k.name, e.redisURL, p, tenants) }})
 	}
-	defer func() { _ = e.persist(context.WithoutCancel(ctx), false) }()
+	defer func() { _ = e.admin.persist(context.WithoutCancel(ctx), false) }()
 	for i, mk := range runs {
 		if i == kindsFrom {
-			if err := e.persist(ctx, true); err != nil {
+			if err := e.admin.persist(ctx, true); err != nil {
 				return nil, err
 			}
 		}
-		if err := e.flush(ctx); err != nil {
+		if err := e.admin.flush(ctx); err != nil {
 			return nil, err
 		}
 		c, err := mk.new()
@@ -312,8 +200,15 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 			return nil, err
 		}
 		err = p.phase(fmt.Sprintf("decisions: %s, %d goroutines, %v warm-up + %v", c.name, e.o.Concurrency, e.o.Warmup, e.o.Duration), func() (string, error) {
-			r, err := measureDecisions(ctx, c, e.o.Concurrency, e.o.Warmup, e.o.Duration)
+			profile := ""
+			if mk.into == &d.Ours {
+				profile = e.o.DecisionsProfile
+			}
+			r, err := measureDecisions(ctx, c, e.o.Concurrency, e.o.Warmup, e.o.Duration, profile)
 			*mk.into = r
+			if profile != "" {
+				return fmt.Sprintf("%s/s, p50 %.2fms p99 %.2fms, CPU profile in %s", count(r.PerSecond), r.Latency.P50Ms, r.Latency.P99Ms, profile), err
+			}
 			return fmt.Sprintf("%s/s, p50 %.2fms p99 %.2fms", count(r.PerSecond), r.Latency.P50Ms, r.Latency.P99Ms), err
 		})
 		c.close()
@@ -324,19 +219,9 @@ func (e *env) decisions(ctx context.Context, p *progress) (*Decisions, error) {
 	d.VsRedisRate = round(Ratio(d.Ours.PerSecond, d.RedisRate.PerSecond), 4)
 	d.VsCeiling = round(Ratio(d.Ours.PerSecond, d.Ceiling.PerSecond), 4)
 	d.BatchedVsCeiling = round(Ratio(d.Batched.PerSecond, d.Ceiling.PerSecond), 4)
-	return d, e.flush(ctx)
+	return d, e.admin.flush(ctx)
 }
 
 // kindPlans are the decisions scenario's plans of each limit kind (see Plans), measured on a
 // Redis with an append-only file; the bucket plan again, for comparison on the same footing.
 var kindPlans = []struct{ name, plan string }{{"bucket", "bench"}, {"window", "bench-window"}, {"quota", "bench-quota"}, {"mixed", "bench-mixed"}}
-
-// infoField reads one field of a Redis INFO reply.
-func infoField(info, field string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v
-		}
-	}
-	return ""
-}

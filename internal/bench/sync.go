@@ -158,62 +158,69 @@ func peerHTTPContender(redisURL string, concurrency int, tenants []string) (cont
 }
 
 // ourNATSContender is admitter's NATS service (api.StartService) on an in-process nats-server,
-// asked by request/reply over a client connection of its own.
-func ourNATSContender(tb testenv.TB, redisURL string, plans *bucket.Plans, tenants []string) (contender, error) {
+// asked by request/reply over a client connection of its own, once its endpoint answers: the
+// service subscribes on its own connection, and a request that reaches the server before the
+// subscription does finds no responder.
+func ourNATSContender(ctx context.Context, tb testenv.TB, redisURL string, plans *bucket.Plans, tenants []string) (_ contender, err error) {
+	var closers []func() // newest last
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
 	srv := testenv.StartNATS(tb)
+	closers = append(closers, srv.Stop)
 	pol, closePol, err := syncPolicy(redisURL, plans)
 	if err != nil {
-		srv.Stop()
 		return contender{}, err
 	}
+	closers = append(closers, closePol)
 	svcConn, err := nats.Connect(srv.URL(), nats.Name("bench-service"))
 	if err != nil {
-		closePol()
-		srv.Stop()
 		return contender{}, err
 	}
+	closers = append(closers, svcConn.Close)
 	svc, err := api.StartService(svcConn, pol, api.ServiceConfig{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		svcConn.Close()
-		closePol()
-		srv.Stop()
 		return contender{}, err
 	}
+	closers = append(closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = svc.Stop(ctx)
+	})
 	nc, err := nats.Connect(srv.URL(), nats.Name("bench-client"))
 	if err != nil {
-		_ = svc.Stop(context.Background())
-		svcConn.Close()
-		closePol()
-		srv.Stop()
 		return contender{}, err
 	}
+	closers = append(closers, nc.Close)
 	bodies := decideBodies(tenants)
-	return contender{
-		name: "admitter nats",
-		decide: func(ctx context.Context, seq int64) (bool, error) {
-			m, err := nc.RequestWithContext(ctx, wire.DefaultDecideSubject, bodies[seq%int64(len(bodies))])
-			if err != nil {
-				return false, err
-			}
-			if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
-				return false, fmt.Errorf("admitter nats: error %s: %s", code, m.Header.Get("Nats-Service-Error"))
-			}
-			var d wire.Decision
-			if err := json.Unmarshal(m.Data, &d); err != nil {
-				return false, fmt.Errorf("admitter nats: %w", err)
-			}
-			return d.Allowed, nil
-		},
-		close: func() {
-			nc.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = svc.Stop(ctx)
-			svcConn.Close()
-			closePol()
-			srv.Stop()
-		},
-	}, nil
+	decide := func(ctx context.Context, seq int64) (bool, error) {
+		m, err := nc.RequestWithContext(ctx, wire.DefaultDecideSubject, bodies[seq%int64(len(bodies))])
+		if err != nil {
+			return false, err
+		}
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+			return false, fmt.Errorf("admitter nats: error %s: %s", code, m.Header.Get("Nats-Service-Error"))
+		}
+		var d wire.Decision
+		if err := json.Unmarshal(m.Data, &d); err != nil {
+			return false, fmt.Errorf("admitter nats: %w", err)
+		}
+		return d.Allowed, nil
+	}
+	if err := retry(ctx, "the NATS decision endpoint "+wire.DefaultDecideSubject+" answers", readyWithin, func(ctx context.Context) error {
+		_, err := decide(ctx, 0)
+		return err
+	}); err != nil {
+		return contender{}, err
+	}
+	return contender{name: "admitter nats", decide: decide, close: closeAll}, nil
 }
 
 // synchronous is the sync scenario.
@@ -225,10 +232,10 @@ func (e *env) synchronous(ctx context.Context, p *progress) (*Sync, error) {
 		new  func() (contender, error)
 	}{
 		{&s.HTTP, func() (contender, error) { return ourHTTPContender(e.redisURL, e.plans, e.o.Concurrency, tenants) }},
-		{&s.NATS, func() (contender, error) { return ourNATSContender(e.tb, e.redisURL, e.plans, tenants) }},
+		{&s.NATS, func() (contender, error) { return ourNATSContender(ctx, e.tb, e.redisURL, e.plans, tenants) }},
 		{&s.Peer, func() (contender, error) { return peerHTTPContender(e.redisURL, e.o.Concurrency, tenants) }},
 	} {
-		if err := e.flush(ctx); err != nil {
+		if err := e.admin.flush(ctx); err != nil {
 			return nil, err
 		}
 		c, err := mk.new()
@@ -236,7 +243,7 @@ func (e *env) synchronous(ctx context.Context, p *progress) (*Sync, error) {
 			return nil, err
 		}
 		err = p.phase(fmt.Sprintf("sync: %s, %d goroutines, %v warm-up + %v", c.name, e.o.Concurrency, e.o.Warmup, e.o.Duration), func() (string, error) {
-			r, err := measureDecisions(ctx, c, e.o.Concurrency, e.o.Warmup, e.o.Duration)
+			r, err := measureDecisions(ctx, c, e.o.Concurrency, e.o.Warmup, e.o.Duration, "")
 			*mk.into = r
 			return fmt.Sprintf("%s/s, p50 %.2fms p99 %.2fms", count(r.PerSecond), r.Latency.P50Ms, r.Latency.P99Ms), err
 		})
@@ -247,5 +254,5 @@ func (e *env) synchronous(ctx context.Context, p *progress) (*Sync, error) {
 	}
 	s.HTTPVsPeer = round(Ratio(s.HTTP.PerSecond, s.Peer.PerSecond), 4)
 	s.NATSVsPeer = round(Ratio(s.NATS.PerSecond, s.Peer.PerSecond), 4)
-	return s, e.flush(ctx)
+	return s, e.admin.flush(ctx)
 }
