@@ -2,26 +2,25 @@ package bucket
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/redis/rueidis"
 )
 
-// The simulation's adapter: the one file that knows how the Fallback is built. The rest of the
-// simulation (sim_*_test.go: the schedule, the replicas' queues and workers, the faults, the
-// checker, replay) speaks only of a simLimiter, a Router and a *Redis; re-targeting the
-// simulation at another fallback is rewriting this file.
+// The simulation's adapter: the one file that knows how the Fallback is built and what it asks of
+// the replicas around it (Router). The rest of the simulation (sim_*_test.go: the schedule, the
+// replicas' queues and workers, the faults, the checker, replay) speaks only of a simLimiter, a
+// *Redis and the world's routing table (world.route, world.reaches); re-targeting the simulation
+// at another fallback is rewriting this file.
 //
 // What the simulation needs of a fallback, and nothing more:
 //   - the verbs of a Limiter (Admit, Decide, Release, Renew, Start), deciding on Redis while it
 //     answers and on the replica's copy while it does not;
-//   - Serve, the answer to a question another replica routed here (Router.Ask calls it);
+//   - Serve, the answer to a question another replica routed here (the Router's Ask calls it);
 //   - Local, whether the replica decides on its copy now;
-//   - Recover, one probe of an outage as the fallback's own loop makes it every probeEvery (ask
-//     Redis, charge it with what the copy decided, decide on Redis again), stepped by the
-//     simulation in virtual time instead of on a timer;
-//   - Tick, the simulated time moving on (what the fallback times after an outage);
+//   - Recover, one probe of an outage as the fallback's own watcher makes it every probeEvery
+//     (ask Redis, charge it with what the copy decided, decide on Redis again), stepped by the
+//     simulation in virtual time instead of on a timer (the Fallback is not Watched);
 //   - Close.
 //
 // And of the Redis backend: deciding at the simulated time (pin), and being told that Redis lost
@@ -33,8 +32,8 @@ type simLimiter interface {
 	Limiter
 	Serve(ctx context.Context, req []byte) []byte
 	Local() bool
+	// Recover reports whether it ended the outage under way (Redis charged, deciding again).
 	Recover(ctx context.Context) bool
-	Tick(now time.Time)
 	Close()
 }
 
@@ -51,50 +50,44 @@ func newSimRedis(client rueidis.Client, prefix string, o Options, clock func() t
 // check them).
 func simRedisForgot(r *Redis, at time.Time) { r.born.at.Store(at.UnixMicro()) }
 
-// simFallback is today's Fallback behind simLimiter.
-type simFallback struct {
-	*Fallback
-	clock func() time.Time
-	// settleUntil is the simulated end of the settling after the last outage (see settleFor);
-	// the Fallback's own is on this host's clock, which the simulation does not move.
-	settleUntil time.Time
-}
+// simFallback is the Fallback behind simLimiter. Its copy's clock, and so its settling after an
+// outage, is the simulated one (r's, pinned).
+type simFallback struct{ *Fallback }
 
-// newSimLimiter is a replica's fallback over r (pinned), routing with rt under plans.
-func newSimLimiter(r *Redis, o Options, rt Router, plans func() *Plans) simLimiter {
+// newSimLimiter is replica rep's fallback over r (pinned), routing through the world's table under
+// plans.
+func newSimLimiter(r *Redis, o Options, w *world, rep *simReplica, plans func() *Plans) simLimiter {
 	f := NewFallback(r, o, time.Second, FallbackHooks{})
-	// The probing loop goDown starts waits on a timer that never fires: the simulation steps
-	// it (Recover), and its router's Back does not call Probe.
-	f.probe = time.Duration(math.MaxInt64)
-	f.Route(rt, plans)
-	return &simFallback{Fallback: f, clock: r.clock}
+	f.Route(simRouter{w, rep}, plans)
+	return simFallback{f}
 }
 
-// Recover does what (*Fallback).recover does at each tick of its timer, once.
-func (s *simFallback) Recover(ctx context.Context) bool {
-	f := s.Fallback
-	if f.mode.Load() != fallbackDown {
-		return false
-	}
-	f.mu.RLock()
-	o := f.out
-	f.mu.RUnlock()
-	if o == nil || f.redis.Ping(ctx) != nil || f.redis.refreshBorn(ctx) != nil {
-		return false
-	}
-	if !f.merge(o) {
-		return false
-	}
-	// merge started the settling on this host's clock: keep it on the simulated one.
-	s.settleUntil = s.clock().Add(settleFor)
-	f.settled.Store(math.MaxInt64)
-	return true
+func (s simFallback) Recover(ctx context.Context) bool {
+	return s.Local() && s.Fallback.Recover(ctx) == nil
 }
 
-// Tick ends the settling after an outage once the simulated time reaches it.
-func (s *simFallback) Tick(now time.Time) {
-	if !s.settleUntil.IsZero() && !now.Before(s.settleUntil) {
-		s.settleUntil = time.Time{}
-		s.Fallback.settled.Store(0)
-	}
+// simRouter is a replica's Router over the world's routing table: Ask calls the deciding
+// replica's Serve directly, when the world lets the question through.
+type simRouter struct {
+	w *world
+	r *simReplica
 }
+
+func (rt simRouter) Since(key string) time.Time {
+	rt.w.yield("since")
+	if d, since := rt.w.route(key, rt.r); d == rt.r {
+		return since
+	}
+	return time.Time{}
+}
+
+func (rt simRouter) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {
+	rt.w.yield("ask")
+	d, _ := rt.w.route(key, rt.r)
+	if !rt.w.reaches(rt.r, d, key) {
+		return nil, errNoAnswer
+	}
+	return d.lim.Serve(ctx, req), nil
+}
+
+func (rt simRouter) Back() { rt.w.redisBack() }

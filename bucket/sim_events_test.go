@@ -28,9 +28,13 @@ var simDefaultShape = simShape{duration: 60 * time.Second, parts: 4, maxReps: 4}
 func newWorld(tb testing.TB, seed uint64, shape simShape, clients []rueidis.Client, raw rueidis.Client, verbose bool) *world {
 	w := &world{tb: tb, seed: seed, traceAll: verbose, rng: rand.New(rand.NewPCG(seed, 0x5eed)), clock: &clock{t: worldStart}, now: worldStart,
 		end: worldStart.Add(shape.duration), raw: raw, prefix: fmt.Sprintf("sim:%d:", seed), byName: map[string]*simTenant{},
-		books: map[string]*simBook{}, pgcra: map[string]*simGCRA{}, poolTouched: map[int]string{}, nextJob: 1}
+		books: map[string]*simBook{}, pgcra: map[string]*simGCRA{}, poolTouched: map[int]string{}, poolTenure: map[string]tenure{}, nextJob: 1}
 	w.flushKeys()
 	w.parts = make([]int, shape.parts)
+	w.partSince = make([]time.Time, shape.parts)
+	for p := range w.partSince {
+		w.partSince[p] = w.now
+	}
 	w.makePlans()
 	on := func() bool { return w.rng.IntN(3) > 0 }
 	w.swarm = simSwarm{requests: on(), partial: on(), slow: on(), forgets: on(), cuts: on(), membership: on(), pairs: on(), idle: on(),
@@ -91,7 +95,7 @@ func (w *world) start(r *simReplica) {
 	if !w.lastFlush.IsZero() {
 		simRedisForgot(r.redis, w.lastFlush)
 	}
-	r.lim = newSimLimiter(r.redis, simOpts, simRouter{w, r}, func() *Plans { return w.plans })
+	r.lim = newSimLimiter(r.redis, simOpts, w, r, func() *Plans { return w.plans })
 	w.mu.Lock()
 	r.state, r.gone, r.local, r.cut, r.stale = replicaLive, false, false, false, nil
 	w.mu.Unlock()
@@ -155,7 +159,7 @@ func (w *world) makePlans() {
 	order := rng.Perm(len(plans))
 	for i := range 5 + rng.IntN(4) {
 		p := plans[order[i%len(plans)]]
-		t := &simTenant{name: fmt.Sprintf("t%d", i), plan: p, queueOn: -1, lastQueue: -1, mirrored: map[int]time.Time{}, touched: map[int]int{}}
+		t := &simTenant{name: fmt.Sprintf("t%d", i), plan: p, queueOn: -1, mirrored: map[int]time.Time{}, mirroredIn: map[int]time.Time{}, touched: map[int]int{}}
 		h := fnv32(t.name)
 		t.part = int(h) % len(w.parts)
 		names[t.name] = p.Name
@@ -299,7 +303,7 @@ func (w *world) wakePool(names []string) {
 }
 
 // step decides the head of t's queue on the replica holding its partition, as a queue of
-// admission does: in order, for its owner, Fresh on a new queue's first call.
+// admission does: in order, for its owner.
 func (w *world) step(t *simTenant) {
 	if op, ok := w.stepOp(t); ok {
 		w.do(op)
@@ -319,8 +323,12 @@ func (w *world) stepOp(t *simTenant) (simOp, bool) {
 	if t.queueOn != h.i {
 		t.queueOn, t.fresh = h.i, true
 	}
-	b := Batch{Tenant: t.name, Plan: t.plan, Owner: h.owner, Fresh: t.fresh, Jobs: slices.Clone(t.queue[:min(len(t.queue), 1+w.rng.IntN(3))])}
-	return w.admitOp(h, t, b, "step"), true
+	b := Batch{Tenant: t.name, Plan: t.plan, Owner: h.owner, Jobs: slices.Clone(t.queue[:min(len(t.queue), 1+w.rng.IntN(3))])}
+	what := "step"
+	if t.fresh {
+		what = "step (a new queue)"
+	}
+	return w.admitOp(h, t, b, what), true
 }
 
 // simOp is one limiter call: run makes it (under the watchdog, on a goroutine of its own), then
@@ -353,7 +361,7 @@ func (w *world) admitOp(h *simReplica, t *simTenant, b Batch, what string) simOp
 			ids[i] = fmt.Sprintf("#%d/%d", j.ID, j.Weight)
 		}
 		if err != nil {
-			w.logf("%s %s %s [%s]%s: error %v", h.name, what, t.name, strings.Join(ids, " "), note(b.Fresh, " fresh"), err)
+			w.logf("%s %s %s [%s]: error %v", h.name, what, t.name, strings.Join(ids, " "), err)
 			if !b.Release {
 				w.wake(t, between(w.rng, 100*time.Millisecond, 500*time.Millisecond))
 			}
@@ -362,10 +370,15 @@ func (w *world) admitOp(h *simReplica, t *simTenant, b Batch, what string) simOp
 		if t.queueOn == h.i {
 			t.fresh = false
 		}
-		w.logf("%s %s %s [%s]%s: %v wait %v %s%s%s", h.name, what, t.name, strings.Join(ids, " "), note(b.Fresh, " fresh"), res.Outcomes,
+		w.logf("%s %s %s [%s]: %v wait %v %s%s%s", h.name, what, t.name, strings.Join(ids, " "), res.Outcomes,
 			res.Wait, res.Limit, note(res.Local, " (copy)"), note(res.Handover, " handover"))
 		if !res.Local {
-			t.mirrored[h.i], t.lastQueue = w.now, h.i
+			t.mirrored[h.i] = w.now
+			if w.holder(t) == h {
+				t.mirroredIn[h.i] = w.partSince[t.part]
+			} else {
+				delete(t.mirroredIn, h.i) // a late step: not in a tenure of h's
+			}
 		} else {
 			w.onCopy(t, h)
 		}
@@ -608,7 +621,7 @@ func (w *world) onCopy(t *simTenant, d *simReplica) {
 			f.unseen = true
 		}
 	}
-	if t.lastQueue != d.i || since.IsZero() {
+	if known := w.holder(t) == d && !since.IsZero() && t.mirroredIn[d.i].Equal(w.partSince[t.part]) && !t.mirroredIn[d.i].IsZero(); !known {
 		b.grantQuotaShare(w.now, d.i, whyFirstDecided)
 		w.lose(w.now, t)
 	}
@@ -729,11 +742,6 @@ func (w *world) run() string {
 		}
 		w.now = ev.at
 		w.clock.Set(w.now)
-		for _, r := range w.reps {
-			if r.lim != nil {
-				r.lim.Tick(w.now)
-			}
-		}
 		ev.fn()
 		if w.failure != "" {
 			break

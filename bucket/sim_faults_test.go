@@ -355,6 +355,7 @@ func (w *world) move(p, from, to int, handover bool) {
 	}
 	w.mu.Lock()
 	w.parts[p] = to
+	w.partSince[p] = w.now
 	w.mu.Unlock()
 	w.logf("partition %d: r%d → r%d%s", p, from, to, note(handover, " (handed over)"))
 	for _, t := range w.tenants {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -54,12 +53,16 @@ type world struct {
 	lease  time.Duration // every concurrency limit's and pool's
 	pools  []*Pool
 
-	mu      sync.RWMutex // the tables the routers read: parts, reps' states
-	reps    []*simReplica
-	parts   []int // partition → index of the replica holding it, -1: none
-	tenants []*simTenant
-	byName  map[string]*simTenant
-	nextJob int64
+	mu    sync.RWMutex // the tables the routers read: parts, reps' states
+	reps  []*simReplica
+	parts []int // partition → index of the replica holding it, -1: none
+	// partSince is since when each partition's holder holds it (its tenure); poolTenure the
+	// pools' deciding replicas and theirs, by Router key.
+	partSince  []time.Time
+	poolTenure map[string]tenure
+	tenants    []*simTenant
+	byName     map[string]*simTenant
+	nextJob    int64
 
 	flights []*flight
 	books   map[string]*simBook
@@ -147,7 +150,7 @@ type simTenant struct {
 	part  int
 	queue []Job // waiting in the input, in order
 	// queueOn is the replica whose queue of this tenant runs (-1: none, idle or never made);
-	// fresh: that queue has had no answer yet (Batch.Fresh).
+	// fresh: that queue has had no answer yet.
 	queueOn int
 	fresh   bool
 	stepAt  time.Time // its next step is scheduled then (zero: none)
@@ -158,13 +161,14 @@ type simTenant struct {
 	poolBound bool      // its head waits for its pool (a pool's wake is for it)
 	idleAt    time.Time // its queue went empty then
 	// The checker's bookkeeping of the copies: mirrored[r] is when replica r's queue last had
-	// its state mirrored (an answer from Redis), lastQueue the replica that did so last;
-	// touched[r] the epoch of r's outage in which r last decided it on its copy.
-	mirrored  map[int]time.Time
-	lastQueue int
-	touched   map[int]int
-	requests  []simTake // requests allowed on Redis lately (for whyUnseen)
-	stallFrom time.Time // Redis has held its queue on a concurrency limit with room, since then
+	// its state mirrored (an answer from Redis), mirroredIn[r] in which of r's tenures of the
+	// partition (its start); touched[r] the epoch of r's outage in which r last decided it on
+	// its copy. A copy is exact in the tenure it was mirrored in (Router.Since).
+	mirrored   map[int]time.Time
+	mirroredIn map[int]time.Time
+	touched    map[int]int
+	requests   []simTake // requests allowed on Redis lately (for whyUnseen)
+	stallFrom  time.Time // Redis has held its queue on a concurrency limit with room, since then
 }
 
 // flight is a job let through: a forward, or a request allowed under a concurrency limit.
@@ -265,56 +269,55 @@ func (w *world) replicas() string {
 // errNoAnswer is a routed question nobody answered.
 var errNoAnswer = errors.New("sim: no replica answered")
 
-// simRouter is a replica's Router: it asks the deciding replica's limiter directly.
-type simRouter struct {
-	w *world
-	r *simReplica
-}
-
-func (rt simRouter) Decides(key string) bool {
-	rt.w.yield("decides")
-	return rt.w.decider(key, rt.r) == rt.r
-}
-
-func (rt simRouter) Ask(ctx context.Context, key string, req []byte) ([]byte, error) {
-	rt.w.yield("ask")
-	d := rt.w.decider(key, rt.r)
-	rt.w.mu.RLock()
-	ok := d != nil && d != rt.r && d.state == replicaLive && !d.cut && !rt.r.cut
-	rt.w.mu.RUnlock()
-	if !ok {
-		return nil, errNoAnswer
+// reaches reports whether asker's routed question for key reaches d (recording who answered,
+// for the checker): d runs and neither is cut off from the other replicas' questions.
+func (w *world) reaches(asker, d *simReplica, key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ok := d != nil && d != asker && d.state == replicaLive && !d.cut && !asker.cut
+	if ok && w.answered != nil {
+		w.answered[key] = d
 	}
-	rt.w.mu.Lock()
-	if rt.w.answered != nil {
-		rt.w.answered[key] = d
-	}
-	rt.w.mu.Unlock()
-	return d.lim.Serve(ctx, req), nil
+	return ok
 }
 
-func (rt simRouter) Back() {
-	rt.w.mu.Lock()
-	rt.w.back = true
-	rt.w.mu.Unlock()
+// redisBack notes that a replica charged Redis after an outage: the others probe at once.
+func (w *world) redisBack() {
+	w.mu.Lock()
+	w.back = true
+	w.mu.Unlock()
 }
 
-// decider is the replica that decides key for asker: a tenant's, the holder of its partition
-// (asker when none); a pool's, the live replica ranking highest for it.
-func (w *world) decider(key string, asker *simReplica) *simReplica {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
+// route is the replica that decides key, and since when (its tenure): a tenant's, the holder of
+// its partition since it took it (none between holders); a pool's, the live replica ranking
+// highest for it, since the first question that found it so.
+func (w *world) route(key string, asker *simReplica) (*simReplica, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if t, ok := strings.CutPrefix(key, "tenant:"); ok {
 		tn := w.byName[t]
 		if tn == nil {
-			return asker
+			return nil, time.Time{}
 		}
 		if h := w.parts[tn.part]; h >= 0 {
-			return w.reps[h]
+			return w.reps[h], w.partSince[tn.part]
 		}
-		return asker
+		return nil, time.Time{}
 	}
-	return w.poolDecider(key)
+	d := w.poolDecider(key)
+	if d == nil {
+		return nil, time.Time{}
+	}
+	if ten, ok := w.poolTenure[key]; !ok || ten.r != d.i {
+		w.poolTenure[key] = tenure{d.i, w.now}
+	}
+	return d, w.poolTenure[key].since
+}
+
+// tenure is a pool's deciding replica since a time.
+type tenure struct {
+	r     int
+	since time.Time
 }
 
 // poolDecider is the replica ranking highest for key among those the others count live
@@ -362,12 +365,6 @@ func (w *world) call(what string, fn func(ctx context.Context)) bool {
 		w.fail("%s did not return within %v (real time): a deadlock\n%s", what, simWatchdog, goroutines())
 		return false
 	}
-}
-
-// goroutines is every goroutine's stack.
-func goroutines() string {
-	buf := make([]byte, 1<<20)
-	return string(buf[:runtime.Stack(buf, true)])
 }
 
 // pick is a random element of xs (nil when empty).
