@@ -116,6 +116,9 @@ func (w *world) fault(d time.Duration) {
 	back := func(rs []*simReplica) func() {
 		return func() {
 			w.redisAll = redisUp
+			if len(rs) == len(reps) {
+				rs = w.reps // with those started meanwhile, which found it away too
+			}
 			for _, r := range rs {
 				r.client.set(redisUp)
 			}
