@@ -95,12 +95,13 @@ soak: deps
 	ADMITTER_SOAK=$(SOAK) $(SOAKFLAGS) PATH="$$PATH:/usr/bin" $(GO) test -count=1 -tags soak -run '^TestSoak$$' -v -timeout 24h ./tests/
 
 # sim: the deterministic simulation of the limiter layer (bucket/sim_*_test.go) for SEEDS seeds
-# from SEED (make test runs the first 200 under the race detector); a failing seed prints how to
-# replay it alone. Not part of `make test`.
-SEEDS ?= 1000
-SEED  ?= 1
+# from SEED, each SIMTIME of simulated time (make test runs the first 200, 30 s each, under the
+# race detector); a failing seed prints how to replay it alone. Not part of `make test`.
+SEEDS   ?= 1000
+SEED    ?= 1
+SIMTIME ?= 60s
 sim: deps
-	PATH="$$PATH:/usr/bin" $(GO) test -count=1 -run '^TestSimulation$$' -timeout 2h ./bucket -sim.seeds=$(SEEDS) -sim.first=$(SEED)
+	PATH="$$PATH:/usr/bin" $(GO) test -count=1 -run '^TestSimulation$$' -timeout 4h ./bucket -sim.seeds=$(SEEDS) -sim.first=$(SEED) -sim.duration=$(SIMTIME)
 
 # fuzz runs every fuzz target for FUZZTIME each (seeds alone run in `make test`).
 fuzz:

@@ -20,8 +20,8 @@ type simShape struct {
 	maxReps  int           // replicas at most (clients of the redis-server)
 }
 
-// simDefaultShape is make test's: about 60 s of simulated time, a few hundred events.
-var simDefaultShape = simShape{duration: 60 * time.Second, parts: 4, maxReps: 4}
+// simDefaultShape is make test's: 30 s of simulated time (-sim.duration), a few hundred events.
+var simDefaultShape = simShape{duration: 30 * time.Second, parts: 4, maxReps: 4}
 
 // newWorld builds seed's world over clients (one per replica slot) and raw (a client without
 // faults, for flushes); verbose prints every event as it happens.

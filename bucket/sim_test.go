@@ -21,6 +21,8 @@ var (
 	simSeeds = flag.Int("sim.seeds", 200, "TestSimulation: how many seeds to run")
 	simFirst = flag.Uint64("sim.first", 1, "TestSimulation: the first seed")
 	simSeed  = flag.Uint64("sim.seed", 0, "TestSimulation: run this seed alone, printing every event (with -v)")
+	// A seed's schedule depends on its length: a seed replays with the length it ran with.
+	simDuration = flag.Duration("sim.duration", simDefaultShape.duration, "TestSimulation: each seed's simulated time")
 )
 
 func TestSimulation(t *testing.T) {
@@ -29,12 +31,7 @@ func TestSimulation(t *testing.T) {
 		first, n = *simSeed, 1
 	}
 	var failed []string
-	skipped := 0
 	for seed := first; seed < first+n; seed++ {
-		if *simSeed == 0 && *simSeeds == 200 && *simFirst == 1 && simFailsBeforeTheFixes[seed] {
-			skipped++
-			continue
-		}
 		start := time.Now()
 		v, trace := runSeed(t, seed, *simSeed != 0 && testing.Verbose())
 		if took := time.Since(start); took > 5*time.Second {
@@ -45,16 +42,13 @@ func TestSimulation(t *testing.T) {
 		}
 		failed = append(failed, fmt.Sprint(seed))
 		if len(failed) <= 3 {
-			t.Errorf("seed %d: %s\n  replay: go test -run 'TestSimulation$' ./bucket -sim.seed=%d -v\n  its last events:\n%s", seed, v, seed, trace)
+			t.Errorf("seed %d: %s\n  replay: go test -run 'TestSimulation$' ./bucket -sim.seed=%d -sim.duration=%v -v\n  its last events:\n%s", seed, v, seed, *simDuration, trace)
 		} else {
 			t.Errorf("seed %d: %s", seed, summary(v))
 		}
 	}
 	if len(failed) > 0 {
 		t.Logf("%d of %d seeds failed: %s", len(failed), n, strings.Join(failed, " "))
-	}
-	if skipped > 0 {
-		t.Logf("%d seeds skipped: they fail until the fallback's fixes (issue 38) are merged", skipped)
 	}
 }
 
@@ -109,33 +103,14 @@ func TestSimulation(t *testing.T) {
 //	            noticed, fails; the failure is taken as Redis's (outageError): r0 turns local
 //	            again at once, and again after each probe, until the death is noticed (3 s).
 
-// simFailsBeforeTheFixes are the seeds of make test's 200 that fail on the fallback before issue
-// 38's fixes (122 of them); the default run skips them until the fixes are merged, and then this
-// list goes. Each replays alone with -sim.seed=N.
-var simFailsBeforeTheFixes = map[uint64]bool{
-	1: true, 3: true, 4: true, 7: true, 8: true, 11: true, 14: true, 20: true, 21: true, 22: true,
-	23: true, 24: true, 25: true, 27: true, 28: true, 30: true, 31: true, 33: true, 34: true,
-	35: true, 39: true, 41: true, 42: true, 43: true, 44: true, 46: true, 47: true, 48: true,
-	50: true, 51: true, 52: true, 54: true, 56: true, 57: true, 58: true, 61: true, 62: true,
-	63: true, 64: true, 65: true, 67: true, 68: true, 70: true, 71: true, 72: true, 73: true,
-	74: true, 77: true, 80: true, 81: true, 83: true, 85: true, 87: true, 88: true, 89: true,
-	90: true, 92: true, 93: true, 95: true, 97: true, 98: true, 99: true, 100: true, 101: true,
-	102: true, 103: true, 106: true, 107: true, 115: true, 117: true, 119: true, 120: true,
-	122: true, 123: true, 124: true, 125: true, 126: true, 128: true, 130: true, 131: true,
-	132: true, 134: true, 135: true, 136: true, 137: true, 139: true, 141: true, 142: true,
-	145: true, 147: true, 149: true, 150: true, 152: true, 154: true, 155: true, 157: true,
-	158: true, 159: true, 161: true, 162: true, 163: true, 164: true, 165: true, 166: true,
-	167: true, 169: true, 173: true, 174: true, 175: true, 179: true, 181: true, 183: true,
-	185: true, 187: true, 188: true, 191: true, 193: true, 194: true, 195: true, 196: true,
-	197: true, 199: true,
-}
-
 // runSeed plays seed's world; it returns the first violation ("" when none) and the events
 // before it.
 func runSeed(t *testing.T, seed uint64, verbose bool) (violation, trace string) {
 	t.Helper()
 	clients, raw := simClients(t)
-	w := newWorld(t, seed, simDefaultShape, clients, raw, verbose)
+	shape := simDefaultShape
+	shape.duration = *simDuration
+	w := newWorld(t, seed, shape, clients, raw, verbose)
 	defer w.close()
 	v := w.run()
 	tail := w.trace
