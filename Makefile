@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: all build test test-deploy vet staticcheck fmt-check deps bench soak sim fuzz run demo clean console-shots
+.PHONY: all build test test-deploy vet staticcheck fmt-check deps bench soak drill sim fuzz run demo clean console-shots
 
 all: build
 
@@ -35,6 +35,7 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags soak ./tests/
+	$(GO) vet -tags drill ./tests/
 	cd deploy && $(GO) vet ./...
 
 # staticcheck (honnef.co/go/tools) on the main module, the soak-tagged tests and deploy/. `make`
@@ -51,6 +52,7 @@ $(STATICCHECK):
 staticcheck: $(STATICCHECK)
 	$(STATICCHECK) $(PKGS)
 	$(STATICCHECK) -tags soak ./tests/
+	$(STATICCHECK) -tags drill ./tests/
 	cd deploy && $(STATICCHECK) ./...
 
 # test: formatting, vet, staticcheck, and every test (unit, conformance, fuzz seeds, end-to-end)
@@ -82,6 +84,15 @@ bench: deps
 console-shots: deps
 	mkdir -p docs/console
 	PATH="$$PATH:/usr/bin" ADMITTER_CONSOLE_SHOTS="$$(pwd)/docs/console" $(GO) test -count=1 -run 'TestConsoleInBrowser$$' ./tests/
+
+# drill: the failure drills of the built binary, each counting runs per job at a worker on the
+# worker package: replicas killed, paused and restarted under a pool (TestTakeoverDrill), Redis
+# killed, emptied and cut (TestRedisOutageDrill), one replica cut from Redis while its peer
+# reaches it (TestPartialOutageScene). About 90 s each, DRILL_RUNS times (default 1); they time
+# faults against the pool's leases, so they run alone, not in `make test`.
+DRILL_RUNS ?= 1
+drill: deps
+	ADMITTER_DRILL_RUNS=$(DRILL_RUNS) PATH="$$PATH:/usr/bin" $(GO) test -count=1 -tags drill -run 'Drill$$|^TestPartialOutageScene$$' -v -timeout 60m ./tests/
 
 # soak: traffic of 40 tenants through 3 admitter replicas (the built binary), a 3-node NATS
 # cluster (nats-server processes, streams R3) and Redis (appendonly yes), with a fault every

@@ -26,6 +26,7 @@ const (
 	DefaultDiscoveryInterval = time.Second
 	DefaultInFlightBytes     = 32 << 20
 	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultStallAfter        = 30 * time.Second
 	DefaultDuplicateWindow   = 2 * time.Minute
 	DefaultOutMaxAge         = 24 * time.Hour
 	DefaultDeadMaxAge        = 14 * 24 * time.Hour
@@ -76,6 +77,10 @@ type Config struct {
 	// ShutdownTimeout bounds how long Run settles the steps under way after its context ends
 	// (default 10s).
 	ShutdownTimeout time.Duration
+	// StallAfter is how long a tenant's queue with jobs may go without a step that ends (a
+	// decision) before the replica is not ready (default 30s): a step stuck, or no worker free
+	// to take it.
+	StallAfter time.Duration
 	// DuplicateWindow is the dedupe window of the streams the service publishes to (default
 	// 2m): a forward repeated within it (its replica died after publishing it and before
 	// removing its job) is stored once.
@@ -163,6 +168,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.StallAfter <= 0 {
+		c.StallAfter = DefaultStallAfter
 	}
 	if c.DuplicateWindow <= 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -20,7 +21,8 @@ import (
 // request and no subscription of its own. Safe for concurrent use.
 type reader struct {
 	nc     *nats.Conn
-	api    string // "$JS.API.DIRECT.GET." or the domain's
+	api    string // "$JS.API." or the domain's
+	direct string // api + "DIRECT.GET."
 	inbox  string
 	sub    *nats.Subscription
 	seq    atomic.Uint64
@@ -37,7 +39,7 @@ func newReader(js jetstream.JetStream) (*reader, error) {
 	case api == "":
 		api = jetstream.DefaultAPIPrefix
 	}
-	r := &reader{nc: js.Conn(), api: api + "DIRECT.GET.", inbox: nats.NewInbox(), routes: map[string]chan *nats.Msg{}}
+	r := &reader{nc: js.Conn(), api: api, direct: api + "DIRECT.GET.", inbox: nats.NewInbox(), routes: map[string]chan *nats.Msg{}}
 	sub, err := r.nc.Subscribe(r.inbox+".*", r.route)
 	if err != nil {
 		return nil, fmt.Errorf("admission: reader: %w", err)
@@ -98,7 +100,7 @@ func (r *reader) get(ctx context.Context, stream string, dr directRequest) ([]*n
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := r.nc.PublishRequest(r.api+stream, r.inbox+"."+token, req); err != nil {
+	if err := r.nc.PublishRequest(r.direct+stream, r.inbox+"."+token, req); err != nil {
 		return nil, 0, fmt.Errorf("direct get %s %s: %w", stream, subject, err)
 	}
 	var out []*nats.Msg
@@ -123,6 +125,62 @@ func (r *reader) get(ctx context.Context, stream string, dr directRequest) ([]*n
 			}
 		}
 	}
+}
+
+// firstFrom is the sequence of the first message of stream on subject at or after seq, as the
+// stream's leader has it (found false: none; see leaderGet).
+func (r *reader) firstFrom(ctx context.Context, stream, subject string, seq uint64) (uint64, bool, error) {
+	m, found, err := r.leaderGet(ctx, stream, msgGetRequest{Seq: max(seq, 1), NextFor: subject})
+	if err != nil {
+		return 0, false, fmt.Errorf("get the first message of %s on %s from %d: %w", stream, subject, seq, err)
+	}
+	return m.seq, found, nil
+}
+
+type msgGetRequest struct {
+	Seq       uint64     `json:"seq,omitempty"`
+	NextFor   string     `json:"next_by_subj"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+}
+
+// leaderGet is the first message of stream that req asks for, as the stream's leader has it
+// (STREAM.MSG.GET, which only the leader answers; found false: there is none). A Direct Get may
+// be answered by a follower that has not applied the latest stores (FIELD-NOTES): a "none" from
+// it is no proof.
+func (r *reader) leaderGet(ctx context.Context, stream string, req msgGetRequest) (m storedMsg, found bool, err error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return storedMsg{}, false, err
+	}
+	reply, err := r.nc.RequestWithContext(ctx, r.api+"STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return storedMsg{}, false, err
+	}
+	var resp struct {
+		Message *struct {
+			Sequence uint64 `json:"seq"`
+			Header   []byte `json:"hdrs"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return storedMsg{}, false, fmt.Errorf("a reply that does not read: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return storedMsg{}, false, nil
+	case resp.Error != nil:
+		return storedMsg{}, false, resp.Error
+	case resp.Message == nil:
+		return storedMsg{}, false, errors.New("a reply without a message")
+	}
+	m.seq = resp.Message.Sequence
+	if len(resp.Message.Header) > 0 {
+		if m.header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return storedMsg{}, false, fmt.Errorf("message %d: headers that do not read: %w", m.seq, err)
+		}
+	}
+	return m, true, nil
 }
 
 // seqOf is the stream sequence of a message read by Direct Get.

@@ -23,14 +23,9 @@ import (
 // waits waits until it is at the head (then it is dead-lettered in order).
 const maxSkipped = 1024
 
-// canSkip reports whether j, expired behind the job that waits, may be dead-lettered out of its
-// place: a job of the partition's own stream (an older stream's are read and removed in order).
-func (s *Service) canSkip(q *queue, j *job) bool {
-	return !j.src && !j.lane && len(q.skipped) < maxSkipped
-}
-
-// skipExpired removes the jobs at input sequences seqs (ascending), dead-lettered out of their
-// place, from q: from its buffer, and from the input (see above).
+// skipExpired removes the jobs at input sequences seqs (ascending), settled out of their place
+// (dead-lettered expired, see above, or forwarded ahead of their place: priority.go), from q:
+// from its buffer and index, and from the input.
 func (s *Service) skipExpired(ctx context.Context, q *queue, seqs []uint64) {
 	s.queues.unbuffer(q, seqs)
 	if s.noDeletes.Load() {

@@ -20,14 +20,19 @@ type router struct {
 	prefix string    // _ADMITTER.<consumer>.fallback.
 	born   time.Time // the router's start: since when this replica decides the pools it ranks first
 	mu     sync.Mutex
-	// since is when the router first saw each tenure of this replica's (see Since).
-	since map[tenure]time.Time
+	// since is when the router first saw each stretch of this replica's (see Since).
+	since map[stretch]time.Time
+	// relay answers relayed questions while this replica reaches Redis (see Tell): set by serve;
+	// relaying is its subscription while it does.
+	relay    nats.MsgHandler
+	relaying *nats.Subscription
+	local    bool
 }
 
 var _ bucket.Router = (*router)(nil)
 
 func newRouter(s *Service) *router {
-	return &router{s: s, prefix: "_ADMITTER." + s.cfg.Consumer + ".fallback.", born: time.Now(), since: map[tenure]time.Time{}}
+	return &router{s: s, prefix: "_ADMITTER." + s.cfg.Consumer + ".fallback.", born: time.Now(), since: map[stretch]time.Time{}}
 }
 
 // decider is the live replica that decides for key: this one for a tenant whose partition no
@@ -71,7 +76,7 @@ func (r *router) Since(key string) time.Time {
 		}
 		return time.Time{}
 	}
-	tn, ok := r.tenure(r.s.in.partOf(t))
+	tn, ok := r.stretch(r.s.in.partOf(t))
 	if !ok {
 		return time.Time{}
 	}
@@ -81,7 +86,7 @@ func (r *router) Since(key string) time.Time {
 	if !seen {
 		since = time.Now()
 		for k := range r.since {
-			if now, ok := r.tenure(k.p); !ok || now != k {
+			if now, ok := r.stretch(k.p); !ok || now != k {
 				delete(r.since, k) // ended
 			}
 		}
@@ -90,24 +95,24 @@ func (r *router) Since(key string) time.Time {
 	return since
 }
 
-// tenure is one stretch of time during which this replica decides partition p's tenants: its
-// owners' hold of p (one take), or, with h nil, while no replica is known to hold p.
-type tenure struct {
-	p int
-	h *held
+// stretch is one stretch of time during which this replica decides partition p's tenants: one
+// tenure of p by its owners (id: a partition given up and taken again is a new one), or, with
+// id 0, while no replica is known to hold p.
+type stretch struct {
+	p  int
+	id uint64
 }
 
-// tenure is this replica's tenure of partition p now; false when another replica holds p.
-func (r *router) tenure(p int) (tenure, bool) {
+// stretch is this replica's stretch of partition p now; false when another replica holds p.
+func (r *router) stretch(p int) (stretch, bool) {
 	o := r.s.owners
 	o.mu.Lock()
-	h := o.mine[p]
-	held := h != nil && !h.releasing
+	t := o.tenures[p]
 	o.mu.Unlock()
-	if held {
-		return tenure{p, h}, true
+	if t.state == held || t.state == unsure {
+		return stretch{p, t.id}, true
 	}
-	return tenure{p: p}, o.owner(p) == ""
+	return stretch{p: p}, o.owner(p) == ""
 }
 
 // Ask sends req to the replica that decides for key.
@@ -122,6 +127,41 @@ func (r *router) Ask(ctx context.Context, key string, req []byte) ([]byte, error
 // Back tells every replica that Redis answers again: each probes it at once.
 func (r *router) Back() {
 	_ = r.s.cfg.JetStream.Conn().Publish(r.prefix+"back", nil)
+}
+
+// Tell subscribes this replica to the relayed questions while it reaches Redis (local false),
+// in one queue group with every replica that does, and unsubscribes it while it does not: a
+// relayed question goes to one replica that reaches Redis, and finds no responder when none does.
+func (r *router) Tell(local bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.local = local
+	r.subscribeRelay()
+}
+
+// subscribeRelay makes the relay subscription agree with the mode told, under r.mu.
+func (r *router) subscribeRelay() {
+	switch {
+	case r.local && r.relaying != nil:
+		_ = r.relaying.Unsubscribe()
+		r.relaying = nil
+	case !r.local && r.relaying == nil && r.relay != nil:
+		sub, err := r.s.cfg.JetStream.Conn().QueueSubscribe(r.prefix+"relay", "relay", r.relay)
+		if err != nil {
+			r.s.log.Warn("fail mode local: this replica cannot take relayed questions; a replica cut from Redis decides on its copy", "err", err)
+			return
+		}
+		r.relaying = sub
+	}
+}
+
+// Relay sends req to a replica that reaches Redis (see Tell).
+func (r *router) Relay(ctx context.Context, req []byte) ([]byte, error) {
+	m, err := r.s.cfg.JetStream.Conn().RequestWithContext(ctx, r.prefix+"relay", req)
+	if err != nil {
+		return nil, fmt.Errorf("admission: relay to a replica that reaches Redis: %w", err)
+	}
+	return m.Data, nil
 }
 
 // routeTimeout bounds the answer to a routed question (the asker gives up sooner).
@@ -144,5 +184,22 @@ func (r *router) serve(ctx context.Context, f Fallback) (unsubscribe func(), err
 		_ = asked.Unsubscribe()
 		return nil, err
 	}
-	return func() { _ = asked.Unsubscribe(); _ = back.Unsubscribe() }, nil
+	r.mu.Lock()
+	r.relay = func(m *nats.Msg) {
+		qctx, cancel := context.WithTimeout(ctx, routeTimeout)
+		defer cancel()
+		_ = m.Respond(f.Serve(qctx, m.Data))
+	}
+	r.subscribeRelay()
+	r.mu.Unlock()
+	return func() {
+		_ = asked.Unsubscribe()
+		_ = back.Unsubscribe()
+		r.mu.Lock()
+		if r.relaying != nil {
+			_ = r.relaying.Unsubscribe()
+		}
+		r.relay, r.relaying = nil, nil
+		r.mu.Unlock()
+	}, nil
 }

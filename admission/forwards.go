@@ -2,12 +2,15 @@ package admission
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/admitter/admitter/bucket"
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
+	"github.com/nats-io/nats.go"
 )
 
 // A forward decided and not yet stored downstream is the one thing that can break pacing
@@ -52,17 +55,17 @@ func (o owed) empty() bool { return !o.keep && o.lateWeight == 0 }
 // removal is retried every step until then.
 const storedKeep = time.Hour
 
-// settle records what the step's published messages became: forwards of paced jobs (not
-// fail-open, not shadow) stored late or more after the decision are owed to the limiter. It
-// returns how many were late.
-func (o *owed) settle(jobs []job, outs []*outMsg, owner []int, late time.Duration) (n int) {
-	for k, m := range outs {
-		j := &jobs[owner[k]]
-		took := m.took + j.verdict.AdmittedAgo // a redeemed job's forward made only now: late by as much
-		if m.err != nil || took < late || !m.forward || j.verdict.Fate != wire.FateAdmitted || j.verdict.Shadow {
+// settle records what the step's forwards became: those of paced jobs (not fail-open, not shadow)
+// stored late or more after their decision (a redeemed job's, after its admission) are owed to
+// the limiter. It returns how many were late.
+func (o *owed) settle(fwds []*forward, late time.Duration) (n int) {
+	for _, f := range fwds {
+		v := f.planned.verdict
+		took := f.took + v.AdmittedAgo // a redeemed job's forward made only now: late by as much
+		if !f.forwards() || took < late || v.Fate != wire.FateAdmitted || v.Shadow {
 			continue
 		}
-		o.lateWeight += max(j.weight, 1)
+		o.lateWeight += max(f.job.weight, 1)
 		o.late = max(o.late, took)
 		n++
 	}
@@ -76,14 +79,14 @@ func (o *owed) settle(jobs []job, outs []*outMsg, owner []int, late time.Duratio
 // its forward waited, its slot went to the next job, and the forward, stored late, ran beside
 // it (issue 39 item 7: 3 running of a limit of 2, 8 of a pool of 6). A renewal of a job done
 // meanwhile holds nothing. Steps whose forwards hold no lease start nothing.
-func (s *Service) holdLeases(ctx context.Context, q *queue, jobs []job, outs []*outMsg, owner []int) (done func()) {
+func (s *Service) holdLeases(ctx context.Context, q *queue, fwds []*forward) (done func()) {
 	var leased []*job
 	every := time.Duration(0)
-	for k, m := range outs {
-		if m.lease > 0 {
-			leased = append(leased, &jobs[owner[k]])
-			if every == 0 || m.lease/4 < every {
-				every = m.lease / 4
+	for _, f := range fwds {
+		if f.lease > 0 {
+			leased = append(leased, f.job)
+			if every == 0 || f.lease/4 < every {
+				every = f.lease / 4
 			}
 		}
 	}
@@ -111,4 +114,86 @@ func (s *Service) holdLeases(ctx context.Context, q *queue, jobs []job, outs []*
 		}
 	})
 	return func() { close(stop); wg.Wait() }
+}
+
+// forwards are the messages of the jobs p sends (their forwards and dead letters), in order.
+func (s *Service) forwards(q *queue, jobs []job, d *decision, p stepPlan) []*forward {
+	fwds := make([]*forward, 0, len(jobs))
+	for i := range jobs {
+		pl := p.each[i]
+		if !pl.act.sends() {
+			continue
+		}
+		j := &jobs[i]
+		f := &forward{job: j, planned: pl}
+		if pl.act == actForward {
+			f.msg, f.stream = s.forwardMsg(j, d, pl.verdict), s.cfg.StreamOut
+			if d.lease > 0 && pl.verdict.Fate == wire.FateAdmitted && !pl.verdict.Shadow { // see leaseHeader
+				f.lease = d.lease
+			}
+		} else {
+			f.msg, f.stream = s.deadMsg(j, pl.verdict, pl.verdict.Code, pl.verdict.Detail), s.cfg.StreamDead
+		}
+		fwds = append(fwds, f)
+	}
+	return fwds
+}
+
+// send publishes the step's messages, holding their leases while NATS holds them, and
+// dead-letters instead the forwards that can never be stored.
+func (s *Service) send(ctx context.Context, q *queue, fwds []*forward) {
+	s.tel.inFlight.Add(ctx, int64(len(fwds)))
+	held := s.holdLeases(ctx, q, fwds)
+	s.pub.publishAll(ctx, fwds)
+	held()
+	s.deadLetterRefused(ctx, fwds)
+	s.tel.inFlight.Add(ctx, -int64(len(fwds)))
+}
+
+// deadLetterRefused dead-letters instead what can never be stored; a dead letter that cannot
+// carry the payload is sent without it.
+func (s *Service) deadLetterRefused(ctx context.Context, fwds []*forward) {
+	for round := 0; round < 2 && ctx.Err() == nil; round++ {
+		var again []*forward
+		for _, f := range fwds {
+			if f.err == nil || !s.pub.permanent(f.err) {
+				continue
+			}
+			j, v := f.job, f.planned.verdict
+			var dm *nats.Msg
+			switch {
+			case f.stream != s.cfg.StreamDead:
+				code, detail := wire.CodeForwardRejected, fmt.Sprintf("stream %s refused it: %v", f.stream, f.err)
+				if errors.Is(f.err, errTooLarge) || tooLargeAPI(f.err) {
+					code, detail = wire.CodeTooLarge, fmt.Sprintf("it can never be stored on stream %s: %v", f.stream, f.err)
+				}
+				v = policy.Verdict{Fate: wire.FateDead, Code: code, Detail: detail}
+				dm = s.deadMsg(j, v, code, detail)
+			case len(f.msg.Data) > 0:
+				dm = s.deadMsg(j, v, v.Code, v.Detail+fmt.Sprintf("; the payload (%d bytes) is left out: the dead letter could not carry it (%v); it was sequence %d of stream %s",
+					len(j.data), f.err, j.seq, j.stream))
+				dm.Data = nil
+			default:
+				continue // even without its payload: see conclude
+			}
+			act := f.planned.act
+			if act == actForward {
+				act = actDead
+			}
+			f.planned, f.msg, f.stream, f.lease, f.err = planned{act: act, verdict: v, out: f.planned.out}, dm, s.cfg.StreamDead, 0, nil
+			again = append(again, f)
+		}
+		if len(again) == 0 {
+			return
+		}
+		s.pub.publishAll(ctx, again)
+	}
+}
+
+// outSubject is the subject a job published on subject is forwarded on.
+func (s *Service) outSubject(subject string) string {
+	if _, out, err := s.out.Map(subject); err == nil {
+		return out
+	}
+	return subject // cannot happen for a job of the input: it matched the template
 }

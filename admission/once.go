@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/admitter/admitter/policy"
 	"github.com/admitter/admitter/wire"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A job is forwarded once, however long after its decision it is read again (README, invariant
@@ -112,23 +110,6 @@ func (s *Service) readForwardsDirect(ctx context.Context, filter string, since t
 // lookupBatch is how many messages a lookup asks Direct Get for at once.
 const lookupBatch = 256
 
-type msgGetRequest struct {
-	Seq       uint64     `json:"seq,omitempty"`
-	NextFor   string     `json:"next_by_subj"`
-	StartTime *time.Time `json:"start_time,omitempty"`
-}
-
-type msgGetResponse struct {
-	Message *struct {
-		Sequence uint64 `json:"seq"`
-		Header   []byte `json:"hdrs"`
-	} `json:"message"`
-	Error *jetstream.APIError `json:"error"`
-}
-
-// errCodeNoMessage is the API's "no message found" (JSNoMessageFoundErr).
-const errCodeNoMessage = 10037
-
 // readForwardsByAPI reads the output's next message on filter from its stream's leader, from
 // seq (0: the first stored at or after since); end: there is none.
 func (s *Service) readForwardsByAPI(ctx context.Context, filter string, since time.Time, seq uint64) ([]storedMsg, bool, error) {
@@ -136,45 +117,11 @@ func (s *Service) readForwardsByAPI(ctx context.Context, filter string, since ti
 	if seq == 0 {
 		req.StartTime = &since
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, false, err
+	m, found, err := s.reader.leaderGet(ctx, s.cfg.StreamOut, req)
+	if err != nil || !found {
+		return nil, err == nil, err
 	}
-	m, err := s.cfg.JetStream.Conn().RequestWithContext(ctx, s.apiPrefix()+"STREAM.MSG.GET."+s.cfg.StreamOut, body)
-	if err != nil {
-		return nil, false, err
-	}
-	var r msgGetResponse
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return nil, false, fmt.Errorf("a reply that does not read: %w", err)
-	}
-	switch {
-	case r.Error != nil && r.Error.ErrorCode == errCodeNoMessage:
-		return nil, true, nil
-	case r.Error != nil:
-		return nil, false, r.Error
-	case r.Message == nil:
-		return nil, false, errors.New("a reply without a message")
-	}
-	var h nats.Header
-	if len(r.Message.Header) > 0 {
-		if h, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
-			return nil, false, fmt.Errorf("message %d: headers that do not read: %w", r.Message.Sequence, err)
-		}
-	}
-	return []storedMsg{{seq: r.Message.Sequence, header: h}}, false, nil
-}
-
-// apiPrefix is the JetStream API's subject prefix ("$JS.API." or its domain's).
-func (s *Service) apiPrefix() string {
-	o := s.cfg.JetStream.Options()
-	switch {
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		return o.APIPrefix
-	}
-	return jetstream.DefaultAPIPrefix
+	return []storedMsg{m}, false, nil
 }
 
 // lookupRetry is how long a redeemed job waits when its lookup could not tell.
@@ -185,6 +132,11 @@ const lookupRetry = time.Second
 // them, with the jobs behind. When the lookup cannot tell, they wait and are asked about again
 // (see once.go).
 func (s *Service) resolveRedeemed(ctx context.Context, q *queue, jobs []job, d *policy.Decision) {
+	for i, v := range d.Verdicts {
+		if v.Redeemed {
+			q.admittedBefore(jobs[i].id) // never expired unasked, whatever it waits for now
+		}
+	}
 	ids := map[string]bool{}
 	var since time.Time
 	for i := range jobs {
@@ -237,4 +189,12 @@ func (s *Service) resolveRedeemed(ctx context.Context, q *queue, jobs []job, d *
 			return
 		}
 	}
+}
+
+// admittedBefore remembers that the limiter answered job id admitted before (see redeemed).
+func (q *queue) admittedBefore(id int64) {
+	if q.redeemed == nil {
+		q.redeemed = map[int64]bool{}
+	}
+	q.redeemed[id] = true
 }

@@ -15,21 +15,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// outMsg is one message to store on one of the admitter's streams, and what became of it.
-type outMsg struct {
+// forward is one message a step publishes for one of the jobs it read, the job's forward or its
+// dead letter, and what became of it: the step's unit from its plan to its settlement.
+type forward struct {
+	job     *job
+	planned planned // what the step does with the job (act, verdict)
 	msg     *nats.Msg
 	stream  string
-	forward bool // a job's forward (to the output)
+	// lease is the length of the lease the forward's job holds (0: none): renewed while the
+	// forward waits to be stored (Service.holdLeases).
+	lease time.Duration
 	// err is nil once stored (a duplicate counts: it was stored before), else an error that
 	// retrying cannot fix (errTooLarge, or the server's refusal), or the context's error.
 	err error
 	// took is, once stored, how long from the start of publishAll until its store was confirmed:
 	// an upper bound on how late after its decision it was stored.
 	took time.Duration
-	// lease is the length of the lease the forward's job holds (0: none): renewed while the
-	// forward waits to be stored (Service.holdLeases).
-	lease time.Duration
 }
+
+// forwards reports whether f is a job's forward (to the output), not a dead letter.
+func (f *forward) forwards() bool { return f.planned.act == actForward && f.err == nil }
 
 // errTooLarge: the message cannot be stored on its stream whatever happens; its job is
 // dead-lettered (too-large).
@@ -105,8 +110,8 @@ func (p *publisher) blocked() (bool, string) {
 }
 
 // publishAll stores msgs in order, pipelined, and returns once each is stored, refused for good
-// or ctx has ended; see outMsg.err.
-func (p *publisher) publishAll(ctx context.Context, msgs []*outMsg) {
+// or ctx has ended; see forward.err.
+func (p *publisher) publishAll(ctx context.Context, msgs []*forward) {
 	begin := time.Now()
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
@@ -159,7 +164,7 @@ func awaitPubAck(ctx context.Context, f jetstream.PubAckFuture, timer *time.Time
 
 // retry publishes m synchronously with a backoff until it is stored, refused for good, or ctx
 // ends. A full stream holds it: counted, logged once per episode.
-func (p *publisher) retry(ctx context.Context, m *outMsg) error {
+func (p *publisher) retry(ctx context.Context, m *forward) error {
 	b := backoff.WithContext(backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second),

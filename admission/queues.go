@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/admitter/admitter/policy"
@@ -74,10 +76,11 @@ type queues struct {
 	// parts are the partitions this replica holds (input.go); bufBytes the payload bytes of
 	// every buffer.
 	parts map[int]*part
-	// leaving are the partitions being given up: closed once their queues are handed over
-	// (startPart waits for it: the limiter hears what the old queues owe before a new one asks).
-	leaving  map[int]chan struct{}
+	// last is each partition's latest part, stopped or not (startPart waits until it has
+	// stopped: the limiter hears what the old queues owe before a new one asks).
+	last     map[int]*part
 	bufBytes int
+	indexed  int           // the jobs indexed by priority over every queue (see priorities; at most maxIndexed)
 	pollNow  chan struct{} // asks the discovery loop for a poll now (capacity 1)
 }
 
@@ -146,6 +149,7 @@ type queue struct {
 	mode     mode
 	buf      []fed // following or rejoining: the tenant's jobs not yet settled, in order; behind: a prefix left to serve
 	bufBytes int
+	prio     priorities // the jobs not of the default priority, not yet settled (priority.go)
 
 	// the step's (cursor is also read by floor, under queues.mu)
 	cursor    uint64    // the next input sequence to read: every job of the tenant below it is settled
@@ -166,6 +170,103 @@ type queue struct {
 	// reads pass over them, and they are removed with the settled jobs once the cursor reaches
 	// them (see skipExpired).
 	skipped []uint64
+
+	// readySince is when the queue was made ready, under queues.mu (zero: neither ready nor
+	// running): a queue ready for long without a step that ended is stalled (see stalled). doing
+	// is where its running step stands, since doingAt (unix ns), read without the step's help.
+	readySince time.Time
+	doing      atomic.Uint32
+	doingAt    atomic.Int64
+}
+
+// phase is where a running step stands.
+type phase uint32
+
+const (
+	taken phase = iota + 1
+	reading
+	deciding
+	publishing
+	removing
+)
+
+func (ph phase) String() string {
+	switch ph {
+	case taken:
+		return "starting"
+	case reading:
+		return "reading the input"
+	case deciding:
+		return "asking the limiter"
+	case publishing:
+		return "storing its forwards and dead letters"
+	case removing:
+		return "removing settled jobs from the input"
+	}
+	return "stepping"
+}
+
+// enter records that q's step is at ph from now on.
+func (q *queue) enter(ph phase) {
+	q.doingAt.Store(time.Now().UnixNano())
+	q.doing.Store(uint32(ph))
+}
+
+// describeRunning says which steps run at now and where each stands, the longest first (at most
+// ten named).
+func (qs *queues) describeRunning(now time.Time) string {
+	qs.mu.Lock()
+	type run struct {
+		tenant string
+		ph     phase
+		for_   time.Duration
+	}
+	var runs []run
+	for _, q := range qs.byName {
+		if q.where == running {
+			runs = append(runs, run{q.tenant, phase(q.doing.Load()), now.Sub(time.Unix(0, q.doingAt.Load()))})
+		}
+	}
+	qs.mu.Unlock()
+	slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(b.for_, a.for_) })
+	var parts []string
+	for i, r := range runs {
+		if i == 10 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(runs)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s for %s)", r.tenant, r.ph, r.for_.Round(time.Millisecond)))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// stalled says which queues have been ready (or running) for longer than bound at now
+// without a step that ended: a step stuck, or workers that take none; nil when none has.
+func (qs *queues) stalled(now time.Time, bound time.Duration) error {
+	qs.mu.Lock()
+	var late []string
+	var since time.Time
+	for _, q := range qs.byName {
+		if !q.readySince.IsZero() && now.Sub(q.readySince) > bound {
+			late = append(late, q.tenant)
+			if since.IsZero() || q.readySince.Before(since) {
+				since = q.readySince
+			}
+		}
+	}
+	qs.mu.Unlock()
+	if len(late) == 0 {
+		return nil
+	}
+	slices.Sort(late)
+	if len(late) > 10 {
+		late = append(late[:10], fmt.Sprintf("and %d more", len(late)-10))
+	}
+	return fmt.Errorf("no decision since %s for the queues of %s, ready since then; steps running: %s",
+		since.UTC().Format(time.RFC3339), strings.Join(late, ", "), qs.describeRunning(now))
 }
 
 type place uint8
@@ -179,7 +280,7 @@ const (
 
 func newQueues(s *Service) *queues {
 	qs := &queues{s: s, byName: map[string]*queue{}, wake: make(chan struct{}, 1), waiting: map[string]uint64{}, old: map[string][]source{},
-		parts: map[int]*part{}, leaving: map[int]chan struct{}{}, pollNow: make(chan struct{}, 1)}
+		parts: map[int]*part{}, last: map[int]*part{}, pollNow: make(chan struct{}, 1)}
 	qs.cond = sync.NewCond(&qs.mu)
 	return qs
 }
@@ -224,6 +325,7 @@ func (qs *queues) feed(pt *part, tenant string, f fed) {
 		}
 		qs.byName[tenant] = q
 	}
+	qs.indexLocked(q, f)
 	if q.mode == behind {
 		switch {
 		case (q.where == idle || q.where == scheduled && q.headless) && fresh(f):
@@ -396,6 +498,7 @@ func (qs *queues) settled(q *queue, seq uint64) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q.cursor = max(q.cursor, seq+1)
+	qs.indexed -= q.prio.below(q.cursor)
 	k := 0
 	for k < len(q.buf) && q.buf[k].seq <= seq {
 		q.bufBytes -= q.buf[k].size
@@ -408,12 +511,13 @@ func (qs *queues) settled(q *queue, seq uint64) {
 	}
 }
 
-// unbuffer drops the jobs at input sequences seqs (ascending) from q's buffer: they were
-// dead-lettered out of their place (skipExpired). A queue behind drops its whole buffer (what
+// unbuffer drops the jobs at input sequences seqs (ascending) from q's buffer and index: they
+// were settled out of their place (skipExpired). A queue behind drops its whole buffer (what
 // it read last): its next step reads from its cursor again, and so reaches the jobs after them.
 func (qs *queues) unbuffer(q *queue, seqs []uint64) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	qs.indexed -= q.prio.remove(seqs...)
 	if q.mode != following {
 		qs.bufBytes -= q.bufBytes
 		q.buf, q.bufBytes = nil, 0
@@ -438,11 +542,18 @@ func (qs *queues) fallBehindLocked(q *queue) {
 	q.buf, q.bufBytes, q.mode = nil, 0, behind
 }
 
-// dropLocked forgets a queue that leaves this replica: its buffer's bytes.
+// dropLocked forgets a queue that leaves this replica (see forgetLocked).
 func (qs *queues) dropLocked(q *queue) {
+	qs.forgetLocked(q)
+	delete(qs.byName, q.tenant)
+}
+
+// forgetLocked drops what q holds of the replica's bounds: its buffer's bytes, its index.
+func (qs *queues) forgetLocked(q *queue) {
 	qs.bufBytes -= q.bufBytes
 	q.buf, q.bufBytes = nil, 0
-	delete(qs.byName, q.tenant)
+	qs.indexed -= q.prio.n
+	q.prio = priorities{}
 }
 
 // floorLocked is the lowest sequence of partition pt this replica may still need: no job of
@@ -500,14 +611,6 @@ func (q *queue) claim(owner int64) policy.Queue {
 		pq.Keep = storedKeep
 	}
 	return pq
-}
-
-// admittedBefore remembers that the limiter answered job id admitted before (see redeemed).
-func (q *queue) admittedBefore(id int64) {
-	if q.redeemed == nil {
-		q.redeemed = map[int64]bool{}
-	}
-	q.redeemed[id] = true
 }
 
 // said clears what a limiter call said.
@@ -593,6 +696,9 @@ func (qs *queues) readyLocked(q *queue) {
 	if q.where == scheduled {
 		heap.Remove(&qs.due, q.index)
 	}
+	if q.readySince.IsZero() {
+		q.readySince = time.Now()
+	}
 	q.where = ready
 	qs.ring = append(qs.ring, q)
 	qs.cond.Signal()
@@ -617,6 +723,9 @@ func (qs *queues) readyFreshLocked(q *queue) {
 	}
 	if q.where == scheduled {
 		heap.Remove(&qs.due, q.index)
+	}
+	if q.readySince.IsZero() {
+		q.readySince = time.Now()
 	}
 	q.where = ready
 	qs.fresh = append(qs.fresh, q)
@@ -710,6 +819,7 @@ func (qs *queues) takeLocked() (q *queue, budget int64, ok bool) {
 		qs.fresh = qs.fresh[1:]
 		q.deficit += quantum
 		q.where, q.hinted, q.woken, q.poolWoke = running, false, false, false
+		q.enter(taken)
 		return q, q.deficit, true
 	}
 	qs.freshTurn = true
@@ -735,6 +845,7 @@ func (qs *queues) takeLocked() (q *queue, budget int64, ok bool) {
 		}
 	}
 	q.where, q.hinted, q.woken, q.poolWoke, q.expires = running, false, false, false, time.Time{}
+	q.enter(taken)
 	return q, q.deficit, true
 }
 
@@ -743,7 +854,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q.deficit -= r.spent
-	q.where, q.headless, q.waitsFor = idle, r.headless, r.waitsFor
+	q.where, q.headless, q.waitsFor, q.readySince = idle, r.headless, r.waitsFor, time.Time{}
 	switch {
 	case r.decided:
 		q.oldest, q.plan = r.oldest, r.plan
@@ -771,8 +882,7 @@ func (qs *queues) done(q *queue, r stepResult) {
 		if qs.byName[q.tenant] == q {
 			qs.dropLocked(q)
 		} else {
-			qs.bufBytes -= q.bufBytes
-			q.buf, q.bufBytes = nil, 0
+			qs.forgetLocked(q)
 		}
 		q.gone = true
 	case r.more || ((r.idle || r.headless) && (q.hinted || len(q.buf) > 0 || len(q.more) > 0)):
@@ -818,17 +928,6 @@ func (qs *queues) close() {
 	qs.ring, qs.fresh = nil, nil
 	qs.cond.Broadcast()
 	qs.mu.Unlock()
-}
-
-// all returns every queue this replica runs.
-func (qs *queues) all() []*queue {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	out := make([]*queue, 0, len(qs.byName))
-	for _, q := range qs.byName {
-		out = append(out, q)
-	}
-	return out
 }
 
 // count is the number of queues this replica runs.
@@ -902,10 +1001,11 @@ func (qs *queues) poll(ctx context.Context) error {
 		qs.mu.Lock()
 		pos, feedOn := pt.pos, pt.feedOn
 		qs.mu.Unlock()
-		if feedOn && l.last >= pos && !pt.health.deliveredSince(time.Now().Add(-feedGrace)) {
+		if feedOn && l.last >= pos && !pt.health.deliveredSince(time.Now().Add(-s.cfg.DiscoveryInterval)) {
 			// Jobs after the feed's position, and no delivery lately: are any left to deliver?
-			// (A queue reading by subject meanwhile may have removed them.)
-			if msgs, _, err := s.reader.read(pctx, pt.stream, s.in.ps.Filter(pt.index), pos, 1, 1); err == nil && len(msgs) == 0 {
+			// (A queue reading by subject meanwhile may have removed them.) The leader says: a
+			// follower behind would say none are.
+			if _, found, err := s.reader.firstFrom(pctx, pt.stream, s.in.ps.Filter(pt.index), pos); err == nil && !found {
 				l.last = 0 // nothing left for the feed: it is not behind
 			}
 		}
@@ -932,7 +1032,7 @@ func (qs *queues) poll(ctx context.Context) error {
 		if l.pt.feedOn {
 			l.pt.health.listed(now, l.last, l.pt.pos)
 		}
-		noFeed[l.pt.index] = !l.pt.feedOn || l.pt.health.broken(now, l.pt.stream) != nil
+		noFeed[l.pt.index] = !l.pt.feedOn || l.pt.health.lagging(now)
 	}
 	for tenant := range waiting {
 		q := qs.byName[tenant]

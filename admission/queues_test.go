@@ -206,7 +206,9 @@ func feedRig(t *testing.T, batch, bytes int) *queues {
 		in: input{ps: ps, in: "JOBS"}, owners: newOwners("a", 1, time.Second, slog.New(slog.DiscardHandler)), log: slog.New(slog.DiscardHandler)}
 	qs := newQueues(s)
 	s.queues = qs
-	qs.parts[0] = &part{index: 0, stream: "JOBS", feedOn: true}
+	pt := newPart(s, 0)
+	pt.feedOn, pt.horizon = true, 0
+	qs.parts[0] = pt
 	return qs
 }
 

@@ -24,7 +24,8 @@ func flap(t *testing.T, qs *queues) *part {
 	qs.s.cfg.Policy = testPolicy(t)
 	qs.s.stopPart(0, nil)
 	qs.s.moves.Wait()
-	pt := &part{index: 0, stream: "JOBS", feedOn: true}
+	pt := newPart(qs.s, 0)
+	pt.feedOn, pt.horizon = true, 0
 	qs.mu.Lock()
 	qs.parts[0] = pt
 	qs.mu.Unlock()
@@ -122,14 +123,13 @@ func beat(id string, at time.Time) entry {
 func TestMembershipIgnoresTheServersClock(t *testing.T) {
 	o := newOwners("a", 8, time.Second, slog.New(slog.DiscardHandler))
 	server := time.Now().Add(-3 * time.Second) // the server's clock
-	o.heard(beat("a", server))
-	o.heard(beat("b", server.Add(10*time.Millisecond)))
-	time.Sleep(20 * time.Millisecond) // time passes on this host; the server's clock is not read
+	o.heard(beat("a", server), time.Now())
+	o.heard(beat("b", server.Add(10*time.Millisecond)), time.Now().Add(time.Hour)) // heard an hour later on this host: its clock is not read
 	if live := o.liveNow(); len(live) != 2 {
 		t.Fatalf("live %v, want a and b (b's heartbeat is as recent as a's own)", live)
 	}
 	// Three of this replica's heartbeats later, b has not been heard from: gone.
-	o.heard(beat("a", server.Add(3100*time.Millisecond)))
+	o.heard(beat("a", server.Add(3100*time.Millisecond)), time.Now())
 	if live := o.liveNow(); len(live) != 1 {
 		t.Fatalf("live %v, want a alone (b silent for three heartbeats)", live)
 	}
@@ -141,9 +141,9 @@ func TestReplicaMapsShrink(t *testing.T) {
 	o := newOwners("a", 8, time.Second, slog.New(slog.DiscardHandler))
 	now := time.Now()
 	for i := range 100 {
-		o.heard(beat(fmt.Sprintf("old%d", i), now))
+		o.heard(beat(fmt.Sprintf("old%d", i), now), time.Now())
 	}
-	o.heard(beat("a", now.Add(time.Minute)))
+	o.heard(beat("a", now.Add(time.Minute)), time.Now())
 	o.mu.Lock()
 	n := len(o.seen)
 	o.mu.Unlock()
@@ -158,19 +158,19 @@ func TestReplicaMapsShrink(t *testing.T) {
 func TestALeaseIsTakenOverOnlyOnceStale(t *testing.T) {
 	o := newOwners("a", 2, 50*time.Millisecond, slog.New(slog.DiscardHandler))
 	old := time.Now().Add(-time.Hour) // the server's clock, far behind
-	o.heard(entry{key: o.key(1), value: "b", rev: 7, created: old, op: jetstream.KeyValuePut})
-	if k := o.keyNow(1); k.owner != "b" || time.Since(k.since) >= o.lease {
+	o.heard(entry{key: o.key(1), value: "b", rev: 7, created: old, op: jetstream.KeyValuePut}, time.Now())
+	if k := o.keys[1]; k.owner != "b" || time.Since(k.since) >= o.lease {
 		t.Fatalf("key just seen: %+v, want b's, fresh on this replica's clock", k)
 	}
 	if o.owner(1) != "b" {
 		t.Fatalf("owner %q, want b while its lease lasts", o.owner(1))
 	}
-	time.Sleep(o.lease)
+	o.keys[1] = seenKey{owner: "b", rev: 7, since: time.Now().Add(-o.lease)} // a lease passes
 	if o.owner(1) != "" {
 		t.Fatalf("owner %q a lease after its last renewal was seen, want none", o.owner(1))
 	}
 	// A renewal seen meanwhile starts the lease again.
-	o.heard(entry{key: o.key(1), value: "b", rev: 8, created: old, op: jetstream.KeyValuePut})
+	o.heard(entry{key: o.key(1), value: "b", rev: 8, created: old, op: jetstream.KeyValuePut}, time.Now())
 	if o.owner(1) != "b" {
 		t.Fatalf("owner %q after a renewal, want b", o.owner(1))
 	}
@@ -226,12 +226,15 @@ func TestAPartitionTakenWithALateLeaseIsRead(t *testing.T) {
 	qs := feedRig(t, 10, 1<<20)
 	s := qs.s
 	delete(qs.parts, 0)
-	s.owners.mine[0] = &held{rev: 1, until: time.Now().Add(-time.Millisecond)}
+	s.owners.tenures[0] = tenure{state: held, id: 1, rev: 1, until: time.Now().Add(-time.Millisecond), runs: true}
 	s.startPart(context.Background(), 0)
 	qs.mu.Lock()
 	pt := qs.parts[0]
 	qs.mu.Unlock()
 	if pt == nil {
 		t.Fatal("the partition is held and not read")
+	}
+	if err := pt.Stop(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -264,8 +264,9 @@ func (s *Service) observeOldest(o metric.Observer, g metric.Float64Observable) {
 }
 
 // Ready reports whether the service can admit jobs now: consuming, NATS connected, the limiter
-// reachable (or the fail mode forwards without it), and no stream it publishes to full. The
-// error says what is missing.
+// reachable (or the fail mode forwards without it), no stream it publishes to full, every feed
+// delivering, and nothing that keeps it from deciding (see stuck). The error says what is
+// missing.
 func (s *Service) Ready(ctx context.Context) error {
 	select {
 	case <-s.stopped:
@@ -278,10 +279,12 @@ func (s *Service) Ready(ctx context.Context) error {
 	if st := s.cfg.JetStream.Conn().Status(); st != nats.CONNECTED {
 		return fmt.Errorf("nats %s", st)
 	}
+	var blocked error
 	if held, why := s.pub.blocked(); held {
-		return errors.New(why)
+		blocked = errors.New(why)
 	}
-	if err := s.feedBroken(time.Now()); err != nil {
+	now := time.Now()
+	if err := errors.Join(blocked, s.feedBroken(now), s.stuck(now)); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -292,13 +295,26 @@ func (s *Service) Ready(ctx context.Context) error {
 	return nil
 }
 
+// stuck says what keeps this replica from deciding at now: tenants' queues with jobs and no
+// step ended for StallAfter (a step stuck, or no worker free to take them), and partitions held
+// whose leases the owners bucket has not confirmed; nil when nothing does.
+func (s *Service) stuck(now time.Time) error {
+	return errors.Join(s.queues.stalled(now, s.cfg.StallAfter), s.owners.waits())
+}
+
 // PlansChanged makes every queue that waits ask again now: the plans, overrides or pauses
 // changed, and the jobs waiting follow them (a faster plan speeds them up, a resume lets them
 // go).
 func (s *Service) PlansChanged() { s.queues.wakeAll() }
 
-// Run admits until ctx ends, then lets the steps under way end within ShutdownTimeout and
-// gives up its tenants' queues. It returns nil after a clean stop. Run may be called once.
+// Run admits until ctx ends, then stops within ShutdownTimeout: the steps under way end (those
+// that do not by then are cancelled), its partitions' queues are handed over and their keys
+// given up. It returns nil after a clean stop, and an error naming what did not stop within the
+// bound otherwise. Run may be called once.
+//
+// The service's parts start in order and stop in reverse (see component): the lease messages,
+// the fail mode's routes, the partitions (their tenures and parts: the queues they feed), the
+// workers stepping the queues, and the loops beside them (discovery, timers, compaction).
 func (s *Service) Run(ctx context.Context) error {
 	if !s.setUp {
 		return fmt.Errorf("%w: Run before Setup", ErrConfig)
@@ -314,70 +330,157 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	defer s.reader.close()
 	// Steps under way finish on their own context, so a stop signal does not abort them midway;
-	// it is cancelled only if they take longer than ShutdownTimeout.
+	// it is cancelled only if they take longer than the shutdown's bound.
 	work, abort := context.WithCancel(context.WithoutCancel(ctx))
 	defer abort()
-	if err := s.leases.start(work); err != nil {
-		return err
-	}
-	defer s.leases.stop()
-	if s.router != nil {
-		unsubscribe, err := s.router.serve(work, s.cfg.Fallback)
-		if err != nil {
-			return fmt.Errorf("admission: serve the fallback's routed questions: %w", err)
+	parts := s.components(work, abort)
+	for i, c := range parts {
+		if err := c.start(); err != nil {
+			s.stopAll(parts[:i])
+			return err
 		}
-		defer unsubscribe()
 	}
-	bg, stopBG := context.WithCancel(work)
-	var loops sync.WaitGroup
-	loops.Go(func() { s.queues.discover(bg) })
-	loops.Go(func() { s.queues.timers(bg) })
-	loops.Go(func() { s.wakeOnRecovery(bg) })
-	loops.Go(func() { s.compactor(bg) })
-	var workers sync.WaitGroup
-	for range s.cfg.Workers {
-		workers.Go(func() { s.queues.work(work) })
-	}
-	// The partitions: taken and given up by the owners' loop, which goes on renewing the leases
-	// until the queues have stopped (below).
-	s.owners.gain = func(p int) { s.moves.Go(func() { s.startPart(work, p) }) }
-	s.owners.drop = s.stopPart
-	ownersCtx, stopOwners := context.WithCancel(work)
-	var owning sync.WaitGroup
-	owning.Go(func() { s.owners.run(ownersCtx) })
-	defer func() { stopOwners(); owning.Wait() }()
 	s.log.Info("admitting", "stream", s.cfg.StreamIn, "partitions", s.in.n(), "in", s.cfg.In.String(), "out", s.cfg.Out.String(), "dead", s.cfg.Dead.String(),
 		"replica", s.cfg.Replica, "workers", s.cfg.Workers, "fail_mode", string(s.cfg.Policy.FailMode()))
 	<-ctx.Done()
-
 	s.log.Info("stopping: letting the steps under way end", "bound", s.cfg.ShutdownTimeout.String())
-	stopBG()
-	loops.Wait()
-	s.queues.close()
-	done := make(chan struct{})
-	go func() { workers.Wait(); close(done) }()
-	bound := time.NewTimer(s.cfg.ShutdownTimeout)
-	defer bound.Stop()
-	select {
-	case <-done:
-	case <-bound.C:
-		abort()
-		<-done // every step is bounded by the aborted context or its own timeouts
-		s.log.Warn("stopped after the shutdown bound; jobs not yet removed from the input are read again by their partitions' next holder")
+	if err := s.stopAll(parts); err != nil {
+		s.log.Error("stopped after the shutdown bound: what did not stop was left running; jobs not yet removed from the input are read again by their partitions' next holder", "err", err)
+		return fmt.Errorf("admission: stop: %w", err)
 	}
-	stopOwners()
-	owning.Wait()
-	s.moves.Wait()
-	s.queues.stopFeeds()
-	// What was settled since the last compaction goes before the partitions do: their next
-	// holders would read it again (forwards into the duplicate window, charged again).
-	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	s.compactAll(cctx)
-	cancel()
-	s.handOver(s.queues.all())
-	s.owners.leave()
 	s.log.Info("stopped")
 	return nil
+}
+
+// component is a part of a running service: start returns once it runs (or fails), stop once it
+// has stopped or its ctx (the shutdown's bound) ended: then it says what did not stop.
+type component struct {
+	name  string
+	start func() error
+	stop  func(ctx context.Context) error
+}
+
+// stopAll stops parts in reverse order, within the shutdown's bound, and says what did not stop.
+func (s *Service) stopAll(parts []component) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	for i := len(parts) - 1; i >= 0; i-- {
+		if err := parts[i].stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", parts[i].name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// components are the service's parts, in the order they start (see Run), on the work context
+// (abort cancels it: the steps still running when the bound nears).
+func (s *Service) components(work context.Context, abort context.CancelFunc) []component {
+	var unroute func()
+	bg, stopBG := context.WithCancel(work)
+	var loops, workers, owning sync.WaitGroup
+	ownersCtx, stopOwners := context.WithCancel(work)
+	return []component{
+		{name: "lease messages", start: func() error { return s.leases.start(work) },
+			stop: func(context.Context) error { s.leases.stop(); return nil }},
+		{name: "fail mode routes", start: func() error {
+			if s.router == nil {
+				return nil
+			}
+			var err error
+			if unroute, err = s.router.serve(work, s.cfg.Fallback); err != nil {
+				return fmt.Errorf("admission: serve the fallback's routed questions: %w", err)
+			}
+			return nil
+		}, stop: func(context.Context) error {
+			if unroute != nil {
+				unroute()
+			}
+			return nil
+		}},
+		{name: "partitions", start: func() error {
+			// Taken and given up by the owners' loop, which goes on renewing the leases until the
+			// workers have stopped (the component after this one).
+			s.owners.start = func(p int) { s.moves.Go(func() { s.startPart(work, p) }) }
+			s.owners.stop = s.stopPart
+			owning.Go(func() { s.owners.run(ownersCtx) })
+			return nil
+		}, stop: func(ctx context.Context) error {
+			stopOwners()
+			owning.Wait()
+			s.moves.Wait()
+			err := s.stopParts(ctx)
+			s.owners.leave(ctx)
+			return err
+		}},
+		{name: "workers", start: func() error {
+			for range s.cfg.Workers {
+				workers.Go(func() { s.queues.work(work) })
+			}
+			return nil
+		}, stop: func(ctx context.Context) error {
+			s.queues.close()
+			return s.waitSteps(ctx, &workers, abort)
+		}},
+		{name: "loops", start: func() error {
+			loops.Go(func() { s.queues.discover(bg) })
+			loops.Go(func() { s.queues.timers(bg) })
+			loops.Go(func() { s.wakeOnRecovery(bg) })
+			loops.Go(func() { s.compactor(bg) })
+			return nil
+		}, stop: func(context.Context) error { stopBG(); loops.Wait(); return nil }},
+	}
+}
+
+// waitSteps waits for the workers' steps under way to end. Short of the shutdown's bound (ctx),
+// it cancels them (abort: their jobs not yet settled are read again by the next holder) and
+// waits a little more; those that still run are left running (a step stuck for good, ignoring
+// its context). The error names the steps cancelled, and those left running, with where each
+// stood.
+func (s *Service) waitSteps(ctx context.Context, workers *sync.WaitGroup, abort context.CancelFunc) error {
+	done := make(chan struct{})
+	go func() { workers.Wait(); close(done) }()
+	deadline, _ := ctx.Deadline()
+	reserve := stopReserve(s.cfg.ShutdownTimeout)
+	cut := time.NewTimer(time.Until(deadline) - reserve) // what follows (the hand-overs) keeps the reserve
+	defer cut.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-cut.C:
+	}
+	cancelled := s.queues.describeRunning(time.Now())
+	abort()
+	grace := time.NewTimer(reserve / 2)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return fmt.Errorf("steps cancelled at the bound: %s", cancelled)
+	case <-grace.C:
+	}
+	return fmt.Errorf("steps cancelled at the bound: %s; left running, stuck: %s", cancelled, s.queues.describeRunning(time.Now()))
+}
+
+// stopReserve is the part of the shutdown's bound kept for what follows the steps (the
+// partitions' compaction and hand-over, the keys given up): a quarter, at most 2 s.
+func stopReserve(bound time.Duration) time.Duration { return min(bound/4, handOverBound) }
+
+// stopParts stops every partition's part, side by side, within ctx.
+func (s *Service) stopParts(ctx context.Context) error {
+	qs := s.queues
+	qs.mu.Lock()
+	parts := make([]*part, 0, len(qs.parts))
+	for _, pt := range qs.parts {
+		parts = append(parts, pt)
+	}
+	qs.mu.Unlock()
+	errs := make([]error, len(parts))
+	var stopping sync.WaitGroup
+	for i, pt := range parts {
+		stopping.Go(func() { errs[i] = pt.Stop(ctx) })
+	}
+	stopping.Wait()
+	return errors.Join(errs...)
 }
 
 // recoveryWakeEvery bounds how often wakeOnRecovery wakes the queues: with one server of a
@@ -408,11 +511,11 @@ func (s *Service) wakeOnRecovery(ctx context.Context) {
 
 // handOver gives up this replica's hold on the queues (bucket.Batch.Release), so that their
 // tenants' next owner takes them at once rather than when the hold ends; bounded, best effort.
-func (s *Service) handOver(qs []*queue) {
+func (s *Service) handOver(ctx context.Context, qs []*queue) {
 	if len(qs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, handOverBound)
 	defer cancel()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)

@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,6 +42,9 @@ type rig struct {
 	asks     policy.Limiter
 	failMode policy.FailMode
 	logs     io.Writer
+	// stopErr is what Run returned once stopped; failsToStop: the test expects an error.
+	stopErr     error
+	failsToStop bool
 }
 
 func startRig(t *testing.T, plansYAML string, cfg Config) *rig {
@@ -104,13 +108,14 @@ func (r *rig) run(plansYAML string, cfg Config) {
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := svc.Run(runCtx); err != nil {
-			t.Error(err)
+	wg.Go(func() { r.stopErr = svc.Run(runCtx) })
+	stopAndWait := func() { stop(); wg.Wait() }
+	t.Cleanup(func() {
+		stopAndWait()
+		if r.stopErr != nil && !r.failsToStop {
+			t.Error(r.stopErr)
 		}
 	})
-	stopAndWait := func() { stop(); wg.Wait() }
-	t.Cleanup(stopAndWait)
 	r.svc, r.stop = svc, stopAndWait
 }
 
@@ -351,8 +356,8 @@ func TestStopLeavesWaitingJobsInTheInput(t *testing.T) {
 }
 
 // TestShutdownPastItsBoundSaysSo: a step that cannot end (the output stream is full, and its
-// forward is held) keeps the service from stopping within its bound: it aborts what is under
-// way, stops, and says that it stopped after the bound.
+// forward is held) keeps the service from stopping within its bound: it cancels what is under
+// way, stops, and says which step it cancelled, where it stood.
 func TestShutdownPastItsBoundSaysSo(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	nc, err := nats.Connect(srv.URL())
@@ -370,7 +375,7 @@ func TestShutdownPastItsBoundSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	r := &rig{t: t, js: js, nc: nc, limiter: bucket.NewMemory(bucket.Options{}, nil), logs: &logs}
+	r := &rig{t: t, js: js, nc: nc, limiter: bucket.NewMemory(bucket.Options{}, nil), logs: &logs, failsToStop: true}
 	r.run("plans: {p: {limits: [{capacity: 10, rate: 10/s}]}}\ndefault_plan: p\n", Config{ShutdownTimeout: 300 * time.Millisecond})
 	r.publish(1, "jobs.submit.acme.email")
 	r.forwarded(1)
@@ -379,6 +384,9 @@ func TestShutdownPastItsBoundSaysSo(t *testing.T) {
 	r.stop()
 	if !bytes.Contains(logs.Bytes(), []byte("stopped after the shutdown bound")) {
 		t.Errorf("no warning that the service stopped after its bound:\n%s", logs.Bytes())
+	}
+	if r.stopErr == nil || !strings.Contains(r.stopErr.Error(), "acme (storing its forwards and dead letters") {
+		t.Errorf("Run returned %v, want an error naming acme's step and where it stood", r.stopErr)
 	}
 }
 
@@ -397,4 +405,79 @@ func (s *syncBuffer) Bytes() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return bytes.Clone(s.b.Bytes())
+}
+
+// stuck is a limiter whose Admit never returns until released, whatever its context says (a
+// lock cycle: issue 38's); entered is closed when a call is inside.
+type stuck struct {
+	*bucket.Memory
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (l *stuck) Admit(ctx context.Context, b bucket.Batch) (bucket.BatchResult, error) {
+	l.once.Do(func() { close(l.entered) })
+	<-l.release
+	return bucket.BatchResult{}, errors.New("released")
+}
+
+// TestAStuckStepDoesNotHoldTheStop: a step stuck for good in the limiter, deaf to its context,
+// does not keep the service from stopping within its bound: Run returns an error naming the
+// tenant's step and where it stood. Before, Run waited for the step for ever after cancelling
+// it.
+func TestAStuckStepDoesNotHoldTheStop(t *testing.T) {
+	lim := &stuck{Memory: bucket.NewMemory(bucket.Options{}, nil), entered: make(chan struct{}), release: make(chan struct{})}
+	defer close(lim.release)
+	r := newRig(t)
+	r.asks, r.failsToStop = lim, true
+	r.run("plans: {p: {limits: [{capacity: 10, rate: 10/s}]}}\ndefault_plan: p\n", Config{ShutdownTimeout: 500 * time.Millisecond})
+	r.publish(1, "jobs.submit.acme.email")
+	select {
+	case <-lim.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no step reached the limiter")
+	}
+	stopped := make(chan struct{})
+	go func() { r.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second): // twenty times the bound
+		t.Fatal("Run did not return: it waits for a step that never ends")
+	}
+	if r.stopErr == nil || !strings.Contains(r.stopErr.Error(), "acme (asking the limiter") {
+		t.Errorf("Run returned %v, want an error naming acme's step, stuck asking the limiter", r.stopErr)
+	}
+}
+
+// TestAStuckStepMakesTheReplicaNotReady: a tenant's queue whose step is stuck in the limiter
+// (deaf to its context) makes the replica not ready once StallAfter has passed without a
+// decision, naming the tenant and where its step stands, and the status says so; once the step
+// ends, the replica is ready again. Before, Ready answered nil throughout: the replica decided
+// nothing and said it was ready.
+func TestAStuckStepMakesTheReplicaNotReady(t *testing.T) {
+	lim := &stuck{Memory: bucket.NewMemory(bucket.Options{}, nil), entered: make(chan struct{}), release: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(lim.release) })
+	defer release()
+	r := newRig(t)
+	r.asks = lim
+	r.run("plans: {p: {limits: [{capacity: 10, rate: 10/s}]}}\ndefault_plan: p\n", Config{StallAfter: 300 * time.Millisecond})
+	r.publish(1, "jobs.submit.acme.email")
+	select {
+	case <-lim.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no step reached the limiter")
+	}
+	var err error
+	waitFor(t, 10*time.Second, "the replica not ready", func() bool {
+		err = r.svc.Ready(context.Background())
+		return err != nil && strings.Contains(err.Error(), "no decision since")
+	})
+	if !strings.Contains(err.Error(), "acme (asking the limiter") {
+		t.Errorf("Ready: %v, want it to name acme's step, asking the limiter", err)
+	}
+	if st := r.svc.Status(context.Background()); st.Stuck == nil {
+		t.Error("the status does not say that the replica decides nothing")
+	}
+	release()
+	waitFor(t, 10*time.Second, "the replica ready again", func() bool { return r.svc.Ready(context.Background()) == nil })
 }

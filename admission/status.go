@@ -26,6 +26,9 @@ type Status struct {
 	// OutputBlocked: jobs are held because a stream the admitter publishes to is full (Why).
 	OutputBlocked bool
 	OutputWhy     string
+	// Stuck says what keeps this replica from deciding (see Service.Ready): nil when nothing
+	// does.
+	Stuck error
 	// Err says what could not be read, if anything.
 	Err error
 }
@@ -56,6 +59,7 @@ func (s *Service) Status(ctx context.Context) Status {
 		st.NATSRTT = rtt
 	}
 	st.OutputBlocked, st.OutputWhy = s.pub.blocked()
+	st.Stuck = s.stuck(time.Now())
 	w, polled := s.queues.waitingNow()
 	for _, n := range w {
 		st.Waiting += n

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 type job struct {
 	tenant  string
 	subject string // the subject it was published on
+	out     string // the subject it is forwarded on (the output's mapping of subject)
 	stream  string // the input stream it was stored in (its Msg-Ids name it)
 	seq     uint64 // its sequence there
 	id      int64  // its id: its lease, its mark in the limiter (wire.JobID)
@@ -35,18 +37,19 @@ type job struct {
 	wErr    error
 	maxWait time.Duration // its Admit-Max-Wait (0: none)
 	mwErr   error         // why its Admit-Max-Wait does not read
-	src     bool          // read from the queue's first older stream (q.old[0])
-	lane    bool          // from the lanes stream of an earlier version
-	tries   uint64
-	waited  bool            // it was told to wait before
+	// priority is its Admit-Priority (wire.DefaultPriority when absent or unreadable), prErr
+	// why it does not read.
+	priority int
+	prErr    error
+	// ordered: read in order from the queue's cursor, with none of the tenant's jobs left out
+	// before it (not read from the priority index, nor behind one a step left out): it may
+	// settle in its place (see stepPlan.inPlace).
+	ordered bool
+	src     bool            // read from the queue's first older stream (q.old[0])
+	lane    bool            // from the lanes stream of an earlier version
+	tries   uint64          // the decisions it takes, this step's included (Admit-Attempts)
 	ctx     context.Context // the job's trace
 	span    trace.Span
-	verdict policy.Verdict
-	plan    string
-	lease   time.Duration // its plan's lease (0: no concurrency limit)
-	reason  string        // the kind of the limit it waits for
-	limit   string        // the limit that bound the decision
-	skip    bool          // expired behind the job that waits: dead-lettered out of its place (see skipExpired)
 }
 
 // stepResult says what a queue's step found: when to step again, and how.
@@ -96,6 +99,7 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if blocked, _ := s.pub.blocked(); blocked {
 		return stepResult{next: 500 * time.Millisecond} // downstream is full: the queue waits with everyone
 	}
+	q.enter(reading)
 	jobs, err := s.readHead(ctx, q, budget)
 	if err != nil {
 		q.errs++
@@ -111,13 +115,13 @@ func (s *Service) step(ctx context.Context, q *queue, budget int64) stepResult {
 	if len(jobs) == 0 {
 		return s.settleIdle(ctx, q)
 	}
-	read := len(jobs)
-	jobs = within(jobs, budget)
+	jobs, cut := s.ask(ctx, q, jobs, budget)
 	res := s.decideAndApply(ctx, q, jobs)
-	res.cut = len(jobs) < read
+	res.cut = cut
 	if res.gone || q.errs > 0 {
 		return res
 	}
+	q.enter(removing)
 	due, err := s.removeSettled(ctx, q, false)
 	switch {
 	case err != nil:
@@ -196,27 +200,6 @@ func (s *Service) readHead(ctx context.Context, q *queue, budget int64) ([]job, 
 	return s.fedJobs(ctx, q, head), nil
 }
 
-// within is the head of jobs and the longest run behind it whose weights (1 for a weight that
-// does not read) add up to at most budget: a head heavier than the turn goes alone, and its
-// queue pays the difference back in the rounds after (see queues.take). The jobs left out are
-// read again by a later step (their spans end here).
-func within(jobs []job, budget int64) []job {
-	var sum int64
-	for i := range jobs {
-		w := jobs[i].weight
-		if jobs[i].wErr != nil || w < 1 {
-			w = 1
-		}
-		if sum += w; sum > budget && i > 0 {
-			for k := i; k < len(jobs); k++ {
-				jobs[k].span.End()
-			}
-			return jobs[:i]
-		}
-	}
-	return jobs
-}
-
 // directHeaders are the headers a Direct Get adds to a message: the stream's, not the producer's.
 var directHeaders = []string{jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader,
 	jetstream.TimeStampHeaer, jetstream.LastSequenceHeader, "Nats-Num-Pending", "Nats-UpTo-Sequence"}
@@ -252,11 +235,13 @@ func (s *Service) fedJobs(ctx context.Context, q *queue, fs []fed) []job {
 	return jobs
 }
 
-// startJob reads j's weight and starts its trace.
+// startJob reads j's weight and where it goes, and starts its trace.
 func (s *Service) startJob(ctx context.Context, q *queue, j job) job {
+	j.out = s.outSubject(j.subject)
 	j.tries = q.tries(j.id)
 	j.weight, j.wErr = wire.ParseWeight(j.header)
 	j.maxWait, j.mwErr = wire.ParseMaxWait(j.header)
+	j.priority, j.prErr = wire.ParsePriority(j.header)
 	if j.id == 0 && j.wErr == nil {
 		j.wErr = fmt.Errorf("stream %s: sequence %d is beyond the ids of jobs (2^40)", j.stream, j.seq)
 	}
@@ -283,31 +268,57 @@ func (s *Service) sourceJobs(ctx context.Context, q *queue, src *source, msgs []
 	return jobs
 }
 
-// decideAndApply decides jobs at the head of q and applies each verdict in order: forward,
-// dead-letter, or (stored before) nothing; the first that waits stops it, and the jobs behind
-// wait with it. It returns when every message is stored or refused for good, with what the
-// queue does next; q's cursor moves past the jobs settled.
+// decideAndApply decides jobs at the head of q and does what the decision says, in order:
+// forward, dead-letter, or (stored before) nothing; the first that waits stops it, and the jobs
+// behind wait with it (see planStep). It returns when every message is stored or refused for
+// good, with what the queue does next; q's cursor moves past the jobs settled.
 func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) stepResult {
+	q.enter(deciding)
+	d := s.decide(ctx, q, jobs)
+	p := planStep(d.Decision, jobs, d.now, len(q.skipped) < maxSkipped)
+	fwds := s.forwards(q, jobs, &d, p)
+	if len(fwds) > 0 && !s.owners.leased(q.part) {
+		// The partition's lease ran out while the step decided (the replica paused past it): the
+		// next holder makes these forwards (it finds them admitted, looks them up: once.go), and
+		// this replica's would land beside its decisions.
+		for i := range jobs {
+			jobs[i].span.End()
+		}
+		return stepResult{gone: true}
+	}
+	q.enter(publishing)
+	s.send(ctx, q, fwds)
+	return s.settle(ctx, q, jobs, &d, p, fwds)
+}
+
+// decision is a step's decision (policy.Decision), with what its messages and records say of it.
+type decision struct {
+	policy.Decision
+	now   time.Time     // when the step decided
+	plan  string        // the tenant's plan ("" without)
+	limit string        // what bound it, for people ("pool workers: 8 of 8 in flight; acme's share 3 of 5")
+	lease time.Duration // the plan's lease (0: no concurrency limit)
+}
+
+// decide asks the limiter about jobs for q (the queue's claim with them), then looks up the
+// forwards of the jobs it redeemed (once.go), and tells the tenants whose pool capacity the call
+// gave back.
+func (s *Service) decide(ctx context.Context, q *queue, jobs []job) decision {
 	pjobs := make([]policy.Job, len(jobs))
 	horizon := s.queues.horizon(q.part)
 	for i, j := range jobs {
-		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr,
+		pjobs[i] = policy.Job{ID: j.id, Weight: j.weight, WeightErr: j.wErr, Stored: j.stored, MaxWait: j.maxWait, MaxWaitErr: j.mwErr, PriorityErr: j.prErr,
 			Again: (j.src || j.lane || j.seq <= horizon) && j.id > q.waited || q.redeemed[j.id]}
 	}
-	d := s.tel.decide(ctx, s.cfg.Policy, jobs, q.tenant, pjobs, q.claim(s.owner))
+	span := s.tel.startDecide(ctx, jobs)
+	d := decision{Decision: s.cfg.Policy.Step(ctx, q.tenant, pjobs, q.claim(s.owner)), now: s.cfg.Now()}
+	s.tel.decided(ctx, span, d.Decision, jobs, q.tenant, pjobs)
 	if d.Said {
 		q.said()
 	}
-	for i, v := range d.Verdicts {
-		if v.Redeemed {
-			q.admittedBefore(jobs[i].id) // never expired unasked, whatever it waits for now
-		}
-	}
-	s.resolveRedeemed(ctx, q, jobs, &d)
-	plan := ""
-	var lease time.Duration
+	s.resolveRedeemed(ctx, q, jobs, &d.Decision)
 	if d.Plan != nil {
-		plan, lease = d.Plan.Name, d.Plan.Lease()
+		d.plan, d.lease = d.Plan.Name, d.Plan.Lease()
 	}
 	for _, t := range d.Wakes {
 		if t != q.tenant {
@@ -319,184 +330,123 @@ func (s *Service) decideAndApply(ctx context.Context, q *queue, jobs []job) step
 		s.log.Warn("the pool's grants a decision did not use were not given back: their slots stay taken until their leases end",
 			"tenant", q.tenant, "pool", d.Pool.Name, "err", d.GiveBackErr)
 	}
-	limit := d.Limit
+	d.limit = d.Limit
 	switch {
 	case (d.Reason == policy.ReasonPool || d.Reason == policy.ReasonBreaker || d.Reason == policy.ReasonDownstream && d.Limit != bucket.LimitDownstream) && d.Pool != nil && d.Plan != nil:
-		limit = d.Pool.Reason(q.tenant, max(d.Plan.Share, 1)) // "pool workers: 8 of 8 in flight; acme's share 3 of 5"
+		d.limit = d.Pool.Reason(q.tenant, max(d.Plan.Share, 1)) // "pool workers: 8 of 8 in flight; acme's share 3 of 5"
 	case d.Reason == policy.ReasonDownstream:
 		for _, v := range d.Verdicts {
 			if v.Fate == wire.FateDelayed {
-				limit = bucket.DownstreamReason(time.Now().Add(v.Wait)) // "downstream asked to wait until 14:03:10"
+				d.limit = bucket.DownstreamReason(d.now.Add(v.Wait)) // "downstream asked to wait until 14:03:10"
 				break
 			}
 		}
 	}
-	outs := make([]*outMsg, 0, len(jobs))
-	owner := make([]int, 0, len(jobs))
-	msgOf := make([]*outMsg, len(jobs)) // each job's message, if any
-	settled := len(jobs)                // jobs before it are settled once their messages are stored
-	res := stepResult{decided: true, plan: plan}
-	for i := range jobs {
-		j := &jobs[i]
-		j.verdict, j.plan, j.limit, j.lease, j.reason = d.Verdicts[i], plan, limit, lease, d.Reason
-		if settled < len(jobs) {
-			if j.verdict.Code == wire.CodeExpired && s.canSkip(q, j) {
-				// Its bound passed while it waited behind the job that waits: dead-lettered now,
-				// out of its place; the others keep their order.
-				j.skip = true
-				m := &outMsg{msg: s.deadMsg(j, j.verdict.Code, j.verdict.Detail), stream: s.cfg.StreamDead}
-				outs, owner, msgOf[i] = append(outs, m), append(owner, i), m
-				res.spent++
-				continue
-			}
-			j.verdict = policy.Verdict{Fate: jobs[settled].verdict.Fate, Wait: jobs[settled].verdict.Wait} // it waits behind the head, for as long
-			continue
-		}
-		var m *outMsg
-		switch f := j.verdict.Fate; {
-		case f.Forwarded():
-			m = &outMsg{msg: s.forwardMsg(j), stream: s.cfg.StreamOut, forward: true}
-			if j.msgLease() {
-				m.lease = j.lease
-			}
-			res.spent += max(j.weight, 1) // every forward is work downstream, paced or not
-		case f == wire.FateDead:
-			m = &outMsg{msg: s.deadMsg(j, j.verdict.Code, j.verdict.Detail), stream: s.cfg.StreamDead}
-			res.spent++ // a dead letter costs the turn its work, not its weight
-		case f == wire.FateStored:
-		default: // it waits, and every job behind it
-			settled = i
-			continue
-		}
-		if m != nil {
-			outs = append(outs, m)
-			owner = append(owner, i)
-			msgOf[i] = m
-		}
-	}
-	if len(outs) > 0 && !s.owners.leased(q.part) {
-		// The partition's lease ran out while the step decided (the replica paused past it): the
-		// next holder makes these forwards (it finds them admitted, looks them up: once.go), and
-		// this replica's would land beside its decisions.
-		for i := range jobs {
-			jobs[i].span.End()
-		}
-		return stepResult{gone: true}
-	}
-	s.tel.inFlight.Add(ctx, int64(len(outs)))
-	held := s.holdLeases(ctx, q, jobs, outs, owner)
-	s.pub.publishAll(ctx, outs)
-	held()
-	s.deadLetterRefused(ctx, jobs, outs, owner)
-	s.tel.inFlight.Add(ctx, -int64(len(outs)))
-	if late := q.owe.settle(jobs, outs, owner, s.cfg.Policy.Late()); late > 0 {
+	return d
+}
+
+// settle ends a step whose messages fwds were published: what it owes the limiter, the queue's
+// cursor past the jobs settled in their place (up to the first whose message could not be
+// stored: shutting down), those settled out of their place removed, when to step again, and
+// each job's record.
+func (s *Service) settle(ctx context.Context, q *queue, jobs []job, d *decision, p stepPlan, fwds []*forward) stepResult {
+	if late := q.owe.settle(fwds, s.cfg.Policy.Late()); late > 0 {
 		s.tel.lateForwards.Add(ctx, int64(late))
 	}
-	// The jobs settled in order, up to the first whose message could not be stored (shutting
-	// down): the queue's cursor moves past them, and they are removed from the input.
-	for k, m := range outs {
-		if m.err != nil {
-			settled = min(settled, owner[k])
+	sent := make([]*forward, len(jobs)) // each job's message, if any
+	for _, f := range fwds {
+		sent[indexOf(jobs, f.job)] = f
+		if f.err != nil {
 			q.errs++
 		}
 	}
-	var skipped []uint64
+	settled := p.inPlace
+	for k, i := range settled {
+		if sent[i] != nil && sent[i].err != nil {
+			settled = settled[:k] // those after it stay: no change of order
+			break
+		}
+	}
+	var out []uint64 // settled out of their place: removed now
 	for i := range jobs {
-		j := &jobs[i]
-		switch {
-		case i < settled:
-			j.waited = j.id <= q.waited
-			s.conclude(j, nil)
-		case j.skip:
-			if err := msgOf[i].err; err != nil || ctx.Err() != nil {
-				s.conclude(j, errors.Join(err, ctx.Err())) // not stored: decided again by the next step
-			} else {
-				s.conclude(j, nil)
-				skipped = append(skipped, j.at)
-			}
-		case j.verdict.Fate.Waits():
-			s.concludeWait(q, j, i == settled)
-		default:
-			s.conclude(j, ctx.Err()) // not stored: read again by the next step
+		if p.each[i].out && (sent[i] == nil || sent[i].err == nil) && ctx.Err() == nil {
+			out = append(out, jobs[i].at)
+			delete(q.redeemed, jobs[i].id)
 		}
 	}
-	if settled > 0 {
-		s.advance(q, jobs[:settled])
+	slices.Sort(out)
+	defer s.concludeAll(ctx, q, jobs, d, p, sent, settled)
+	if len(settled) > 0 {
+		inOrder := make([]job, len(settled))
+		for k, i := range settled {
+			inOrder[k] = jobs[i]
+		}
+		s.advance(q, inOrder)
 	}
-	if len(skipped) > 0 {
-		s.skipExpired(ctx, q, skipped)
+	if len(out) > 0 {
+		s.skipExpired(ctx, q, out)
 	}
-	if q.errs > 0 && settled < len(jobs) && !jobs[settled].verdict.Fate.Waits() {
-		return stepResult{next: stepRetry(q.errs), spent: res.spent}
-	}
-	q.errs = 0
-	if settled < len(jobs) {
-		q.waits(jobs[settled].id, jobs[settled].tries)
-		q.waitedFor = d.WaitedFor(jobs[settled].verdict)
-		res.oldest = jobs[settled].stored
-		res.next = max(jobs[settled].verdict.Wait, time.Millisecond)
-		// It asks again by the first bound on waiting among the jobs left waiting, if that is
-		// sooner: they expire on time.
-		for k := settled; k < len(jobs); k++ {
-			if dl := d.Verdicts[k].Deadline; !dl.IsZero() && !jobs[k].skip && d.Verdicts[k].Fate.Waits() {
-				res.next = min(res.next, max(time.Until(dl), time.Millisecond))
+	res := stepResult{decided: true, plan: d.plan, spent: p.spent}
+	switch {
+	case q.errs > 0 && len(settled) < len(p.inPlace):
+		return stepResult{next: stepRetry(q.errs), spent: p.spent}
+	case p.head < len(jobs):
+		q.errs = 0
+		head := p.each[p.head].verdict
+		q.waits(jobs[p.head].id, jobs[p.head].tries)
+		q.waitedFor = d.WaitedFor(head)
+		res.next = p.next
+		for i := range jobs {
+			if p.each[i].act == actWait && (res.oldest.IsZero() || jobs[i].stored.Before(res.oldest)) {
+				res.oldest = jobs[i].stored
 			}
 		}
-		if len(skipped) > 0 {
-			res.next = 0 // jobs beyond those read may have expired too: it reads on at once
-		}
-		if jobs[settled].verdict.Fate == wire.FateDelayed {
-			res.waitsFor = jobs[settled].reason
+		if head.Fate == wire.FateDelayed {
+			res.waitsFor = d.Reason
 		}
 		return res
 	}
+	q.errs = 0
 	q.waitedFor = ""
 	res.more = true // everything read went: the queue goes on (or finds itself empty)
 	return res
 }
 
-// msgLease reports whether j's forward carries a lease (see leaseHeader).
-func (j *job) msgLease() bool {
-	return j.lease > 0 && j.verdict.Fate == wire.FateAdmitted && !j.verdict.Shadow
-}
-
-// deadLetterRefused dead-letters instead what can never be stored; a dead letter that cannot
-// carry the payload is sent without it.
-func (s *Service) deadLetterRefused(ctx context.Context, jobs []job, outs []*outMsg, owner []int) {
-	for round := 0; round < 2 && ctx.Err() == nil; round++ {
-		var again []*outMsg
-		var where []int // index in outs
-		for k, o := range outs {
-			if o.err == nil || !s.pub.permanent(o.err) {
-				continue
-			}
-			j := &jobs[owner[k]]
-			var dm *nats.Msg
-			switch {
-			case o.stream != s.cfg.StreamDead:
-				code, detail := wire.CodeForwardRejected, fmt.Sprintf("stream %s refused it: %v", o.stream, o.err)
-				if errors.Is(o.err, errTooLarge) || tooLargeAPI(o.err) {
-					code, detail = wire.CodeTooLarge, fmt.Sprintf("it can never be stored on stream %s: %v", o.stream, o.err)
-				}
-				j.verdict = policy.Verdict{Fate: wire.FateDead, Code: code, Detail: detail}
-				dm = s.deadMsg(j, code, detail)
-			case len(o.msg.Data) > 0:
-				dm = s.deadMsg(j, j.verdict.Code, j.verdict.Detail+fmt.Sprintf("; the payload (%d bytes) is left out: the dead letter could not carry it (%v); it was sequence %d of stream %s",
-					len(j.data), o.err, j.seq, j.stream))
-				dm.Data = nil
-			default:
-				continue // even without its payload: see conclude
-			}
-			again, where = append(again, &outMsg{msg: dm, stream: s.cfg.StreamDead}), append(where, k)
+// concludeAll records what became of each job of a step (see settle): settled in its place
+// (settled), out of its place, waiting, or to be read again.
+func (s *Service) concludeAll(ctx context.Context, q *queue, jobs []job, d *decision, p stepPlan, sent []*forward, settled []int) {
+	inPlace := make([]bool, len(jobs))
+	for _, i := range settled {
+		inPlace[i] = true
+	}
+	waited := q.waited // as the step found it: the jobs are asked about by priority, not by id
+	for i := range jobs {
+		j, pl := &jobs[i], p.each[i]
+		err := ctx.Err()
+		if f := sent[i]; f != nil {
+			pl, err = f.planned, errors.Join(f.err, err) // a forward refused for good became a dead letter
 		}
-		if len(again) == 0 {
-			return
-		}
-		s.pub.publishAll(ctx, again)
-		for i, k := range where {
-			outs[k] = again[i]
+		switch {
+		case inPlace[i]:
+			s.conclude(j, d, pl.verdict, j.id <= waited, nil)
+		case pl.out:
+			s.conclude(j, d, pl.verdict, j.id <= waited, err) // not stored: decided again by the next step
+		case pl.act == actWait:
+			s.concludeWait(q, j, d, pl.verdict, i == p.head, waited)
+		default:
+			s.conclude(j, d, pl.verdict, false, ctx.Err()) // not stored: read again by the next step
 		}
 	}
+}
+
+// indexOf is the index of j in jobs (j points into it).
+func indexOf(jobs []job, j *job) int {
+	for i := range jobs {
+		if &jobs[i] == j {
+			return i
+		}
+	}
+	return -1
 }
 
 // advance moves q past its settled jobs (in order), which are to be removed.
@@ -692,6 +642,7 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 	if !q.owe.empty() {
 		// Said first: were the removal below to fail, and this replica to die, whoever reads the
 		// jobs again must know they were stored.
+		q.enter(deciding)
 		d := s.cfg.Policy.Step(ctx, q.tenant, nil, q.claim(s.owner))
 		if d.Err != nil {
 			q.errs++
@@ -701,6 +652,7 @@ func (s *Service) settleIdle(ctx context.Context, q *queue) stepResult {
 			q.said()
 		}
 	}
+	q.enter(removing)
 	due, err := s.removeSettled(ctx, q, false)
 	switch {
 	case err != nil:
@@ -736,8 +688,9 @@ func (s *Service) laneJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []jo
 		} else {
 			j.weight, j.wErr = wire.ParseWeight(h)
 			j.maxWait, j.mwErr = wire.ParseMaxWait(h)
+			j.priority, j.prErr = wire.ParsePriority(h)
 		}
-		j.id = wire.JobID(1, 0, j.seq)
+		j.id, j.out = wire.JobID(1, 0, j.seq), s.outSubject(j.subject)
 		if t, err := time.Parse(time.RFC3339Nano, h.Get(wire.HeaderInputTime)); err == nil {
 			j.stored = t
 		}
@@ -748,9 +701,9 @@ func (s *Service) laneJobs(ctx context.Context, q *queue, msgs []*nats.Msg) []jo
 	return jobs
 }
 
-// conclude settles a job whose verdict was applied (err: what became of its message; nil:
-// stored) and records the decision.
-func (s *Service) conclude(j *job, err error) {
+// conclude settles a job whose verdict v (of decision d) was applied (err: what became of its
+// message; nil: stored) and records the decision; waited: it was told to wait before.
+func (s *Service) conclude(j *job, d *decision, v policy.Verdict, waited bool, err error) {
 	defer j.span.End()
 	if err != nil {
 		j.span.RecordError(err)
@@ -763,93 +716,55 @@ func (s *Service) conclude(j *job, err error) {
 		}
 		return
 	}
-	v := j.verdict
 	if v.Fate == wire.FateStored {
 		return // decided before: no new decision
 	}
 	if v.Fate == wire.FateDead {
 		s.log.Info("dead-lettered", "subject", j.subject, "tenant", j.tenant, "code", string(v.Code), "detail", v.Detail)
 		if v.Code == wire.CodeExpired {
-			s.tel.jobExpired(j)
+			s.tel.jobExpired(j, d.plan, v.WaitedFor)
 		}
 	}
-	s.tel.conclude(j, v.Fate)
-	s.record(j, false)
+	s.tel.conclude(j, d.plan, d.Reason, v)
+	s.record(j, d, v, waited, false)
 }
 
-// concludeWait records a job that waits in its queue: counted as a decision the first time it
-// is told to wait (once per job, whether it is the head or behind it), and the head remembered
-// as the tenant's latest wait every time.
-func (s *Service) concludeWait(q *queue, j *job, head bool) {
+// concludeWait records a job that waits in its queue with verdict v: counted as a decision the
+// first time it is told to wait (once per job, whether it is the head or behind it: a job above
+// waited, the highest told to wait before this step), and the head remembered as the tenant's
+// latest wait every time.
+func (s *Service) concludeWait(q *queue, j *job, d *decision, v policy.Verdict, head bool, waited int64) {
 	defer j.span.End()
-	again := j.id <= q.waited
+	again := j.id <= waited
 	if !again {
-		q.waited = j.id
-		s.tel.conclude(j, j.verdict.Fate)
+		if j.ordered {
+			// Every job of the tenant up to it was asked about: q.waited says none of them
+			// needs a lookup as admitted before (policy.Job.Again). A job read out of order
+			// (priority.go) leaves it: it may be counted again when it waits again.
+			q.waited = max(q.waited, j.id)
+		}
+		s.tel.conclude(j, d.plan, d.Reason, v)
 	}
 	if head || !again {
-		s.record(j, again)
+		s.record(j, d, v, false, again)
 	}
 }
 
-// record tells Config.Activity what became of a job.
-func (s *Service) record(j *job, again bool) {
+// record tells Config.Activity what became of a job: verdict v of decision d (waited: it waited
+// before it went; again: it was told to wait before).
+func (s *Service) record(j *job, d *decision, v policy.Verdict, waited, again bool) {
 	if s.cfg.Activity == nil {
 		return
 	}
-	e := activity.Event{At: s.cfg.Now(), Tenant: j.tenant, Plan: j.plan, Fate: j.verdict.Fate, Weight: j.weight, Limit: j.limit,
-		Wait: j.verdict.Wait, Code: j.verdict.Code, Again: again}
-	if j.verdict.Fate.Forwarded() {
+	e := activity.Event{At: d.now, Tenant: j.tenant, Plan: d.plan, Fate: v.Fate, Weight: j.weight, Limit: d.limit,
+		Wait: v.Wait, Code: v.Code, Again: again}
+	if v.Fate.Forwarded() {
 		e.Wait = 0
-		if j.waited && !j.stored.IsZero() {
+		if waited && !j.stored.IsZero() {
 			e.Wait = max(e.At.Sub(j.stored), 0) // how long it waited
 		}
 	}
 	s.cfg.Activity.Record(e)
-}
-
-// forwardMsg is the admitted job as published to the output.
-func (s *Service) forwardMsg(j *job) *nats.Msg {
-	_, out, err := s.out.Map(j.subject)
-	if err != nil { // cannot happen: the input matched the template
-		out = j.subject
-	}
-	h := s.baseHeader(j, 9)
-	forwardHeader(h, wire.MsgID(wire.KindForward, j.stream, j.seq), j.tenant, j.plan, j.tries, s.cfg.Now().Sub(j.stored), j.verdict)
-	leaseHeader(h, j.id, j.lease, j.verdict)
-	m := &nats.Msg{Subject: out, Data: j.data, Header: h}
-	s.tel.injectSend(j, m, s.cfg.StreamOut)
-	return m
-}
-
-// deadMsg is the job as dead-lettered with code and detail.
-func (s *Service) deadMsg(j *job, code wire.Code, detail string) *nats.Msg {
-	_, dead, err := s.dead.Map(j.subject)
-	if err != nil { // not an input subject (a foreign message in a legacy lane): the tenant's dead subject
-		fill := make([]string, s.cfg.Dead.Wildcards())
-		for i := range fill {
-			fill[i] = "lane"
-		}
-		dead, _ = s.cfg.Dead.Subject(j.tenant, fill...)
-	}
-	h := deadHeader(s.baseHeader(j, 5), wire.MsgID(wire.KindDead, j.stream, j.seq), code, detail)
-	if code == wire.CodeExpired {
-		h.Set(wire.HeaderErrorArrived, j.stored.UTC().Format(time.RFC3339Nano))
-		h.Set(wire.HeaderErrorWaitedFor, j.verdict.WaitedFor)
-	}
-	m := &nats.Msg{Subject: dead, Data: j.data, Header: h}
-	s.tel.injectSend(j, m, s.cfg.StreamDead)
-	return m
-}
-
-// baseHeader is the job's own headers as carried into what the admitter publishes: the
-// producer's, without the stream's read headers (Nats-Sequence, ...) and with its Nats-* kept
-// as Admit-Original-*.
-func (s *Service) baseHeader(j *job, extra int) nats.Header {
-	if j.lane {
-		return fromLane(j.header, extra)
-	}
-	return carried(j.header, extra)
 }
 
 // ownerOf is the limiter's name of a replica (bucket.OwnerID).

@@ -36,6 +36,7 @@ const (
 	AttrError    = policy.AttrError
 	// AttrReason is the kind of the limit a waiting job waits for: bucket, window, quota or
 	// concurrency; handover (policy.ReasonHandover): another replica holds its tenant's queue;
+	// redeemed (policy.ReasonRedeemed): jobs admitted before, ahead of it, are settled first;
 	// or pool (policy.ReasonPool): its plan's pool.
 	AttrReason = attribute.Key("admitter.reason")
 	// AttrPool is the pool of the job's plan (bucket.Pool).
@@ -149,9 +150,9 @@ func (t *telemetry) startProcess(ctx context.Context, name string, h nats.Header
 	return ctx, span
 }
 
-// decide asks the policy in a "limiter decide" span, a child of the first job's span linked to
-// the others', and records what the call cost and what it decided on every job's span.
-func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, tenant string, pjobs []policy.Job, q policy.Queue) policy.Decision {
+// startDecide starts the "limiter decide" span of a step's call over jobs: a child of the first
+// job's span, linked to the others'. decided ends it.
+func (t *telemetry) startDecide(ctx context.Context, jobs []job) trace.Span {
 	parent := ctx
 	if len(jobs) > 0 {
 		parent = jobs[0].ctx
@@ -165,8 +166,13 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 		opts = append(opts, trace.WithLinks(links...))
 	}
 	_, span := t.tracer.Start(parent, "limiter decide", append(opts, trace.WithSpanKind(trace.SpanKindClient))...)
+	return span
+}
+
+// decided records what the limiter's call over jobs cost and what it decided (d), on the step's
+// span (ended here), every job's span and the metrics.
+func (t *telemetry) decided(ctx context.Context, span trace.Span, d policy.Decision, jobs []job, tenant string, pjobs []policy.Job) {
 	defer span.End()
-	d := pol.Step(ctx, tenant, pjobs, q)
 	if d.Took > 0 {
 		t.latency.Record(ctx, d.Took.Seconds())
 	}
@@ -213,7 +219,6 @@ func (t *telemetry) decide(ctx context.Context, pol *policy.Policy, jobs []job, 
 			}
 		}
 	}
-	return d
 }
 
 // injectSend starts the producer span of a job's publish and writes its context into the
@@ -228,24 +233,25 @@ func (t *telemetry) injectSend(j *job, m *nats.Msg, stream string) {
 	span.End()
 }
 
-// conclude records a job's decision on its span and in the metrics: its fate, counted once per
-// job (a job that waited is counted delayed when first told to wait, then admitted when it
-// goes).
-func (t *telemetry) conclude(j *job, fate wire.Fate) {
+// conclude records a job's decision, verdict v under plan (reason: why it waits), on its span and
+// in the metrics: its fate, counted once per job (a job that waited is counted delayed when first
+// told to wait, then admitted when it goes).
+func (t *telemetry) conclude(j *job, plan, reason string, v policy.Verdict) {
+	fate := v.Fate
 	decision := fate.String()
 	j.span.SetAttributes(AttrDecision.String(decision))
-	key := setKey{plan: j.plan, outcome: decision}
+	key := setKey{plan: plan, outcome: decision}
 	if t.tenantLabel {
 		key.tenant = j.tenant
 	}
 	if fate == wire.FateDelayed {
-		key.reason = j.reason
+		key.reason = reason
 	}
 	t.mu.RLock()
 	set, ok := t.sets[key]
 	t.mu.RUnlock()
 	if !ok {
-		attrs := []attribute.KeyValue{attribute.String("source", string(wire.SourceQueue)), attribute.String("outcome", decision), attribute.String("plan", j.plan)}
+		attrs := []attribute.KeyValue{attribute.String("source", string(wire.SourceQueue)), attribute.String("outcome", decision), attribute.String("plan", plan)}
 		if t.tenantLabel {
 			attrs = append(attrs, attribute.String("tenant", j.tenant))
 		}
@@ -260,13 +266,13 @@ func (t *telemetry) conclude(j *job, fate wire.Fate) {
 	ctx := context.Background()
 	t.decisions.Add(ctx, 1, set)
 	if fate == wire.FateDelayed || fate == wire.FateShadowDelayed {
-		t.waits.Record(ctx, j.verdict.Wait.Seconds(), set)
+		t.waits.Record(ctx, v.Wait.Seconds(), set)
 	}
 }
 
-// jobExpired counts a job dead-lettered expired.
-func (t *telemetry) jobExpired(j *job) {
-	attrs := []attribute.KeyValue{attribute.String("plan", j.plan), attribute.String("reason", policy.WaitedForReason(j.verdict.WaitedFor))}
+// jobExpired counts a job of plan dead-lettered expired, waiting for waitedFor.
+func (t *telemetry) jobExpired(j *job, plan, waitedFor string) {
+	attrs := []attribute.KeyValue{attribute.String("plan", plan), attribute.String("reason", policy.WaitedForReason(waitedFor))}
 	if t.tenantLabel {
 		attrs = append(attrs, attribute.String("tenant", j.tenant))
 	}

@@ -15,8 +15,9 @@ type Job struct {
 	// Weight is what it costs every limit (≥ 1, ≤ Plan.MaxWeight()).
 	Weight int64
 	// Again: it may have been admitted before (a replica that took the queue over reads it
-	// again): a batch of a plan with a pool first looks such jobs up in the tenant's state, and
-	// asks the pool only for those not admitted before (see Batch.Peek).
+	// again): a batch of a plan with a pool or leases first looks such jobs up in the tenant's
+	// state, and asks the pool only for those not admitted before (see Batch.Peek), and nothing
+	// after those admitted before (BatchResult.AfterRedeemed).
 	Again bool `json:"again,omitempty"`
 }
 
@@ -162,6 +163,14 @@ type BatchResult struct {
 	// Local: decided on this replica's copy of the tenant's state while Redis was unreachable
 	// (see Fallback).
 	Local bool
+	// AfterRedeemed: the batch led with jobs that may have been admitted before (Job.Again),
+	// some were (JobRedeemed), and its plan takes slots (Plan.Leases): the jobs after those were
+	// not decided (JobNotYet, Wait zero). A redeemed job's lease may have ended, and if its
+	// forward is not downstream, its slots are taken again (a start) before it is forwarded:
+	// jobs admitted behind it in the same call would have taken them, and it would wait for
+	// them, and they behind it, unforwarded, their slots held by nobody. Ask about them again
+	// once the redeemed jobs are settled or started.
+	AfterRedeemed bool
 }
 
 // check validates a batch before any state is touched.

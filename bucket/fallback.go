@@ -35,7 +35,8 @@ import (
 // One path. Every verb is made of decisions about one key each (a tenant's admission, request,
 // lease or inspection; a pool's operation: see admitPooled, leasePooled), and each decision goes
 // one way (run): on Redis while it answers; otherwise where its key is decided, this replica's
-// copy or, asked over the Router, another's. No lock is held across a decision's call to Redis or
+// copy or, asked over the Router, another's; and while another replica reaches Redis, on Redis
+// through it (Router.Relay: a replica cut from Redis alone is not a second decider). No lock is held across a decision's call to Redis or
 // to another replica: a decision on the copy is counted for as long as it runs (in memory), and
 // a merge waits for none of them to run before it charges Redis, and makes new ones wait.
 type Fallback struct {
@@ -259,6 +260,7 @@ func (f *Fallback) goDown(err error) {
 	if !f.out.CompareAndSwap(nil, &outage{n: f.outages.Add(1), began: now, taken: map[string]*taken{}, told: map[string]int64{}}) {
 		return
 	}
+	f.tell(true)
 	if f.hooks.Down != nil {
 		f.hooks.Down(err)
 	}
@@ -354,6 +356,7 @@ func (f *Fallback) merge(ctx context.Context, o *outage) error {
 	if err != nil {
 		return err
 	}
+	f.tell(false)
 	if rt := f.router.Load(); rt != nil {
 		rt.r.Back() // the other replicas probe at once
 	}
@@ -419,19 +422,21 @@ func (f *Fallback) chargeOne(ctx context.Context, t *taken, now int64) error {
 }
 
 // run makes one decision about a where it is decided: on Redis while Redis answers here (an
-// outage error turns the limiter local); otherwise (and for a while after an outage) on the copy
-// of the replica deciding a, asked q over the Router when it is another (q.Op empty: never, a
-// queue's own admission), on this replica's copy when it is this one. A tenant's question that
-// finds no answer is decided here; a pool's is an error (the job waits).
-func run[R fromCopy[R]](ctx context.Context, f *Fallback, a about, q routed, op func(context.Context, decider) (R, error)) (R, error) {
+// outage error turns the limiter local); otherwise (and for a while after an outage) by the
+// replica deciding a, asked q over the Router when it is another and route is set (a queue's own
+// admission never is); when it is this one, on Redis through a replica that reaches it (q
+// relayed: Router.Relay), and only when none does on this replica's copy. A tenant's question
+// that finds no answer is decided here; a pool's is an error (the job waits).
+func run[R fromCopy[R]](ctx context.Context, f *Fallback, a about, q routed, route bool, op func(context.Context, decider) (R, error)) (R, error) {
 	var zero R
 	for {
 		o := f.out.Load()
+		route := route && (o != nil || f.settling())
 		var since int64
-		if o != nil || f.settling() {
+		if o != nil || route {
 			since = f.since(a.key())
 		}
-		if q.Op != "" && (o != nil || f.settling()) && since == 0 {
+		if route && since == 0 {
 			if r, answered, err := ask[R](ctx, f, a.key(), q); answered {
 				return r, err
 			} else if a.pool != nil {
@@ -448,6 +453,12 @@ func run[R fromCopy[R]](ctx context.Context, f *Fallback, a about, q routed, op 
 			}
 			f.goDown(err)
 			continue
+		}
+		if r, answered, err := relay[R](ctx, f, q); answered {
+			if a.pool == nil {
+				f.known.Delete(a.tenant) // decided on Redis, not mirrored: the copy no longer knows it
+			}
+			return r, err
 		}
 		if ok, err := o.enter(ctx, f, a, since); err != nil {
 			return zero, err
@@ -472,47 +483,46 @@ func (r Snapshot) onCopy() Snapshot       { return r }
 // The decisions, each about one key; route false: this replica's (see Serve).
 
 func (f *Fallback) admitTenant(ctx context.Context, b Batch) (BatchResult, error) {
-	return run(ctx, f, about{tenant: b.Tenant, plan: b.Plan}, routed{}, func(ctx context.Context, d decider) (BatchResult, error) {
+	q := routed{Op: opAdmit, Tenant: b.Tenant, Plan: b.Plan.Name, Jobs: b.Jobs, Owner: b.Owner, Stored: b.Stored, Keep: b.Keep,
+		LateWeight: b.LateWeight, Late: b.Late, Release: b.Release, Peek: b.Peek}
+	return run(ctx, f, about{tenant: b.Tenant, plan: b.Plan}, q, false, func(ctx context.Context, d decider) (BatchResult, error) {
 		return d.admitTenant(ctx, b)
 	})
 }
 
 func (f *Fallback) decide(ctx context.Context, req Request, route bool) (Result, error) {
 	var q routed
-	if route && req.Plan != nil {
+	if req.Plan != nil {
 		q = routed{Op: opDecide, Tenant: req.Tenant, Plan: req.Plan.Name, Weight: req.Weight, JobID: req.JobID}
 	}
-	return run(ctx, f, about{tenant: req.Tenant, plan: req.Plan}, q, func(ctx context.Context, d decider) (Result, error) {
+	return run(ctx, f, about{tenant: req.Tenant, plan: req.Plan}, q, route && q.Op != "", func(ctx context.Context, d decider) (Result, error) {
 		return d.Decide(ctx, req)
 	})
 }
 
 func (f *Fallback) lease(ctx context.Context, req LeaseRequest, mode int, route bool) (LeaseResult, error) {
 	var q routed
-	if route && req.Plan != nil {
+	if req.Plan != nil {
 		q = routed{Op: opLease, Mode: mode, Tenant: req.Tenant, Plan: req.Plan.Name, Lease: req.Lease, Cost: req.Cost, Weight: req.Weight, Report: req.Report}
 	}
-	return run(ctx, f, about{tenant: req.Tenant, plan: req.Plan}, q, func(ctx context.Context, d decider) (LeaseResult, error) {
+	return run(ctx, f, about{tenant: req.Tenant, plan: req.Plan}, q, route && q.Op != "", func(ctx context.Context, d decider) (LeaseResult, error) {
 		return d.leaseCall(ctx, req, mode)
 	})
 }
 
 func (f *Fallback) pool(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report, route bool) (poolReply, error) {
-	var q routed
-	if route {
-		q = routed{Op: opPool, Mode: op, Tenant: tenant, Pool: p.Name, Share: share, Jobs: jobs, Cost: cost, Report: rep}
-	}
-	return run(ctx, f, about{pool: p}, q, func(ctx context.Context, d decider) (poolReply, error) {
+	q := routed{Op: opPool, Mode: op, Tenant: tenant, Pool: p.Name, Share: share, Jobs: jobs, Cost: cost, Report: rep}
+	return run(ctx, f, about{pool: p}, q, route, func(ctx context.Context, d decider) (poolReply, error) {
 		return d.poolCall(ctx, op, p, tenant, share, jobs, cost, rep)
 	})
 }
 
 func (f *Fallback) inspect(ctx context.Context, tenant string, plan *Plan, route bool) (Snapshot, error) {
 	var q routed
-	if route && plan != nil {
+	if plan != nil {
 		q = routed{Op: opInspect, Tenant: tenant, Plan: plan.Name}
 	}
-	return run(ctx, f, about{tenant: tenant, plan: plan}, q, func(ctx context.Context, d decider) (Snapshot, error) {
+	return run(ctx, f, about{tenant: tenant, plan: plan}, q, route && q.Op != "", func(ctx context.Context, d decider) (Snapshot, error) {
 		return d.inspectTenant(ctx, tenant, plan)
 	})
 }

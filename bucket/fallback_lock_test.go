@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"sync"
@@ -36,7 +37,12 @@ func (r *stallingRouter) Ask(context.Context, string, []byte) ([]byte, error) {
 	panic("stallingRouter decides everything on its own replica")
 }
 
-func (r *stallingRouter) Back() {}
+func (r *stallingRouter) Back()     {}
+func (r *stallingRouter) Tell(bool) {}
+
+func (r *stallingRouter) Relay(context.Context, []byte) ([]byte, error) {
+	return nil, errors.New("test: no other replica")
+}
 
 // goroutines is every goroutine's stack, for a test that found some stuck.
 func goroutines() string {

@@ -216,13 +216,15 @@ func TestAPoolFirstDecidedLateInAnOutageIsForgottenFromThen(t *testing.T) {
 // and since when (a partition's tenure). A key nobody was given is decided by every replica,
 // since the epoch.
 type routes struct {
-	mu      sync.Mutex
-	decider map[string]*Fallback
-	since   map[string]time.Time
+	mu       sync.Mutex
+	decider  map[string]*Fallback
+	since    map[string]time.Time
+	local    map[*Fallback]bool // the replicas that told they decide on their copies (Router.Tell)
+	replicas []*Fallback
 }
 
 func newRoutes() *routes {
-	return &routes{decider: map[string]*Fallback{}, since: map[string]time.Time{}}
+	return &routes{decider: map[string]*Fallback{}, since: map[string]time.Time{}, local: map[*Fallback]bool{}}
 }
 
 // move gives key to f from at on (a new tenure, even if f decided it before).
@@ -234,6 +236,9 @@ func (n *routes) move(key string, f *Fallback, at time.Time) {
 
 // router is f's Router over n; plans are the plans every replica has.
 func (n *routes) router(f *Fallback, plans *Plans) {
+	n.mu.Lock()
+	n.replicas = append(n.replicas, f)
+	n.mu.Unlock()
 	f.Route(router{self: f, n: n}, func() *Plans { return plans })
 }
 
@@ -259,6 +264,29 @@ func (r router) Ask(ctx context.Context, key string, req []byte) ([]byte, error)
 	d := r.n.decider[key]
 	r.n.mu.Unlock()
 	return d.Serve(ctx, req), nil
+}
+
+func (r router) Tell(local bool) {
+	r.n.mu.Lock()
+	defer r.n.mu.Unlock()
+	r.n.local[r.self] = local
+}
+
+// Relay relays to the first other replica that reaches Redis.
+func (r router) Relay(ctx context.Context, req []byte) ([]byte, error) {
+	r.n.mu.Lock()
+	var to *Fallback
+	for _, f := range r.n.replicas {
+		if f != r.self && !r.n.local[f] {
+			to = f
+			break
+		}
+	}
+	r.n.mu.Unlock()
+	if to == nil {
+		return nil, errors.New("test: no replica reaches Redis")
+	}
+	return to.Serve(ctx, req), nil
 }
 
 func (r router) Back() {

@@ -161,10 +161,13 @@ func planChanges(old, p *Plan) []string {
 	if old.MaxWait != p.MaxWait {
 		out = append(out, "max_wait "+maxWaitString(old.MaxWait)+" → "+maxWaitString(p.MaxWait))
 	}
+	if old.PriorityAging != p.PriorityAging {
+		out = append(out, "priority_aging "+maxWaitString(old.PriorityAging)+" → "+maxWaitString(p.PriorityAging))
+	}
 	return out
 }
 
-// maxWaitString is a plan's max_wait as written in a plans file, or "none".
+// maxWaitString is a plan's max_wait (or priority_aging) as written in a plans file, or "none".
 func maxWaitString(d time.Duration) string {
 	if d <= 0 {
 		return "none"

@@ -52,6 +52,11 @@ type Plan struct {
 	// file: max_wait; 0: no bound). A job that cannot be admitted within it is dead-lettered
 	// (wire.CodeExpired): see package policy. A job's own Admit-Max-Wait may bound it further.
 	MaxWait time.Duration
+	// PriorityAging lifts a waiting job of the plan one priority level (wire.HeaderPriority)
+	// per whole period it has waited, from its store in the input, to the highest at most
+	// (plans file: priority_aging; 0: never), so that a low priority cannot starve: a
+	// priority-5 job waiting 2 periods ranks as a priority-3 job just stored, ahead of it.
+	PriorityAging time.Duration
 
 	minCapacity int64
 	labels      []string

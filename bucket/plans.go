@@ -133,6 +133,9 @@ func (p *Plans) Describe() string {
 		if pl.MaxWait > 0 {
 			mode += ", jobs wait at most " + ShortDuration(pl.MaxWait)
 		}
+		if pl.PriorityAging > 0 {
+			mode += ", a waiting job's priority rises one level every " + ShortDuration(pl.PriorityAging)
+		}
 		fmt.Fprintf(&b, "  %s: %d %s, max weight %d%s\n", name, len(pl.Limits), plansPlural(len(pl.Limits), "limit", "limits"), pl.MaxWeight(), mode)
 		for i, l := range pl.Limits {
 			fmt.Fprintf(&b, "    limit %s: %s\n", l.label(i), l.describe())

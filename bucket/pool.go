@@ -293,12 +293,14 @@ type poolBackend interface {
 	poolCall(ctx context.Context, op int, p *Pool, tenant string, share int64, jobs []Job, cost int64, rep Report) (poolReply, error)
 }
 
-// admitPooled decides a batch of a plan with a pool: the pool grants a prefix of the jobs, the
-// tenant's limits decide that prefix (admit), and the grants they did not use are given back.
-// Jobs beyond the grant wait for the pool (BatchResult.Pool).
+// admitPooled decides a batch of a plan with a pool or leases: the pool grants a prefix of the
+// jobs, the tenant's limits decide that prefix (admit), and the grants they did not use are
+// given back. Jobs beyond the grant wait for the pool (BatchResult.Pool). Leading jobs that may
+// have been admitted before are looked up first (admittedBefore); when one was, and the plan
+// takes slots, the jobs after them wait (BatchResult.AfterRedeemed).
 func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(context.Context, Batch) (BatchResult, error)) (BatchResult, error) {
 	p := b.Plan
-	if p == nil || p.Pool == nil || p.Shadow || len(b.Jobs) == 0 {
+	if p == nil || p.Pool == nil && !p.Leases() || p.Shadow || len(b.Jobs) == 0 {
 		return admit(ctx, b)
 	}
 	if err := b.check(); err != nil {
@@ -310,7 +312,16 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 	}
 	rest := b
 	rest.Jobs = b.Jobs[len(known.Outcomes):]
-	res, err := admitGranted(ctx, pb, rest, admit)
+	after := p.Leases() && slices.Contains(known.Outcomes, JobRedeemed) && len(rest.Jobs) > 0
+	if after {
+		rest.Jobs = nil // the claims alone
+	}
+	var res BatchResult
+	if p.Pool != nil {
+		res, err = admitGranted(ctx, pb, rest, admit)
+	} else {
+		res, err = admit(ctx, rest)
+	}
 	if err != nil || len(known.Outcomes) == 0 {
 		return res, err
 	}
@@ -323,6 +334,12 @@ func admitPooled(ctx context.Context, pb poolBackend, b Batch, admit func(contex
 		res.AdmittedAgo = ages
 	}
 	res.Outcomes = append(known.Outcomes, res.Outcomes...)
+	if after {
+		for len(res.Outcomes) < len(b.Jobs) {
+			res.Outcomes = append(res.Outcomes, JobNotYet)
+		}
+		res.Wait, res.AfterRedeemed = 0, true
+	}
 	return res, nil
 }
 

@@ -3,20 +3,24 @@ package bucket
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
 
-// Several replicas share Redis. While it is away, each decides on its own copy, and what the
-// copies of two replicas would both decide must be decided by one of them, or each could give a
-// limit away in full: a tenant's requests, lease messages and inspections (which reach any
-// replica) are decided by the replica that runs the tenant's queue, whose copy holds its state; a
-// pool's slots (taken for the tenants of every replica) by one replica for the whole pool. A
-// Router names that replica and carries the question to it (package admission: over NATS); the
-// replica answers with Serve. A question is one decision about one key: answering it never asks
-// another replica. A tenant's question that finds no answer is decided here, on this replica's
-// copy (which does not know the tenant: it is taken as forgotten); a pool's is an error (the job
-// waits).
+// Several replicas share Redis. A replica that cannot reach it while another can decides nothing
+// on its copy: every decision it makes (its queues' admissions too) is relayed to a replica that
+// reaches Redis, and decided there (Router.Relay); the Redis away from one replica is not a second
+// decider beside the Redis the others reach. Only when no replica reaches Redis does each decide
+// on its own copy, and then what the copies of two replicas would both decide must be decided by
+// one of them, or each could give a limit away in full: a tenant's requests, lease messages and
+// inspections (which reach any replica) are decided by the replica that runs the tenant's queue,
+// whose copy holds its state; a pool's slots (taken for the tenants of every replica) by one
+// replica for the whole pool. A Router names that replica and carries the question to it
+// (package admission: over NATS); the replica answers with Serve. A question is one decision
+// about one key: answering it never asks another replica. A tenant's question that finds no
+// answer is decided here, on this replica's copy (which does not know the tenant: it is taken as
+// forgotten); a pool's is an error (the job waits).
 
 // A Router routes what the copy decides to the replica that decides it (see above).
 type Router interface {
@@ -30,6 +34,20 @@ type Router interface {
 	Ask(ctx context.Context, key string, req []byte) ([]byte, error)
 	// Back tells every replica that Redis answers again (each calls its Fallback.Probe).
 	Back()
+	// Tell tells the other replicas whether this one decides on its copy (local: Redis is away
+	// here) or on Redis: only those on Redis are relayed to. The Fallback tells local before it
+	// decides anything on its copy, and tells again when Redis decides again.
+	Tell(local bool)
+	// Relay sends req to a replica that reaches Redis (not this one), whose Fallback.Serve
+	// decides it there; an error when none does.
+	Relay(ctx context.Context, req []byte) ([]byte, error)
+}
+
+// tell tells the other replicas whether this one reaches Redis (see Router.Tell).
+func (f *Fallback) tell(local bool) {
+	if rt := f.router.Load(); rt != nil {
+		rt.r.Tell(local)
+	}
 }
 
 // RouteTenant and RoutePool are the keys a Router routes: a tenant's requests and leases, a
@@ -75,6 +93,16 @@ type routed struct {
 	Report Report `json:"report,omitzero"`
 	Share  int64  `json:"share,omitempty"`
 	Jobs   []Job  `json:"jobs,omitempty"`
+	// An admission (relayed only): the rest of its Batch.
+	Owner      int64         `json:"owner,omitempty"`
+	Stored     int64         `json:"stored,omitempty"`
+	Keep       time.Duration `json:"keep,omitempty"`
+	LateWeight int64         `json:"late_weight,omitempty"`
+	Late       time.Duration `json:"late,omitempty"`
+	Release    bool          `json:"release,omitempty"`
+	Peek       bool          `json:"peek,omitempty"`
+	// Relay: decide it on Redis, or answer errNotReached (see Router.Relay).
+	Relay bool `json:"relay,omitempty"`
 }
 
 const (
@@ -82,6 +110,7 @@ const (
 	opLease   = "lease"
 	opPool    = "pool"
 	opInspect = "inspect"
+	opAdmit   = "admit"
 )
 
 // routedReply is a question's answer: the decision's result as JSON, or its error.
@@ -96,13 +125,31 @@ const askFor = time.Second
 // ask sends q for key to the replica that decides it; answered is false when none answered
 // (then the caller decides).
 func ask[R any](ctx context.Context, f *Fallback, key string, q routed) (r R, answered bool, err error) {
+	return exchange[R](ctx, "the replica deciding "+key, q, func(ctx context.Context, b []byte) ([]byte, error) {
+		return f.router.Load().r.Ask(ctx, key, b)
+	})
+}
+
+// relay sends q to a replica that reaches Redis, which decides it there (see Router.Relay);
+// answered is false when none did (then the caller decides on the copy).
+func relay[R any](ctx context.Context, f *Fallback, q routed) (r R, answered bool, err error) {
+	rt := f.router.Load()
+	if rt == nil || q.Op == "" {
+		return r, false, nil
+	}
+	q.Relay = true
+	return exchange[R](ctx, "the replica relaying to Redis", q, rt.r.Relay)
+}
+
+// exchange sends q with send and reads its answer.
+func exchange[R any](ctx context.Context, who string, q routed, send func(context.Context, []byte) ([]byte, error)) (r R, answered bool, err error) {
 	b, err := json.Marshal(q)
 	if err != nil {
 		return r, false, nil
 	}
 	actx, cancel := context.WithTimeout(ctx, askFor)
 	defer cancel()
-	raw, err := f.router.Load().r.Ask(actx, key, b)
+	raw, err := send(actx, b)
 	if err != nil {
 		return r, false, nil
 	}
@@ -110,14 +157,20 @@ func ask[R any](ctx context.Context, f *Fallback, key string, q routed) (r R, an
 	if json.Unmarshal(raw, &rep) != nil {
 		return r, false, nil
 	}
+	if rep.Error == errNotReached {
+		return r, false, nil
+	}
 	if rep.Error != "" {
-		return r, true, fmt.Errorf("bucket: the replica deciding %s: %s", key, rep.Error)
+		return r, true, fmt.Errorf("bucket: %s: %s", who, rep.Error)
 	}
 	if err := json.Unmarshal(rep.Result, &r); err != nil {
-		return r, true, fmt.Errorf("bucket: the replica deciding %s answered %q: %w", key, rep.Result, err)
+		return r, true, fmt.Errorf("bucket: %s answered %q: %w", who, rep.Result, err)
 	}
 	return r, true, nil
 }
+
+// errNotReached is a relayed question's answer from a replica that does not reach Redis either.
+const errNotReached = "bucket: Redis is away here too"
 
 // Serve answers a question another replica routed here (see Router): it is decided on this
 // replica's copy when Redis is away here too, else on Redis; never asked of another replica.
@@ -144,9 +197,20 @@ func (f *Fallback) serve(ctx context.Context, req []byte) (any, error) {
 		return nil, fmt.Errorf("bucket: this replica routes nothing")
 	}
 	plans := rt.plans()
+	if q.Relay && f.out.Load() != nil {
+		return nil, errors.New(errNotReached)
+	}
 	if q.Op == opPool {
 		for _, p := range plans.Pools() {
 			if p.Name == q.Pool {
+				if q.Relay {
+					res, err := f.shared.poolCall(ctx, q.Mode, p, q.Tenant, q.Share, q.Jobs, q.Cost, q.Report)
+					if outageError(ctx, err) {
+						f.goDown(err)
+						return nil, errors.New(errNotReached)
+					}
+					return res, err
+				}
 				return f.pool(ctx, q.Mode, p, q.Tenant, q.Share, q.Jobs, q.Cost, q.Report, false)
 			}
 		}
@@ -155,6 +219,14 @@ func (f *Fallback) serve(ctx context.Context, req []byte) (any, error) {
 	plan, ok := plans.Plan(q.Plan)
 	if !ok {
 		return nil, fmt.Errorf("bucket: no plan %q in the plans in force here", q.Plan)
+	}
+	if q.Relay {
+		res, err := f.relayed(ctx, q, plan)
+		if outageError(ctx, err) { // away from here too: the asker decides on its copy
+			f.goDown(err)
+			return nil, errors.New(errNotReached)
+		}
+		return res, err
 	}
 	switch q.Op {
 	case opDecide:
@@ -195,4 +267,21 @@ func (r *poolReply) UnmarshalJSON(b []byte) error {
 	*r = poolReply{granted: w.Granted, before: w.Before, wait: w.Wait, found: w.Found, weight: w.Weight, ran: w.Ran, ends: w.Ends, state: w.State,
 		wakes: w.Wakes, tenants: w.Tenants, local: w.Local}
 	return nil
+}
+
+// relayed decides on Redis a question about a tenant relayed from a replica that does not reach
+// it (see Router.Relay).
+func (f *Fallback) relayed(ctx context.Context, q routed, plan *Plan) (any, error) {
+	switch q.Op {
+	case opAdmit:
+		return f.shared.admitTenant(ctx, Batch{Tenant: q.Tenant, Plan: plan, Jobs: q.Jobs, Owner: q.Owner, Stored: q.Stored, Keep: q.Keep,
+			LateWeight: q.LateWeight, Late: q.Late, Release: q.Release, Peek: q.Peek})
+	case opDecide:
+		return f.shared.Decide(ctx, Request{Tenant: q.Tenant, Plan: plan, Weight: q.Weight, JobID: q.JobID})
+	case opLease:
+		return f.shared.leaseCall(ctx, LeaseRequest{Tenant: q.Tenant, Plan: plan, Lease: q.Lease, Cost: q.Cost, Weight: q.Weight, Report: q.Report}, q.Mode)
+	case opInspect:
+		return f.shared.inspectTenant(ctx, q.Tenant, plan)
+	}
+	return nil, fmt.Errorf("bucket: a relayed question of unknown op %q", q.Op)
 }

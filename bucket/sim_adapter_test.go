@@ -10,13 +10,14 @@ import (
 // The simulation's adapter: the one file that knows how the Fallback is built and what it asks of
 // the replicas around it (Router). The rest of the simulation (sim_*_test.go: the schedule, the
 // replicas' queues and workers, the faults, the checker, replay) speaks only of a simLimiter, a
-// *Redis and the world's routing table (world.route, world.reaches); re-targeting the simulation
+// *Redis and the world's routing table (world.route, world.reaches, world.relayTo); re-targeting the simulation
 // at another fallback is rewriting this file.
 //
 // What the simulation needs of a fallback, and nothing more:
 //   - the verbs of a Limiter (Admit, Decide, Release, Renew, Start), deciding on Redis while it
 //     answers and on the replica's copy while it does not;
-//   - Serve, the answer to a question another replica routed here (the Router's Ask calls it);
+//   - Serve, the answer to a question another replica routed or relayed here (the Router's Ask
+//     and Relay call it);
 //   - Local, whether the replica decides on its copy now;
 //   - Recover, one probe of an outage as the fallback's own watcher makes it every probeEvery
 //     (ask Redis, charge it with what the copy decided, decide on Redis again), stepped by the
@@ -91,3 +92,15 @@ func (rt simRouter) Ask(ctx context.Context, key string, req []byte) ([]byte, er
 }
 
 func (rt simRouter) Back() { rt.w.redisBack() }
+
+func (rt simRouter) Tell(local bool) { rt.w.told(rt.r, local) }
+
+// Relay relays to the first other replica that reaches Redis (it told so) and is reached.
+func (rt simRouter) Relay(ctx context.Context, req []byte) ([]byte, error) {
+	rt.w.yield("relay")
+	d := rt.w.relayTo(rt.r)
+	if d == nil {
+		return nil, errNoAnswer
+	}
+	return d.lim.Serve(ctx, req), nil
+}

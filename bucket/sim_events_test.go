@@ -97,7 +97,7 @@ func (w *world) start(r *simReplica) {
 	}
 	r.lim = newSimLimiter(r.redis, simOpts, w, r, func() *Plans { return w.plans })
 	w.mu.Lock()
-	r.state, r.gone, r.local, r.cut, r.stale = replicaLive, false, false, false, nil
+	r.state, r.gone, r.local, r.cut, r.onCopy, r.stale = replicaLive, false, false, false, false, nil
 	w.mu.Unlock()
 }
 
@@ -372,17 +372,21 @@ func (w *world) admitOp(h *simReplica, t *simTenant, b Batch, what string) simOp
 		}
 		w.logf("%s %s %s [%s]: %v wait %v %s%s%s", h.name, what, t.name, strings.Join(ids, " "), res.Outcomes,
 			res.Wait, res.Limit, note(res.Local, " (copy)"), note(res.Handover, " handover"))
-		if !res.Local {
+		switch {
+		case asked[relayed] != nil && !res.Local:
+			delete(t.mirrored, h.i) // decided on Redis by another: h's copy no longer knows t
+			delete(t.mirroredIn, h.i)
+		case !res.Local:
 			t.mirrored[h.i] = w.now
 			if w.holder(t) == h {
 				t.mirroredIn[h.i] = w.partSince[t.part]
 			} else {
 				delete(t.mirroredIn, h.i) // a late step: not in a tenure of h's
 			}
-		} else {
+		default:
 			w.onCopy(t, h)
 		}
-		if p := t.plan.Pool; p != nil && !res.Handover {
+		if p := t.plan.Pool; p != nil && !res.Handover && asked[relayed] == nil {
 			w.onPoolCopy(p, asked[RoutePool(p.Name)], h)
 		}
 		n := 0

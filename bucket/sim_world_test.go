@@ -133,6 +133,9 @@ type simReplica struct {
 	// stale: the tenants whose queues it ran when its pause was noticed (it acts on them late).
 	stale []*simTenant
 	cut   bool // its routed questions get no answer (a partition between replicas)
+	// onCopy: its limiter told the others it decides on its copy (Router.Tell): it is not
+	// relayed to.
+	onCopy bool
 }
 
 type replicaState uint8
@@ -279,6 +282,36 @@ func (w *world) reaches(asker, d *simReplica, key string) bool {
 		w.answered[key] = d
 	}
 	return ok
+}
+
+// relayed is the key under which world.answered records that a call was relayed to another
+// replica (decided on Redis there).
+const relayed = "relay"
+
+// relayTo is the replica asker's question is relayed to (Router.Relay): the first other live
+// replica that reaches Redis (told so) and that asker reaches; nil when none.
+func (w *world) relayTo(asker *simReplica) *simReplica {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if asker.cut {
+		return nil
+	}
+	for _, d := range w.reps {
+		if d != asker && d.state == replicaLive && !d.cut && !d.onCopy {
+			if w.answered != nil {
+				w.answered[relayed] = d
+			}
+			return d
+		}
+	}
+	return nil
+}
+
+// told notes what r's limiter told the others (Router.Tell).
+func (w *world) told(r *simReplica, local bool) {
+	w.mu.Lock()
+	r.onCopy = local
+	w.mu.Unlock()
 }
 
 // redisBack notes that a replica charged Redis after an outage: the others probe at once.

@@ -479,7 +479,7 @@ type codeCount struct {
 
 // knownCodes are the dead-letter codes a filter offers even when none is listed.
 var knownCodes = []wire.Code{wire.CodeInvalidWeight, wire.CodeWeightOverCapacity, wire.CodeUnknownTenant, wire.CodeInvalidTenant, wire.CodeTooLarge,
-	wire.CodeForwardRejected, wire.CodeInvalidMaxWait, wire.CodeExpired}
+	wire.CodeForwardRejected, wire.CodeInvalidMaxWait, wire.CodeInvalidPriority, wire.CodeExpired}
 
 func (c *Console) dead(w http.ResponseWriter, r *http.Request, _ caller, b *Backend) {
 	q := r.URL.Query()

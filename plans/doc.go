@@ -12,6 +12,7 @@
 //	      - {capacity: 5, rate: 2/s}
 //	  pro:
 //	    max_wait: 1h   # optional: a job not admitted within an hour is dead-lettered (expired)
+//	    priority_aging: 10m  # optional: a waiting job's Admit-Priority rises one level per 10 minutes
 //	    limits:
 //	      - {name: burst,   capacity: 20, rate: 10/s}                  # kind: bucket, the default
 //	      - {name: hourly,  kind: window, limit: 1000, window: 1h}     # at most 1000 in ANY hour
@@ -26,7 +27,11 @@
 // mode (enforce, the default, or shadow), pool and share (below), and max_wait: the longest a job
 // of the plan may wait, from its store in the input, before it is dead-lettered as expired (a
 // duration as a window's, see ParseWindow; absent: no bound). A job's own Admit-Max-Wait header
-// may bound it further: the smaller wins (bucket.Plan.MaxWait, package policy). Every limit has
+// may bound it further: the smaller wins (bucket.Plan.MaxWait, package policy). And optionally
+// priority_aging, a duration as a window's: a job waiting in its tenant's queue rises one
+// priority level (its Admit-Priority header, 1 first to 5 last) per period waited, from its
+// store in the input, so that a low priority cannot starve (bucket.Plan.PriorityAging; absent:
+// priorities never change). Every limit has
 // an optional name (unnamed limits are labelled by their index, so a name must not be all
 // digits; names are unique within a plan) and an optional kind, which decides its other fields:
 //

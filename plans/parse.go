@@ -238,22 +238,26 @@ func (ps *parser) plans(p *parsed, n *yaml.Node) error {
 
 // parsePlan parses the plan called name at field.
 func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, error) {
-	const want = "a mapping with limits (and optionally mode, pool, share and max_wait)"
+	const want = "a mapping with limits (and optionally mode, pool, share, max_wait and priority_aging)"
 	if isNull(n) {
 		return nil, ps.errorf(n.Line, field, "empty plan (want %s)", want)
 	}
-	pairs, err := ps.mapping(n, field, want, "limits", "mode", "pool", "share", "max_wait")
+	pairs, err := ps.mapping(n, field, want, "limits", "mode", "pool", "share", "max_wait", "priority_aging")
 	if err != nil {
 		return nil, err
 	}
 	var ln, poolNode, shareNode *yaml.Node
 	shadow := false
 	var share int64
-	var maxWait time.Duration
+	var maxWait, aging time.Duration
 	for _, kv := range pairs {
 		switch kv.key {
 		case "max_wait":
 			if maxWait, err = ps.window(kv.valueNode, field+".max_wait"); err != nil {
+				return nil, err
+			}
+		case "priority_aging":
+			if aging, err = ps.window(kv.valueNode, field+".priority_aging"); err != nil {
 				return nil, err
 			}
 		case "limits":
@@ -316,7 +320,7 @@ func (ps *parser) parsePlan(name, field string, n *yaml.Node) (*bucket.Plan, err
 	if err != nil {
 		return nil, ps.wrap(ln.Line, field, strings.TrimPrefix(err.Error(), "bucket: "), err)
 	}
-	pl.Shadow, pl.Share, pl.MaxWait = shadow, share, maxWait
+	pl.Shadow, pl.Share, pl.MaxWait, pl.PriorityAging = shadow, share, maxWait, aging
 	if poolNode != nil {
 		ps.uses = append(ps.uses, poolUse{plan: pl, name: poolNode.Value, line: poolNode.Line, field: strings.TrimSuffix(field, ".limits") + ".pool"})
 	}

@@ -205,6 +205,7 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 		Pool   string  `yaml:"pool,omitempty"`
 		Share  int64   `yaml:"share,omitempty"`
 		Wait   string  `yaml:"max_wait,omitempty"`
+		Aging  string  `yaml:"priority_aging,omitempty"`
 	}
 	type pool struct {
 		Concurrency int64  `yaml:"concurrency,omitempty"`
@@ -253,6 +254,9 @@ func plansToYAML(t testing.TB, p *bucket.Plans) []byte {
 		if pl.MaxWait > 0 {
 			pp.Wait = bucket.ShortDuration(pl.MaxWait)
 		}
+		if pl.PriorityAging > 0 {
+			pp.Aging = bucket.ShortDuration(pl.PriorityAging)
+		}
 		if pl.Pool != nil {
 			pp.Pool = pl.Pool.Name
 		}
@@ -282,7 +286,7 @@ func plansEqual(a, b *bucket.Plans) string {
 	for _, name := range a.Names() {
 		pa, _ := a.Plan(name)
 		pb, _ := b.Plan(name)
-		if pa.Name != pb.Name || !slices.EqualFunc(pa.Limits, pb.Limits, limitsEqual) || pa.MaxWait != pb.MaxWait {
+		if pa.Name != pb.Name || !slices.EqualFunc(pa.Limits, pb.Limits, limitsEqual) || pa.MaxWait != pb.MaxWait || pa.PriorityAging != pb.PriorityAging {
 			return fmt.Sprintf("plan %q: %+v vs %+v", name, pa.Limits, pb.Limits)
 		}
 	}
@@ -339,7 +343,7 @@ func TestParseErrors(t *testing.T) {
 
 		// Unknown and duplicate keys at every level.
 		{"unknown top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\ndefault: free\n", 3, "default", `unknown key "default" (want plans, tenants, default_plan or pools)`},
-		{"unknown plan key", "plans:\n  free:\n    limits: [{capacity: 1, rate: 1/s}]\n    burst: 5\n", 4, "plans.free.burst", `unknown key "burst" (want limits, mode, pool, share or max_wait)`},
+		{"unknown plan key", "plans:\n  free:\n    limits: [{capacity: 1, rate: 1/s}]\n    burst: 5\n", 4, "plans.free.burst", `unknown key "burst" (want limits, mode, pool, share, max_wait or priority_aging)`},
 		{"unknown limit key", free("{capacity: 1, rate: 1/s, per: tenant}"), 4, "plans.free.limits[0].per", `unknown key "per" (a bucket limit takes name, kind, capacity and rate)`},
 		{"misspelt limits", "plans:\n  free:\n    limts: [{capacity: 1, rate: 1/s}]\n", 3, "plans.free.limts", `unknown key "limts"`},
 		{"duplicate top key", "plans:\n  free: {limits: [{capacity: 1, rate: 1/s}]}\nplans:\n  gold: {limits: [{capacity: 1, rate: 1/s}]}\n", 3, "plans", `duplicate key "plans" (first at line 1)`},
@@ -354,8 +358,8 @@ func TestParseErrors(t *testing.T) {
 		{"alias", "plans:\n  free: &f {limits: [{capacity: 1, rate: 1/s}]}\n  gold: *f\n", 3, "plans.gold", "YAML aliases (*f) are not supported"},
 
 		// Plans and their limits.
-		{"null plan", "plans:\n  free:\n", 2, "plans.free", "empty plan (want a mapping with limits (and optionally mode, pool, share and max_wait))"},
-		{"plan a scalar", "plans:\n  free: gold\n", 2, "plans.free", `want a mapping with limits (and optionally mode, pool, share and max_wait), got "gold"`},
+		{"null plan", "plans:\n  free:\n", 2, "plans.free", "empty plan (want a mapping with limits (and optionally mode, pool, share, max_wait and priority_aging))"},
+		{"plan a scalar", "plans:\n  free: gold\n", 2, "plans.free", `want a mapping with limits (and optionally mode, pool, share, max_wait and priority_aging), got "gold"`},
 		{"plan without limits key", "plans:\n  free: {}\n", 2, "plans.free.limits", "missing (want a list of limits)"},
 		{"empty limits", "plans:\n  free:\n    limits: []\n", 3, "plans.free.limits", `plan "free" has no limits`},
 		{"null limits", "plans:\n  free:\n    limits:\n", 3, "plans.free.limits", `plan "free" has no limits`},
@@ -686,6 +690,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("plans: {w: {limits: [{kind: window, limit: 5, window: 1ns, rate: 1/s}]}}\n"))
 	f.Add([]byte("plans: {w: {max_wait: 1h, limits: [{capacity: 1, rate: 1/s}]}, v: {max_wait: 7d, limits: [{kind: quota, limit: 3, period: month}]}}\n"))
 	f.Add([]byte("plans: {w: {max_wait: 0s, limits: [{capacity: 1, rate: 1/s}]}}\n"))
+	f.Add([]byte("plans: {w: {priority_aging: 10m, limits: [{capacity: 1, rate: 1/s}]}, v: {priority_aging: -1s, limits: [{capacity: 1, rate: 1/s}]}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := plans.Parse("fuzz.yaml", data)
 		if err != nil {
@@ -708,6 +713,9 @@ func FuzzParse(f *testing.F) {
 			}
 			if pl.MaxWait < 0 || pl.MaxWait%time.Microsecond != 0 || pl.MaxWait > bucket.MaxWindow {
 				t.Fatalf("plan %q: max_wait %v", name, pl.MaxWait)
+			}
+			if pl.PriorityAging < 0 || pl.PriorityAging%time.Microsecond != 0 || pl.PriorityAging > bucket.MaxWindow {
+				t.Fatalf("plan %q: priority_aging %v", name, pl.PriorityAging)
 			}
 			for _, l := range pl.Limits {
 				if l.Capacity < 1 || pl.MaxWeight() > l.Capacity {
@@ -867,7 +875,7 @@ func TestParseMode(t *testing.T) {
 		{"plans:\n  p:\n    mode: audit\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mode: unknown mode "audit" (want enforce or shadow)`},
 		{"plans:\n  p:\n    limits: [{capacity: 1, rate: 1/s}]\n    mode: [shadow]\n", "plans.yaml:4: plans.p.mode: want enforce or shadow, got a list"},
 		{"plans:\n  p:\n    mode: shadow\n", "plans.yaml:3: plans.p.limits: missing (want a list of limits)"},
-		{"plans:\n  p:\n    mood: shadow\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mood: unknown key "mood" (want limits, mode, pool, share or max_wait)`},
+		{"plans:\n  p:\n    mood: shadow\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.mood: unknown key "mood" (want limits, mode, pool, share, max_wait or priority_aging)`},
 	} {
 		_, err := plans.Parse("plans.yaml", []byte(c.doc))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -929,6 +937,39 @@ func TestParseMaxWait(t *testing.T) {
 		{"plans:\n  p:\n    max_wait: 36501d\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.max_wait: "36501d" is longer than 100 years`},
 		{"plans:\n  p:\n    max_wait: 1h\n    max_wait: 2h\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:4: plans.p.max_wait: duplicate key "max_wait" (first at line 3)`},
 		{"plans:\n  p:\n    limits: [{capacity: 1, rate: 1/s, max_wait: 1h}]\n", `plans.yaml:3: plans.p.limits[0].max_wait: unknown key "max_wait"`},
+	} {
+		_, err := plans.Parse("plans.yaml", []byte(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want it to contain %q", c.doc, err, c.want)
+		}
+	}
+}
+
+// TestParsePriorityAging: a plan's priority_aging is a duration as a window's, the period after
+// which a waiting job rises one priority level; absent, none. Anything else is refused at its
+// line.
+func TestParsePriorityAging(t *testing.T) {
+	p := mustParse(t, `plans:
+  mail:
+    priority_aging: 10m
+    limits: [{capacity: 5, rate: 1/s}]
+  plain:
+    limits: [{capacity: 5, rate: 1/s}]
+`)
+	for name, want := range map[string]time.Duration{"mail": 10 * time.Minute, "plain": 0} {
+		if pl, _ := p.Plan(name); pl.PriorityAging != want {
+			t.Errorf("plan %s: PriorityAging %v, want %v", name, pl.PriorityAging, want)
+		}
+	}
+	if d := p.Describe(); !strings.Contains(d, "mail: 1 limit, max weight 5, a waiting job's priority rises one level every 10m") {
+		t.Errorf("Describe() does not give the priority_aging:\n%s", d)
+	}
+	for _, c := range []struct{ doc, want string }{
+		{"plans:\n  p:\n    priority_aging: 0s\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.priority_aging: "0s" is not positive`},
+		{"plans:\n  p:\n    limits: [{capacity: 1, rate: 1/s}]\n    priority_aging: often\n", `plans.yaml:4: plans.p.priority_aging: "often" is not a duration (want e.g. 500ms, 3s, 1h30m or 7d)`},
+		{"plans:\n  p:\n    priority_aging: 600\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.priority_aging: want a duration such as 500ms, 3s, 1h30m or 7d, got 600`},
+		{"plans:\n  p:\n    priority_aging: 1m\n    priority_aging: 2m\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:4: plans.p.priority_aging: duplicate key "priority_aging" (first at line 3)`},
+		{"plans:\n  p:\n    priority_agin: 1m\n    limits: [{capacity: 1, rate: 1/s}]\n", `plans.yaml:3: plans.p.priority_agin: unknown key "priority_agin"`},
 	} {
 		_, err := plans.Parse("plans.yaml", []byte(c.doc))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

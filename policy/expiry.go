@@ -41,8 +41,8 @@ func exactWait(reason string) bool {
 // WaitedFor says what a job left waiting with verdict v under decision d waits for, as an
 // expired job's dead letter gives it (wire.HeaderErrorWaitedFor) and its metric's reason label
 // (its first word): "<kind> <limit>" for a limit of the plan ("quota monthly", "bucket 0"),
-// "pool <name>", "breaker <pool>", "downstream", "handover", "paused", or "held" (the limiter
-// failed, fail mode closed). Empty for a verdict that does not wait.
+// "pool <name>", "breaker <pool>", "downstream", "handover", "redeemed", "paused", or "held"
+// (the limiter failed, fail mode closed). Empty for a verdict that does not wait.
 func (d Decision) WaitedFor(v Verdict) string {
 	switch v.Fate {
 	case wire.FatePaused:
@@ -54,7 +54,7 @@ func (d Decision) WaitedFor(v Verdict) string {
 		return ""
 	}
 	switch d.Reason {
-	case ReasonHandover, ReasonDownstream:
+	case ReasonHandover, ReasonDownstream, ReasonRedeemed:
 		return d.Reason
 	case ReasonPool, ReasonBreaker:
 		if d.Pool != nil {

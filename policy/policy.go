@@ -184,6 +184,9 @@ type Job struct {
 	Stored     time.Time
 	MaxWait    time.Duration
 	MaxWaitErr error
+	// PriorityErr is why its Admit-Priority could not be read: such a job is dead
+	// (invalid-priority). Its priority itself is the queue's business (the order it asks in).
+	PriorityErr error
 	// Again: the job may have been admitted before, and forwarded (by an earlier holder of its
 	// queue that stopped before removing it, or by a call whose answer was lost), and the limiter
 	// has not said otherwise. Its bound having passed, it is asked about rather than expired: a
@@ -262,6 +265,11 @@ type Decision struct {
 // replicas has not changed yet; its hold ends within bucket.Options.Hold.
 const ReasonHandover = "handover"
 
+// ReasonRedeemed is the reason of jobs that wait behind jobs admitted before, not decided in the
+// same call (bucket.BatchResult.AfterRedeemed): the next step asks about them, once those are
+// settled or their slots taken again.
+const ReasonRedeemed = "redeemed"
+
 // ReasonPool is the reason of jobs that wait for their plan's pool (bucket.Pool): its capacity
 // is in use, or what is free is the turn of tenants that waited with an earlier start.
 const ReasonPool = "pool"
@@ -302,7 +310,7 @@ type Queue struct {
 
 // Step decides jobs at the head of tenant's queue, in order, for the queue's owner (see Queue).
 // Jobs that can never be admitted (no plan, an unreadable or too large weight, an unreadable
-// Admit-Max-Wait, an unusable tenant name) are dead, and so are those whose bound on waiting has
+// Admit-Max-Wait or Admit-Priority, an unusable tenant name) are dead, and so are those whose bound on waiting has
 // passed (expiry.go); a paused tenant's wait for the pause's end; the others are decided
 // together in one limiter call bounded by the timeout, and the first that waits is dead at once
 // if its wait is known to end after its bound. Jobs after the first that waits are not decided:
@@ -338,6 +346,8 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 			d.Verdicts[i] = dead(wire.CodeInvalidWeight, j.WeightErr.Error())
 		case j.MaxWaitErr != nil:
 			d.Verdicts[i] = dead(wire.CodeInvalidMaxWait, j.MaxWaitErr.Error())
+		case j.PriorityErr != nil:
+			d.Verdicts[i] = dead(wire.CodeInvalidPriority, j.PriorityErr.Error())
 		case j.Weight > plan.MaxWeight():
 			d.Verdicts[i] = dead(wire.CodeWeightOverCapacity, fmt.Sprintf("weight %d exceeds %d, the smallest capacity or limit of plan %s: it could never be admitted", j.Weight, plan.MaxWeight(), plan.Name))
 		case b > 0 && !now.Before(deadline) && !j.Again:
@@ -384,6 +394,8 @@ func (p *Policy) Step(ctx context.Context, tenant string, jobs []Job, q Queue) D
 	switch {
 	case res.Handover:
 		d.Reason = ReasonHandover
+	case res.AfterRedeemed:
+		d.Reason = ReasonRedeemed
 	case res.Downstream:
 		d.Reason = ReasonDownstream
 	case res.PoolBound && res.Pool != nil && res.Pool.Breaker != bucket.BreakerClosed:

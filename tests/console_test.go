@@ -169,6 +169,7 @@ func (w *world) waitingIn(tenant string) uint64 {
 // screenshot of each
 // page there (make console-shots).
 func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
 	shots := os.Getenv("ADMITTER_CONSOLE_SHOTS")
 	w := newWorld(t, consolePlans)
 	port, err := testenv.FreePort()
@@ -371,6 +372,7 @@ func TestConsoleInBrowser(t *testing.T) {
 // replicas decided some, and both pages agree), and each overview says the other replica's share
 // came in. Before the console asked the other replicas, each page showed its own tenants only.
 func TestConsoleShowsEveryReplica(t *testing.T) {
+	t.Parallel()
 	w := newPartitionedWorld(t, onePlan+"default_plan: free\n", 8)
 	names := []string{"alpha", "beta"}
 	base := map[string]string{}
@@ -444,6 +446,7 @@ func TestConsoleShowsEveryReplica(t *testing.T) {
 // Before, every replica heard from was "live", reading or not, and a replica that died vanished
 // from the table ten heartbeats after its last one (one that stopped, at once).
 func TestConsoleShowsWhatEachReplicaDoes(t *testing.T) {
+	t.Parallel()
 	w := newPartitionedWorld(t, onePlan+"default_plan: free\n", 2)
 	names := []string{"alpha", "beta", "gamma"}
 	base, procs := map[string]string{}, map[string]*proc{}

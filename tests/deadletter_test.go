@@ -90,6 +90,8 @@ func TestDeadLetters(t *testing.T) {
 		{name: "invalidmsgid", tenant: "acme", hdr: nats.Header{nats.MsgIdHdr: {"producer-acme-1"}, "Admit-Weight": {"x"}}, code: "invalid-weight", mentions: []string{`"x"`}},
 		{name: "maxwait", tenant: "acme", hdr: nats.Header{"Admit-Max-Wait": {"soon"}}, code: "invalid-max-wait", mentions: []string{"Admit-Max-Wait", `"soon"`}},
 		{name: "maxwaitzero", tenant: "acme", hdr: nats.Header{"admit-max-wait": {"0s"}}, code: "invalid-max-wait", mentions: []string{`"0s"`, "not positive"}},
+		{name: "priority", tenant: "acme", hdr: nats.Header{"Admit-Priority": {"urgent"}}, code: "invalid-priority", mentions: []string{"Admit-Priority", `"urgent"`, "want one of 1, 2, 3, 4, 5"}},
+		{name: "priorityzero", tenant: "acme", hdr: nats.Header{"admit-priority": {"0"}}, code: "invalid-priority", mentions: []string{`"0"`}},
 	}
 	seqs := publishDeadCases(t, w, cases)
 

@@ -113,6 +113,7 @@ func demoParse(t *testing.T, stdout, stderr string) demoSummary {
 // that nothing was lost. Before, the demo ran plans of its own: acme on free at 5/s, where the
 // built-in plans and the README give it gold.
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "demo", "-duration", "6s", "-json")
@@ -198,6 +199,7 @@ func TestDemo(t *testing.T) {
 // TestDemoInterrupted sends SIGINT (Ctrl-C) during the demo: it stops the load, still prints
 // the summary with nothing lost, and exits 0.
 func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "demo", "-duration", "10m", "-json")

@@ -159,6 +159,7 @@ func retryAfterRun(t *testing.T, pool bool) (held time.Time, acme, bob []time.Ti
 // holds that tenant's forwards for 5 s, while another tenant of the same pool goes on; then the
 // tenant goes on too.
 func TestRetryAfterHoldsTheTenant(t *testing.T) {
+	t.Parallel()
 	held, acme, bob := retryAfterRun(t, false)
 	// The hold begins when the admitter handles the done message, a moment after the handler
 	// returned; forwards decided just before it may be stored just after.
@@ -178,6 +179,7 @@ func TestRetryAfterHoldsTheTenant(t *testing.T) {
 // TestRetryAfterOfThePoolHoldsEveryTenant: with Admit-Retry-Scope: pool (worker.RetryAfterPool)
 // no tenant of the pool gets a forward for the 5 s.
 func TestRetryAfterOfThePoolHoldsEveryTenant(t *testing.T) {
+	t.Parallel()
 	held, acme, bob := retryAfterRun(t, true)
 	from, to := held.Add(300*time.Millisecond), held.Add(5*time.Second)
 	if a, b := within(acme, from, to), within(bob, from, to); a+b != 0 {
@@ -203,6 +205,7 @@ func tenantPool(t *testing.T, api, tenant string) wire.PoolState {
 // the API and the log): nothing is forwarded during the cool-down; then, the downstream
 // recovered, the probe jobs succeed and the breaker closes, and the jobs flow again.
 func TestBreakerOpensAndCloses(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, `
 pools:
   api: {concurrency: 4, lease: 30s, breaker: {failures: 50%, window: 10s, cooldown: 3s, probes: 2, min_jobs: 4}}

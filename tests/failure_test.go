@@ -129,6 +129,7 @@ func TestFailClosedWhileRedisIsDown(t *testing.T) {
 // TestCrashMidStreamForwardsEveryJobOnce kills the admitter with SIGKILL while it paces a
 // backlog, restarts it, and checks every job is forwarded exactly once.
 func TestCrashMidStreamForwardsEveryJobOnce(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, onePlan)
 	p := w.start()
 	const n = 300
@@ -151,6 +152,7 @@ func TestCrashMidStreamForwardsEveryJobOnce(t *testing.T) {
 // TestTwoReplicasShareTheTenants runs two admitters on one input: each tenant's queue is decided
 // by one of them, both decide some, every job is forwarded once, and no tenant exceeds its plan.
 func TestTwoReplicasShareTheTenants(t *testing.T) {
+	t.Parallel()
 	w := newPartitionedWorld(t, onePlan+"default_plan: free\n", 8)
 	var replicas []*proc
 	var metrics []string

@@ -16,6 +16,7 @@ import (
 	"github.com/admitter/admitter/internal/testenv"
 	"github.com/admitter/admitter/wire"
 	"github.com/admitter/admitter/worker"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -39,10 +40,22 @@ type running struct {
 	over  func(tenant string, n, all int) bool
 	jobs  map[*worker.Job]time.Time
 	overs []string
+	// runs is every run of every job (its payload names it), in the order they began.
+	runs map[string][]jobRun
+}
+
+// jobRun is one run of a job at the worker: the forward it was delivered from (its
+// Nats-Msg-Id), the lease it held, the delivery's attempt, and when its handler began.
+type jobRun struct {
+	msgID   string
+	lease   int64
+	attempt uint64
+	at      time.Time
 }
 
 func newRunning(took func(j *worker.Job) time.Duration) *running {
-	return &running{now: map[string]int{}, most: map[string]int{}, starts: map[string][]time.Time{}, ends: map[string][]time.Time{}, took: took}
+	return &running{now: map[string]int{}, most: map[string]int{}, starts: map[string][]time.Time{}, ends: map[string][]time.Time{}, took: took,
+		runs: map[string][]jobRun{}}
 }
 
 func (r *running) handle(ctx context.Context, j *worker.Job) error {
@@ -52,6 +65,7 @@ func (r *running) handle(ctx context.Context, j *worker.Job) error {
 	r.most[j.Tenant] = max(r.most[j.Tenant], r.now[j.Tenant])
 	r.mostAll = max(r.mostAll, r.all)
 	r.starts[j.Tenant] = append(r.starts[j.Tenant], time.Now())
+	r.runs[string(j.Data)] = append(r.runs[string(j.Data)], jobRun{msgID: j.Header.Get(nats.MsgIdHdr), lease: j.Lease, attempt: j.Attempt, at: time.Now()})
 	if r.over != nil {
 		if r.jobs == nil {
 			r.jobs = map[*worker.Job]time.Time{}
@@ -98,6 +112,12 @@ func (r *running) snapshot() (most map[string]int, all int, started int) {
 // jobs to their limits.
 func (w *world) startPoolWorker(name string, n int, h worker.Handler, filter ...string) *worker.Worker {
 	w.t.Helper()
+	return w.startLoggedWorker(name, n, h, slog.New(slog.DiscardHandler), filter...)
+}
+
+// startLoggedWorker is startPoolWorker with the worker library's log going to log.
+func (w *world) startLoggedWorker(name string, n int, h worker.Handler, log *slog.Logger, filter ...string) *worker.Worker {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := w.js.CreateOrUpdateConsumer(ctx, "ADMITTED", jetstream.ConsumerConfig{Durable: name, FilterSubjects: filter,
@@ -105,7 +125,7 @@ func (w *world) startPoolWorker(name string, n int, h worker.Handler, filter ...
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	wk, err := worker.New(worker.Config{Consumer: cons, Conn: w.nc, Handler: h, Concurrency: n, Logger: slog.New(slog.DiscardHandler)})
+	wk, err := worker.New(worker.Config{Consumer: cons, Conn: w.nc, Handler: h, Concurrency: n, Logger: log})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -155,6 +175,7 @@ tenants: {startup: startup, hobby: free, crew: team}
 // says it is degraded; when Redis returns, nothing follows in a second burst and every job is
 // forwarded once.
 func TestRedisOutageKeepsThePlans(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, outagePlans)
 	env, metrics, _ := servePorts(t)
 	p := w.start(env...) // the default fail mode
@@ -230,6 +251,7 @@ func TestRedisOutageKeepsThePlans(t *testing.T) {
 // rebuild the slots Redis forgot: no third job runs while they do; and when they are done, their
 // done messages free the slots at once: the next jobs go without waiting out a lease.
 func TestRedisRestartedEmptyRebuildsLeases(t *testing.T) {
+	t.Parallel()
 	const plans = `
 plans:
   slots:

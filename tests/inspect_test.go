@@ -17,6 +17,7 @@ import (
 // age, and where each figure came from. A tenant the service refuses is not asked elsewhere.
 // With no replica running, it reads Redis itself under the plans file, and says so.
 func TestInspectAsksTheService(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, "plans:\n  free: {limits: [{name: burst, capacity: 1, rate: 1/h}]}\n  enterprise: {limits: [{name: burst, capacity: 2, rate: 1/h}]}\ndefault_plan: free\n")
 	port, err := testenv.FreePort()
 	if err != nil {

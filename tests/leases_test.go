@@ -220,6 +220,7 @@ func TestConcurrencyLimitBoundsJobsInFlight(t *testing.T) {
 // TestLeaseOfADeadWorkerEnds: a worker that dies holding a job (no ack, no done) keeps its slot
 // only until the lease ends; the next job goes then, and the expired lease is counted.
 func TestLeaseOfADeadWorkerEnds(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, "plans:\n  one:\n    limits:\n      - {kind: concurrency, limit: 1, lease: 3s}\ntenants:\n  acme: one\n")
 	port, err := testenv.FreePort()
 	if err != nil {
@@ -272,6 +273,7 @@ func TestAdmitCostIsReconciled(t *testing.T) {
 // TestLeasesSurviveACrash: leases live in Redis with the tenant's state: an admitter killed
 // while two jobs run comes back knowing them; the waiting job goes only when one is done.
 func TestLeasesSurviveACrash(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, concurrencyPlans)
 	p := w.start()
 	for i := 1; i <= 3; i++ {
@@ -320,6 +322,7 @@ func TestAckOfTheForwardReleasesItsLease(t *testing.T) {
 // TestRenewedLeaseOutlivesItsLength: a worker that renews its job's lease keeps its slot past
 // the lease's length; the next job goes only when it says it is done.
 func TestRenewedLeaseOutlivesItsLength(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, "plans:\n  one:\n    limits:\n      - {kind: concurrency, limit: 1, lease: 2s}\ntenants:\n  acme: one\n")
 	w.start()
 	var doneAt time.Time

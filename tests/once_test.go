@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/admitter/admitter/wire"
 	"github.com/admitter/admitter/worker"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -96,6 +97,48 @@ default_plan: p
 	w.publish("jobs.submit.acme.export", "new-2")
 	waitFor(t, 15*time.Second, "the new jobs to run (a slot held by a re-forward would hold them 30 s)", func() bool { return runs.total() >= 4 })
 	runs.once(t, "old-1", "old-2", "new-1", "new-2")
+}
+
+// TestAJobReadAgainTakesItsSlotBeforeTheJobsBehindIt: a tenant with a concurrency limit of 1
+// (a 2 s lease) and a bound on waiting of 12 s; its job is admitted, NATS holds its forward (the
+// admitter may not publish to the output) and the replica is killed: the job's lease ends
+// unforwarded. Ten jobs come behind it, and a replica is started again: the job, read again
+// (redeemed, not found downstream), takes its slot again and goes first, then the ten, each
+// run once, none dead-lettered. Before, the step that redeemed it admitted the next job in the
+// same call, which took the one slot its start needed: it waited for that slot, the next job
+// waited behind it unforwarded until its lease ended, and the step after did the same with the
+// job after: the slot held by nobody, the jobs behind waiting until they expired (the takeover
+// drill: a pool of 4 all in flight for 5.8 s while its worker ran nothing).
+func TestAJobReadAgainTakesItsSlotBeforeTheJobsBehindIt(t *testing.T) {
+	t.Parallel()
+	w, deny, env := lossyWorld(t, `
+plans:
+  one: {max_wait: 12s, limits: [{capacity: 100, rate: 100/s}, {name: running, kind: concurrency, limit: 1, lease: 2s}]}
+default_plan: one
+`)
+	p := w.start(env...)
+	runs := countRuns(t, w)
+	deny("jobs.admitted.>")
+	w.publish("jobs.submit.acme.x", "first")
+	time.Sleep(time.Second) // admitted, its forward held by NATS
+	p.kill()
+	deny()
+	const behind = 10
+	payloads := []string{"first"}
+	for i := range behind {
+		payloads = append(payloads, fmt.Sprintf("next-%d", i))
+		w.publish("jobs.submit.acme.x", payloads[i+1])
+	}
+	time.Sleep(4 * time.Second) // past its lease (2 s) and the killed replica's hold on the tenant (3 s)
+	w.start(env...)
+	waitFor(t, 30*time.Second, "every job to run or be dead-lettered", func() bool {
+		return uint64(runs.total())+w.streamMsgs("DEAD") >= uint64(len(payloads))
+	})
+	if dead := w.readAll("DEAD"); len(dead) > 0 {
+		t.Errorf("%d of %d jobs dead-lettered (%s: %s), want none: the slot was held by a job nobody ran",
+			len(dead), len(payloads), dead[0].payload, dead[0].header.Get(wire.HeaderError))
+	}
+	runs.once(t, payloads...)
 }
 
 // runs counts the runs of each job (by payload) at a worker built on the worker library.

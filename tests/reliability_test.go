@@ -238,6 +238,7 @@ func TestHTTPNeverHangs(t *testing.T) {
 // server's buffer for one client). The time it takes is measured, not asserted (the bound is
 // the wait's).
 func TestMegabyteBacklogAfterARestart(t *testing.T) {
+	t.Parallel()
 	const n, size = 300, 900 << 10
 	w := newWorld(t, "plans: {p: {limits: [{capacity: 1000000, rate: 1000000/s}]}}\ndefault_plan: p\n")
 	if code := w.start().signal(syscall.SIGTERM, 15*time.Second); code != 0 { // the streams exist; the admitter is down

@@ -4,6 +4,7 @@ package tests
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -29,8 +30,10 @@ import (
 // concurrency limit and share a pool, and the worker library runs their jobs (300 ms each).
 // Afterwards the invariants are checked with the property test's checker: nothing lost,
 // nothing forwarded twice, every tenant's forwards within C + r·t per limit in every interval
-// (fail-open forwards excepted), and never more jobs running at the worker than a concurrency
-// limit or the pool allows. It prints a table of the faults, what each cost, and the invariants.
+// (fail-open forwards excepted), every job run exactly once by its worker (the workers count
+// each run of each job; none runs and is dead-lettered too), and never more jobs running at the
+// worker than a concurrency limit or the pool allows. It prints a table of the faults, what each
+// cost, and the invariants.
 //
 //	ADMITTER_SOAK=10m                 run for this long (unset: 10m)
 //	ADMITTER_SOAK_SEED=n              replay a schedule (printed at the start)
@@ -216,6 +219,16 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	w.startPoolWorker("soak", 32, run.handle, leased...)
+	// The other tenants' jobs run too (their plans hold no lease), each 300 ms, so that every
+	// job's runs are counted at its worker, not only its copies stored.
+	others := newRunning(func(*worker.Job) time.Duration { return soakJobRunning })
+	var unleased []string
+	for _, tn := range tenants {
+		if !tn.leased {
+			unleased = append(unleased, "jobs.admitted."+tn.load.name+".>")
+		}
+	}
+	w.startPoolWorker("soak-others", 128, others.handle, unleased...)
 
 	var loads []loadTenant
 	for _, tn := range tenants {
@@ -343,10 +356,23 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	drained := time.Since(start) - loadEnd
+	// Every forward stored delivered to its worker and settled there (ran, or put back and ran).
+	if !poll(5*time.Minute, func() bool { return w.consumerDone("soak") && w.consumerDone("soak-others") }) {
+		t.Errorf("the workers' consumers still had forwards to deliver or settle 5 minutes after the drain")
+	}
 	got := w.readAll("ADMITTED")
-	c := checkInvariants(published, got, w.readAll("DEAD"), soakChecked(tenants))
+	deadStored := w.readAll("DEAD")
+	c := checkInvariants(published, got, deadStored, soakChecked(tenants))
 	most, mostAll, _ := run.snapshot()
-	report := soakReport(start, duration, loadEnd, drained, faults, got, tenants, c, unexpected, most, mostAll)
+	runs, _, _ := run.runCounts()
+	otherRuns, _, _ := others.runCounts()
+	maps.Copy(runs, otherRuns)
+	deadSet := map[string]bool{}
+	for _, j := range deadStored {
+		deadSet[j.payload] = true
+	}
+	ran := judgeRuns(published, runs, func(p string) bool { return deadSet[p] })
+	report := soakReport(start, duration, loadEnd, drained, faults, got, tenants, c, ran, unexpected, most, mostAll)
 	t.Logf("soak: seed %d, fail mode %s, redis %s, %d partitions\n%s", seed, failMode, redisMode, parts, report)
 	if out := os.Getenv("ADMITTER_SOAK_REPORT"); out != "" {
 		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
@@ -357,6 +383,23 @@ func TestSoak(t *testing.T) {
 		t.Error(u)
 	}
 	c.report(t, start)
+	if len(ran.twice) > 0 {
+		var ex []string
+		for _, p := range ran.twice[:min(len(ran.twice), 10)] {
+			e := p + ":"
+			for _, r := range append(run.runsOf(p), others.runsOf(p)...) {
+				e += fmt.Sprintf(" ran %.1fs (%s, delivery %d)", r.at.Sub(start).Seconds(), r.msgID, r.attempt)
+			}
+			ex = append(ex, e)
+		}
+		t.Errorf("%d of %d jobs ran more than once at their worker:\n  %s", len(ran.twice), len(published), strings.Join(ex, "\n  "))
+	}
+	if len(ran.never) > 0 {
+		t.Errorf("%d of %d jobs never ran at their worker, e.g. %v", len(ran.never), len(published), ran.never[:min(len(ran.never), 10)])
+	}
+	if len(ran.both) > 0 {
+		t.Errorf("%d jobs ran at their worker and were dead-lettered too, e.g. %v", len(ran.both), ran.both[:min(len(ran.both), 10)])
+	}
 	for tn, n := range most {
 		if n > soakConc {
 			t.Errorf("tenant %s: %d jobs ran at once at the worker, limit %d", tn, n, soakConc)
@@ -472,7 +515,7 @@ func soakCosts(start time.Time, loadEnd time.Duration, faults []soakFault, got [
 // soakReport is the soak's tables: the faults and what each cost, the costs by kind, and the
 // invariants.
 func soakReport(start time.Time, duration, loadEnd, drained time.Duration, faults []soakFault, got []job, tenants []soakTenant,
-	c invariantCheck, unexpected []string, most map[string]int, mostAll int) string {
+	c invariantCheck, ran runVerdict, unexpected []string, most map[string]int, mostAll int) string {
 	perFault, calm := soakCosts(start, loadEnd, faults, got, tenants)
 	var b strings.Builder
 	secs := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) }
@@ -543,6 +586,9 @@ func soakReport(start time.Time, duration, loadEnd, drained time.Duration, fault
 	row("forwarded twice", strconv.Itoa(len(c.twice)), len(c.twice) == 0)
 	row("forwarded, never published", strconv.Itoa(len(c.unknown)), len(c.unknown) == 0)
 	row("dead-lettered", strconv.Itoa(c.dead), c.dead == 0)
+	once := c.published - len(ran.twice) - len(ran.never)
+	row("run exactly once at its worker", fmt.Sprintf("%d of %d (more than once %d, never %d, run and dead-lettered %d)",
+		once, c.published, len(ran.twice), len(ran.never), len(ran.both)), once == c.published && len(ran.both) == 0)
 	row("pacing: limits within C + r·t + slack", fmt.Sprintf("%d of %d (fail-open forwards left out: %d); worst: tenant %s, C %v r %v/s, %+.2f over C + r·t (slack %v)",
 		held, all, c.degraded, worst.tenant, worst.limit.capacity, worst.limit.rate, worst.excess, worst.slack), held == all)
 	row("replicas exited on their own or badly", strconv.Itoa(len(unexpected)), len(unexpected) == 0)

@@ -15,6 +15,7 @@ import (
 // lists who paused it and until when, `plans set` moves a tenant, and `resume` lets its held
 // jobs go, in order.
 func TestPauseWithPlansFile(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, "plans:\n  slow: {limits: [{capacity: 1, rate: 1/m}]}\n  fast: {limits: [{capacity: 5, rate: 20/s}]}\ndefault_plan: fast\n")
 	port, err := testenv.FreePort()
 	if err != nil {

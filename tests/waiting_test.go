@@ -235,6 +235,7 @@ default_plan: big
 // payloads wait in JetStream. Measured on a build without the race detector, with the default
 // settings, against the product's bound of 256 MiB.
 func TestWaitingPayloadsStayInJetStream(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, `
 plans: {slow: {limits: [{capacity: 5, rate: 5/s}]}}
 default_plan: slow

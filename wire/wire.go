@@ -17,6 +17,10 @@ const (
 	// plan's max_wait bounds it too: the smaller wins. The name is matched without regard to
 	// case.
 	HeaderMaxWait = "Admit-Max-Wait"
+	// HeaderPriority, on input: the job's priority within its tenant's queue, 1 (first) to 5
+	// (last); absent means DefaultPriority (3). See ParsePriority. The name is matched without
+	// regard to case.
+	HeaderPriority = "Admit-Priority"
 	// HeaderTenant, on output: the tenant the job was admitted for.
 	HeaderTenant = "Admit-Tenant"
 	// HeaderPlan, on output: the tenant's plan.
@@ -116,6 +120,7 @@ const (
 	CodeUnknownTenant      Code = "unknown-tenant"       // no plan for the tenant and no default plan
 	CodeInvalidTenant      Code = "invalid-tenant"       // the tenant token cannot name buckets ('{', '}')
 	CodeInvalidMaxWait     Code = "invalid-max-wait"     // Admit-Max-Wait is not whole seconds or a duration up to 100 years
+	CodeInvalidPriority    Code = "invalid-priority"     // Admit-Priority is not one of 1, 2, 3, 4, 5
 	// CodeExpired: the job could not be admitted within its bound on waiting (its plan's
 	// max_wait, its Admit-Max-Wait: the smaller), counted from its store in the input; or its
 	// wait, known when it was decided, ends after its bound does.

@@ -38,10 +38,10 @@ type Config struct {
 	// (it is still ended by the done message).
 	Lease time.Duration
 	// RequestTimeout bounds each lease message's wait for admitter's answer (default 2 s; a
-	// renewal's is at most half the lease; a done message's 500 ms at its first try, 500 ms more
-	// at each next). A done message unanswered is sent again, four times in all (a replica that
-	// stopped answering took it: another answers the next); a renewal is tried again until the
-	// handler returns.
+	// renewal's is at most half the lease; a done message's 100 ms at each of its first eight
+	// tries, then doubling). A done message unanswered is sent again, 13 times in all (a replica
+	// that stopped answering took it: another answers a next one); a renewal is tried again until
+	// the handler returns.
 	RequestTimeout time.Duration
 	// Logger receives what cannot be returned: lease messages unanswered, leases found ended,
 	// acks that failed, handlers that panicked (default slog.Default()).

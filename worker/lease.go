@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// doneTries is how many times a done message is sent while unanswered.
-const doneTries = 4
+// doneTries is how many times a done message is sent while unanswered (see doneWait).
+const doneTries = 13
 
 // keepAlive keeps j's lease (renewals) and its delivery (InProgress) alive while its handler
 // runs; the function it returns stops that and waits for it, a renewal in flight included, so
@@ -77,36 +77,48 @@ func (w *Worker) start(ctx context.Context, j *Job) (ok bool, wait time.Duration
 }
 
 // done ends j's lease with a done message carrying its cost and what o says of it, sent again
-// while unanswered (doneTries in all): a repeat is harmless, admitter releasing and reconciling
-// a lease once.
+// while unanswered (doneTries in all, each try waiting doneWait): a repeat is harmless, admitter
+// releasing and reconciling a lease once.
 func (w *Worker) done(ctx context.Context, j *Job, o outcome) {
 	subject := w.leaseSubject(w.t.toDone, w.t.done, j)
 	var err error
 	for try := 1; try <= doneTries; try++ {
+		wait := doneWait(w.cfg.RequestTimeout, try)
+		sent := time.Now()
 		var rep wire.LeaseReply
-		if rep, err = w.request(ctx, doneWait(w.cfg.RequestTimeout, try), subject, j, false, j.cost.Load(), &o); err == nil {
-			if !rep.Held {
+		if rep, err = w.request(ctx, wait, subject, j, false, j.cost.Load(), &o); err == nil {
+			// After a try unanswered, a lease not held may be one that try released.
+			if !rep.Held && try == 1 {
 				w.cfg.Logger.Info("worker: the lease had ended before the job was done", "tenant", j.Tenant, "lease", j.Lease, "subject", j.Subject)
 			}
 			return
 		}
-		if try < doneTries {
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Duration(try) * 100 * time.Millisecond):
-			}
+		select { // a try refused at once (no admitter answers the subject) is not sent again sooner
+		case <-ctx.Done():
+		case <-time.After(time.Until(sent.Add(wait))):
 		}
 	}
 	w.cfg.Logger.Warn("worker: done message unanswered: the lease ends by itself", "tenant", j.Tenant, "lease", j.Lease, "subject", subject, "err", err)
 }
 
-// doneWait is how long the try-th done message waits for its answer: 500 ms more at each try, at
-// most timeout. An answer takes a limiter call (milliseconds); one that does not come was most
-// likely taken by a replica that stopped answering (paused, dying), and the message sent again
-// reaches another: the job's slot is held by nobody meanwhile.
+// doneWait is how long the try-th done message waits for its answer: 100 ms for each of the
+// first eight, then twice as long as the one before, at most timeout (5.8 s in all with the 2 s
+// default). An answer takes a limiter call (milliseconds). One that does not come was most likely
+// taken by a replica that stopped answering (paused, dying): the replicas take the tries of a
+// message in turns drawn at random (a NATS queue group), so one sent again soon reaches another.
+// The job's slot is held by nobody meanwhile, 100 ms for each try the silent replica takes (with
+// one of three paused, six tries in a row once in 729 done messages). An admitter slow to answer
+// gets a few repeats, each answered harmlessly.
 func doneWait(timeout time.Duration, try int) time.Duration {
-	return min(timeout, time.Duration(try)*500*time.Millisecond)
+	return min(timeout, doneFirstWait<<max(try-doneQuickTries, 0))
 }
+
+// doneFirstWait and doneQuickTries: the first doneQuickTries tries of a done message wait
+// doneFirstWait each (see doneWait).
+const (
+	doneFirstWait  = 100 * time.Millisecond
+	doneQuickTries = 8
+)
 
 // request sends a done, renew or start message (start: Admit-Start) for j's lease, with its
 // weight (which names the slots of a lease admitter lost: see README, Leases), Admit-Cost when

@@ -250,6 +250,21 @@ var admitCases = []testCase{
 		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("3", "4")}, "AR", 0) // 3 decided afresh: a minute after its admission
 		h.expectTokens(p, 3, 95)
 	}},
+	{name: "an admission made ahead of lower ids is remembered until the settled mark passes it", needs: queues(), opts: bucket.Options{Redeem: time.Minute}, run: func(t *testing.T, h *harness) {
+		// A priority (admission/priority.go): job 10 is admitted before jobs 3 to 5. The owner's
+		// settled mark covers only the jobs it settled in order: 5 once 3 to 5 went. Job 10 is
+		// still remembered, redeemed to whoever reads it again, until the mark passes it; the
+		// marks are kept in the order made, so the one made first, above the mark, keeps those
+		// after it too.
+		p := mustPlan(t, "p", lim("rate", 10, 100*ms))
+		h.admit(p, jobs("10"), "A", 0)
+		h.admit(p, jobs("3", "4", "5"), "AAA", 0)
+		h.step(bucket.Batch{Plan: p, Owner: 1, Stored: 5}, "", 0) // 3 to 5 settled in order
+		// Owner 1 stopped: past its hold, a new holder reads them again.
+		h.c.Advance(10 * time.Second)
+		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("3", "5", "10", "11")}, "SSRA", 0)
+		h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 11, Jobs: jobs("10", "11")}, "SS", 0)
+	}},
 	{name: "one owner at a time: another admits nothing while the holder's hold stands", needs: queues(), opts: bucket.Options{Hold: 2 * time.Second}, run: func(t *testing.T, h *harness) {
 		p := mustPlan(t, "p", lim("", 10, 100*ms))
 		h.admit(p, jobs("1", "2"), "AA", 0) // owner 1 holds the queue for 2 s

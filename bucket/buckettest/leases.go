@@ -171,6 +171,21 @@ var leaseCases = []testCase{
 		h.leaseWeighted(p, 2, leaseStarted, 1, true) // a slot is free: taken again
 		h.admit(p, jobs("4"), "N", time.Minute)      // jobs 3 and 2 hold both slots for a lease
 	}},
+	{name: "concurrency: the jobs behind a job redeemed are asked about once its slots are taken again", needs: leases(), opts: bucket.Options{}, run: func(t *testing.T, h *harness) {
+		// Job 1 was admitted by a replica that stopped before forwarding it; its lease ended.
+		// The replica that took the queue over reads it again with job 2 behind it (Again): 1 is
+		// redeemed, and 2 is not decided in the same call, which would give it the one slot 1's
+		// start needs (1 waiting for it, 2 waiting behind 1, the slot held by nobody; then 2
+		// redeemed in its turn and 3 taking the slot, and so on).
+		p := mustPlan(t, "c", conc("running", 1, 10*time.Second))
+		h.admit(p, jobs("1"), "A", 0)
+		h.c.Advance(time.Minute) // its lease and the first replica's hold ended
+		again := jobs("1", "2")
+		again[0].Again, again[1].Again = true, true
+		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: again}, "RN", 0)
+		h.leaseWeighted(p, 1, leaseStarted, 1, true) // not found downstream: its slot taken again
+		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("2")}, "N", 10*time.Second)
+	}},
 }
 
 // lease operations of leaseWeighted.

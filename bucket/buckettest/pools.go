@@ -295,7 +295,7 @@ var poolCases = []testCase{
 		// is full (job 3 runs) when another replica reads them again (Again): their tenant's state
 		// answers them redeemed without the pool being asked, so a full pool does not make them wait
 		// (and then expire, as jobs never admitted), nor a free one give them slots nobody uses.
-		// Job 4, never admitted, waits for the pool.
+		// Job 4, never admitted, is asked about once they are settled, and waits for the pool.
 		pool := newPool(t, h, bucket.Pool{Concurrency: 1, Lease: time.Hour})
 		p := pooled(t, "p", pool, 1)
 		h.admit(p, jobs("1"), "A", 0)
@@ -306,9 +306,27 @@ var poolCases = []testCase{
 		h.c.Advance(time.Minute) // the first replica's hold has ended
 		again := jobs("1", "2", "4")
 		again[0].Again, again[1].Again, again[2].Again = true, true, true
-		r := h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 0, Jobs: again}, "RRN", time.Second)
-		if inFlight(t, r) != 1 || r.AdmittedAgo[0] != time.Minute || r.AdmittedAgo[2] != 0 {
-			t.Fatalf("in flight %d (want 1, job 3's), admitted ago %v (want 1m for jobs 1 and 2)", inFlight(t, r), r.AdmittedAgo)
+		r := h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 0, Jobs: again}, "RRN", 0)
+		if r.AdmittedAgo[0] != time.Minute || r.AdmittedAgo[2] != 0 {
+			t.Fatalf("admitted ago %v, want 1m for jobs 1 and 2", r.AdmittedAgo)
 		}
+		if r := h.step(bucket.Batch{Plan: p, Owner: 2, Stored: 2, Jobs: jobs("4")}, "N", time.Second); inFlight(t, r) != 1 {
+			t.Fatalf("in flight %d, want 1 (job 3's)", inFlight(t, r))
+		}
+	}},
+	{name: "pool: the jobs behind a job redeemed are asked about once its slot is taken again", needs: pools(), run: func(t *testing.T, h *harness) {
+		// Job 1 was admitted by a replica that stopped before forwarding it; its lease ended.
+		// The replica that took the queue over reads it again with job 2 behind it (Again): 1 is
+		// redeemed, and 2 is not granted the pool's one slot in the same call: 1's start takes
+		// it (were it granted to 2, 1 would wait for it and 2 behind 1, the slot held by nobody).
+		pool := newPool(t, h, bucket.Pool{Concurrency: 1, Lease: 10 * time.Second})
+		p := pooled(t, "p", pool, 1)
+		h.admit(p, jobs("1"), "A", 0)
+		h.c.Advance(time.Minute) // its lease and the first replica's hold ended
+		again := jobs("1", "2")
+		again[0].Again, again[1].Again = true, true
+		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: again}, "RN", 0)
+		h.leaseWeighted(p, 1, leaseStarted, 1, true) // not found downstream: its slot taken again
+		h.step(bucket.Batch{Plan: p, Owner: 2, Jobs: jobs("2")}, "N", time.Second)
 	}},
 }

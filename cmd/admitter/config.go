@@ -48,6 +48,7 @@ type config struct {
 	Quantum          int           `env:"ADMITTER_QUANTUM" envDefault:"100"`
 	Discovery        time.Duration `env:"ADMITTER_DISCOVERY_INTERVAL" envDefault:"1s"`
 	ShutdownTimeout  time.Duration `env:"ADMITTER_SHUTDOWN_TIMEOUT" envDefault:"10s"`
+	StallAfter       time.Duration `env:"ADMITTER_STALL_AFTER" envDefault:"30s"`
 	ConnectTimeout   time.Duration `env:"ADMITTER_CONNECT_TIMEOUT"` // unset: retry for ever
 	LogFormat        string        `env:"ADMITTER_LOG_FORMAT" envDefault:"json"`
 	LogLevel         string        `env:"ADMITTER_LOG_LEVEL" envDefault:"info"`
@@ -215,6 +216,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("ADMITTER_CONNECT_TIMEOUT must not be negative (unset: retry for ever), got %v", c.ConnectTimeout)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("ADMITTER_SHUTDOWN_TIMEOUT must be positive, got %v", c.ShutdownTimeout)
+	case c.StallAfter <= 0:
+		return fmt.Errorf("ADMITTER_STALL_AFTER must be positive, got %v", c.StallAfter)
 	case c.LogFormat != "json" && c.LogFormat != "text":
 		return fmt.Errorf("ADMITTER_LOG_FORMAT must be json or text, got %q", c.LogFormat)
 	}

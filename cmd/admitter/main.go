@@ -17,8 +17,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 const usage = `usage: admitter [run | check-config | demo | inspect TENANT | plans COMMAND | dead COMMAND | help]
@@ -112,6 +115,7 @@ func runMain(ctx context.Context, args []string, env map[string]string, stdout, 
 		return 0
 	}
 	log := newLogger(cfg, stderr)
+	defer exitBound(ctx, cfg.ShutdownTimeout+exitGrace, log)()
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("admitter stopped", "err", err)
 		if errors.Is(err, errConfig) {
@@ -120,6 +124,38 @@ func runMain(ctx context.Context, args []string, env map[string]string, stdout, 
 		return 1
 	}
 	return 0
+}
+
+// exitGrace is how long the process may take past ADMITTER_SHUTDOWN_TIMEOUT to end once told to
+// stop: the service returns within the bound (naming the steps it left running); what follows
+// (closing the connections and servers) gets this much more.
+const exitGrace = 2 * time.Second
+
+// exit ends the process.
+var exit = os.Exit
+
+// exitBound ends the process with status 1, logging what still runs, once ctx has ended and
+// bound has passed, unless the function it returns is called first (the command returned).
+func exitBound(ctx context.Context, bound time.Duration, log *slog.Logger) (returned func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			log.Error("the process did not end within ADMITTER_SHUTDOWN_TIMEOUT and its grace: exiting with what still runs", "bound", bound.String(), "goroutines", stacks.String())
+			exit(1)
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
 }
 
 func newLogger(c *config, w io.Writer) *slog.Logger {

@@ -242,7 +242,7 @@ func start(ctx context.Context, c *config, log *slog.Logger, tel *telemetry, b *
 		StreamIn: c.StreamIn, StreamOut: c.StreamOut, StreamDead: c.StreamDead, StreamWait: c.StreamWait,
 		Consumer: c.Consumer, Replica: st.replica, Replicas: c.StreamReplicas, Partitions: c.Partitions,
 		DuplicateWindow: c.DuplicateWindow, Workers: c.Workers, Batch: c.Batch, Quantum: c.Quantum, DiscoveryInterval: c.Discovery,
-		ShutdownTimeout: c.ShutdownTimeout, Logger: log,
+		ShutdownTimeout: c.ShutdownTimeout, StallAfter: c.StallAfter, Logger: log,
 		TracerProvider: tel.tracer, MeterProvider: tel.meter, TenantMetrics: c.TenantMetrics,
 		Activity: st.activity, Fallback: fallbackOf(limiter),
 	})

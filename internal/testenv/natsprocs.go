@@ -79,6 +79,35 @@ func StartNATSProcessCluster(t TB, bin string, n int, extra string) *NATSProcess
 	return c
 }
 
+// StartNATSProcess starts one nats-server process (bin, see BuildNATSServer) with JetStream on
+// loopback, not clustered, and waits until it is healthy; it is killed when the test ends. extra
+// is appended to its configuration file (a `mappings` block).
+func StartNATSProcess(t TB, bin, extra string) *NATSNode {
+	t.Helper()
+	var ports [2]int
+	for k := range ports {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		ports[k] = p
+	}
+	node := &NATSNode{Name: "n1", Port: ports[0], HTTPPort: ports[1], bin: bin, dir: t.TempDir()}
+	conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n}\n",
+		node.Name, node.Port, node.HTTPPort, filepath.Join(node.dir, "store")) + extra
+	if err := os.WriteFile(filepath.Join(node.dir, "nats.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	if err := node.launch(); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(node.Kill)
+	if err := node.waitHealthy(60 * time.Second); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return node
+}
+
 // URLs is every node's client URL, comma separated.
 func (c *NATSProcessCluster) URLs() string {
 	var out []string

@@ -10,6 +10,50 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// What the admitter publishes for a job: its forward and its dead letter (the message, its
+// subject and headers), and the headers of each.
+
+// forwardMsg is the admitted job as published to the output, under verdict v of decision d.
+func (s *Service) forwardMsg(j *job, d *decision, v policy.Verdict) *nats.Msg {
+	h := s.baseHeader(j, 9)
+	forwardHeader(h, wire.MsgID(wire.KindForward, j.stream, j.seq), j.tenant, d.plan, j.tries, d.now.Sub(j.stored), v)
+	leaseHeader(h, j.id, d.lease, v)
+	m := &nats.Msg{Subject: j.out, Data: j.data, Header: h}
+	s.tel.injectSend(j, m, s.cfg.StreamOut)
+	return m
+}
+
+// deadMsg is the job as dead-lettered with code and detail (v: its verdict, for an expired job's
+// headers).
+func (s *Service) deadMsg(j *job, v policy.Verdict, code wire.Code, detail string) *nats.Msg {
+	_, dead, err := s.dead.Map(j.subject)
+	if err != nil { // not an input subject (a foreign message in a legacy lane): the tenant's dead subject
+		fill := make([]string, s.cfg.Dead.Wildcards())
+		for i := range fill {
+			fill[i] = "lane"
+		}
+		dead, _ = s.cfg.Dead.Subject(j.tenant, fill...)
+	}
+	h := deadHeader(s.baseHeader(j, 5), wire.MsgID(wire.KindDead, j.stream, j.seq), code, detail)
+	if code == wire.CodeExpired {
+		h.Set(wire.HeaderErrorArrived, j.stored.UTC().Format(time.RFC3339Nano))
+		h.Set(wire.HeaderErrorWaitedFor, v.WaitedFor)
+	}
+	m := &nats.Msg{Subject: dead, Data: j.data, Header: h}
+	s.tel.injectSend(j, m, s.cfg.StreamDead)
+	return m
+}
+
+// baseHeader is the job's own headers as carried into what the admitter publishes: the
+// producer's, without the stream's read headers (Nats-Sequence, ...) and with its Nats-* kept
+// as Admit-Original-*.
+func (s *Service) baseHeader(j *job, extra int) nats.Header {
+	if j.lane {
+		return fromLane(j.header, extra)
+	}
+	return carried(j.header, extra)
+}
+
 // carried copies an input's headers for what the admitter publishes from it. Headers starting
 // with "Nats-" are server directives for the input's own publish: they are kept as
 // Admit-Original-<rest> (Nats-Msg-Id becomes Admit-Original-Msg-Id), neither lost nor applied
