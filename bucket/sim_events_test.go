@@ -1,3 +1,5 @@
+//go:build sim
+
 package bucket
 
 import (
@@ -20,7 +22,7 @@ type simShape struct {
 	maxReps  int           // replicas at most (clients of the redis-server)
 }
 
-// simDefaultShape is make test's: 30 s of simulated time (-sim.duration), a few hundred events.
+// simDefaultShape is the default run's (go test -tags sim): 30 s of simulated time (-sim.duration), a few hundred events.
 var simDefaultShape = simShape{duration: 30 * time.Second, parts: 4, maxReps: 4}
 
 // newWorld builds seed's world over clients (one per replica slot) and raw (a client without
