@@ -24,6 +24,24 @@ type tenantDelta struct {
 	empty  bool // nothing to charge
 }
 
+// unnamedLease is a lease without an id as a copy holds it, but its weight: the forgotten slots
+// keep their end and tag as the jobs they stand for report (their weight shrinks).
+type unnamedLease struct {
+	death int64
+	tag   leaseTag
+}
+
+// unnamedLeases is the weight of w's leases without an id, by lease.
+func unnamedLeases(w work) map[unnamedLease]int64 {
+	n := map[unnamedLease]int64{}
+	for j, e := range w.log {
+		if w.tags[j].id == 0 {
+			n[unnamedLease{e.death, w.tags[j]}] += e.weight
+		}
+	}
+	return n
+}
+
 // outageDelta is what tenant's copy cur (nil: none) holds beyond base under plan p at now (µs):
 // base is the copy when it began deciding the tenant at from (µs), nil when the copy took it as
 // forgotten then; a limit without a record is then used as Plan.forgotten says, otherwise full.
@@ -50,10 +68,19 @@ func outageDelta(p *Plan, base, cur *memState, from, now int64) tenantDelta {
 			}
 		case KindConcurrency:
 			var put []int64
+			unnamed := unnamedLeases(bs[i])
 			for j, e := range cs[i].log {
 				tag := cs[i].tags[j]
 				if tag.id == 0 {
-					continue // a lease nobody can name: the forgotten slots, Redis's own to take
+					// A lease nobody can name: the base's (the forgotten slots, or a request's
+					// lease Redis holds) are Redis's own; one taken on the copy (a request's)
+					// is added beside the others.
+					k := unnamedLease{e.death, tag}
+					if w := e.weight - unnamed[k]; w > 0 {
+						put = append(put, e.death, w, 0, tag.at)
+					}
+					unnamed[k] = max(unnamed[k]-e.weight, 0)
+					continue
 				}
 				k := slices.IndexFunc(bs[i].tags, func(t leaseTag) bool { return t.id == tag.id })
 				if k < 0 || bs[i].log[k] != e {

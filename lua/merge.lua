@@ -6,7 +6,8 @@
 --   bucket  inc µs more owed: tat = max(tat, now) + inc (the replica's takes not yet refilled)
 --   window, quota  takes (death, weight) to add
 --   concurrency    leases (death, weight, id, at) taken or renewed on the copy, put in place of
---          any lease of the same id; then the ids of leases released on the copy, dropped
+--          any lease of the same id (one without an id, 0: a request's, is added beside the
+--          others); then the ids of leases released on the copy, dropped
 -- and the jobs admitted on the copy within the redeem window, as recent decisions, the highest
 -- input sequence seen stored, and until when the downstream holds the tenant's forwards (the
 -- later of the copy's and Redis's).
@@ -47,8 +48,10 @@ for i = 1, n do
     for _ = 1, k / 4 do
       local de, w, id, at
       de, w, id, at, pos = struct.unpack('<llll', d, pos)
-      local j = lease_find(ws, i, id)
-      if j then lease_drop(ws, i, j) end
+      if id ~= 0 then
+        local j = lease_find(ws, i, id)
+        if j then lease_drop(ws, i, j) end
+      end
       if de > now then lease_put(ws, i, de, w, id, at) end
     end
     local r
