@@ -485,13 +485,7 @@ func (f *feedHealth) broken(now time.Time, stream string) error {
 
 // feedBroken is the first broken feed's failure among the partitions held.
 func (s *Service) feedBroken(now time.Time) error {
-	qs := s.queues
-	qs.mu.Lock()
-	parts := make([]*part, 0, len(qs.parts))
-	for _, pt := range qs.parts {
-		parts = append(parts, pt)
-	}
-	qs.mu.Unlock()
+	parts := s.queues.partsNow()
 	var errs []error
 	for _, pt := range parts {
 		if err := pt.health.broken(now, pt.stream); err != nil {

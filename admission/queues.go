@@ -624,6 +624,17 @@ func (qs *queues) firstSeq(p int) uint64 {
 	return 0
 }
 
+// partsNow is the partitions held now, in no order.
+func (qs *queues) partsNow() []*part {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	parts := make([]*part, 0, len(qs.parts))
+	for _, pt := range qs.parts {
+		parts = append(parts, pt)
+	}
+	return parts
+}
+
 // feedOn reports whether partition p's feed runs.
 func (qs *queues) feedOn(p int) bool {
 	qs.mu.Lock()

@@ -467,13 +467,7 @@ func stopReserve(bound time.Duration) time.Duration { return min(bound/4, handOv
 
 // stopParts stops every partition's part, side by side, within ctx.
 func (s *Service) stopParts(ctx context.Context) error {
-	qs := s.queues
-	qs.mu.Lock()
-	parts := make([]*part, 0, len(qs.parts))
-	for _, pt := range qs.parts {
-		parts = append(parts, pt)
-	}
-	qs.mu.Unlock()
+	parts := s.queues.partsNow()
 	errs := make([]error, len(parts))
 	var stopping sync.WaitGroup
 	for i, pt := range parts {
