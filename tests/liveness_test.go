@@ -114,7 +114,7 @@ func healed(js jetstream.JetStream, names ...string) bool {
 // the round's jobs are forwarded, the node leading the output stream (then, the next round, the
 // input stream), which is also the node the admitter is connected to, is shut down, and started
 // again after the round. Every job of a round is stored within 15 s of its loss, and every job
-// once. Two rounds (the output's leader, then the input's) in make test, about 15 s each;
+// once. Two rounds (the output's leader, then the input's) in make test, about 12 s each;
 // ADMITTER_NODE_LOSSES=N plays N.
 func TestNodeLossesNeverStopTheReplica(t *testing.T) {
 	cluster := testenv.StartNATSProcessCluster(t, natsServer(t), 3, "")
@@ -122,7 +122,7 @@ func TestNodeLossesNeverStopTheReplica(t *testing.T) {
 	httpEnv, metricsURL := metricsPort(t)
 	p := w.start("ADMITTER_STREAM_REPLICAS=3", httpEnv)
 	base := strings.TrimSuffix(metricsURL, "/metrics")
-	rounds, each := 2, uint64(300)
+	rounds, each := 2, uint64(150)
 	if n, err := strconv.Atoi(os.Getenv("ADMITTER_NODE_LOSSES")); err == nil && n > 0 {
 		rounds = n
 	}

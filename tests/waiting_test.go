@@ -114,7 +114,6 @@ tenants: {noisy: slow, quiet: fast}
 // once: forwarding resumes within 5s, and in no interval does the tenant get more than C + r·t
 // (slack: one job, for the time between a decision and the store of its forward).
 func TestCrashDoesNotBecomeABurst(t *testing.T) {
-	t.Parallel()
 	const capacity, rate, n = 10, 20.0, 300
 	w := newWorld(t, `
 plans: {p: {limits: [{capacity: 10, rate: 20/s}]}}
